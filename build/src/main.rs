@@ -1,0 +1,51 @@
+//! Project tooling, not shipped: fetches ROCm packages from Debian,
+//! regenerates the committed -sys bindings and records exported symbols.
+//! See `build/README.md`.
+
+mod fetch;
+mod generate;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Errors of this tool are reported as text.
+pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Runs a command, failing with its name and exit status when it fails.
+pub fn run_checked(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed: {status}").into())
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+const USAGE: &str = "usage: rocm-tools <command>
+  fetch     download and unpack the ROCm 6.4 development packages into build/.rocm/6.4
+  bindgen   fetch (if needed), then regenerate */src/generated/{types,functions}.rs";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let repo = repo_root();
+    let result = match args.first().map(String::as_str) {
+        Some("fetch") => fetch::ensure(&repo, &fetch::DEV_6_4).map(|p| println!("{}", p.display())),
+        Some("bindgen") => fetch::ensure(&repo, &fetch::DEV_6_4)
+            .and_then(|dir| generate::run(&repo, &generate::include_dir(&dir), "6.4")),
+        _ => {
+            eprintln!("{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("rocm-tools: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,21 @@
+//! Compile-time checks of the struct layouts this project reads, with the
+//! numbers measured on the real headers (see shared/rocm-facts.md).
+
+use core::mem::{offset_of, size_of};
+use static_assertions::const_assert_eq;
+
+use crate::types::{hipDeviceProp_tR0000, hipDeviceProp_tR0600};
+
+const_assert_eq!(size_of::<hipDeviceProp_tR0600>(), 1472);
+const_assert_eq!(offset_of!(hipDeviceProp_tR0600, name), 0);
+const_assert_eq!(offset_of!(hipDeviceProp_tR0600, totalGlobalMem), 288);
+const_assert_eq!(offset_of!(hipDeviceProp_tR0600, warpSize), 308);
+const_assert_eq!(offset_of!(hipDeviceProp_tR0600, multiProcessorCount), 388);
+const_assert_eq!(offset_of!(hipDeviceProp_tR0600, gcnArchName), 1160);
+
+const_assert_eq!(size_of::<hipDeviceProp_tR0000>(), 792);
+const_assert_eq!(offset_of!(hipDeviceProp_tR0000, name), 0);
+const_assert_eq!(offset_of!(hipDeviceProp_tR0000, totalGlobalMem), 256);
+const_assert_eq!(offset_of!(hipDeviceProp_tR0000, warpSize), 276);
+const_assert_eq!(offset_of!(hipDeviceProp_tR0000, multiProcessorCount), 336);
+const_assert_eq!(offset_of!(hipDeviceProp_tR0000, gcnArchName), 396);
