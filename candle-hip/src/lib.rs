@@ -1,0 +1,1 @@
+//! A Candle backend for AMD GPUs on ROCm.

@@ -1,0 +1,1 @@
+//! Safe RAII layer over the HIP runtime, hipRTC, rocBLAS and MIOpen.

@@ -1,0 +1,1 @@
+//! Test-only HIP-on-CUDA shim.
