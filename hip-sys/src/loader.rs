@@ -296,10 +296,16 @@ fn open_candidate(candidate: &Candidate) -> Result<libloading::Library, AttemptF
     match unsafe { libloading::Library::new(target) } {
         Ok(lib) => Ok(lib),
         Err(e) => {
-            let msg = e.to_string();
-            let absent = matches!(candidate, Candidate::SystemName(_))
-                && msg.contains("No such file")
-                && !msg.contains("needed by");
+            let msg = error_chain(&e);
+            // For a bare name the system loader reports absence as
+            // "<name>: cannot open shared object file"; a message naming
+            // another file is a missing dependency of a library it found.
+            let absent = match candidate {
+                Candidate::SystemName(n) => {
+                    msg.contains(&format!("{n}: cannot open shared object file"))
+                }
+                Candidate::Path(_) => false,
+            };
             if absent {
                 Err(AttemptFailure::NotFound)
             } else {
@@ -307,6 +313,19 @@ fn open_candidate(candidate: &Candidate) -> Result<libloading::Library, AttemptF
             }
         }
     }
+}
+
+/// The error and its sources joined: libloading's own message is only
+/// "dlopen failed", the loader's explanation is in the source.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut msg = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        msg.push_str(": ");
+        msg.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    msg
 }
 
 /// Declares a table of C functions resolved from a [`Library`] at run time.
