@@ -12,6 +12,8 @@
 //! }
 //! ```
 
+mod layout;
+
 use std::sync::OnceLock;
 
 pub use hip_sys::{LoadError, MissingSymbol};
