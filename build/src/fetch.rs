@@ -38,11 +38,6 @@ pub fn rocm_root(repo: &Path) -> PathBuf {
     repo.join("build").join(".rocm")
 }
 
-/// Where a release's packages are unpacked.
-pub fn unpacked(repo: &Path, release: &Release) -> PathBuf {
-    rocm_root(repo).join(release.name)
-}
-
 /// Writes a private apt configuration for `suite` (sources copied from the
 /// machine's own `deb822` or one-line sources, suites replaced) and returns
 /// the `-o` options that select it.
@@ -140,14 +135,26 @@ pub fn unpack_all(debs: &Path, dest: &Path) -> Result<()> {
 
 /// Fetches and unpacks `release` unless it is already unpacked.
 pub fn ensure(repo: &Path, release: &Release) -> Result<PathBuf> {
-    let dest = unpacked(repo, release);
+    ensure_packages(repo, release.name, release.suite, release.packages)
+}
+
+/// Fetches `packages` from `suite` and unpacks them into `build/.rocm/<name>`
+/// unless that folder is already complete. The downloaded `.deb` files stay
+/// in [`debs_dir`] (their versions are read from there).
+pub fn ensure_packages(repo: &Path, name: &str, suite: &str, packages: &[&str]) -> Result<PathBuf> {
+    let dest = rocm_root(repo).join(name);
     let marker = dest.join(".complete");
     if marker.exists() {
         return Ok(dest);
     }
-    let debs = rocm_root(repo).join("debs").join(release.name);
-    download(repo, release.suite, release.packages, &debs)?;
+    let debs = debs_dir(repo, name);
+    download(repo, suite, packages, &debs)?;
     unpack_all(&debs, &dest)?;
-    std::fs::write(&marker, release.packages.join("\n"))?;
+    std::fs::write(&marker, packages.join("\n"))?;
     Ok(dest)
+}
+
+/// Where the `.deb` files of the folder `name` are downloaded.
+pub fn debs_dir(repo: &Path, name: &str) -> PathBuf {
+    rocm_root(repo).join("debs").join(name)
 }

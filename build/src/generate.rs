@@ -8,10 +8,11 @@
 //!   whose entries are bindgen's own declarations, resolved at run time.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use quote::ToTokens;
 
-use crate::Result;
+use crate::{Result, run_checked};
 
 /// One shared library's function table inside a generated crate.
 struct Table {
@@ -193,17 +194,35 @@ const CRATES: &[Crate] = &[
     },
 ];
 
-/// Regenerates every crate's bindings from the headers under `include`.
+/// Regenerates every crate's bindings from the headers under `include` and
+/// formats them with rustfmt.
 pub fn run(repo: &Path, include: &Path, release_label: &str) -> Result<()> {
     for krate in CRATES {
         let (types, functions) = generate_crate(krate, include, release_label)?;
         let dir = repo.join(krate.dir).join("src").join("generated");
         std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join("types.rs"), types)?;
-        std::fs::write(dir.join("functions.rs"), functions)?;
+        let files = [dir.join("types.rs"), dir.join("functions.rs")];
+        std::fs::write(&files[0], types)?;
+        std::fs::write(&files[1], functions)?;
+        run_checked(
+            Command::new("rustfmt")
+                .args(["--edition", "2024"])
+                .args(&files),
+        )?;
         eprintln!("generated {}", dir.display());
     }
     Ok(())
+}
+
+/// The exported names of legacy entry points bound with the signature of a
+/// renamed declaration (for example `hipGetDeviceProperties`, kept for ROCm 5).
+#[cfg(test)]
+pub fn legacy_entry_points() -> impl Iterator<Item = &'static str> {
+    CRATES
+        .iter()
+        .flat_map(|c| c.tables)
+        .flat_map(|t| t.aliases)
+        .map(|(exported, _)| *exported)
 }
 
 fn header_text(krate: &Crate) -> String {
@@ -308,8 +327,7 @@ fn split(krate: &Crate, bindings: &str, release_label: &str) -> Result<(String, 
             entries.push((exported.to_string(), decl));
         }
         for (name, mut decl) in entries {
-            if name == decl.sig.ident.to_string() && !table.aliases.iter().any(|(e, _)| *e == name)
-            {
+            if decl.sig.ident == name && !table.aliases.iter().any(|(e, _)| *e == name) {
                 decl.attrs.clear();
             }
             decl.vis = syn::parse_quote!(pub);

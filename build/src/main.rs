@@ -4,6 +4,7 @@
 
 mod fetch;
 mod generate;
+mod symbols;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,7 +31,9 @@ fn repo_root() -> PathBuf {
 
 const USAGE: &str = "usage: rocm-tools <command>
   fetch     download and unpack the ROCm 6.4 development packages into build/.rocm/6.4
-  bindgen   fetch (if needed), then regenerate */src/generated/{types,functions}.rs";
+  bindgen   fetch (if needed), then regenerate */src/generated/{types,functions}.rs (rustfmt-formatted)
+  symbols   download the ROCm 5.x, 6.4 and 7.x runtime packages into build/.rocm and write
+            their exported function names to build/symbols/<library>-<version>.txt";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -39,6 +42,7 @@ fn main() {
         Some("fetch") => fetch::ensure(&repo, &fetch::DEV_6_4).map(|p| println!("{}", p.display())),
         Some("bindgen") => fetch::ensure(&repo, &fetch::DEV_6_4)
             .and_then(|dir| generate::run(&repo, &generate::include_dir(&dir), "6.4")),
+        Some("symbols") => symbols::run(&repo),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(2);

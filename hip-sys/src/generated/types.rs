@@ -37,8 +37,7 @@ where
         debug_assert!(index / 8 < core::mem::size_of::<Storage>());
         let byte_index = index / 8;
         let byte = unsafe {
-            *(core::ptr::addr_of!((*this).storage) as *const u8)
-                .offset(byte_index as isize)
+            *(core::ptr::addr_of!((*this).storage) as *const u8).offset(byte_index as isize)
         };
         Self::extract_bit(byte, index)
     }
@@ -64,8 +63,7 @@ where
         debug_assert!(index / 8 < core::mem::size_of::<Storage>());
         let byte_index = index / 8;
         let byte = unsafe {
-            (core::ptr::addr_of_mut!((*this).storage) as *mut u8)
-                .offset(byte_index as isize)
+            (core::ptr::addr_of_mut!((*this).storage) as *mut u8).offset(byte_index as isize)
         };
         unsafe { *byte = Self::change_bit(*byte, index, val) };
     }
@@ -73,9 +71,7 @@ where
     pub fn get(&self, bit_offset: usize, bit_width: u8) -> u64 {
         debug_assert!(bit_width <= 64);
         debug_assert!(bit_offset / 8 < self.storage.as_ref().len());
-        debug_assert!(
-            (bit_offset + (bit_width as usize)) / 8 <= self.storage.as_ref().len(),
-        );
+        debug_assert!((bit_offset + (bit_width as usize)) / 8 <= self.storage.as_ref().len(),);
         let mut val = 0;
         for i in 0..(bit_width as usize) {
             if self.get_bit(i + bit_offset) {
@@ -93,9 +89,7 @@ where
     pub unsafe fn raw_get(this: *const Self, bit_offset: usize, bit_width: u8) -> u64 {
         debug_assert!(bit_width <= 64);
         debug_assert!(bit_offset / 8 < core::mem::size_of::<Storage>());
-        debug_assert!(
-            (bit_offset + (bit_width as usize)) / 8 <= core::mem::size_of::<Storage>(),
-        );
+        debug_assert!((bit_offset + (bit_width as usize)) / 8 <= core::mem::size_of::<Storage>(),);
         let mut val = 0;
         for i in 0..(bit_width as usize) {
             if unsafe { Self::raw_get_bit(this, i + bit_offset) } {
@@ -113,9 +107,7 @@ where
     pub fn set(&mut self, bit_offset: usize, bit_width: u8, val: u64) {
         debug_assert!(bit_width <= 64);
         debug_assert!(bit_offset / 8 < self.storage.as_ref().len());
-        debug_assert!(
-            (bit_offset + (bit_width as usize)) / 8 <= self.storage.as_ref().len(),
-        );
+        debug_assert!((bit_offset + (bit_width as usize)) / 8 <= self.storage.as_ref().len(),);
         for i in 0..(bit_width as usize) {
             let mask = 1 << i;
             let val_bit_is_set = val & mask == mask;
@@ -131,9 +123,7 @@ where
     pub unsafe fn raw_set(this: *mut Self, bit_offset: usize, bit_width: u8, val: u64) {
         debug_assert!(bit_width <= 64);
         debug_assert!(bit_offset / 8 < core::mem::size_of::<Storage>());
-        debug_assert!(
-            (bit_offset + (bit_width as usize)) / 8 <= core::mem::size_of::<Storage>(),
-        );
+        debug_assert!((bit_offset + (bit_width as usize)) / 8 <= core::mem::size_of::<Storage>(),);
         for i in 0..(bit_width as usize) {
             let mask = 1 << i;
             let val_bit_is_set = val & mask == mask;
@@ -170,24 +160,18 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasGlobalInt32Atomics_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 0usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                0usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
-    pub unsafe fn set_hasGlobalInt32Atomics_raw(
-        this: *mut Self,
-        val: ::core::ffi::c_uint,
-    ) {
+    pub unsafe fn set_hasGlobalInt32Atomics_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 0usize,
                 1u8,
@@ -207,28 +191,20 @@ impl hipDeviceArch_t {
         }
     }
     #[inline]
-    pub unsafe fn hasGlobalFloatAtomicExch_raw(
-        this: *const Self,
-    ) -> ::core::ffi::c_uint {
+    pub unsafe fn hasGlobalFloatAtomicExch_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 1usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                1usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
-    pub unsafe fn set_hasGlobalFloatAtomicExch_raw(
-        this: *mut Self,
-        val: ::core::ffi::c_uint,
-    ) {
+    pub unsafe fn set_hasGlobalFloatAtomicExch_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 1usize,
                 1u8,
@@ -250,24 +226,18 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasSharedInt32Atomics_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 2usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                2usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
-    pub unsafe fn set_hasSharedInt32Atomics_raw(
-        this: *mut Self,
-        val: ::core::ffi::c_uint,
-    ) {
+    pub unsafe fn set_hasSharedInt32Atomics_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 2usize,
                 1u8,
@@ -287,28 +257,20 @@ impl hipDeviceArch_t {
         }
     }
     #[inline]
-    pub unsafe fn hasSharedFloatAtomicExch_raw(
-        this: *const Self,
-    ) -> ::core::ffi::c_uint {
+    pub unsafe fn hasSharedFloatAtomicExch_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 3usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                3usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
-    pub unsafe fn set_hasSharedFloatAtomicExch_raw(
-        this: *mut Self,
-        val: ::core::ffi::c_uint,
-    ) {
+    pub unsafe fn set_hasSharedFloatAtomicExch_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 3usize,
                 1u8,
@@ -330,21 +292,18 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasFloatAtomicAdd_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 4usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                4usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
     pub unsafe fn set_hasFloatAtomicAdd_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 4usize,
                 1u8,
@@ -366,24 +325,18 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasGlobalInt64Atomics_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 5usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                5usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
-    pub unsafe fn set_hasGlobalInt64Atomics_raw(
-        this: *mut Self,
-        val: ::core::ffi::c_uint,
-    ) {
+    pub unsafe fn set_hasGlobalInt64Atomics_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 5usize,
                 1u8,
@@ -405,24 +358,18 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasSharedInt64Atomics_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 6usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                6usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
-    pub unsafe fn set_hasSharedInt64Atomics_raw(
-        this: *mut Self,
-        val: ::core::ffi::c_uint,
-    ) {
+    pub unsafe fn set_hasSharedInt64Atomics_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 6usize,
                 1u8,
@@ -444,21 +391,18 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasDoubles_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 7usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                7usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
     pub unsafe fn set_hasDoubles_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 7usize,
                 1u8,
@@ -480,21 +424,18 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasWarpVote_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 8usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                8usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
     pub unsafe fn set_hasWarpVote_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 8usize,
                 1u8,
@@ -516,21 +457,18 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasWarpBallot_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 9usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                9usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
     pub unsafe fn set_hasWarpBallot_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 9usize,
                 1u8,
@@ -552,21 +490,18 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasWarpShuffle_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 10usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                10usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
     pub unsafe fn set_hasWarpShuffle_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 10usize,
                 1u8,
@@ -588,21 +523,18 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasFunnelShift_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 11usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                11usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
     pub unsafe fn set_hasFunnelShift_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 11usize,
                 1u8,
@@ -624,24 +556,18 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasThreadFenceSystem_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 12usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                12usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
-    pub unsafe fn set_hasThreadFenceSystem_raw(
-        this: *mut Self,
-        val: ::core::ffi::c_uint,
-    ) {
+    pub unsafe fn set_hasThreadFenceSystem_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 12usize,
                 1u8,
@@ -663,21 +589,18 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasSyncThreadsExt_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 13usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                13usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
     pub unsafe fn set_hasSyncThreadsExt_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 13usize,
                 1u8,
@@ -699,21 +622,18 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasSurfaceFuncs_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 14usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                14usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
     pub unsafe fn set_hasSurfaceFuncs_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 14usize,
                 1u8,
@@ -735,21 +655,18 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn has3dGrid_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 15usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                15usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
     pub unsafe fn set_has3dGrid_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 15usize,
                 1u8,
@@ -771,24 +688,18 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasDynamicParallelism_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(
-                <__BindgenBitfieldUnit<
-                    [u8; 3usize],
-                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 16usize, 1u8)
-                    as u32,
-            )
+            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
+                ::core::ptr::addr_of!((*this)._bitfield_1),
+                16usize,
+                1u8,
+            ) as u32)
         }
     }
     #[inline]
-    pub unsafe fn set_hasDynamicParallelism_raw(
-        this: *mut Self,
-        val: ::core::ffi::c_uint,
-    ) {
+    pub unsafe fn set_hasDynamicParallelism_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<
-                [u8; 3usize],
-            >>::raw_set(
+            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 16usize,
                 1u8,
@@ -817,189 +728,81 @@ impl hipDeviceArch_t {
         hasDynamicParallelism: ::core::ffi::c_uint,
     ) -> __BindgenBitfieldUnit<[u8; 3usize]> {
         let mut __bindgen_bitfield_unit: __BindgenBitfieldUnit<[u8; 3usize]> = Default::default();
-        __bindgen_bitfield_unit
-            .set(
-                0usize,
-                1u8,
-                {
-                    let hasGlobalInt32Atomics: u32 = unsafe {
-                        ::core::mem::transmute(hasGlobalInt32Atomics)
-                    };
-                    hasGlobalInt32Atomics as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                1usize,
-                1u8,
-                {
-                    let hasGlobalFloatAtomicExch: u32 = unsafe {
-                        ::core::mem::transmute(hasGlobalFloatAtomicExch)
-                    };
-                    hasGlobalFloatAtomicExch as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                2usize,
-                1u8,
-                {
-                    let hasSharedInt32Atomics: u32 = unsafe {
-                        ::core::mem::transmute(hasSharedInt32Atomics)
-                    };
-                    hasSharedInt32Atomics as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                3usize,
-                1u8,
-                {
-                    let hasSharedFloatAtomicExch: u32 = unsafe {
-                        ::core::mem::transmute(hasSharedFloatAtomicExch)
-                    };
-                    hasSharedFloatAtomicExch as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                4usize,
-                1u8,
-                {
-                    let hasFloatAtomicAdd: u32 = unsafe {
-                        ::core::mem::transmute(hasFloatAtomicAdd)
-                    };
-                    hasFloatAtomicAdd as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                5usize,
-                1u8,
-                {
-                    let hasGlobalInt64Atomics: u32 = unsafe {
-                        ::core::mem::transmute(hasGlobalInt64Atomics)
-                    };
-                    hasGlobalInt64Atomics as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                6usize,
-                1u8,
-                {
-                    let hasSharedInt64Atomics: u32 = unsafe {
-                        ::core::mem::transmute(hasSharedInt64Atomics)
-                    };
-                    hasSharedInt64Atomics as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                7usize,
-                1u8,
-                {
-                    let hasDoubles: u32 = unsafe { ::core::mem::transmute(hasDoubles) };
-                    hasDoubles as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                8usize,
-                1u8,
-                {
-                    let hasWarpVote: u32 = unsafe {
-                        ::core::mem::transmute(hasWarpVote)
-                    };
-                    hasWarpVote as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                9usize,
-                1u8,
-                {
-                    let hasWarpBallot: u32 = unsafe {
-                        ::core::mem::transmute(hasWarpBallot)
-                    };
-                    hasWarpBallot as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                10usize,
-                1u8,
-                {
-                    let hasWarpShuffle: u32 = unsafe {
-                        ::core::mem::transmute(hasWarpShuffle)
-                    };
-                    hasWarpShuffle as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                11usize,
-                1u8,
-                {
-                    let hasFunnelShift: u32 = unsafe {
-                        ::core::mem::transmute(hasFunnelShift)
-                    };
-                    hasFunnelShift as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                12usize,
-                1u8,
-                {
-                    let hasThreadFenceSystem: u32 = unsafe {
-                        ::core::mem::transmute(hasThreadFenceSystem)
-                    };
-                    hasThreadFenceSystem as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                13usize,
-                1u8,
-                {
-                    let hasSyncThreadsExt: u32 = unsafe {
-                        ::core::mem::transmute(hasSyncThreadsExt)
-                    };
-                    hasSyncThreadsExt as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                14usize,
-                1u8,
-                {
-                    let hasSurfaceFuncs: u32 = unsafe {
-                        ::core::mem::transmute(hasSurfaceFuncs)
-                    };
-                    hasSurfaceFuncs as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                15usize,
-                1u8,
-                {
-                    let has3dGrid: u32 = unsafe { ::core::mem::transmute(has3dGrid) };
-                    has3dGrid as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                16usize,
-                1u8,
-                {
-                    let hasDynamicParallelism: u32 = unsafe {
-                        ::core::mem::transmute(hasDynamicParallelism)
-                    };
-                    hasDynamicParallelism as u64
-                },
-            );
+        __bindgen_bitfield_unit.set(0usize, 1u8, {
+            let hasGlobalInt32Atomics: u32 =
+                unsafe { ::core::mem::transmute(hasGlobalInt32Atomics) };
+            hasGlobalInt32Atomics as u64
+        });
+        __bindgen_bitfield_unit.set(1usize, 1u8, {
+            let hasGlobalFloatAtomicExch: u32 =
+                unsafe { ::core::mem::transmute(hasGlobalFloatAtomicExch) };
+            hasGlobalFloatAtomicExch as u64
+        });
+        __bindgen_bitfield_unit.set(2usize, 1u8, {
+            let hasSharedInt32Atomics: u32 =
+                unsafe { ::core::mem::transmute(hasSharedInt32Atomics) };
+            hasSharedInt32Atomics as u64
+        });
+        __bindgen_bitfield_unit.set(3usize, 1u8, {
+            let hasSharedFloatAtomicExch: u32 =
+                unsafe { ::core::mem::transmute(hasSharedFloatAtomicExch) };
+            hasSharedFloatAtomicExch as u64
+        });
+        __bindgen_bitfield_unit.set(4usize, 1u8, {
+            let hasFloatAtomicAdd: u32 = unsafe { ::core::mem::transmute(hasFloatAtomicAdd) };
+            hasFloatAtomicAdd as u64
+        });
+        __bindgen_bitfield_unit.set(5usize, 1u8, {
+            let hasGlobalInt64Atomics: u32 =
+                unsafe { ::core::mem::transmute(hasGlobalInt64Atomics) };
+            hasGlobalInt64Atomics as u64
+        });
+        __bindgen_bitfield_unit.set(6usize, 1u8, {
+            let hasSharedInt64Atomics: u32 =
+                unsafe { ::core::mem::transmute(hasSharedInt64Atomics) };
+            hasSharedInt64Atomics as u64
+        });
+        __bindgen_bitfield_unit.set(7usize, 1u8, {
+            let hasDoubles: u32 = unsafe { ::core::mem::transmute(hasDoubles) };
+            hasDoubles as u64
+        });
+        __bindgen_bitfield_unit.set(8usize, 1u8, {
+            let hasWarpVote: u32 = unsafe { ::core::mem::transmute(hasWarpVote) };
+            hasWarpVote as u64
+        });
+        __bindgen_bitfield_unit.set(9usize, 1u8, {
+            let hasWarpBallot: u32 = unsafe { ::core::mem::transmute(hasWarpBallot) };
+            hasWarpBallot as u64
+        });
+        __bindgen_bitfield_unit.set(10usize, 1u8, {
+            let hasWarpShuffle: u32 = unsafe { ::core::mem::transmute(hasWarpShuffle) };
+            hasWarpShuffle as u64
+        });
+        __bindgen_bitfield_unit.set(11usize, 1u8, {
+            let hasFunnelShift: u32 = unsafe { ::core::mem::transmute(hasFunnelShift) };
+            hasFunnelShift as u64
+        });
+        __bindgen_bitfield_unit.set(12usize, 1u8, {
+            let hasThreadFenceSystem: u32 = unsafe { ::core::mem::transmute(hasThreadFenceSystem) };
+            hasThreadFenceSystem as u64
+        });
+        __bindgen_bitfield_unit.set(13usize, 1u8, {
+            let hasSyncThreadsExt: u32 = unsafe { ::core::mem::transmute(hasSyncThreadsExt) };
+            hasSyncThreadsExt as u64
+        });
+        __bindgen_bitfield_unit.set(14usize, 1u8, {
+            let hasSurfaceFuncs: u32 = unsafe { ::core::mem::transmute(hasSurfaceFuncs) };
+            hasSurfaceFuncs as u64
+        });
+        __bindgen_bitfield_unit.set(15usize, 1u8, {
+            let has3dGrid: u32 = unsafe { ::core::mem::transmute(has3dGrid) };
+            has3dGrid as u64
+        });
+        __bindgen_bitfield_unit.set(16usize, 1u8, {
+            let hasDynamicParallelism: u32 =
+                unsafe { ::core::mem::transmute(hasDynamicParallelism) };
+            hasDynamicParallelism as u64
+        });
         __bindgen_bitfield_unit
     }
 }
@@ -1029,7 +832,7 @@ pub struct hipDeviceProp_tR0600 {
     ///< Warp size.
     pub warpSize: ::core::ffi::c_int,
     /**< Maximum pitch in bytes allowed by memory copies
-< pitched memory*/
+    < pitched memory*/
     pub memPitch: usize,
     ///< Max work items per work group or workgroup max size.
     pub maxThreadsPerBlock: ::core::ffi::c_int,
@@ -1040,15 +843,15 @@ pub struct hipDeviceProp_tR0600 {
     ///< Max clock frequency of the multiProcessors in khz.
     pub clockRate: ::core::ffi::c_int,
     /**< Size of shared constant memory region on the device
-< (in bytes).*/
+    < (in bytes).*/
     pub totalConstMem: usize,
     /**< Major compute capability.  On HCC, this is an approximation and features may
-< differ from CUDA CC.  See the arch feature flags for portable ways to query
-< feature caps.*/
+    < differ from CUDA CC.  See the arch feature flags for portable ways to query
+    < feature caps.*/
     pub major: ::core::ffi::c_int,
     /**< Minor compute capability.  On HCC, this is an approximation and features may
-< differ from CUDA CC.  See the arch feature flags for portable ways to query
-< feature caps.*/
+    < differ from CUDA CC.  See the arch feature flags for portable ways to query
+    < feature caps.*/
     pub minor: ::core::ffi::c_int,
     ///< Alignment requirement for textures
     pub textureAlignment: usize,
@@ -1081,7 +884,7 @@ pub struct hipDeviceProp_tR0600 {
     ///< Maximum 2D tex dimensions if gather has to be performed
     pub maxTexture2DGather: [::core::ffi::c_int; 2usize],
     /**< Maximum dimensions (width, height, depth) of 3D images, in image
-< elements*/
+    < elements*/
     pub maxTexture3D: [::core::ffi::c_int; 3usize],
     ///< Maximum alternate 3D texture dims
     pub maxTexture3DAlt: [::core::ffi::c_int; 3usize],
@@ -1156,28 +959,28 @@ pub struct hipDeviceProp_tR0600 {
     ///< Deprecated. CUDA only.
     pub singleToDoublePrecisionPerfRatio: ::core::ffi::c_int,
     /**< Device supports coherently accessing pageable memory
-< without calling hipHostRegister on it*/
+    < without calling hipHostRegister on it*/
     pub pageableMemoryAccess: ::core::ffi::c_int,
     /**< Device can coherently access managed memory concurrently with
-< the CPU*/
+    < the CPU*/
     pub concurrentManagedAccess: ::core::ffi::c_int,
     ///< Is compute preemption supported on the device
     pub computePreemptionSupported: ::core::ffi::c_int,
     /**< Device can access host registered memory with same
-< address as the host*/
+    < address as the host*/
     pub canUseHostPointerForRegisteredMem: ::core::ffi::c_int,
     ///< HIP device supports cooperative launch
     pub cooperativeLaunch: ::core::ffi::c_int,
     /**< HIP device supports cooperative launch on multiple
-< devices*/
+    < devices*/
     pub cooperativeMultiDeviceLaunch: ::core::ffi::c_int,
     ///< Per device m ax shared mem per block usable by special opt in
     pub sharedMemPerBlockOptin: usize,
     /**< Device accesses pageable memory via the host's
-< page tables*/
+    < page tables*/
     pub pageableMemoryAccessUsesHostPageTables: ::core::ffi::c_int,
     /**< Host can directly access managed memory on the device
-< without migration*/
+    < without migration*/
     pub directManagedMemAccessFromHost: ::core::ffi::c_int,
     ///< Max number of blocks on CU
     pub maxBlocksPerMultiProcessor: ::core::ffi::c_int,
@@ -1190,7 +993,7 @@ pub struct hipDeviceProp_tR0600 {
     ///< Indicates if device supports sparse hip arrays
     pub sparseHipArraySupported: ::core::ffi::c_int,
     /**< Device supports using the hipHostRegisterReadOnly flag
-< with hipHostRegistger*/
+    < with hipHostRegistger*/
     pub hostRegisterReadOnlySupported: ::core::ffi::c_int,
     ///< Indicates external timeline semaphore support
     pub timelineSemaphoreInteropSupported: ::core::ffi::c_int,
@@ -1199,14 +1002,14 @@ pub struct hipDeviceProp_tR0600 {
     ///< Indicates device support of RDMA APIs
     pub gpuDirectRDMASupported: ::core::ffi::c_int,
     /**< Bitmask to be interpreted according to
-< hipFlushGPUDirectRDMAWritesOptions*/
+    < hipFlushGPUDirectRDMAWritesOptions*/
     pub gpuDirectRDMAFlushWritesOptions: ::core::ffi::c_uint,
     ///< value of hipGPUDirectRDMAWritesOrdering
     pub gpuDirectRDMAWritesOrdering: ::core::ffi::c_int,
     ///< Bitmask of handle types support with mempool based IPC
     pub memoryPoolSupportedHandleTypes: ::core::ffi::c_uint,
     /**< Device supports deferred mapping HIP arrays and HIP
-< mipmapped arrays*/
+    < mipmapped arrays*/
     pub deferredMappingHipArraySupported: ::core::ffi::c_int,
     ///< Device supports IPC events
     pub ipcEventSupported: ::core::ffi::c_int,
@@ -1223,7 +1026,7 @@ pub struct hipDeviceProp_tR0600 {
     ///< Maximum Shared Memory Per CU. HIP Only.
     pub maxSharedMemoryPerMultiProcessor: usize,
     /**< Frequency in khz of the timer used by the device-side "clock*"
-< instructions.  New for HIP.*/
+    < instructions.  New for HIP.*/
     pub clockInstructionRate: ::core::ffi::c_int,
     ///< Architectural feature flags.  New for HIP.
     pub arch: hipDeviceArch_t,
@@ -1232,16 +1035,16 @@ pub struct hipDeviceProp_tR0600 {
     ///< Addres of HDP_REG_COHERENCY_FLUSH_CNTL register
     pub hdpRegFlushCntl: *mut ::core::ffi::c_uint,
     /**< HIP device supports cooperative launch on
-< multiple*/
+    < multiple*/
     pub cooperativeMultiDeviceUnmatchedFunc: ::core::ffi::c_int,
     /**< HIP device supports cooperative launch on
-< multiple*/
+    < multiple*/
     pub cooperativeMultiDeviceUnmatchedGridDim: ::core::ffi::c_int,
     /**< HIP device supports cooperative launch on
-< multiple*/
+    < multiple*/
     pub cooperativeMultiDeviceUnmatchedBlockDim: ::core::ffi::c_int,
     /**< HIP device supports cooperative launch on
-< multiple*/
+    < multiple*/
     pub cooperativeMultiDeviceUnmatchedSharedMem: ::core::ffi::c_int,
     ///< 1: if it is a large PCI bar device, else 0
     pub isLargeBar: ::core::ffi::c_int,
@@ -1261,7 +1064,7 @@ impl hipError_t {
     ///< Successful completion.
     pub const hipSuccess: hipError_t = hipError_t(0);
     /**< One or more of the parameters passed to the API call is NULL
-< or not in an acceptable range.*/
+    < or not in an acceptable range.*/
     pub const hipErrorInvalidValue: hipError_t = hipError_t(1);
     ///< out of memory range.
     pub const hipErrorOutOfMemory: hipError_t = hipError_t(2);
@@ -1338,9 +1141,9 @@ impl hipError_t {
     ///< Not found
     pub const hipErrorNotFound: hipError_t = hipError_t(500);
     /**< Indicates that asynchronous operations enqueued earlier are not
-< ready.  This is not actually an error, but is used to distinguish
-< from hipSuccess (which indicates completion).  APIs that return
-< this error include hipEventQuery and hipStreamQuery.*/
+    < ready.  This is not actually an error, but is used to distinguish
+    < from hipSuccess (which indicates completion).  APIs that return
+    < this error include hipEventQuery and hipStreamQuery.*/
     pub const hipErrorNotReady: hipError_t = hipError_t(600);
     pub const hipErrorIllegalAddress: hipError_t = hipError_t(700);
     ///< Out of resources error.
@@ -1348,7 +1151,7 @@ impl hipError_t {
     ///< Timeout for the launch.
     pub const hipErrorLaunchTimeOut: hipError_t = hipError_t(702);
     /**< Peer access was already enabled from the current
-< device.*/
+    < device.*/
     pub const hipErrorPeerAccessAlreadyEnabled: hipError_t = hipError_t(704);
     ///< Peer access was never enabled from the current device.
     pub const hipErrorPeerAccessNotEnabled: hipError_t = hipError_t(705);
@@ -1359,55 +1162,55 @@ impl hipError_t {
     ///< Produced when the kernel calls assert.
     pub const hipErrorAssert: hipError_t = hipError_t(710);
     /**< Produced when trying to lock a page-locked
-< memory.*/
+    < memory.*/
     pub const hipErrorHostMemoryAlreadyRegistered: hipError_t = hipError_t(712);
     /**< Produced when trying to unlock a non-page-locked
-< memory.*/
+    < memory.*/
     pub const hipErrorHostMemoryNotRegistered: hipError_t = hipError_t(713);
     ///< An exception occurred on the device while executing a kernel.
     pub const hipErrorLaunchFailure: hipError_t = hipError_t(719);
     /**< This error indicates that the number of blocks
-< launched per grid for a kernel that was launched
-< via cooperative launch APIs exceeds the maximum
-< number of allowed blocks for the current device.*/
+    < launched per grid for a kernel that was launched
+    < via cooperative launch APIs exceeds the maximum
+    < number of allowed blocks for the current device.*/
     pub const hipErrorCooperativeLaunchTooLarge: hipError_t = hipError_t(720);
     ///< Produced when the hip API is not supported/implemented
     pub const hipErrorNotSupported: hipError_t = hipError_t(801);
     /**< The operation is not permitted when the stream
-< is capturing.*/
+    < is capturing.*/
     pub const hipErrorStreamCaptureUnsupported: hipError_t = hipError_t(900);
     /**< The current capture sequence on the stream
-< has been invalidated due to a previous error.*/
+    < has been invalidated due to a previous error.*/
     pub const hipErrorStreamCaptureInvalidated: hipError_t = hipError_t(901);
     /**< The operation would have resulted in a merge of
-< two independent capture sequences.*/
+    < two independent capture sequences.*/
     pub const hipErrorStreamCaptureMerge: hipError_t = hipError_t(902);
     ///< The capture was not initiated in this stream.
     pub const hipErrorStreamCaptureUnmatched: hipError_t = hipError_t(903);
     /**< The capture sequence contains a fork that was not
-< joined to the primary stream.*/
+    < joined to the primary stream.*/
     pub const hipErrorStreamCaptureUnjoined: hipError_t = hipError_t(904);
     /**< A dependency would have been created which crosses
-< the capture sequence boundary. Only implicit
-< in-stream ordering dependencies  are allowed
-< to cross the boundary*/
+    < the capture sequence boundary. Only implicit
+    < in-stream ordering dependencies  are allowed
+    < to cross the boundary*/
     pub const hipErrorStreamCaptureIsolation: hipError_t = hipError_t(905);
     /**< The operation would have resulted in a disallowed
-< implicit dependency on a current capture sequence
-< from hipStreamLegacy.*/
+    < implicit dependency on a current capture sequence
+    < from hipStreamLegacy.*/
     pub const hipErrorStreamCaptureImplicit: hipError_t = hipError_t(906);
     /**< The operation is not permitted on an event which was last
-< recorded in a capturing stream.*/
+    < recorded in a capturing stream.*/
     pub const hipErrorCapturedEvent: hipError_t = hipError_t(907);
     /**< A stream capture sequence not initiated with
-< the hipStreamCaptureModeRelaxed argument to
-< hipStreamBeginCapture was passed to
-< hipStreamEndCapture in a different thread.*/
+    < the hipStreamCaptureModeRelaxed argument to
+    < hipStreamBeginCapture was passed to
+    < hipStreamEndCapture in a different thread.*/
     pub const hipErrorStreamCaptureWrongThread: hipError_t = hipError_t(908);
     /**< This error indicates that the graph update
-< not performed because it included changes which
-< violated constraintsspecific to instantiated graph
-< update.*/
+    < not performed because it included changes which
+    < violated constraintsspecific to instantiated graph
+    < update.*/
     pub const hipErrorGraphExecUpdateFailure: hipError_t = hipError_t(910);
     ///< Invalid channel descriptor.
     pub const hipErrorInvalidChannelDescriptor: hipError_t = hipError_t(911);
@@ -1416,10 +1219,10 @@ impl hipError_t {
     ///< Unknown error.
     pub const hipErrorUnknown: hipError_t = hipError_t(999);
     /**< HSA runtime memory call returned error.  Typically not seen
-< in production systems.*/
+    < in production systems.*/
     pub const hipErrorRuntimeMemory: hipError_t = hipError_t(1052);
     /**< HSA runtime call other than memory returned error.  Typically
-< not seen in production systems.*/
+    < not seen in production systems.*/
     pub const hipErrorRuntimeOther: hipError_t = hipError_t(1053);
     ///< Marker that more error codes are needed.
     pub const hipErrorTbd: hipError_t = hipError_t(1054);
@@ -1430,471 +1233,297 @@ impl hipError_t {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct hipError_t(pub ::core::ffi::c_uint);
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeCudaCompatibleBegin: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        0,
-    );
+    pub const hipDeviceAttributeCudaCompatibleBegin: hipDeviceAttribute_t = hipDeviceAttribute_t(0);
     ///< Whether ECC support is enabled.
-    pub const hipDeviceAttributeEccEnabled: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        0,
-    );
+    pub const hipDeviceAttributeEccEnabled: hipDeviceAttribute_t = hipDeviceAttribute_t(0);
     ///< Cuda only. The maximum size of the window policy in bytes.
-    pub const hipDeviceAttributeAccessPolicyMaxWindowSize: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        1,
-    );
+    pub const hipDeviceAttributeAccessPolicyMaxWindowSize: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(1);
     ///< Asynchronous engines number.
-    pub const hipDeviceAttributeAsyncEngineCount: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        2,
-    );
+    pub const hipDeviceAttributeAsyncEngineCount: hipDeviceAttribute_t = hipDeviceAttribute_t(2);
     ///< Whether host memory can be mapped into device address space
-    pub const hipDeviceAttributeCanMapHostMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        3,
-    );
+    pub const hipDeviceAttributeCanMapHostMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(3);
     /**< Device can access host registered memory
-< at the same virtual address as the CPU*/
-    pub const hipDeviceAttributeCanUseHostPointerForRegisteredMem: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        4,
-    );
+    < at the same virtual address as the CPU*/
+    pub const hipDeviceAttributeCanUseHostPointerForRegisteredMem: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(4);
     ///< Peak clock frequency in kilohertz.
-    pub const hipDeviceAttributeClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        5,
-    );
+    pub const hipDeviceAttributeClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(5);
     ///< Compute mode that device is currently in.
-    pub const hipDeviceAttributeComputeMode: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        6,
-    );
+    pub const hipDeviceAttributeComputeMode: hipDeviceAttribute_t = hipDeviceAttribute_t(6);
     ///< Device supports Compute Preemption.
-    pub const hipDeviceAttributeComputePreemptionSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        7,
-    );
+    pub const hipDeviceAttributeComputePreemptionSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(7);
     ///< Device can possibly execute multiple kernels concurrently.
-    pub const hipDeviceAttributeConcurrentKernels: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        8,
-    );
+    pub const hipDeviceAttributeConcurrentKernels: hipDeviceAttribute_t = hipDeviceAttribute_t(8);
     ///< Device can coherently access managed memory concurrently with the CPU
-    pub const hipDeviceAttributeConcurrentManagedAccess: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        9,
-    );
+    pub const hipDeviceAttributeConcurrentManagedAccess: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(9);
     ///< Support cooperative launch
-    pub const hipDeviceAttributeCooperativeLaunch: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10,
-    );
+    pub const hipDeviceAttributeCooperativeLaunch: hipDeviceAttribute_t = hipDeviceAttribute_t(10);
     ///< Support cooperative launch on multiple devices
-    pub const hipDeviceAttributeCooperativeMultiDeviceLaunch: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        11,
-    );
+    pub const hipDeviceAttributeCooperativeMultiDeviceLaunch: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(11);
     /**< Device can concurrently copy memory and execute a kernel.
-< Deprecated. Use instead asyncEngineCount.*/
-    pub const hipDeviceAttributeDeviceOverlap: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        12,
-    );
+    < Deprecated. Use instead asyncEngineCount.*/
+    pub const hipDeviceAttributeDeviceOverlap: hipDeviceAttribute_t = hipDeviceAttribute_t(12);
     /**< Host can directly access managed memory on
-< the device without migration*/
-    pub const hipDeviceAttributeDirectManagedMemAccessFromHost: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        13,
-    );
+    < the device without migration*/
+    pub const hipDeviceAttributeDirectManagedMemAccessFromHost: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(13);
     ///< Device supports caching globals in L1
-    pub const hipDeviceAttributeGlobalL1CacheSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        14,
-    );
+    pub const hipDeviceAttributeGlobalL1CacheSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(14);
     ///< Link between the device and the host supports native atomic operations
-    pub const hipDeviceAttributeHostNativeAtomicSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        15,
-    );
+    pub const hipDeviceAttributeHostNativeAtomicSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(15);
     ///< Device is integrated GPU
-    pub const hipDeviceAttributeIntegrated: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        16,
-    );
+    pub const hipDeviceAttributeIntegrated: hipDeviceAttribute_t = hipDeviceAttribute_t(16);
     ///< Multiple GPU devices.
-    pub const hipDeviceAttributeIsMultiGpuBoard: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        17,
-    );
+    pub const hipDeviceAttributeIsMultiGpuBoard: hipDeviceAttribute_t = hipDeviceAttribute_t(17);
     ///< Run time limit for kernels executed on the device
-    pub const hipDeviceAttributeKernelExecTimeout: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        18,
-    );
+    pub const hipDeviceAttributeKernelExecTimeout: hipDeviceAttribute_t = hipDeviceAttribute_t(18);
     ///< Size of L2 cache in bytes. 0 if the device doesn't have L2 cache.
-    pub const hipDeviceAttributeL2CacheSize: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        19,
-    );
+    pub const hipDeviceAttributeL2CacheSize: hipDeviceAttribute_t = hipDeviceAttribute_t(19);
     ///< caching locals in L1 is supported
-    pub const hipDeviceAttributeLocalL1CacheSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        20,
-    );
+    pub const hipDeviceAttributeLocalL1CacheSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(20);
     ///< 8-byte locally unique identifier in 8 bytes. Undefined on TCC and non-Windows platforms
     pub const hipDeviceAttributeLuid: hipDeviceAttribute_t = hipDeviceAttribute_t(21);
     ///< Luid device node mask. Undefined on TCC and non-Windows platforms
-    pub const hipDeviceAttributeLuidDeviceNodeMask: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        22,
-    );
+    pub const hipDeviceAttributeLuidDeviceNodeMask: hipDeviceAttribute_t = hipDeviceAttribute_t(22);
     ///< Major compute capability version number.
-    pub const hipDeviceAttributeComputeCapabilityMajor: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        23,
-    );
+    pub const hipDeviceAttributeComputeCapabilityMajor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(23);
     ///< Device supports allocating managed memory on this system
-    pub const hipDeviceAttributeManagedMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        24,
-    );
+    pub const hipDeviceAttributeManagedMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(24);
     ///< Max block size per multiprocessor
-    pub const hipDeviceAttributeMaxBlocksPerMultiProcessor: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        25,
-    );
+    pub const hipDeviceAttributeMaxBlocksPerMultiProcessor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(25);
     ///< Max block size in width.
-    pub const hipDeviceAttributeMaxBlockDimX: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        26,
-    );
+    pub const hipDeviceAttributeMaxBlockDimX: hipDeviceAttribute_t = hipDeviceAttribute_t(26);
     ///< Max block size in height.
-    pub const hipDeviceAttributeMaxBlockDimY: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        27,
-    );
+    pub const hipDeviceAttributeMaxBlockDimY: hipDeviceAttribute_t = hipDeviceAttribute_t(27);
     ///< Max block size in depth.
-    pub const hipDeviceAttributeMaxBlockDimZ: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        28,
-    );
+    pub const hipDeviceAttributeMaxBlockDimZ: hipDeviceAttribute_t = hipDeviceAttribute_t(28);
     ///< Max grid size  in width.
-    pub const hipDeviceAttributeMaxGridDimX: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        29,
-    );
+    pub const hipDeviceAttributeMaxGridDimX: hipDeviceAttribute_t = hipDeviceAttribute_t(29);
     ///< Max grid size  in height.
-    pub const hipDeviceAttributeMaxGridDimY: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        30,
-    );
+    pub const hipDeviceAttributeMaxGridDimY: hipDeviceAttribute_t = hipDeviceAttribute_t(30);
     ///< Max grid size  in depth.
-    pub const hipDeviceAttributeMaxGridDimZ: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        31,
-    );
+    pub const hipDeviceAttributeMaxGridDimZ: hipDeviceAttribute_t = hipDeviceAttribute_t(31);
     ///< Maximum size of 1D surface.
-    pub const hipDeviceAttributeMaxSurface1D: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        32,
-    );
+    pub const hipDeviceAttributeMaxSurface1D: hipDeviceAttribute_t = hipDeviceAttribute_t(32);
     ///< Cuda only. Maximum dimensions of 1D layered surface.
-    pub const hipDeviceAttributeMaxSurface1DLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        33,
-    );
+    pub const hipDeviceAttributeMaxSurface1DLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(33);
     ///< Maximum dimension (width, height) of 2D surface.
-    pub const hipDeviceAttributeMaxSurface2D: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        34,
-    );
+    pub const hipDeviceAttributeMaxSurface2D: hipDeviceAttribute_t = hipDeviceAttribute_t(34);
     ///< Cuda only. Maximum dimensions of 2D layered surface.
-    pub const hipDeviceAttributeMaxSurface2DLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        35,
-    );
+    pub const hipDeviceAttributeMaxSurface2DLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(35);
     ///< Maximum dimension (width, height, depth) of 3D surface.
-    pub const hipDeviceAttributeMaxSurface3D: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        36,
-    );
+    pub const hipDeviceAttributeMaxSurface3D: hipDeviceAttribute_t = hipDeviceAttribute_t(36);
     ///< Cuda only. Maximum dimensions of Cubemap surface.
-    pub const hipDeviceAttributeMaxSurfaceCubemap: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        37,
-    );
+    pub const hipDeviceAttributeMaxSurfaceCubemap: hipDeviceAttribute_t = hipDeviceAttribute_t(37);
     ///< Cuda only. Maximum dimension of Cubemap layered surface.
-    pub const hipDeviceAttributeMaxSurfaceCubemapLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        38,
-    );
+    pub const hipDeviceAttributeMaxSurfaceCubemapLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(38);
     ///< Maximum size of 1D texture.
-    pub const hipDeviceAttributeMaxTexture1DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        39,
-    );
+    pub const hipDeviceAttributeMaxTexture1DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(39);
     ///< Maximum dimensions of 1D layered texture.
-    pub const hipDeviceAttributeMaxTexture1DLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        40,
-    );
+    pub const hipDeviceAttributeMaxTexture1DLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(40);
     /**< Maximum number of elements allocatable in a 1D linear texture.
-< Use cudaDeviceGetTexture1DLinearMaxWidth() instead on Cuda.*/
-    pub const hipDeviceAttributeMaxTexture1DLinear: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        41,
-    );
+    < Use cudaDeviceGetTexture1DLinearMaxWidth() instead on Cuda.*/
+    pub const hipDeviceAttributeMaxTexture1DLinear: hipDeviceAttribute_t = hipDeviceAttribute_t(41);
     ///< Maximum size of 1D mipmapped texture.
-    pub const hipDeviceAttributeMaxTexture1DMipmap: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        42,
-    );
+    pub const hipDeviceAttributeMaxTexture1DMipmap: hipDeviceAttribute_t = hipDeviceAttribute_t(42);
     ///< Maximum dimension width of 2D texture.
-    pub const hipDeviceAttributeMaxTexture2DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        43,
-    );
+    pub const hipDeviceAttributeMaxTexture2DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(43);
     ///< Maximum dimension hight of 2D texture.
-    pub const hipDeviceAttributeMaxTexture2DHeight: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        44,
-    );
+    pub const hipDeviceAttributeMaxTexture2DHeight: hipDeviceAttribute_t = hipDeviceAttribute_t(44);
     ///< Maximum dimensions of 2D texture if gather operations  performed.
-    pub const hipDeviceAttributeMaxTexture2DGather: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        45,
-    );
+    pub const hipDeviceAttributeMaxTexture2DGather: hipDeviceAttribute_t = hipDeviceAttribute_t(45);
     ///< Maximum dimensions of 2D layered texture.
-    pub const hipDeviceAttributeMaxTexture2DLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        46,
-    );
+    pub const hipDeviceAttributeMaxTexture2DLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(46);
     ///< Maximum dimensions (width, height, pitch) of 2D textures bound to pitched memory.
-    pub const hipDeviceAttributeMaxTexture2DLinear: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        47,
-    );
+    pub const hipDeviceAttributeMaxTexture2DLinear: hipDeviceAttribute_t = hipDeviceAttribute_t(47);
     ///< Maximum dimensions of 2D mipmapped texture.
-    pub const hipDeviceAttributeMaxTexture2DMipmap: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        48,
-    );
+    pub const hipDeviceAttributeMaxTexture2DMipmap: hipDeviceAttribute_t = hipDeviceAttribute_t(48);
     ///< Maximum dimension width of 3D texture.
-    pub const hipDeviceAttributeMaxTexture3DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        49,
-    );
+    pub const hipDeviceAttributeMaxTexture3DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(49);
     ///< Maximum dimension height of 3D texture.
-    pub const hipDeviceAttributeMaxTexture3DHeight: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        50,
-    );
+    pub const hipDeviceAttributeMaxTexture3DHeight: hipDeviceAttribute_t = hipDeviceAttribute_t(50);
     ///< Maximum dimension depth of 3D texture.
-    pub const hipDeviceAttributeMaxTexture3DDepth: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        51,
-    );
+    pub const hipDeviceAttributeMaxTexture3DDepth: hipDeviceAttribute_t = hipDeviceAttribute_t(51);
     ///< Maximum dimensions of alternate 3D texture.
-    pub const hipDeviceAttributeMaxTexture3DAlt: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        52,
-    );
+    pub const hipDeviceAttributeMaxTexture3DAlt: hipDeviceAttribute_t = hipDeviceAttribute_t(52);
     ///< Maximum dimensions of Cubemap texture
-    pub const hipDeviceAttributeMaxTextureCubemap: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        53,
-    );
+    pub const hipDeviceAttributeMaxTextureCubemap: hipDeviceAttribute_t = hipDeviceAttribute_t(53);
     ///< Maximum dimensions of Cubemap layered texture.
-    pub const hipDeviceAttributeMaxTextureCubemapLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        54,
-    );
+    pub const hipDeviceAttributeMaxTextureCubemapLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(54);
     ///< Maximum dimension of a block
-    pub const hipDeviceAttributeMaxThreadsDim: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        55,
-    );
+    pub const hipDeviceAttributeMaxThreadsDim: hipDeviceAttribute_t = hipDeviceAttribute_t(55);
     ///< Maximum number of threads per block.
-    pub const hipDeviceAttributeMaxThreadsPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        56,
-    );
+    pub const hipDeviceAttributeMaxThreadsPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(56);
     ///< Maximum resident threads per multiprocessor.
-    pub const hipDeviceAttributeMaxThreadsPerMultiProcessor: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        57,
-    );
+    pub const hipDeviceAttributeMaxThreadsPerMultiProcessor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(57);
     ///< Maximum pitch in bytes allowed by memory copies
-    pub const hipDeviceAttributeMaxPitch: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        58,
-    );
+    pub const hipDeviceAttributeMaxPitch: hipDeviceAttribute_t = hipDeviceAttribute_t(58);
     ///< Global memory bus width in bits.
-    pub const hipDeviceAttributeMemoryBusWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        59,
-    );
+    pub const hipDeviceAttributeMemoryBusWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(59);
     ///< Peak memory clock frequency in kilohertz.
-    pub const hipDeviceAttributeMemoryClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        60,
-    );
+    pub const hipDeviceAttributeMemoryClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(60);
     ///< Minor compute capability version number.
-    pub const hipDeviceAttributeComputeCapabilityMinor: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        61,
-    );
+    pub const hipDeviceAttributeComputeCapabilityMinor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(61);
     ///< Unique ID of device group on the same multi-GPU board
-    pub const hipDeviceAttributeMultiGpuBoardGroupID: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        62,
-    );
+    pub const hipDeviceAttributeMultiGpuBoardGroupID: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(62);
     ///< Number of multiprocessors on the device.
-    pub const hipDeviceAttributeMultiprocessorCount: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        63,
-    );
+    pub const hipDeviceAttributeMultiprocessorCount: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(63);
     ///< Previously hipDeviceAttributeName
     pub const hipDeviceAttributeUnused1: hipDeviceAttribute_t = hipDeviceAttribute_t(64);
     /**< Device supports coherently accessing pageable memory
-< without calling hipHostRegister on it*/
-    pub const hipDeviceAttributePageableMemoryAccess: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        65,
-    );
+    < without calling hipHostRegister on it*/
+    pub const hipDeviceAttributePageableMemoryAccess: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(65);
     ///< Device accesses pageable memory via the host's page tables
-    pub const hipDeviceAttributePageableMemoryAccessUsesHostPageTables: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        66,
-    );
+    pub const hipDeviceAttributePageableMemoryAccessUsesHostPageTables: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(66);
     ///< PCI Bus ID.
-    pub const hipDeviceAttributePciBusId: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        67,
-    );
+    pub const hipDeviceAttributePciBusId: hipDeviceAttribute_t = hipDeviceAttribute_t(67);
     ///< PCI Device ID.
-    pub const hipDeviceAttributePciDeviceId: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        68,
-    );
+    pub const hipDeviceAttributePciDeviceId: hipDeviceAttribute_t = hipDeviceAttribute_t(68);
     ///< PCI Domain ID.
-    pub const hipDeviceAttributePciDomainID: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        69,
-    );
+    pub const hipDeviceAttributePciDomainID: hipDeviceAttribute_t = hipDeviceAttribute_t(69);
     ///< Maximum l2 persisting lines capacity in bytes
-    pub const hipDeviceAttributePersistingL2CacheMaxSize: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        70,
-    );
+    pub const hipDeviceAttributePersistingL2CacheMaxSize: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(70);
     /**< 32-bit registers available to a thread block. This number is shared
-< by all thread blocks simultaneously resident on a multiprocessor.*/
-    pub const hipDeviceAttributeMaxRegistersPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        71,
-    );
+    < by all thread blocks simultaneously resident on a multiprocessor.*/
+    pub const hipDeviceAttributeMaxRegistersPerBlock: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(71);
     ///< 32-bit registers available per block.
-    pub const hipDeviceAttributeMaxRegistersPerMultiprocessor: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        72,
-    );
+    pub const hipDeviceAttributeMaxRegistersPerMultiprocessor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(72);
     ///< Shared memory reserved by CUDA driver per block.
-    pub const hipDeviceAttributeReservedSharedMemPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        73,
-    );
+    pub const hipDeviceAttributeReservedSharedMemPerBlock: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(73);
     ///< Maximum shared memory available per block in bytes.
-    pub const hipDeviceAttributeMaxSharedMemoryPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        74,
-    );
+    pub const hipDeviceAttributeMaxSharedMemoryPerBlock: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(74);
     ///< Maximum shared memory per block usable by special opt in.
-    pub const hipDeviceAttributeSharedMemPerBlockOptin: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        75,
-    );
+    pub const hipDeviceAttributeSharedMemPerBlockOptin: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(75);
     ///< Shared memory available per multiprocessor.
-    pub const hipDeviceAttributeSharedMemPerMultiprocessor: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        76,
-    );
+    pub const hipDeviceAttributeSharedMemPerMultiprocessor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(76);
     ///< Cuda only. Performance ratio of single precision to double precision.
-    pub const hipDeviceAttributeSingleToDoublePrecisionPerfRatio: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        77,
-    );
+    pub const hipDeviceAttributeSingleToDoublePrecisionPerfRatio: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(77);
     ///< Whether to support stream priorities.
-    pub const hipDeviceAttributeStreamPrioritiesSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        78,
-    );
+    pub const hipDeviceAttributeStreamPrioritiesSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(78);
     ///< Alignment requirement for surfaces
-    pub const hipDeviceAttributeSurfaceAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        79,
-    );
+    pub const hipDeviceAttributeSurfaceAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(79);
     ///< Cuda only. Whether device is a Tesla device using TCC driver
-    pub const hipDeviceAttributeTccDriver: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        80,
-    );
+    pub const hipDeviceAttributeTccDriver: hipDeviceAttribute_t = hipDeviceAttribute_t(80);
     ///< Alignment requirement for textures
-    pub const hipDeviceAttributeTextureAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        81,
-    );
+    pub const hipDeviceAttributeTextureAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(81);
     ///< Pitch alignment requirement for 2D texture references bound to pitched memory;
-    pub const hipDeviceAttributeTexturePitchAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        82,
-    );
+    pub const hipDeviceAttributeTexturePitchAlignment: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(82);
     ///< Constant memory size in bytes.
-    pub const hipDeviceAttributeTotalConstantMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        83,
-    );
+    pub const hipDeviceAttributeTotalConstantMemory: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(83);
     ///< Global memory available on devicice.
-    pub const hipDeviceAttributeTotalGlobalMem: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        84,
-    );
+    pub const hipDeviceAttributeTotalGlobalMem: hipDeviceAttribute_t = hipDeviceAttribute_t(84);
     ///< Cuda only. An unified address space shared with the host.
-    pub const hipDeviceAttributeUnifiedAddressing: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        85,
-    );
+    pub const hipDeviceAttributeUnifiedAddressing: hipDeviceAttribute_t = hipDeviceAttribute_t(85);
     ///< Previously hipDeviceAttributeUuid
     pub const hipDeviceAttributeUnused2: hipDeviceAttribute_t = hipDeviceAttribute_t(86);
     ///< Warp size in threads.
-    pub const hipDeviceAttributeWarpSize: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        87,
-    );
+    pub const hipDeviceAttributeWarpSize: hipDeviceAttribute_t = hipDeviceAttribute_t(87);
     ///< Device supports HIP Stream Ordered Memory Allocator
-    pub const hipDeviceAttributeMemoryPoolsSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        88,
-    );
+    pub const hipDeviceAttributeMemoryPoolsSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(88);
     ///< Device supports HIP virtual memory management
-    pub const hipDeviceAttributeVirtualMemoryManagementSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        89,
-    );
+    pub const hipDeviceAttributeVirtualMemoryManagementSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(89);
     ///< Can device support host memory registration via hipHostRegister
-    pub const hipDeviceAttributeHostRegisterSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        90,
-    );
+    pub const hipDeviceAttributeHostRegisterSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(90);
     ///< Supported handle mask for HIP Stream Ordered Memory Allocator
-    pub const hipDeviceAttributeMemoryPoolSupportedHandleTypes: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        91,
-    );
-    pub const hipDeviceAttributeCudaCompatibleEnd: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        9999,
-    );
-    pub const hipDeviceAttributeAmdSpecificBegin: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10000,
-    );
+    pub const hipDeviceAttributeMemoryPoolSupportedHandleTypes: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(91);
+    pub const hipDeviceAttributeCudaCompatibleEnd: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(9999);
+    pub const hipDeviceAttributeAmdSpecificBegin: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10000);
     ///< Frequency in khz of the timer used by the device-side "clock*"
-    pub const hipDeviceAttributeClockInstructionRate: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10000,
-    );
+    pub const hipDeviceAttributeClockInstructionRate: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10000);
     ///< Previously hipDeviceAttributeArch
-    pub const hipDeviceAttributeUnused3: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10001,
-    );
+    pub const hipDeviceAttributeUnused3: hipDeviceAttribute_t = hipDeviceAttribute_t(10001);
     ///< Maximum Shared Memory PerMultiprocessor.
-    pub const hipDeviceAttributeMaxSharedMemoryPerMultiprocessor: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10002,
-    );
+    pub const hipDeviceAttributeMaxSharedMemoryPerMultiprocessor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10002);
     ///< Previously hipDeviceAttributeGcnArch
-    pub const hipDeviceAttributeUnused4: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10003,
-    );
+    pub const hipDeviceAttributeUnused4: hipDeviceAttribute_t = hipDeviceAttribute_t(10003);
     ///< Previously hipDeviceAttributeGcnArchName
-    pub const hipDeviceAttributeUnused5: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10004,
-    );
+    pub const hipDeviceAttributeUnused5: hipDeviceAttribute_t = hipDeviceAttribute_t(10004);
     ///< Address of the HDP_MEM_COHERENCY_FLUSH_CNTL register
-    pub const hipDeviceAttributeHdpMemFlushCntl: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10005,
-    );
+    pub const hipDeviceAttributeHdpMemFlushCntl: hipDeviceAttribute_t = hipDeviceAttribute_t(10005);
     ///< Address of the HDP_REG_COHERENCY_FLUSH_CNTL register
-    pub const hipDeviceAttributeHdpRegFlushCntl: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10006,
-    );
+    pub const hipDeviceAttributeHdpRegFlushCntl: hipDeviceAttribute_t = hipDeviceAttribute_t(10006);
     /**< Supports cooperative launch on multiple
-< devices with unmatched functions*/
-    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedFunc: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10007,
-    );
+    < devices with unmatched functions*/
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedFunc: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10007);
     /**< Supports cooperative launch on multiple
-< devices with unmatched grid dimensions*/
-    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedGridDim: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10008,
-    );
+    < devices with unmatched grid dimensions*/
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedGridDim: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10008);
     /**< Supports cooperative launch on multiple
-< devices with unmatched block dimensions*/
-    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedBlockDim: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10009,
-    );
+    < devices with unmatched block dimensions*/
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedBlockDim: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10009);
     /**< Supports cooperative launch on multiple
-< devices with unmatched shared memories*/
-    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedSharedMem: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10010,
-    );
+    < devices with unmatched shared memories*/
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedSharedMem: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10010);
     ///< Whether it is LargeBar
-    pub const hipDeviceAttributeIsLargeBar: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10011,
-    );
+    pub const hipDeviceAttributeIsLargeBar: hipDeviceAttribute_t = hipDeviceAttribute_t(10011);
     ///< Revision of the GPU in this device
-    pub const hipDeviceAttributeAsicRevision: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10012,
-    );
+    pub const hipDeviceAttributeAsicRevision: hipDeviceAttribute_t = hipDeviceAttribute_t(10012);
     /**< '1' if Device supports hipStreamWaitValue32() and
-< hipStreamWaitValue64(), '0' otherwise.*/
-    pub const hipDeviceAttributeCanUseStreamWaitValue: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10013,
-    );
+    < hipStreamWaitValue64(), '0' otherwise.*/
+    pub const hipDeviceAttributeCanUseStreamWaitValue: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10013);
     ///< '1' if Device supports image, '0' otherwise.
-    pub const hipDeviceAttributeImageSupport: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10014,
-    );
+    pub const hipDeviceAttributeImageSupport: hipDeviceAttribute_t = hipDeviceAttribute_t(10014);
     /**< All available physical compute
-< units for the device*/
-    pub const hipDeviceAttributePhysicalMultiProcessorCount: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10015,
-    );
+    < units for the device*/
+    pub const hipDeviceAttributePhysicalMultiProcessorCount: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10015);
     ///< '1' if Device supports fine grain, '0' otherwise
-    pub const hipDeviceAttributeFineGrainSupport: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10016,
-    );
+    pub const hipDeviceAttributeFineGrainSupport: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10016);
     ///< Constant frequency of wall clock in kilohertz.
-    pub const hipDeviceAttributeWallClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10017,
-    );
-    pub const hipDeviceAttributeAmdSpecificEnd: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        19999,
-    );
-    pub const hipDeviceAttributeVendorSpecificBegin: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        20000,
-    );
+    pub const hipDeviceAttributeWallClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(10017);
+    pub const hipDeviceAttributeAmdSpecificEnd: hipDeviceAttribute_t = hipDeviceAttribute_t(19999);
+    pub const hipDeviceAttributeVendorSpecificBegin: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(20000);
 }
 #[repr(transparent)]
 /** hipDeviceAttribute_t
- hipDeviceAttributeUnused number: 5*/
+hipDeviceAttributeUnused number: 5*/
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct hipDeviceAttribute_t(pub ::core::ffi::c_uint);
 /**  @defgroup DriverTypes Driver Types
@@ -1912,7 +1541,7 @@ impl hipMemcpyKind {
     ///< Device-to-Device Copy
     pub const hipMemcpyDeviceToDevice: hipMemcpyKind = hipMemcpyKind(3);
     /**< Runtime will automatically determine
-<copy-kind based on virtual addresses.*/
+    <copy-kind based on virtual addresses.*/
     pub const hipMemcpyDefault: hipMemcpyKind = hipMemcpyKind(4);
     ///< Device-to-Device Copy without using compute units
     pub const hipMemcpyDeviceToDeviceNoCU: hipMemcpyKind = hipMemcpyKind(1024);
@@ -1922,45 +1551,29 @@ impl hipMemcpyKind {
 pub struct hipMemcpyKind(pub ::core::ffi::c_uint);
 impl hipFunction_attribute {
     ///< The maximum number of threads per block. Depends on function and device.
-    pub const HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: hipFunction_attribute = hipFunction_attribute(
-        0,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: hipFunction_attribute =
+        hipFunction_attribute(0);
     ///< The statically allocated shared memory size in bytes per block required by the function.
-    pub const HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(
-        1,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: hipFunction_attribute =
+        hipFunction_attribute(1);
     ///< The user-allocated constant memory by the function in bytes.
-    pub const HIP_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(
-        2,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(2);
     ///< The local memory usage of each thread by this function in bytes.
-    pub const HIP_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(
-        3,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(3);
     ///< The number of registers used by each thread of this function.
-    pub const HIP_FUNC_ATTRIBUTE_NUM_REGS: hipFunction_attribute = hipFunction_attribute(
-        4,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_NUM_REGS: hipFunction_attribute = hipFunction_attribute(4);
     ///< PTX version
-    pub const HIP_FUNC_ATTRIBUTE_PTX_VERSION: hipFunction_attribute = hipFunction_attribute(
-        5,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_PTX_VERSION: hipFunction_attribute = hipFunction_attribute(5);
     ///< Binary version
-    pub const HIP_FUNC_ATTRIBUTE_BINARY_VERSION: hipFunction_attribute = hipFunction_attribute(
-        6,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_BINARY_VERSION: hipFunction_attribute = hipFunction_attribute(6);
     ///< Cache mode
-    pub const HIP_FUNC_ATTRIBUTE_CACHE_MODE_CA: hipFunction_attribute = hipFunction_attribute(
-        7,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_CACHE_MODE_CA: hipFunction_attribute = hipFunction_attribute(7);
     ///< The maximum dynamic shared memory per block for this function in bytes.
-    pub const HIP_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(
-        8,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: hipFunction_attribute =
+        hipFunction_attribute(8);
     ///< The shared memory carveout preference in percent of the maximum shared memory.
-    pub const HIP_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: hipFunction_attribute = hipFunction_attribute(
-        9,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: hipFunction_attribute =
+        hipFunction_attribute(9);
     pub const HIP_FUNC_ATTRIBUTE_MAX: hipFunction_attribute = hipFunction_attribute(10);
 }
 #[repr(transparent)]
@@ -1997,9 +1610,8 @@ pub struct ihipEvent_t {
     _unused: [u8; 0],
 }
 pub type hipEvent_t = *mut ihipEvent_t;
-pub type hipHostFn_t = ::core::option::Option<
-    unsafe extern "C" fn(userData: *mut ::core::ffi::c_void),
->;
+pub type hipHostFn_t =
+    ::core::option::Option<unsafe extern "C" fn(userData: *mut ::core::ffi::c_void)>;
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct hipDeviceProp_tR0000 {
@@ -2028,12 +1640,12 @@ pub struct hipDeviceProp_tR0000 {
     ///< Size of shared memory region (in bytes).
     pub totalConstMem: usize,
     /**< Major compute capability.  On HCC, this is an approximation and features may
-< differ from CUDA CC.  See the arch feature flags for portable ways to query
-< feature caps.*/
+    < differ from CUDA CC.  See the arch feature flags for portable ways to query
+    < feature caps.*/
     pub major: ::core::ffi::c_int,
     /**< Minor compute capability.  On HCC, this is an approximation and features may
-< differ from CUDA CC.  See the arch feature flags for portable ways to query
-< feature caps.*/
+    < differ from CUDA CC.  See the arch feature flags for portable ways to query
+    < feature caps.*/
     pub minor: ::core::ffi::c_int,
     ///< Number of multi-processors (compute units).
     pub multiProcessorCount: ::core::ffi::c_int,
@@ -2044,7 +1656,7 @@ pub struct hipDeviceProp_tR0000 {
     ///< Compute mode.
     pub computeMode: ::core::ffi::c_int,
     /**< Frequency in khz of the timer used by the device-side "clock*"
-< instructions.  New for HIP.*/
+    < instructions.  New for HIP.*/
     pub clockInstructionRate: ::core::ffi::c_int,
     ///< Architectural feature flags.  New for HIP.
     pub arch: hipDeviceArch_t,
@@ -2071,7 +1683,7 @@ pub struct hipDeviceProp_tR0000 {
     ///< HIP device supports cooperative launch
     pub cooperativeLaunch: ::core::ffi::c_int,
     /**< HIP device supports cooperative launch on multiple
-< devices*/
+    < devices*/
     pub cooperativeMultiDeviceLaunch: ::core::ffi::c_int,
     ///< Maximum size for 1D textures bound to linear memory
     pub maxTexture1DLinear: ::core::ffi::c_int,
@@ -2080,7 +1692,7 @@ pub struct hipDeviceProp_tR0000 {
     ///< Maximum dimensions (width, height) of 2D images, in image elements
     pub maxTexture2D: [::core::ffi::c_int; 2usize],
     /**< Maximum dimensions (width, height, depth) of 3D images, in image
-< elements*/
+    < elements*/
     pub maxTexture3D: [::core::ffi::c_int; 3usize],
     ///< Addres of HDP_MEM_COHERENCY_FLUSH_CNTL register
     pub hdpMemFlushCntl: *mut ::core::ffi::c_uint,
@@ -2091,7 +1703,7 @@ pub struct hipDeviceProp_tR0000 {
     ///< Alignment requirement for textures
     pub textureAlignment: usize,
     /**< Pitch alignment requirement for texture references bound to
-< pitched memory*/
+    < pitched memory*/
     pub texturePitchAlignment: usize,
     ///< Run time limit for kernels executed on the device
     pub kernelExecTimeoutEnabled: ::core::ffi::c_int,
@@ -2100,16 +1712,16 @@ pub struct hipDeviceProp_tR0000 {
     ///< 1:If device is Tesla device using TCC driver, else 0
     pub tccDriver: ::core::ffi::c_int,
     /**< HIP device supports cooperative launch on
-< multiple*/
+    < multiple*/
     pub cooperativeMultiDeviceUnmatchedFunc: ::core::ffi::c_int,
     /**< HIP device supports cooperative launch on
-< multiple*/
+    < multiple*/
     pub cooperativeMultiDeviceUnmatchedGridDim: ::core::ffi::c_int,
     /**< HIP device supports cooperative launch on
-< multiple*/
+    < multiple*/
     pub cooperativeMultiDeviceUnmatchedBlockDim: ::core::ffi::c_int,
     /**< HIP device supports cooperative launch on
-< multiple*/
+    < multiple*/
     pub cooperativeMultiDeviceUnmatchedSharedMem: ::core::ffi::c_int,
     ///< 1: if it is a large PCI bar device, else 0
     pub isLargeBar: ::core::ffi::c_int,
@@ -2118,16 +1730,16 @@ pub struct hipDeviceProp_tR0000 {
     ///< Device supports allocating managed memory on this system
     pub managedMemory: ::core::ffi::c_int,
     /**< Host can directly access managed memory on the device
-< without migration*/
+    < without migration*/
     pub directManagedMemAccessFromHost: ::core::ffi::c_int,
     /**< Device can coherently access managed memory concurrently with
-< the CPU*/
+    < the CPU*/
     pub concurrentManagedAccess: ::core::ffi::c_int,
     /**< Device supports coherently accessing pageable memory
-< without calling hipHostRegister on it*/
+    < without calling hipHostRegister on it*/
     pub pageableMemoryAccess: ::core::ffi::c_int,
     /**< Device accesses pageable memory via the host's
-< page tables*/
+    < page tables*/
     pub pageableMemoryAccessUsesHostPageTables: ::core::ffi::c_int,
 }
 impl Default for hipDeviceProp_tR0000 {
@@ -2157,13 +1769,9 @@ impl hiprtcResult {
     ///< Failed in builtin operation
     pub const HIPRTC_ERROR_BUILTIN_OPERATION_FAILURE: hiprtcResult = hiprtcResult(7);
     ///< No name expression after compilation
-    pub const HIPRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION: hiprtcResult = hiprtcResult(
-        8,
-    );
+    pub const HIPRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION: hiprtcResult = hiprtcResult(8);
     ///< No lowered names before compilation
-    pub const HIPRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION: hiprtcResult = hiprtcResult(
-        9,
-    );
+    pub const HIPRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION: hiprtcResult = hiprtcResult(9);
     ///< Invalid name expression
     pub const HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID: hiprtcResult = hiprtcResult(10);
     ///< Internal error

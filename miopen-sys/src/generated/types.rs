@@ -3,7 +3,7 @@
 pub use hip_sys::types::hipStream_t;
 pub type miopenAcceleratorQueue_t = hipStream_t;
 /** @ingroup handle
- @brief Creates the miopenHandle_t type*/
+@brief Creates the miopenHandle_t type*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct miopenHandle {
@@ -36,7 +36,7 @@ impl miopenStatus_t {
 }
 #[repr(transparent)]
 /** @enum miopenStatus_t
- Error codes that are returned by all MIOpen API calls.*/
+Error codes that are returned by all MIOpen API calls.*/
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct miopenStatus_t(pub ::core::ffi::c_uint);
 /** @ingroup tensor
@@ -73,7 +73,7 @@ impl miopenDataType_t {
     ///< 8-bit integer (Partially supported)
     pub const miopenInt8: miopenDataType_t = miopenDataType_t(3);
     /**< 16-bit binary floating point (8-bit exponent, 7-bit fraction)
-(Partially supported)*/
+    (Partially supported)*/
     pub const miopenBFloat16: miopenDataType_t = miopenDataType_t(5);
     ///< 64-bit floating point (Partially supported)
     pub const miopenDouble: miopenDataType_t = miopenDataType_t(6);
@@ -83,8 +83,8 @@ impl miopenDataType_t {
 }
 #[repr(transparent)]
 /** @ingroup tensor
- @enum miopenDataType_t
- MIOpen floating point datatypes. Both 32-bit and 16-bit floats are supported in MIOpen.*/
+@enum miopenDataType_t
+MIOpen floating point datatypes. Both 32-bit and 16-bit floats are supported in MIOpen.*/
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct miopenDataType_t(pub ::core::ffi::c_uint);
 impl miopenConvolutionMode_t {
@@ -99,96 +99,79 @@ impl miopenConvolutionMode_t {
 }
 #[repr(transparent)]
 /** @ingroup convolutions
-  @enum miopenConvolutionMode_t
- Convolution mode selection for convolution layer preference.*/
+ @enum miopenConvolutionMode_t
+Convolution mode selection for convolution layer preference.*/
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct miopenConvolutionMode_t(pub ::core::ffi::c_uint);
 impl miopenConvFwdAlgorithm_t {
     ///< GEMM variant
-    pub const miopenConvolutionFwdAlgoGEMM: miopenConvFwdAlgorithm_t = miopenConvFwdAlgorithm_t(
-        0,
-    );
+    pub const miopenConvolutionFwdAlgoGEMM: miopenConvFwdAlgorithm_t = miopenConvFwdAlgorithm_t(0);
     ///< Direct convolutions
-    pub const miopenConvolutionFwdAlgoDirect: miopenConvFwdAlgorithm_t = miopenConvFwdAlgorithm_t(
-        1,
-    );
+    pub const miopenConvolutionFwdAlgoDirect: miopenConvFwdAlgorithm_t =
+        miopenConvFwdAlgorithm_t(1);
     ///< Fast Fourier Transform indirect convolutions
-    pub const miopenConvolutionFwdAlgoFFT: miopenConvFwdAlgorithm_t = miopenConvFwdAlgorithm_t(
-        2,
-    );
+    pub const miopenConvolutionFwdAlgoFFT: miopenConvFwdAlgorithm_t = miopenConvFwdAlgorithm_t(2);
     ///< Winograd indirect convolutions
-    pub const miopenConvolutionFwdAlgoWinograd: miopenConvFwdAlgorithm_t = miopenConvFwdAlgorithm_t(
-        3,
-    );
+    pub const miopenConvolutionFwdAlgoWinograd: miopenConvFwdAlgorithm_t =
+        miopenConvFwdAlgorithm_t(3);
     ///< Implicit GEMM convolutions
-    pub const miopenConvolutionFwdAlgoImplicitGEMM: miopenConvFwdAlgorithm_t = miopenConvFwdAlgorithm_t(
-        5,
-    );
+    pub const miopenConvolutionFwdAlgoImplicitGEMM: miopenConvFwdAlgorithm_t =
+        miopenConvFwdAlgorithm_t(5);
 }
 #[repr(transparent)]
 /** @enum miopenConvFwdAlgorithm_t
- Convolutional algorithm mode for forward propagation. MIOpen use cross-correlation for its
- convolution implementation.*/
+Convolutional algorithm mode for forward propagation. MIOpen use cross-correlation for its
+convolution implementation.*/
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct miopenConvFwdAlgorithm_t(pub ::core::ffi::c_uint);
 impl miopenConvBwdWeightsAlgorithm_t {
     ///< GEMM variant
-    pub const miopenConvolutionBwdWeightsAlgoGEMM: miopenConvBwdWeightsAlgorithm_t = miopenConvBwdWeightsAlgorithm_t(
-        0,
-    );
+    pub const miopenConvolutionBwdWeightsAlgoGEMM: miopenConvBwdWeightsAlgorithm_t =
+        miopenConvBwdWeightsAlgorithm_t(0);
     ///< Direct convolution algorithm
-    pub const miopenConvolutionBwdWeightsAlgoDirect: miopenConvBwdWeightsAlgorithm_t = miopenConvBwdWeightsAlgorithm_t(
-        1,
-    );
+    pub const miopenConvolutionBwdWeightsAlgoDirect: miopenConvBwdWeightsAlgorithm_t =
+        miopenConvBwdWeightsAlgorithm_t(1);
     ///< Winograd convolutions
-    pub const miopenConvolutionBwdWeightsAlgoWinograd: miopenConvBwdWeightsAlgorithm_t = miopenConvBwdWeightsAlgorithm_t(
-        3,
-    );
+    pub const miopenConvolutionBwdWeightsAlgoWinograd: miopenConvBwdWeightsAlgorithm_t =
+        miopenConvBwdWeightsAlgorithm_t(3);
     ///< Implicit GEMM convolutions
-    pub const miopenConvolutionBwdWeightsAlgoImplicitGEMM: miopenConvBwdWeightsAlgorithm_t = miopenConvBwdWeightsAlgorithm_t(
-        5,
-    );
+    pub const miopenConvolutionBwdWeightsAlgoImplicitGEMM: miopenConvBwdWeightsAlgorithm_t =
+        miopenConvBwdWeightsAlgorithm_t(5);
 }
 #[repr(transparent)]
 /** @enum miopenConvBwdWeightsAlgorithm_t
- Convolutional algorithm mode for back propagation on weights.*/
+Convolutional algorithm mode for back propagation on weights.*/
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct miopenConvBwdWeightsAlgorithm_t(pub ::core::ffi::c_uint);
 impl miopenConvBwdDataAlgorithm_t {
     ///< GEMM variant
-    pub const miopenConvolutionBwdDataAlgoGEMM: miopenConvBwdDataAlgorithm_t = miopenConvBwdDataAlgorithm_t(
-        0,
-    );
+    pub const miopenConvolutionBwdDataAlgoGEMM: miopenConvBwdDataAlgorithm_t =
+        miopenConvBwdDataAlgorithm_t(0);
     ///< Direct convolutions
-    pub const miopenConvolutionBwdDataAlgoDirect: miopenConvBwdDataAlgorithm_t = miopenConvBwdDataAlgorithm_t(
-        1,
-    );
+    pub const miopenConvolutionBwdDataAlgoDirect: miopenConvBwdDataAlgorithm_t =
+        miopenConvBwdDataAlgorithm_t(1);
     ///< Fast Fourier Transform indirect convolutions
-    pub const miopenConvolutionBwdDataAlgoFFT: miopenConvBwdDataAlgorithm_t = miopenConvBwdDataAlgorithm_t(
-        2,
-    );
+    pub const miopenConvolutionBwdDataAlgoFFT: miopenConvBwdDataAlgorithm_t =
+        miopenConvBwdDataAlgorithm_t(2);
     ///< Winograd indirect convolutions
-    pub const miopenConvolutionBwdDataAlgoWinograd: miopenConvBwdDataAlgorithm_t = miopenConvBwdDataAlgorithm_t(
-        3,
-    );
-    pub const miopenTransposeBwdDataAlgoGEMM: miopenConvBwdDataAlgorithm_t = miopenConvBwdDataAlgorithm_t(
-        4,
-    );
+    pub const miopenConvolutionBwdDataAlgoWinograd: miopenConvBwdDataAlgorithm_t =
+        miopenConvBwdDataAlgorithm_t(3);
+    pub const miopenTransposeBwdDataAlgoGEMM: miopenConvBwdDataAlgorithm_t =
+        miopenConvBwdDataAlgorithm_t(4);
     ///< Implicit GEMM convolutions
-    pub const miopenConvolutionBwdDataAlgoImplicitGEMM: miopenConvBwdDataAlgorithm_t = miopenConvBwdDataAlgorithm_t(
-        5,
-    );
+    pub const miopenConvolutionBwdDataAlgoImplicitGEMM: miopenConvBwdDataAlgorithm_t =
+        miopenConvBwdDataAlgorithm_t(5);
 }
 #[repr(transparent)]
 /** @enum miopenConvBwdDataAlgorithm_t
- Convolutional algorithm mode for back propagation on data.*/
+Convolutional algorithm mode for back propagation on data.*/
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct miopenConvBwdDataAlgorithm_t(pub ::core::ffi::c_uint);
 /** @brief Perf struct for forward, backward filter, or backward data algorithms
 
- Contains the union to hold the selected convolution algorithm for forward, or backwards layers,
- and also contains the time it took to run the algorithm and the workspace required to run the
- algorithm. The workspace in this structure can be used when executing the convolution layer.*/
+Contains the union to hold the selected convolution algorithm for forward, or backwards layers,
+and also contains the time it took to run the algorithm and the workspace required to run the
+algorithm. The workspace in this structure can be used when executing the convolution layer.*/
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct miopenConvAlgoPerf_t {
@@ -204,7 +187,7 @@ pub union miopenConvAlgoPerf_t__bindgen_ty_1 {
     ///< Forward convolution algorithm enum selection
     pub fwd_algo: miopenConvFwdAlgorithm_t,
     /**< Back propagation on weights
-convolution algorithm enum selection*/
+    convolution algorithm enum selection*/
     pub bwd_weights_algo: miopenConvBwdWeightsAlgorithm_t,
     ///< Back propagation on data convolution algorithm enum selection
     pub bwd_data_algo: miopenConvBwdDataAlgorithm_t,

@@ -7,10 +7,10 @@ pub struct _rocblas_handle {
     _unused: [u8; 0],
 }
 /** \brief rocblas_handle is a structure holding the rocblas library context.
- It must be initialized using rocblas_create_handle(),
- and the returned handle must be passed
- to all subsequent library function calls.
- It should be destroyed at the end using rocblas_destroy_handle().*/
+It must be initialized using rocblas_create_handle(),
+and the returned handle must be passed
+to all subsequent library function calls.
+It should be destroyed at the end using rocblas_destroy_handle().*/
 pub type rocblas_handle = *mut _rocblas_handle;
 pub type rocblas_int = i32;
 /// \brief Stride between matrices or vectors in strided_batched functions
@@ -20,9 +20,7 @@ impl rocblas_operation_ {
     pub const rocblas_operation_none: rocblas_operation_ = rocblas_operation_(111);
     ///< Operate with the transpose of the matrix.
     pub const rocblas_operation_transpose: rocblas_operation_ = rocblas_operation_(112);
-    pub const rocblas_operation_conjugate_transpose: rocblas_operation_ = rocblas_operation_(
-        113,
-    );
+    pub const rocblas_operation_conjugate_transpose: rocblas_operation_ = rocblas_operation_(113);
 }
 #[repr(transparent)]
 /// \brief Used to specify whether the matrix is to be transposed or not.
@@ -115,27 +113,21 @@ pub struct rocblas_status_(pub ::core::ffi::c_uint);
 pub use self::rocblas_status_ as rocblas_status;
 impl rocblas_pointer_mode_ {
     /// \brief Scalar values affected by this variable are located on the host.
-    pub const rocblas_pointer_mode_host: rocblas_pointer_mode_ = rocblas_pointer_mode_(
-        0,
-    );
+    pub const rocblas_pointer_mode_host: rocblas_pointer_mode_ = rocblas_pointer_mode_(0);
     /// \brief Scalar values affected by this variable are located on the device.
-    pub const rocblas_pointer_mode_device: rocblas_pointer_mode_ = rocblas_pointer_mode_(
-        1,
-    );
+    pub const rocblas_pointer_mode_device: rocblas_pointer_mode_ = rocblas_pointer_mode_(1);
 }
 #[repr(transparent)]
 /** \brief Indicates if scalar pointers are on host or device. This is used for
-    scalars alpha and beta and for scalar function return values.*/
+scalars alpha and beta and for scalar function return values.*/
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct rocblas_pointer_mode_(pub ::core::ffi::c_uint);
 /** \brief Indicates if scalar pointers are on host or device. This is used for
-    scalars alpha and beta and for scalar function return values.*/
+scalars alpha and beta and for scalar function return values.*/
 pub use self::rocblas_pointer_mode_ as rocblas_pointer_mode;
 impl rocblas_gemm_algo_ {
     pub const rocblas_gemm_algo_standard: rocblas_gemm_algo_ = rocblas_gemm_algo_(0);
-    pub const rocblas_gemm_algo_solution_index: rocblas_gemm_algo_ = rocblas_gemm_algo_(
-        1,
-    );
+    pub const rocblas_gemm_algo_solution_index: rocblas_gemm_algo_ = rocblas_gemm_algo_(1);
 }
 #[repr(transparent)]
 /// \brief Indicates if layer is active with bitmask
@@ -147,45 +139,35 @@ impl rocblas_gemm_flags_ {
     /// \brief Default empty flags
     pub const rocblas_gemm_flags_none: rocblas_gemm_flags_ = rocblas_gemm_flags_(0);
     #[doc = " \\brief Before ROCm 6.0 rocblas_gemm_flags_pack_int8x4 = 0x1, as has now been removed so is available for future use */\n/*! \\brief Select the gemm problem with the highest efficiency per compute unit used. Useful for running multiple smaller problems\n simultaneously. This takes precedence over the performance metric set in rocblas_handle and currently only works for\n gemm_*_ex problems."]
-    pub const rocblas_gemm_flags_use_cu_efficiency: rocblas_gemm_flags_ = rocblas_gemm_flags_(
-        2,
-    );
+    pub const rocblas_gemm_flags_use_cu_efficiency: rocblas_gemm_flags_ = rocblas_gemm_flags_(2);
     /** \brief Select an alternate implementation for the MI200 FP16 HPA
- (High Precision Accumulate) GEMM kernel utilizing the BF16 matrix
- instructions with reduced accuracy in cases where computation cannot
- tolerate the FP16 matrix instructions flushing subnormal FP16
- input/output data to zero. See the "MI200 (gfx90a) Considerations"
- section for more details.*/
-    pub const rocblas_gemm_flags_fp16_alt_impl: rocblas_gemm_flags_ = rocblas_gemm_flags_(
-        4,
-    );
+    (High Precision Accumulate) GEMM kernel utilizing the BF16 matrix
+    instructions with reduced accuracy in cases where computation cannot
+    tolerate the FP16 matrix instructions flushing subnormal FP16
+    input/output data to zero. See the "MI200 (gfx90a) Considerations"
+    section for more details.*/
+    pub const rocblas_gemm_flags_fp16_alt_impl: rocblas_gemm_flags_ = rocblas_gemm_flags_(4);
     /** \brief Select an alternate implementation for the MI200 FP16 HPA
- (High Precision Accumulate) GEMM kernel utilizing the BF16 matrix
- instructions with reduced accuracy in cases where computation cannot
- tolerate the FP16 matrix instructions flushing subnormal FP16
- input/output data to zero. See the "MI200 (gfx90a) Considerations"
- section for more details.*/
-    pub const rocblas_gemm_flags_check_solution_index: rocblas_gemm_flags_ = rocblas_gemm_flags_(
-        8,
-    );
+    (High Precision Accumulate) GEMM kernel utilizing the BF16 matrix
+    instructions with reduced accuracy in cases where computation cannot
+    tolerate the FP16 matrix instructions flushing subnormal FP16
+    input/output data to zero. See the "MI200 (gfx90a) Considerations"
+    section for more details.*/
+    pub const rocblas_gemm_flags_check_solution_index: rocblas_gemm_flags_ = rocblas_gemm_flags_(8);
     /** \brief Select an alternate implementation for the MI200 FP16 HPA
- (High Precision Accumulate) GEMM kernel utilizing the BF16 matrix
- instructions with reduced accuracy in cases where computation cannot
- tolerate the FP16 matrix instructions flushing subnormal FP16
- input/output data to zero. See the "MI200 (gfx90a) Considerations"
- section for more details.*/
-    pub const rocblas_gemm_flags_fp16_alt_impl_rnz: rocblas_gemm_flags_ = rocblas_gemm_flags_(
-        16,
-    );
+    (High Precision Accumulate) GEMM kernel utilizing the BF16 matrix
+    instructions with reduced accuracy in cases where computation cannot
+    tolerate the FP16 matrix instructions flushing subnormal FP16
+    input/output data to zero. See the "MI200 (gfx90a) Considerations"
+    section for more details.*/
+    pub const rocblas_gemm_flags_fp16_alt_impl_rnz: rocblas_gemm_flags_ = rocblas_gemm_flags_(16);
     /** \brief Select an alternate implementation for the MI200 FP16 HPA
- (High Precision Accumulate) GEMM kernel utilizing the BF16 matrix
- instructions with reduced accuracy in cases where computation cannot
- tolerate the FP16 matrix instructions flushing subnormal FP16
- input/output data to zero. See the "MI200 (gfx90a) Considerations"
- section for more details.*/
-    pub const rocblas_gemm_flags_stochastic_rounding: rocblas_gemm_flags_ = rocblas_gemm_flags_(
-        32,
-    );
+    (High Precision Accumulate) GEMM kernel utilizing the BF16 matrix
+    instructions with reduced accuracy in cases where computation cannot
+    tolerate the FP16 matrix instructions flushing subnormal FP16
+    input/output data to zero. See the "MI200 (gfx90a) Considerations"
+    section for more details.*/
+    pub const rocblas_gemm_flags_stochastic_rounding: rocblas_gemm_flags_ = rocblas_gemm_flags_(32);
 }
 #[repr(transparent)]
 /// \brief Control flags passed into gemm algorithms invoked by Tensile Host
