@@ -1,1 +1,59 @@
 //! Safe RAII layer over the HIP runtime, hipRTC, rocBLAS and MIOpen.
+//!
+//! Nothing from ROCm is needed to build a program that uses this crate: the
+//! libraries are loaded at run time by the `-sys` crates, and every failure
+//! (a missing library or symbol included) is an [`Error`] value, never a
+//! panic. Call [`is_available`] to decide between GPU and CPU at start-up.
+//!
+//! The shape follows cudarc's safe layer:
+//! - [`Device`] (by ordinal, with properties) hands out [`Stream`]s;
+//! - a stream allocates [`DeviceBuffer`]s, copies to and from the host, and
+//!   launches kernels through [`Stream::launch_builder`];
+//! - [`Module`]/[`Function`] load code objects, and [`Program`] compiles
+//!   HIP C++ at run time with hipRTC, caching code objects on disk;
+//! - [`Blas`] runs rocBLAS GEMMs and [`Dnn`] MIOpen convolutions.
+//!
+//! ```no_run
+//! use hip_safe::{Device, LaunchConfig, Module};
+//!
+//! let dev = Device::new(0)?;
+//! let stream = dev.new_stream()?;
+//! let src = r#"extern "C" __global__ void twice(float* x, unsigned n) {
+//!     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+//!     if (i < n) x[i] *= 2.0f;
+//! }"#;
+//! # let _ = src;
+//! let module = Module::from_code_object(&dev, &std::fs::read("twice.hsaco").unwrap())?;
+//! let twice = module.function("twice")?;
+//! let mut x = stream.clone_htod(&[1.0f32, 2.0, 3.0])?;
+//! let n = 3u32;
+//! let mut launch = stream.launch_builder(&twice);
+//! launch.arg(&mut x).arg(&n);
+//! // SAFETY: `twice(float*, unsigned)` touches only x[0..n].
+//! unsafe { launch.launch(LaunchConfig::for_num_elems(n)) }?;
+//! assert_eq!(stream.clone_dtoh(&x)?, vec![2.0, 4.0, 6.0]);
+//! # Ok::<(), hip_safe::Error>(())
+//! ```
+
+mod alloc;
+mod buffer;
+mod device;
+mod error;
+mod event;
+mod launch;
+mod module;
+mod probe;
+mod repr;
+mod stream;
+mod transfer;
+
+pub use buffer::{DeviceBuffer, DevicePtr, DevicePtrMut, DeviceView, DeviceViewMut};
+pub use device::Device;
+pub use error::{BlasError, DnnError, Error, HipError, Result, RtcError};
+pub use event::{Event, EventFlags};
+pub use hip_sys::{LoadError, MissingSymbol, RuntimeVersion};
+pub use launch::{KernelArg, LaunchArgs, LaunchConfig};
+pub use module::{Function, Module};
+pub use probe::{DeviceReport, Probe, is_available, probe};
+pub use repr::{DeviceRepr, ValidAsZeroBits};
+pub use stream::Stream;

@@ -1,0 +1,328 @@
+//! [`Device`]: one GPU by ordinal, its properties, and binding it to the
+//! calling thread.
+
+use std::cell::Cell;
+use std::ffi::c_int;
+use std::fmt;
+use std::sync::Arc;
+
+use hip_sys::{HipApi, hipDeviceAttribute_t, hipDeviceProp_tR0000, hipDeviceProp_tR0600};
+
+use crate::error::{Error, Result, hip_api, hip_check};
+use crate::stream::Stream;
+
+thread_local! {
+    /// The device this thread last made current through [`Device::bind_to_thread`]
+    /// (-1: not known yet). HIP keeps the current device per thread.
+    static CURRENT_DEVICE: Cell<c_int> = const { Cell::new(-1) };
+}
+
+/// A HIP device, identified by its ordinal, with its properties read once.
+///
+/// Cloning is cheap (an `Arc`). HIP has no explicit contexts: streams,
+/// modules and library handles belong to the device that is current on the
+/// calling thread when they are created, so every operation of this crate
+/// first calls [`Device::bind_to_thread`], which calls `hipSetDevice` only
+/// when the thread's current device differs.
+///
+/// ```no_run
+/// let dev = hip_safe::Device::new(0)?;
+/// println!("{} ({}), wave {}", dev.name(), dev.arch(), dev.wave_size());
+/// let (free, total) = dev.memory_info()?;
+/// println!("{free} of {total} bytes free");
+/// # Ok::<(), hip_safe::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<DeviceInner>,
+}
+
+struct DeviceInner {
+    api: &'static HipApi,
+    ordinal: c_int,
+    name: String,
+    full_arch: String,
+    wave_size: u32,
+    compute_units: u32,
+    total_memory: usize,
+    memory_pools: bool,
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device")
+            .field("ordinal", &self.inner.ordinal)
+            .field("name", &self.inner.name)
+            .field("arch", &self.inner.full_arch)
+            .finish()
+    }
+}
+
+impl PartialEq for Device {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.ordinal == other.inner.ordinal
+    }
+}
+
+impl Eq for Device {}
+
+/// Name, architecture, total memory as read from `hipDeviceProp_t`.
+struct BasicProperties {
+    name: String,
+    full_arch: String,
+    total_memory: usize,
+    warp_size: c_int,
+    multiprocessors: c_int,
+}
+
+impl Device {
+    /// The number of HIP devices (0 when the runtime reports
+    /// `hipErrorNoDevice`).
+    pub fn count() -> Result<usize> {
+        let api = hip_api()?;
+        device_count(api)
+    }
+
+    /// Opens device `ordinal`, makes it current on this thread and reads its
+    /// properties.
+    pub fn new(ordinal: usize) -> Result<Device> {
+        let api = hip_api()?;
+        let count = device_count(api)?;
+        if ordinal >= count {
+            return Err(Error::invalid(
+                format_args!("Device::new({ordinal})"),
+                format_args!("there are {count} HIP device(s)"),
+            ));
+        }
+        let raw = c_int::try_from(ordinal)
+            .map_err(|_| Error::invalid("Device::new", "ordinal too large"))?;
+        set_current(api, raw)?;
+        let props = read_properties(api, raw)?;
+        let attr = |a, fallback: c_int| device_attribute(api, a, raw).unwrap_or(fallback);
+        let wave_size = attr(
+            hipDeviceAttribute_t::hipDeviceAttributeWarpSize,
+            props.warp_size,
+        );
+        let compute_units = attr(
+            hipDeviceAttribute_t::hipDeviceAttributeMultiprocessorCount,
+            props.multiprocessors,
+        );
+        let memory_pools = attr(
+            hipDeviceAttribute_t::hipDeviceAttributeMemoryPoolsSupported,
+            0,
+        );
+        Ok(Device {
+            inner: Arc::new(DeviceInner {
+                api,
+                ordinal: raw,
+                name: props.name,
+                full_arch: props.full_arch,
+                wave_size: u32::try_from(wave_size).unwrap_or(0),
+                compute_units: u32::try_from(compute_units).unwrap_or(0),
+                total_memory: props.total_memory,
+                memory_pools: memory_pools != 0,
+            }),
+        })
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        // Non-negative by construction in `new`.
+        self.inner.ordinal as usize
+    }
+
+    /// The marketing name, e.g. `AMD Instinct MI210`.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The architecture without feature suffixes: `gfx90a` for
+    /// `gfx90a:sramecc+:xnack-` (on the NVIDIA test shim, e.g. `sm_90`).
+    pub fn arch(&self) -> &str {
+        strip_arch_features(&self.inner.full_arch)
+    }
+
+    /// The full `gcnArchName`, feature suffixes included.
+    pub fn full_arch(&self) -> &str {
+        &self.inner.full_arch
+    }
+
+    /// Threads per wavefront (64 on CDNA, 32 on RDNA and NVIDIA).
+    pub fn wave_size(&self) -> u32 {
+        self.inner.wave_size
+    }
+
+    /// Number of compute units (multiprocessors).
+    pub fn compute_units(&self) -> u32 {
+        self.inner.compute_units
+    }
+
+    /// Total global memory in bytes.
+    pub fn total_memory(&self) -> usize {
+        self.inner.total_memory
+    }
+
+    /// Whether the device supports stream-ordered allocation
+    /// (`hipMallocAsync`); buffers use plain `hipMalloc` otherwise.
+    pub fn supports_memory_pools(&self) -> bool {
+        self.inner.memory_pools
+    }
+
+    /// `(free, total)` device memory in bytes right now.
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        self.bind_to_thread()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: both are valid out-pointers.
+        let status = unsafe { self.inner.api.hipMemGetInfo(&mut free, &mut total) };
+        hip_check(
+            status,
+            format_args!("hipMemGetInfo on device {}", self.inner.ordinal),
+        )?;
+        Ok((free, total))
+    }
+
+    /// Waits until all work on every stream of this device has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        self.bind_to_thread()?;
+        // SAFETY: no arguments; the device is current.
+        let status = unsafe { self.inner.api.hipDeviceSynchronize() };
+        hip_check(
+            status,
+            format_args!("hipDeviceSynchronize on device {}", self.inner.ordinal),
+        )
+    }
+
+    /// The device's legacy default (null) stream.
+    pub fn default_stream(&self) -> Stream {
+        Stream::default_for(self.clone())
+    }
+
+    /// HIP's per-thread default stream (`hipStreamPerThread`): each thread
+    /// that uses it talks to its own stream.
+    pub fn per_thread_stream(&self) -> Stream {
+        Stream::per_thread_for(self.clone())
+    }
+
+    /// Creates a new non-blocking stream on this device.
+    pub fn new_stream(&self) -> Result<Stream> {
+        Stream::create(self.clone())
+    }
+
+    /// Makes this device current on the calling thread; calls `hipSetDevice`
+    /// only when another device (or none known) is current.
+    ///
+    /// The cache is per thread and only sees changes made through this crate:
+    /// code that calls `hipSetDevice` directly should call this again.
+    pub fn bind_to_thread(&self) -> Result<()> {
+        set_current(self.inner.api, self.inner.ordinal)
+    }
+
+    pub(crate) fn api(&self) -> &'static HipApi {
+        self.inner.api
+    }
+}
+
+/// `gfx90a:sramecc+:xnack-` -> `gfx90a`.
+pub(crate) fn strip_arch_features(full: &str) -> &str {
+    full.split(':').next().unwrap_or(full).trim()
+}
+
+fn set_current(api: &HipApi, ordinal: c_int) -> Result<()> {
+    if CURRENT_DEVICE.with(Cell::get) == ordinal {
+        return Ok(());
+    }
+    // SAFETY: plain integer argument.
+    let status = unsafe { api.hipSetDevice(ordinal) };
+    hip_check(status, format_args!("hipSetDevice({ordinal})"))?;
+    CURRENT_DEVICE.with(|c| c.set(ordinal));
+    Ok(())
+}
+
+pub(crate) fn device_count(api: &HipApi) -> Result<usize> {
+    let mut count: c_int = 0;
+    // SAFETY: valid out-pointer.
+    let status = unsafe { api.hipGetDeviceCount(&mut count) }?;
+    if status == hip_sys::hipError_t::hipErrorNoDevice {
+        return Ok(0);
+    }
+    hip_check(Ok(status), "hipGetDeviceCount")?;
+    Ok(usize::try_from(count).unwrap_or(0))
+}
+
+fn device_attribute(api: &HipApi, attr: hipDeviceAttribute_t, ordinal: c_int) -> Option<c_int> {
+    let mut value: c_int = 0;
+    // SAFETY: valid out-pointer; unknown attributes are reported as errors.
+    let status = unsafe { api.hipDeviceGetAttribute(&mut value, attr, ordinal) }.ok()?;
+    (status == hip_sys::hipError_t::hipSuccess).then_some(value)
+}
+
+/// Reads `hipDeviceProp_t` with the layout of the loaded runtime:
+/// `hipGetDevicePropertiesR0600` on ROCm 6 and newer, the legacy
+/// `hipGetDeviceProperties` (R0000 layout) on ROCm 5.
+fn read_properties(api: &HipApi, ordinal: c_int) -> Result<BasicProperties> {
+    let modern = hip_sys::runtime_version().map_or(true, |v| v.has_r0600_properties());
+    if modern {
+        let mut p = hipDeviceProp_tR0600::default();
+        // SAFETY: `p` is a properly sized and aligned R0600 struct.
+        let status = unsafe { api.hipGetDevicePropertiesR0600(&mut p, ordinal) };
+        hip_check(
+            status,
+            format_args!("hipGetDevicePropertiesR0600({ordinal})"),
+        )?;
+        Ok(BasicProperties {
+            name: fixed_c_string(&p.name),
+            full_arch: fixed_c_string(&p.gcnArchName),
+            total_memory: p.totalGlobalMem,
+            warp_size: p.warpSize,
+            multiprocessors: p.multiProcessorCount,
+        })
+    } else {
+        let mut p = hipDeviceProp_tR0000::default();
+        // SAFETY: `p` is a properly sized and aligned R0000 struct, the
+        // layout the plain exported `hipGetDeviceProperties` fills.
+        let status = unsafe { api.hipGetDeviceProperties(&mut p, ordinal) };
+        hip_check(status, format_args!("hipGetDeviceProperties({ordinal})"))?;
+        Ok(BasicProperties {
+            name: fixed_c_string(&p.name),
+            full_arch: fixed_c_string(&p.gcnArchName),
+            total_memory: p.totalGlobalMem,
+            warp_size: p.warpSize,
+            multiprocessors: p.multiProcessorCount,
+        })
+    }
+}
+
+/// A `char[N]` field as a string, stopping at the first NUL (or the end if
+/// the runtime filled every byte).
+pub(crate) fn fixed_c_string(raw: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = raw
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arch_suffixes_are_stripped() {
+        assert_eq!(strip_arch_features("gfx90a:sramecc+:xnack-"), "gfx90a");
+        assert_eq!(strip_arch_features("gfx1100"), "gfx1100");
+        assert_eq!(strip_arch_features("sm_90"), "sm_90");
+        assert_eq!(strip_arch_features(""), "");
+    }
+
+    #[test]
+    fn fixed_strings_stop_at_nul_or_end() {
+        let mut raw = [0 as std::ffi::c_char; 8];
+        for (d, s) in raw.iter_mut().zip(b"gfx942") {
+            *d = *s as std::ffi::c_char;
+        }
+        assert_eq!(fixed_c_string(&raw), "gfx942");
+        let full = [b'a' as std::ffi::c_char; 4];
+        assert_eq!(fixed_c_string(&full), "aaaa");
+    }
+}

@@ -1,0 +1,195 @@
+//! [`Stream`]: an ordered queue of device work.
+
+use std::fmt;
+use std::sync::Arc;
+
+use hip_sys::hipStream_t;
+
+use crate::device::Device;
+use crate::error::{Result, discard_drop_error, hip_check};
+use crate::event::{Event, EventFlags};
+
+/// `hipStreamNonBlocking`: the stream does not synchronise with the null stream.
+const STREAM_NON_BLOCKING: u32 = 0x01;
+/// `hipStreamPerThread` is the macro `(hipStream_t)2`, not an exported symbol.
+const PER_THREAD_HANDLE: usize = 2;
+
+/// A stream on one device. Work submitted to a stream runs in order.
+///
+/// `Clone` shares one handle (an `Arc`); a stream created with
+/// [`Device::new_stream`] is destroyed once, when the last clone is dropped.
+///
+/// Buffers remember the stream that allocated them and are freed in stream
+/// order on it. Using a buffer on another stream is allowed: the operations
+/// in this crate then order the two streams with events, so the buffer is
+/// neither read before its earlier writes finish nor freed while in use.
+///
+/// ```no_run
+/// let dev = hip_safe::Device::new(0)?;
+/// let stream = dev.new_stream()?;
+/// let buf = stream.clone_htod(&[1.0f32, 2.0, 3.0])?;
+/// assert_eq!(stream.clone_dtoh(&buf)?, vec![1.0, 2.0, 3.0]);
+/// # Ok::<(), hip_safe::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Stream {
+    inner: Arc<StreamInner>,
+}
+
+struct StreamInner {
+    device: Device,
+    handle: hipStream_t,
+    kind: StreamKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StreamKind {
+    /// The legacy null stream of the device.
+    Default,
+    /// `hipStreamPerThread`: resolves to the calling thread's stream.
+    PerThread,
+    /// Created by us, destroyed on drop.
+    Owned,
+}
+
+// SAFETY: a hipStream_t is a handle into the HIP runtime, whose stream API is
+// thread-safe; the owned handle is destroyed exactly once (in Drop of the
+// single `StreamInner` behind the Arc), so sharing it across threads is sound.
+unsafe impl Send for StreamInner {}
+// SAFETY: as above; `&StreamInner` only exposes the handle value to HIP calls.
+unsafe impl Sync for StreamInner {}
+
+impl fmt::Debug for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stream")
+            .field("device", &self.inner.device.ordinal())
+            .field("kind", &self.inner.kind)
+            .field("handle", &self.inner.handle)
+            .finish()
+    }
+}
+
+impl PartialEq for Stream {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.device == other.inner.device
+            && self.inner.kind == other.inner.kind
+            && self.inner.handle == other.inner.handle
+    }
+}
+
+impl Eq for Stream {}
+
+impl Stream {
+    pub(crate) fn default_for(device: Device) -> Stream {
+        Self::wrap(device, std::ptr::null_mut(), StreamKind::Default)
+    }
+
+    pub(crate) fn per_thread_for(device: Device) -> Stream {
+        Self::wrap(
+            device,
+            PER_THREAD_HANDLE as hipStream_t,
+            StreamKind::PerThread,
+        )
+    }
+
+    pub(crate) fn create(device: Device) -> Result<Stream> {
+        device.bind_to_thread()?;
+        let mut handle: hipStream_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the flag is a documented constant.
+        let status = unsafe {
+            device
+                .api()
+                .hipStreamCreateWithFlags(&mut handle, STREAM_NON_BLOCKING)
+        };
+        hip_check(status, "hipStreamCreateWithFlags(hipStreamNonBlocking)")?;
+        Ok(Self::wrap(device, handle, StreamKind::Owned))
+    }
+
+    fn wrap(device: Device, handle: hipStream_t, kind: StreamKind) -> Stream {
+        Stream {
+            inner: Arc::new(StreamInner {
+                device,
+                handle,
+                kind,
+            }),
+        }
+    }
+
+    /// The device this stream belongs to.
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    /// The raw handle, for calls into libraries this crate does not wrap.
+    /// It stays valid while any clone of this stream lives.
+    pub fn raw(&self) -> hipStream_t {
+        self.inner.handle
+    }
+
+    /// Blocks until all work queued so far has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the handle is valid while `self` lives.
+        let status = unsafe { self.api().hipStreamSynchronize(self.inner.handle) };
+        hip_check(status, "hipStreamSynchronize")
+    }
+
+    /// Creates an event with `flags` and records it on this stream.
+    pub fn record_event(&self, flags: EventFlags) -> Result<Event> {
+        let event = Event::new(self.device(), flags)?;
+        event.record(self)?;
+        Ok(event)
+    }
+
+    /// Makes all work submitted to this stream after this call wait until
+    /// `event` has completed (does not block the host).
+    pub fn wait(&self, event: &Event) -> Result<()> {
+        self.bind()?;
+        // SAFETY: both handles are valid while their owners live.
+        let status = unsafe {
+            self.api()
+                .hipStreamWaitEvent(self.inner.handle, event.raw(), 0)
+        };
+        hip_check(status, "hipStreamWaitEvent")
+    }
+
+    /// Makes this stream wait for everything queued on `other` so far
+    /// (no-op when both are the same stream).
+    pub fn join(&self, other: &Stream) -> Result<()> {
+        if self == other {
+            return Ok(());
+        }
+        let event = other.record_event(EventFlags::DISABLE_TIMING)?;
+        self.wait(&event)
+    }
+
+    /// Whether buffers allocated on this stream may be allocated and freed
+    /// in stream order. Not for the per-thread stream, whose meaning depends
+    /// on the thread that drops a buffer.
+    pub(crate) fn stream_ordered_alloc(&self) -> bool {
+        self.inner.kind != StreamKind::PerThread && self.inner.device.supports_memory_pools()
+    }
+
+    pub(crate) fn bind(&self) -> Result<()> {
+        self.inner.device.bind_to_thread()
+    }
+
+    pub(crate) fn api(&self) -> &'static hip_sys::HipApi {
+        self.inner.device.api()
+    }
+}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        if self.kind != StreamKind::Owned {
+            return;
+        }
+        // Drop cannot return errors; see `discard_drop_error`.
+        if self.device.bind_to_thread().is_ok() {
+            let api = self.device.api();
+            // SAFETY: the handle was created by us and is destroyed exactly once.
+            let status = unsafe { api.hipStreamDestroy(self.handle) };
+            discard_drop_error(api, status);
+        }
+    }
+}
