@@ -14,7 +14,7 @@
 //! - [`Blas`] runs rocBLAS GEMMs and [`Dnn`] MIOpen convolutions.
 //!
 //! ```no_run
-//! use hip_safe::{Device, LaunchConfig, Module};
+//! use hip_safe::{Device, LaunchConfig, Program};
 //!
 //! let dev = Device::new(0)?;
 //! let stream = dev.new_stream()?;
@@ -22,8 +22,7 @@
 //!     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
 //!     if (i < n) x[i] *= 2.0f;
 //! }"#;
-//! # let _ = src;
-//! let module = Module::from_code_object(&dev, &std::fs::read("twice.hsaco").unwrap())?;
+//! let module = Program::new(src, "twice.hip").compile_for(&dev)?;
 //! let twice = module.function("twice")?;
 //! let mut x = stream.clone_htod(&[1.0f32, 2.0, 3.0])?;
 //! let n = 3u32;
@@ -44,6 +43,7 @@ mod launch;
 mod module;
 mod probe;
 mod repr;
+mod rtc;
 mod stream;
 mod transfer;
 
@@ -56,4 +56,5 @@ pub use launch::{KernelArg, LaunchArgs, LaunchConfig};
 pub use module::{Function, Module};
 pub use probe::{DeviceReport, Probe, is_available, probe};
 pub use repr::{DeviceRepr, ValidAsZeroBits};
+pub use rtc::{CACHE_DIR_VAR, Program, default_cache_dir};
 pub use stream::Stream;

@@ -1,0 +1,124 @@
+//! Checks against the real ROCm 6.4 HIP runtime and hipRTC with no GPU.
+//!
+//! They run inside the ROCm sandbox (a Debian unstable chroot, see
+//! `build/`), where `.ci/run` executes every test binary with
+//! `--ignored sandbox_`. Outside it they are ignored.
+
+use std::time::Instant;
+
+use hip_safe::{Error, Program, RtcError};
+
+const TEST_KERNEL: &str = r#"
+extern "C" __global__ void saxpy(float a, const float* x, float* y, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = a * x[i] + y[i];
+    }
+}
+"#;
+
+/// A code object from hipRTC: an ELF file or a clang offload bundle.
+fn looks_like_code_object(code: &[u8]) -> bool {
+    code.starts_with(b"\x7fELF") || code.starts_with(b"__CLANG_OFFLOAD_BUNDLE__")
+}
+
+fn temp_cache_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("hip-safe-sandbox-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+#[ignore = "needs the ROCm sandbox"]
+fn sandbox_is_available_is_false_and_fast() {
+    let start = Instant::now();
+    let available = hip_safe::is_available();
+    let elapsed = start.elapsed();
+    println!("is_available() = {available} in {elapsed:?}");
+    assert!(!available, "the sandbox has no GPU");
+    assert!(elapsed.as_millis() < 100, "is_available took {elapsed:?}");
+    let report = hip_safe::probe();
+    println!("{report}");
+    assert!(
+        report.library.is_some(),
+        "the real runtime must load: {report}"
+    );
+    assert_eq!(
+        report.runtime_version.map(|v| (v.major, v.minor)),
+        Some((6, 4))
+    );
+    assert_eq!(report.to_string().lines().count(), 1);
+    assert_eq!(hip_safe::Device::count(), Ok(0));
+}
+
+#[test]
+#[ignore = "needs the ROCm sandbox"]
+fn sandbox_program_compiles_for_every_test_arch() {
+    for arch in ["gfx90a", "gfx942", "gfx1100", "gfx1201"] {
+        let start = Instant::now();
+        let code = Program::new(TEST_KERNEL, "saxpy.hip")
+            .option("-O3")
+            .without_cache()
+            .compile_for_arch(arch)
+            .unwrap_or_else(|e| panic!("{arch}: {e}"));
+        println!(
+            "{arch}: {} byte code object in {:?}",
+            code.len(),
+            start.elapsed()
+        );
+        assert!(looks_like_code_object(&code), "{arch}: not a code object");
+    }
+}
+
+#[test]
+#[ignore = "needs the ROCm sandbox"]
+fn sandbox_program_rejects_unknown_arch_without_aborting() {
+    let err = Program::new(TEST_KERNEL, "saxpy.hip")
+        .without_cache()
+        .compile_for_arch("gfx9999")
+        .unwrap_err();
+    println!("{err}");
+    assert!(matches!(err, Error::Rtc(RtcError::UnsupportedArch { .. })));
+    // The process is still alive and hipRTC still works.
+    assert!(
+        Program::new(TEST_KERNEL, "saxpy.hip")
+            .without_cache()
+            .compile_for_arch("gfx90a")
+            .is_ok()
+    );
+}
+
+#[test]
+#[ignore = "needs the ROCm sandbox"]
+fn sandbox_compile_errors_carry_the_log() {
+    let broken = "extern \"C\" __global__ void k(float* x) { x[0] = undefined_name; }";
+    let err = Program::new(broken, "broken.hip")
+        .without_cache()
+        .compile_for_arch("gfx90a")
+        .unwrap_err();
+    println!("{err}");
+    match err {
+        Error::Rtc(RtcError::Compilation { log, code, .. }) => {
+            assert_eq!(code, 6, "HIPRTC_ERROR_COMPILATION");
+            assert!(log.contains("undefined_name"), "{log}");
+        }
+        other => panic!("expected a compilation error, got {other}"),
+    }
+}
+
+#[test]
+#[ignore = "needs the ROCm sandbox"]
+fn sandbox_cache_cold_vs_warm() {
+    let dir = temp_cache_dir("cache");
+    let program = Program::new(TEST_KERNEL, "saxpy.hip").cache_dir(&dir);
+    let start = Instant::now();
+    let cold = program.compile_for_arch("gfx942").unwrap();
+    let cold_time = start.elapsed();
+    let start = Instant::now();
+    let warm = program.compile_for_arch("gfx942").unwrap();
+    let warm_time = start.elapsed();
+    println!("gfx942 compile: cold {cold_time:?}, warm (cached) {warm_time:?}");
+    assert_eq!(cold, warm);
+    assert!(warm_time < cold_time);
+    let _ = std::fs::remove_dir_all(&dir);
+}
