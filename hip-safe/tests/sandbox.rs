@@ -1,8 +1,9 @@
 //! Checks against the real ROCm 6.4 HIP runtime and hipRTC with no GPU.
 //!
-//! They run inside the ROCm sandbox (a Debian unstable chroot, see
-//! `build/`), where `.ci/run` executes every test binary with
-//! `--ignored sandbox_`. Outside it they are ignored.
+//! The `sandbox_*` tests run inside the ROCm sandbox (a Debian unstable
+//! chroot, see `build/`), where `.ci/run` executes every test binary with
+//! `--ignored sandbox_`; the `real_runtime_*` test also runs against the
+//! host's ROCm 5 runtime. Elsewhere they are ignored.
 
 use std::time::Instant;
 
@@ -26,6 +27,26 @@ fn temp_cache_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("hip-safe-sandbox-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
+}
+
+#[test]
+#[ignore = "needs a real HIP runtime without a GPU"]
+fn real_runtime_no_device_is_reported_not_fatal() {
+    assert!(!hip_safe::is_available());
+    let report = hip_safe::probe();
+    println!("{report}");
+    assert!(
+        report.library.is_some() && report.runtime_version.is_some(),
+        "{report}"
+    );
+    assert!(report.to_string().contains("no HIP device"), "{report}");
+    assert_eq!(hip_safe::Device::count(), Ok(0));
+    let err = hip_safe::Device::new(0).unwrap_err();
+    assert!(
+        err.to_string().contains("there are 0 HIP device(s)"),
+        "{err}"
+    );
+    assert!(Program::supported_archs().contains(&"gfx90a"));
 }
 
 #[test]
@@ -121,4 +142,18 @@ fn sandbox_cache_cold_vs_warm() {
     assert_eq!(cold, warm);
     assert!(warm_time < cold_time);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+#[ignore = "needs the ROCm sandbox"]
+fn sandbox_every_listed_arch_really_compiles() {
+    let archs = Program::supported_archs();
+    assert!(archs.contains(&"gfx1201"), "{archs:?}");
+    for arch in archs {
+        let code = Program::new(TEST_KERNEL, "saxpy.hip")
+            .without_cache()
+            .compile_for_arch(arch)
+            .unwrap_or_else(|e| panic!("{arch}: {e}"));
+        assert!(looks_like_code_object(&code), "{arch}");
+    }
 }

@@ -14,7 +14,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::module::Module;
 
-use arch::{Platform, is_nvidia_arch, validate_arch};
+use arch::{Platform, is_nvidia_arch, platform_archs, validate_arch};
 pub use cache::{CACHE_DIR_VAR, default_cache_dir};
 use cache::{CacheKey, CodeCache};
 
@@ -142,6 +142,12 @@ impl Program {
                 arch,
             })
         })
+    }
+
+    /// The AMD architectures the loaded hipRTC is known to compile for
+    /// (empty on the HIP-on-CUDA test platform, which takes `sm_NN` names).
+    pub fn supported_archs() -> Vec<&'static str> {
+        platform_archs(platform())
     }
 
     /// The user's options followed by `--offload-arch=<arch>`.
