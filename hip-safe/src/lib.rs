@@ -35,6 +35,7 @@
 //! ```
 
 mod alloc;
+mod blas;
 mod buffer;
 mod device;
 mod error;
@@ -47,6 +48,7 @@ mod rtc;
 mod stream;
 mod transfer;
 
+pub use blas::{Blas, GemmConfig, GemmType, StridedBatchedConfig, Transpose};
 pub use buffer::{DeviceBuffer, DevicePtr, DevicePtrMut, DeviceView, DeviceViewMut};
 pub use device::Device;
 pub use error::{BlasError, DnnError, Error, HipError, Result, RtcError};
