@@ -2,6 +2,7 @@
 //! regenerates the committed -sys bindings and records exported symbols.
 //! See `build/README.md`.
 
+mod candle_patch;
 mod fetch;
 mod generate;
 mod symbols;
@@ -43,6 +44,7 @@ fn main() {
         Some("bindgen") => fetch::ensure(&repo, &fetch::DEV_6_4)
             .and_then(|dir| generate::run(&repo, &generate::include_dir(&dir), "6.4")),
         Some("symbols") => symbols::run(&repo),
+        Some("candle-patch") => candle_patch::run(&repo),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(2);
