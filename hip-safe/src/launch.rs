@@ -111,11 +111,10 @@ impl<'a> LaunchArgs<'a> {
     /// as device pointers).
     pub fn arg<A: KernelArg + ?Sized>(&mut self, arg: &'a A) -> &mut Self {
         self.params.push(arg.kernel_param());
-        if let Some(s) = arg.owning_stream()
-            && s != self.stream
-            && !self.arg_streams.contains(&s)
-        {
-            self.arg_streams.push(s);
+        if let Some(s) = arg.owning_stream().filter(|s| *s != self.stream) {
+            if !self.arg_streams.contains(&s) {
+                self.arg_streams.push(s);
+            }
         }
         self
     }
