@@ -12,8 +12,8 @@
 #   remove     delete the chroot
 #   info       print the installed ROCm package versions
 #
-# The archive address is read from this machine's own apt sources; none is
-# written here. Mounts are made in a private mount namespace (unshare), so
+# The archive address is read from this machine's own apt sources (or taken
+# from ROCM_SANDBOX_MIRROR when set); none is written here. Mounts are made in a private mount namespace (unshare), so
 # they disappear with the command and never leak into the host.
 set -euo pipefail
 
@@ -29,11 +29,11 @@ PACKAGES=(libamdhip64-6 libhiprtc6 libhiprtc-builtins6)
 log() { printf 'sandbox: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-# The first Debian archive URI (not the security archive) of the machine's
-# own apt sources, deb822 or one-line format.
+# ROCM_SANDBOX_MIRROR, or the first Debian archive URI (not the security
+# archive) of the machine's own apt sources, deb822 or one-line format.
 archive_uri() {
-    local uri
-    uri=$(
+    local uri=${ROCM_SANDBOX_MIRROR:-}
+    [[ -n $uri ]] || uri=$(
         {
             cat /etc/apt/sources.list.d/*.sources 2>/dev/null | sed -n 's/^[[:space:]]*URIs:[[:space:]]*\([^[:space:]]*\).*/\1/p'
             cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
