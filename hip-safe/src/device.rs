@@ -192,6 +192,25 @@ impl Device {
         )
     }
 
+    /// Waits for the device, then returns the memory that the default
+    /// memory pool keeps cached after stream-ordered frees to the system (so
+    /// that [`Device::memory_info`] reflects only live buffers). A no-op on
+    /// devices without memory pools.
+    pub fn trim_memory_pool(&self) -> Result<()> {
+        if !self.supports_memory_pools() {
+            return Ok(());
+        }
+        self.synchronize()?;
+        let api = self.inner.api;
+        let mut pool: hip_sys::hipMemPool_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and device ordinal.
+        let status = unsafe { api.hipDeviceGetDefaultMemPool(&mut pool, self.inner.ordinal) };
+        hip_check(status, "hipDeviceGetDefaultMemPool")?;
+        // SAFETY: `pool` is the device's live default pool.
+        let status = unsafe { api.hipMemPoolTrimTo(pool, 0) };
+        hip_check(status, "hipMemPoolTrimTo(0)")
+    }
+
     /// The device's legacy default (null) stream.
     pub fn default_stream(&self) -> Stream {
         Stream::default_for(self.clone())

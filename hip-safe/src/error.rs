@@ -206,13 +206,23 @@ pub(crate) fn hip_check(
 
 /// Builds the [`HipError`] for a failing status, asking the runtime for the
 /// code's name and description.
+///
+/// The failure is also cleared from HIP's per-thread last-error slot: it is
+/// reported through this value, and a stale entry there would otherwise make
+/// libraries that poll `hipGetLastError` (rocBLAS, MIOpen) fail later on an
+/// unrelated call.
 pub(crate) fn hip_error(status: hipError_t, op: impl fmt::Display) -> HipError {
+    let api = hip_sys::hip().ok();
+    if let Some(api) = api {
+        // SAFETY: no arguments; only resets the calling thread's error slot.
+        let _ = unsafe { api.hipGetLastError() };
+    }
     if status == hipError_t::hipErrorOutOfMemory {
         return HipError::OutOfMemory { op: op.to_string() };
     }
-    let (name, message) = match hip_sys::hip() {
+    let (name, message) = match api {
         // SAFETY: both functions take any code and return static strings.
-        Ok(api) => unsafe {
+        Some(api) => unsafe {
             (
                 api.hipGetErrorName(status)
                     .ok()
@@ -222,7 +232,7 @@ pub(crate) fn hip_error(status: hipError_t, op: impl fmt::Display) -> HipError {
                     .and_then(|p| c_str_to_string(p)),
             )
         },
-        Err(_) => (None, None),
+        None => (None, None),
     };
     HipError::Failed {
         op: op.to_string(),

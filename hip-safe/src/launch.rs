@@ -79,9 +79,9 @@ unsafe impl<T: DeviceRepr> KernelArg for T {
 /// # fn f(stream: &hip_safe::Stream, func: &hip_safe::Function) -> hip_safe::Result<()> {
 /// use hip_safe::LaunchConfig;
 /// let n = 1024u32;
-/// let mut out = stream.alloc_zeros::<f32>(n as usize)?;
+/// let out = stream.alloc_zeros::<f32>(n as usize)?;
 /// let mut launch = stream.launch_builder(func);
-/// launch.arg(&mut out).arg(&2.0f32).arg(&n);
+/// launch.arg(&out).arg(&2.0f32).arg(&n);
 /// // SAFETY: the kernel is `(float* out, float a, unsigned n)` and writes
 /// // only `out[0..n]`.
 /// unsafe { launch.launch(LaunchConfig::for_num_elems(n)) }?;

@@ -24,10 +24,10 @@
 //! }"#;
 //! let module = Program::new(src, "twice.hip").compile_for(&dev)?;
 //! let twice = module.function("twice")?;
-//! let mut x = stream.clone_htod(&[1.0f32, 2.0, 3.0])?;
+//! let x = stream.clone_htod(&[1.0f32, 2.0, 3.0])?;
 //! let n = 3u32;
 //! let mut launch = stream.launch_builder(&twice);
-//! launch.arg(&mut x).arg(&n);
+//! launch.arg(&x).arg(&n);
 //! // SAFETY: `twice(float*, unsigned)` touches only x[0..n].
 //! unsafe { launch.launch(LaunchConfig::for_num_elems(n)) }?;
 //! assert_eq!(stream.clone_dtoh(&x)?, vec![2.0, 4.0, 6.0]);
