@@ -1,0 +1,148 @@
+// Element-wise binary kernels with broadcasting and arbitrary strides:
+// Candle's BinaryOpT ops (badd_f32, bmaximum_u8, ...) and comparisons that
+// produce u8 (cmp_eq_f32, cmp_lt_i64, ...).
+//
+// Signature: (const ElemInfo info, const T* lhs, const T* rhs, Out* out), with
+// operand 0 = lhs and operand 1 = rhs in info.strides (a broadcast dimension
+// has stride 0).
+//
+// Floating types compute in f32/f64 and round once, which is exactly what
+// Candle's CPU backend does for f16/bf16 arithmetic. Integer add/sub/mul wrap;
+// integer division by zero gives 0 (Candle's CPU backend panics).
+
+#include "common.h"
+
+// Every op: `flt` on f32/f64 and `integer` on integer dtypes.
+struct AddOp {
+  template <typename A>
+  __device__ __forceinline__ static A flt(A a, A b) { return a + b; }
+  template <typename T>
+  __device__ __forceinline__ static T integer(T a, T b) { return wrap_add(a, b); }
+};
+
+struct SubOp {
+  template <typename A>
+  __device__ __forceinline__ static A flt(A a, A b) { return a - b; }
+  template <typename T>
+  __device__ __forceinline__ static T integer(T a, T b) { return wrap_sub(a, b); }
+};
+
+struct MulOp {
+  template <typename A>
+  __device__ __forceinline__ static A flt(A a, A b) { return a * b; }
+  template <typename T>
+  __device__ __forceinline__ static T integer(T a, T b) { return wrap_mul(a, b); }
+};
+
+struct DivOp {
+  template <typename A>
+  __device__ __forceinline__ static A flt(A a, A b) { return a / b; }
+  template <typename T>
+  __device__ __forceinline__ static T integer(T a, T b) {
+    if (b == (T)0) return (T)0;
+    // The one signed overflow, MIN / -1, wraps to MIN.
+    if (Num<T>::min_value != 0 && b == (T)-1) return wrap_neg(a);
+    return (T)(a / b);
+  }
+};
+
+// Candle's `if a < b { b } else { a }`: a NaN lhs is kept, a NaN rhs is not.
+struct MaximumOp {
+  template <typename A>
+  __device__ __forceinline__ static A flt(A a, A b) { return a < b ? b : a; }
+  template <typename T>
+  __device__ __forceinline__ static T integer(T a, T b) { return a < b ? b : a; }
+};
+
+// Candle's `if a > b { b } else { a }`.
+struct MinimumOp {
+  template <typename A>
+  __device__ __forceinline__ static A flt(A a, A b) { return a > b ? b : a; }
+  template <typename T>
+  __device__ __forceinline__ static T integer(T a, T b) { return a > b ? b : a; }
+};
+
+template <typename Op, typename T, bool F = Num<T>::is_float>
+struct BinaryFn;
+
+template <typename Op, typename T>
+struct BinaryFn<Op, T, true> {
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return Num<T>::from_acc(Op::flt(Num<T>::to_acc(a), Num<T>::to_acc(b)));
+  }
+};
+
+template <typename Op, typename T>
+struct BinaryFn<Op, T, false> {
+  __device__ __forceinline__ T operator()(T a, T b) const { return Op::integer(a, b); }
+};
+
+#define CH_BINARY_KERNEL(NAME, OP, TY)                                                               \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                        \
+      NAME##_##TY(const ElemInfo info, const ch_##TY* lhs, const ch_##TY* rhs, ch_##TY* out) {       \
+    map_elems(info, out, BinaryFn<OP, ch_##TY>(), In<ch_##TY, 0>{lhs}, In<ch_##TY, 1>{rhs});         \
+  }
+
+CH_ALL(CH_BINARY_KERNEL, badd, AddOp)
+CH_ALL(CH_BINARY_KERNEL, bsub, SubOp)
+CH_ALL(CH_BINARY_KERNEL, bmul, MulOp)
+CH_ALL(CH_BINARY_KERNEL, bdiv, DivOp)
+CH_ALL(CH_BINARY_KERNEL, bmaximum, MaximumOp)
+CH_ALL(CH_BINARY_KERNEL, bminimum, MinimumOp)
+
+// ---------------------------------------------------------------------------
+// Comparisons: 1 when true, 0 otherwise (NaN compares unequal to everything).
+
+struct EqOp {
+  template <typename A>
+  __device__ __forceinline__ static bool test(A a, A b) { return a == b; }
+};
+struct NeOp {
+  template <typename A>
+  __device__ __forceinline__ static bool test(A a, A b) { return a != b; }
+};
+struct LtOp {
+  template <typename A>
+  __device__ __forceinline__ static bool test(A a, A b) { return a < b; }
+};
+struct LeOp {
+  template <typename A>
+  __device__ __forceinline__ static bool test(A a, A b) { return a <= b; }
+};
+struct GtOp {
+  template <typename A>
+  __device__ __forceinline__ static bool test(A a, A b) { return a > b; }
+};
+struct GeOp {
+  template <typename A>
+  __device__ __forceinline__ static bool test(A a, A b) { return a >= b; }
+};
+
+// Compares in the computation type: exact for f16/bf16 promoted to f32.
+template <typename Op, typename T, bool F = Num<T>::is_float>
+struct CmpFn;
+
+template <typename Op, typename T>
+struct CmpFn<Op, T, true> {
+  __device__ __forceinline__ ch_u8 operator()(T a, T b) const {
+    return Op::test(Num<T>::to_acc(a), Num<T>::to_acc(b)) ? 1 : 0;
+  }
+};
+
+template <typename Op, typename T>
+struct CmpFn<Op, T, false> {
+  __device__ __forceinline__ ch_u8 operator()(T a, T b) const { return Op::test(a, b) ? 1 : 0; }
+};
+
+#define CH_CMP_KERNEL(NAME, OP, TY)                                                            \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                  \
+      NAME##_##TY(const ElemInfo info, const ch_##TY* lhs, const ch_##TY* rhs, ch_u8* out) {   \
+    map_elems(info, out, CmpFn<OP, ch_##TY>(), In<ch_##TY, 0>{lhs}, In<ch_##TY, 1>{rhs});      \
+  }
+
+CH_ALL(CH_CMP_KERNEL, cmp_eq, EqOp)
+CH_ALL(CH_CMP_KERNEL, cmp_ne, NeOp)
+CH_ALL(CH_CMP_KERNEL, cmp_lt, LtOp)
+CH_ALL(CH_CMP_KERNEL, cmp_le, LeOp)
+CH_ALL(CH_CMP_KERNEL, cmp_gt, GtOp)
+CH_ALL(CH_CMP_KERNEL, cmp_ge, GeOp)

@@ -1,0 +1,472 @@
+// Shared definitions for every candle-hip kernel source.
+//
+// Every kernels/*.hip source includes it as "common.h"; the host hands it to
+// hipRTC as an in-memory header (see candle-hip/src/kernels.rs). Compiled with
+// -DCANDLE_HIP_WAVE=<wave size of the device> (64 on CDNA, 32 on RDNA and on
+// NVIDIA through the test shim).
+//
+// Portability rules followed here (see shared/design.md, "Kernels"):
+// - the wave size only ever comes from CANDLE_HIP_WAVE;
+// - shuffles run in converged code only (every lane of the wave calls them);
+// - data crosses waves only through shared memory and __syncthreads;
+// - no __builtin_amdgcn_* builtins;
+// - 64-bit element indices wherever a tensor can exceed 2^31 elements.
+#ifndef CANDLE_HIP_COMMON_H
+#define CANDLE_HIP_COMMON_H
+
+// hipRTC pre-includes the HIP runtime and half-precision declarations and has
+// no such headers to include; every other compiler needs them.
+#if !defined(__HIPCC_RTC__)
+#include <hip/hip_runtime.h>
+#include <hip/hip_fp16.h>
+#endif
+
+#ifndef CANDLE_HIP_WAVE
+#error "CANDLE_HIP_WAVE must be defined to the device's wave size"
+#endif
+#if CANDLE_HIP_WAVE <= 0 || (CANDLE_HIP_WAVE & (CANDLE_HIP_WAVE - 1)) != 0
+#error "CANDLE_HIP_WAVE must be a power of two"
+#endif
+
+// Limits shared with the host (candle-hip/src/info.rs mirrors them and a unit
+// test checks that both sides agree).
+#define CH_MAX_DIMS 8
+#define CH_MAX_OPERANDS 3
+#define CH_ELEM_BLOCK 256
+#define CH_REDUCE_MAX_BLOCK 1024
+#define CH_VEC_BYTES 16
+#define CH_MAX_WAVES (CH_REDUCE_MAX_BLOCK / CANDLE_HIP_WAVE)
+
+typedef unsigned char ch_u8;
+typedef unsigned short ch_u16;
+typedef unsigned int ch_u32;
+typedef long long ch_i64;
+typedef unsigned long long ch_u64;
+typedef float ch_f32;
+typedef double ch_f64;
+typedef __half ch_f16;
+
+// bfloat16 is stored as its 16 raw bits and converted in software: hipRTC has
+// no hip_bf16.h, and the conversions are a handful of integer operations.
+struct ch_bf16 {
+  ch_u16 bits;
+};
+
+// ---------------------------------------------------------------------------
+// Bit casts between float types and integers of the same size.
+
+union ch_f32_bits {
+  float f;
+  ch_u32 u;
+};
+
+union ch_f64_bits {
+  double f;
+  ch_u64 u;
+};
+
+__device__ __forceinline__ float ch_bf16_to_float(ch_bf16 v) {
+  ch_f32_bits b;
+  b.u = ((ch_u32)v.bits) << 16;
+  return b.f;
+}
+
+// Round to nearest even; NaN stays NaN (quiet bit set, sign kept).
+__device__ __forceinline__ ch_bf16 ch_float_to_bf16(float f) {
+  ch_f32_bits b;
+  b.f = f;
+  ch_bf16 r;
+  if ((b.u & 0x7fffffffu) > 0x7f800000u) {
+    r.bits = (ch_u16)((b.u >> 16) | 0x0040u);
+  } else {
+    const ch_u32 lsb = (b.u >> 16) & 1u;
+    r.bits = (ch_u16)((b.u + 0x7fffu + lsb) >> 16);
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+// Numeric traits: how each storage type computes.
+//
+// Floating types compute in `acc` (f32 for f16/bf16/f32, f64 for f64) and are
+// rounded once when stored. Integer types compute in their own type; `wide`
+// is the unsigned type their wrapping arithmetic runs in (no signed overflow).
+
+template <typename T>
+struct Num;
+
+template <>
+struct Num<ch_f16> {
+  typedef float acc;
+  static const bool is_float = true;
+  __device__ __forceinline__ static float to_f32(ch_f16 v) { return __half2float(v); }
+  __device__ __forceinline__ static double to_f64(ch_f16 v) { return (double)__half2float(v); }
+  __device__ __forceinline__ static ch_f16 from_f32(float v) { return __float2half(v); }
+  // Through f32: at most one unit in the last place away from a direct rounding.
+  __device__ __forceinline__ static ch_f16 from_f64(double v) { return __float2half((float)v); }
+  __device__ __forceinline__ static float to_acc(ch_f16 v) { return to_f32(v); }
+  __device__ __forceinline__ static ch_f16 from_acc(float v) { return from_f32(v); }
+};
+
+template <>
+struct Num<ch_bf16> {
+  typedef float acc;
+  static const bool is_float = true;
+  __device__ __forceinline__ static float to_f32(ch_bf16 v) { return ch_bf16_to_float(v); }
+  __device__ __forceinline__ static double to_f64(ch_bf16 v) { return (double)ch_bf16_to_float(v); }
+  __device__ __forceinline__ static ch_bf16 from_f32(float v) { return ch_float_to_bf16(v); }
+  __device__ __forceinline__ static ch_bf16 from_f64(double v) { return ch_float_to_bf16((float)v); }
+  __device__ __forceinline__ static float to_acc(ch_bf16 v) { return to_f32(v); }
+  __device__ __forceinline__ static ch_bf16 from_acc(float v) { return from_f32(v); }
+};
+
+template <>
+struct Num<float> {
+  typedef float acc;
+  static const bool is_float = true;
+  __device__ __forceinline__ static float to_f32(float v) { return v; }
+  __device__ __forceinline__ static double to_f64(float v) { return (double)v; }
+  __device__ __forceinline__ static float from_f32(float v) { return v; }
+  __device__ __forceinline__ static float from_f64(double v) { return (float)v; }
+  __device__ __forceinline__ static float to_acc(float v) { return v; }
+  __device__ __forceinline__ static float from_acc(float v) { return v; }
+};
+
+template <>
+struct Num<double> {
+  typedef double acc;
+  static const bool is_float = true;
+  __device__ __forceinline__ static float to_f32(double v) { return (float)v; }
+  __device__ __forceinline__ static double to_f64(double v) { return v; }
+  __device__ __forceinline__ static double from_f32(float v) { return (double)v; }
+  __device__ __forceinline__ static double from_f64(double v) { return v; }
+  __device__ __forceinline__ static double to_acc(double v) { return v; }
+  __device__ __forceinline__ static double from_acc(double v) { return v; }
+};
+
+template <>
+struct Num<ch_u8> {
+  typedef ch_u8 acc;
+  typedef ch_u32 wide;
+  static const bool is_float = false;
+  static const ch_u8 max_value = 0xff;
+  static const ch_u8 min_value = 0;
+};
+
+template <>
+struct Num<ch_u32> {
+  typedef ch_u32 acc;
+  typedef ch_u32 wide;
+  static const bool is_float = false;
+  static const ch_u32 max_value = 0xffffffffu;
+  static const ch_u32 min_value = 0;
+};
+
+template <>
+struct Num<ch_i64> {
+  typedef ch_i64 acc;
+  typedef ch_u64 wide;
+  static const bool is_float = false;
+  static const ch_i64 max_value = 0x7fffffffffffffffll;
+  static const ch_i64 min_value = -0x7fffffffffffffffll - 1;
+};
+
+// Wrapping integer arithmetic (Rust's wrapping_* semantics).
+template <typename T>
+__device__ __forceinline__ T wrap_add(T a, T b) {
+  typedef typename Num<T>::wide W;
+  return (T)((W)a + (W)b);
+}
+template <typename T>
+__device__ __forceinline__ T wrap_sub(T a, T b) {
+  typedef typename Num<T>::wide W;
+  return (T)((W)a - (W)b);
+}
+template <typename T>
+__device__ __forceinline__ T wrap_mul(T a, T b) {
+  typedef typename Num<T>::wide W;
+  return (T)((W)a * (W)b);
+}
+template <typename T>
+__device__ __forceinline__ T wrap_neg(T a) {
+  typedef typename Num<T>::wide W;
+  return (T)((W)0 - (W)a);
+}
+
+// ---------------------------------------------------------------------------
+// Conversions with Rust's `as` semantics: float -> int saturates and maps NaN
+// to 0; int -> int wraps; int -> float rounds to nearest; float -> float
+// rounds to nearest even (f64 -> f16/bf16 goes through f32).
+
+template <typename D>
+__device__ __forceinline__ D saturate_from_f64(double v) {
+  if (v != v) return (D)0;
+  if (v <= (double)Num<D>::min_value) return Num<D>::min_value;
+  if (v >= (double)Num<D>::max_value) return Num<D>::max_value;
+  return (D)v;
+}
+
+template <typename D, typename S, bool SF = Num<S>::is_float, bool DF = Num<D>::is_float>
+struct Cast;
+
+template <typename D, typename S>
+struct Cast<D, S, true, true> {
+  __device__ __forceinline__ static D apply(S v) {
+    // f64 sources keep their precision until the final rounding.
+    return sizeof(S) == sizeof(double) ? Num<D>::from_f64(Num<S>::to_f64(v))
+                                       : Num<D>::from_f32(Num<S>::to_f32(v));
+  }
+};
+
+template <typename D, typename S>
+struct Cast<D, S, true, false> {
+  __device__ __forceinline__ static D apply(S v) { return saturate_from_f64<D>(Num<S>::to_f64(v)); }
+};
+
+template <typename D, typename S>
+struct Cast<D, S, false, true> {
+  __device__ __forceinline__ static D apply(S v) {
+    return sizeof(D) == sizeof(double) ? Num<D>::from_f64((double)v) : Num<D>::from_f32((float)v);
+  }
+};
+
+template <typename D, typename S>
+struct Cast<D, S, false, false> {
+  __device__ __forceinline__ static D apply(S v) { return (D)v; }
+};
+
+template <typename D, typename S>
+__device__ __forceinline__ D cast_to(S v) {
+  return Cast<D, S>::apply(v);
+}
+
+// A value of any type whose bits are all zero (0 for every supported dtype).
+template <typename U>
+__device__ __forceinline__ U zero_bits() {
+  U u;
+  unsigned char* b = reinterpret_cast<unsigned char*>(&u);
+#pragma unroll
+  for (int k = 0; k < (int)sizeof(U); ++k) b[k] = 0;
+  return u;
+}
+
+// The low sizeof(T) bytes of `bits` reinterpreted as a T (scalars travel
+// from the host as 64-bit patterns).
+template <typename T>
+__device__ __forceinline__ T from_bits(ch_u64 bits) {
+  T t;
+  unsigned char* dst = reinterpret_cast<unsigned char*>(&t);
+#pragma unroll
+  for (int k = 0; k < (int)sizeof(T); ++k) dst[k] = (unsigned char)(bits >> (8 * k));
+  return t;
+}
+
+// ---------------------------------------------------------------------------
+// Thread indexing and index arithmetic.
+
+__device__ __forceinline__ ch_u64 global_thread() {
+  return (ch_u64)blockIdx.x * blockDim.x + threadIdx.x;
+}
+
+__device__ __forceinline__ ch_u64 global_threads() {
+  return (ch_u64)gridDim.x * blockDim.x;
+}
+
+// n / d with the remainder in `rem`; 32-bit division whenever both fit.
+__device__ __forceinline__ ch_u64 divmod(ch_u64 n, ch_u64 d, ch_u64& rem) {
+  if (((n | d) >> 32) == 0) {
+    const ch_u32 q = (ch_u32)n / (ch_u32)d;
+    rem = (ch_u32)n - q * (ch_u32)d;
+    return q;
+  }
+  const ch_u64 q = n / d;
+  rem = n - q * d;
+  return q;
+}
+
+// Storage offset of the `i`-th element (row-major order) of a strided view.
+__device__ __forceinline__ ch_u64 strided_offset(ch_u64 i, ch_u32 rank, const ch_u64* dims,
+                                                 const ch_u64* strides) {
+  if (rank == 1) return i * strides[0];
+  ch_u64 off = 0;
+#pragma unroll
+  for (int d = CH_MAX_DIMS - 1; d >= 0; --d) {
+    if (d < (int)rank) {
+      ch_u64 c;
+      i = divmod(i, dims[d], c);
+      off += c * strides[d];
+    }
+  }
+  return off;
+}
+
+// ---------------------------------------------------------------------------
+// Element-wise kernels: one shape, up to CH_MAX_OPERANDS strided inputs, one
+// contiguous output. Mirrored by `ElemInfo` in candle-hip/src/info.rs.
+struct ElemInfo {
+  ch_u64 numel;
+  // 0 when every operand is contiguous (and the strides are unused);
+  // otherwise the number of (merged) dimensions.
+  ch_u32 rank;
+  ch_u32 pad;
+  ch_u64 dims[CH_MAX_DIMS];
+  ch_u64 strides[CH_MAX_OPERANDS][CH_MAX_DIMS];
+};
+
+// Offsets of element `i` in each of the first N operands, sharing the divisions.
+template <int N>
+__device__ __forceinline__ void strided_offsets(const ElemInfo& info, ch_u64 i, ch_u64 (&off)[CH_MAX_OPERANDS]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) off[k] = 0;
+  if (info.rank == 1) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) off[k] = i * info.strides[k][0];
+    return;
+  }
+#pragma unroll
+  for (int d = CH_MAX_DIMS - 1; d >= 0; --d) {
+    if (d < (int)info.rank) {
+      ch_u64 c;
+      i = divmod(i, info.dims[d], c);
+#pragma unroll
+      for (int k = 0; k < N; ++k) off[k] += c * info.strides[k][d];
+    }
+  }
+}
+
+// V consecutive elements moved with one wide memory access.
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+template <typename T, typename... Ts>
+struct MaxSize {
+  static const int rest = MaxSize<Ts...>::value;
+  static const int value = (int)sizeof(T) > rest ? (int)sizeof(T) : rest;
+};
+
+template <typename T>
+struct MaxSize<T> {
+  static const int value = (int)sizeof(T);
+};
+
+template <int V, typename T>
+__device__ __forceinline__ bool is_aligned(const T* p) {
+  return (reinterpret_cast<ch_u64>(p) % (sizeof(T) * V)) == 0;
+}
+
+// Input operand K of an element-wise kernel.
+template <typename T, int K>
+struct In {
+  typedef T type;
+  const T* p;
+  __device__ __forceinline__ T at(const ch_u64 (&off)[CH_MAX_OPERANDS]) const { return p[off[K]]; }
+  template <int V>
+  __device__ __forceinline__ Pack<T, V> pack(ch_u64 j) const {
+    return reinterpret_cast<const Pack<T, V>*>(p)[j];
+  }
+  template <int V>
+  __device__ __forceinline__ bool aligned() const {
+    return is_aligned<V>(p);
+  }
+};
+
+template <int V, typename Out>
+__device__ __forceinline__ bool all_aligned(const Out* out) {
+  return is_aligned<V>(out);
+}
+
+template <int V, typename Out, typename I, typename... Is>
+__device__ __forceinline__ bool all_aligned(const Out* out, const I& in, const Is&... ins) {
+  return in.template aligned<V>() && all_aligned<V>(out, ins...);
+}
+
+template <int V, typename Out, typename F, typename... P>
+__device__ __forceinline__ Pack<Out, V> apply_pack(const F& f, const P&... packs) {
+  Pack<Out, V> r;
+#pragma unroll
+  for (int k = 0; k < V; ++k) r.v[k] = f(packs.v[k]...);
+  return r;
+}
+
+// out[i] = f(in0[i], in1[i], ...) for every element, grid-stride. Contiguous
+// operands take 16-byte loads and stores when every pointer is aligned.
+template <typename Out, typename F, typename... Ins>
+__device__ __forceinline__ void map_elems(const ElemInfo& info, Out* out, const F& f, const Ins&... ins) {
+  const ch_u64 n = info.numel;
+  const ch_u64 first = global_thread();
+  const ch_u64 step = global_threads();
+  if (info.rank != 0) {
+    for (ch_u64 i = first; i < n; i += step) {
+      ch_u64 off[CH_MAX_OPERANDS];
+      strided_offsets<sizeof...(Ins)>(info, i, off);
+      out[i] = f(ins.at(off)...);
+    }
+    return;
+  }
+  const int V = CH_VEC_BYTES / MaxSize<Out, typename Ins::type...>::value;
+  ch_u64 done = 0;
+  if (V > 1 && all_aligned<V>(out, ins...)) {
+    const ch_u64 nv = n / V;
+    Pack<Out, V>* outv = reinterpret_cast<Pack<Out, V>*>(out);
+    for (ch_u64 j = first; j < nv; j += step) outv[j] = apply_pack<V, Out>(f, ins.template pack<V>(j)...);
+    done = nv * V;
+  }
+  for (ch_u64 i = done + first; i < n; i += step) out[i] = f(ins.p[i]...);
+}
+
+// ---------------------------------------------------------------------------
+// Wave and block reductions over plain-data states (sizeof a multiple of 4).
+// R provides: typedef State; static State identity(); static State combine(State, State).
+// combine must be associative and commutative.
+
+template <typename S>
+__device__ __forceinline__ S shfl_xor_state(const S& s, int lane_mask) {
+  static_assert(sizeof(S) % sizeof(int) == 0, "reduction states are whole 32-bit words");
+  const int words = (int)(sizeof(S) / sizeof(int));
+  union {
+    S s;
+    int w[sizeof(S) / sizeof(int)];
+  } in, out;
+  in.s = s;
+#pragma unroll
+  for (int k = 0; k < words; ++k) out.w[k] = __shfl_xor(in.w[k], lane_mask, CANDLE_HIP_WAVE);
+  return out.s;
+}
+
+// Every lane of the wave must call this; each lane gets the reduction of the wave.
+template <typename R>
+__device__ __forceinline__ typename R::State wave_reduce(typename R::State s) {
+#pragma unroll
+  for (int m = CANDLE_HIP_WAVE / 2; m > 0; m /= 2) s = R::combine(s, shfl_xor_state(s, m));
+  return s;
+}
+
+// Every thread of the block must call this; blockDim.x is a multiple of the
+// wave size and at most CH_REDUCE_MAX_BLOCK. The result is valid in thread 0.
+// `scratch` is shared memory of CH_MAX_WAVES states; calls may be repeated
+// (the leading barrier protects the scratch of the previous call).
+template <typename R>
+__device__ __forceinline__ typename R::State block_reduce(typename R::State s, typename R::State* scratch) {
+  s = wave_reduce<R>(s);
+  const int waves = (int)(blockDim.x / CANDLE_HIP_WAVE);
+  if (waves == 1) return s;
+  const int lane = (int)(threadIdx.x % CANDLE_HIP_WAVE);
+  const int wave = (int)(threadIdx.x / CANDLE_HIP_WAVE);
+  __syncthreads();
+  if (lane == 0) scratch[wave] = s;
+  __syncthreads();
+  s = (int)threadIdx.x < waves ? scratch[threadIdx.x] : R::identity();
+  return wave_reduce<R>(s);
+}
+
+// ---------------------------------------------------------------------------
+// Instantiation helpers: M(NAME, OP, dtype) for each dtype of a group. Kernel
+// names are NAME##_##dtype, e.g. uexp_f32.
+
+#define CH_FLOATS(M, NAME, OP) M(NAME, OP, f16) M(NAME, OP, bf16) M(NAME, OP, f32) M(NAME, OP, f64)
+#define CH_INTS(M, NAME, OP) M(NAME, OP, u8) M(NAME, OP, u32) M(NAME, OP, i64)
+#define CH_ALL(M, NAME, OP) CH_FLOATS(M, NAME, OP) CH_INTS(M, NAME, OP)
+
+#endif  // CANDLE_HIP_COMMON_H

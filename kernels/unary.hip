@@ -1,0 +1,219 @@
+// Element-wise unary kernels: Candle's UnaryOpT ops, copy, affine, powf, elu.
+//
+// Kernel names follow Candle's UnaryOpT::KERNEL constants plus the dtype
+// (uexp_f32, ugelu_erf_bf16, ...). Signature of every kernel here:
+//   (const ElemInfo info, const T* in, T* out[, scalar parameters])
+// `in` points at the first element of the input view, `out` at a contiguous
+// output of info.numel elements.
+//
+// Floating types compute in f32 (f16, bf16, f32) or f64 and round once.
+// Integer dtypes have the ops whose result Candle defines for them (copy, abs,
+// relu, sign, ceil, floor, round).
+
+#include "common.h"
+
+// Every op: `flt` on f32 and f64; ops defined on integers also `integer`.
+#define CH_LIBM_OP(NAME, FN)                                                  \
+  struct NAME {                                                               \
+    __device__ __forceinline__ static float flt(float x) { return FN##f(x); } \
+    __device__ __forceinline__ static double flt(double x) { return FN(x); }  \
+  };
+
+CH_LIBM_OP(ExpOp, exp)
+CH_LIBM_OP(LogOp, log)
+CH_LIBM_OP(SinOp, sin)
+CH_LIBM_OP(CosOp, cos)
+CH_LIBM_OP(TanhOp, tanh)
+CH_LIBM_OP(SqrtOp, sqrt)
+CH_LIBM_OP(ErfOp, erf)
+
+struct NegOp {
+  template <typename A>
+  __device__ __forceinline__ static A flt(A x) { return -x; }
+};
+
+struct RecipOp {
+  template <typename A>
+  __device__ __forceinline__ static A flt(A x) { return (A)1 / x; }
+};
+
+struct SqrOp {
+  template <typename A>
+  __device__ __forceinline__ static A flt(A x) { return x * x; }
+};
+
+// Tanh approximation, as Candle's `gelu`.
+struct GeluOp {
+  template <typename A>
+  __device__ __forceinline__ static A flt(A x) {
+    const A sqrt_two_over_pi = (A)0.79788456080286535587989211986876373;
+    return (A)0.5 * x * ((A)1 + TanhOp::flt(sqrt_two_over_pi * x * ((A)1 + (A)0.044715 * x * x)));
+  }
+};
+
+struct GeluErfOp {
+  template <typename A>
+  __device__ __forceinline__ static A flt(A x) {
+    const A frac_1_sqrt_2 = (A)0.70710678118654752440084436210484903;
+    return (ErfOp::flt(x * frac_1_sqrt_2) + (A)1) * (A)0.5 * x;
+  }
+};
+
+struct SiluOp {
+  template <typename A>
+  __device__ __forceinline__ static A flt(A x) { return x / ((A)1 + ExpOp::flt(-x)); }
+};
+
+struct AbsOp {
+  __device__ __forceinline__ static float flt(float x) { return fabsf(x); }
+  __device__ __forceinline__ static double flt(double x) { return fabs(x); }
+  template <typename T>
+  __device__ __forceinline__ static T integer(T x) { return x < (T)0 ? wrap_neg(x) : x; }
+};
+
+// max(x, 0): NaN gives 0, like Rust's f32::max.
+struct ReluOp {
+  template <typename A>
+  __device__ __forceinline__ static A flt(A x) { return x > (A)0 ? x : (A)0; }
+  template <typename T>
+  __device__ __forceinline__ static T integer(T x) { return x > (T)0 ? x : (T)0; }
+};
+
+// -1, 0 or 1; NaN gives 0.
+struct SignOp {
+  template <typename A>
+  __device__ __forceinline__ static A flt(A x) { return (A)(x > (A)0) - (A)(x < (A)0); }
+  template <typename T>
+  __device__ __forceinline__ static T integer(T x) { return (T)((x > (T)0) - (x < (T)0)); }
+};
+
+// Rounding ops are the identity on integers.
+#define CH_ROUNDING_OP(NAME, FN)                                              \
+  struct NAME {                                                               \
+    __device__ __forceinline__ static float flt(float x) { return FN##f(x); } \
+    __device__ __forceinline__ static double flt(double x) { return FN(x); }  \
+    template <typename T>                                                     \
+    __device__ __forceinline__ static T integer(T x) { return x; }            \
+  };
+
+CH_ROUNDING_OP(CeilOp, ceil)
+CH_ROUNDING_OP(FloorOp, floor)
+// Halfway cases away from zero, like Rust's round.
+CH_ROUNDING_OP(RoundOp, round)
+
+// The per-element function of a unary kernel for storage type T.
+template <typename Op, typename T, bool F = Num<T>::is_float>
+struct UnaryFn;
+
+template <typename Op, typename T>
+struct UnaryFn<Op, T, true> {
+  __device__ __forceinline__ T operator()(T x) const { return Num<T>::from_acc(Op::flt(Num<T>::to_acc(x))); }
+};
+
+template <typename Op, typename T>
+struct UnaryFn<Op, T, false> {
+  __device__ __forceinline__ T operator()(T x) const { return Op::integer(x); }
+};
+
+struct CopyFn {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T x) const { return x; }
+};
+
+#define CH_UNARY_KERNEL(NAME, OP, TY)                                                          \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                  \
+      NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_##TY* out) {                      \
+    map_elems(info, out, UnaryFn<OP, ch_##TY>(), In<ch_##TY, 0>{in});                          \
+  }
+
+CH_FLOATS(CH_UNARY_KERNEL, uexp, ExpOp)
+CH_FLOATS(CH_UNARY_KERNEL, ulog, LogOp)
+CH_FLOATS(CH_UNARY_KERNEL, usin, SinOp)
+CH_FLOATS(CH_UNARY_KERNEL, ucos, CosOp)
+CH_FLOATS(CH_UNARY_KERNEL, utanh, TanhOp)
+CH_FLOATS(CH_UNARY_KERNEL, uneg, NegOp)
+CH_FLOATS(CH_UNARY_KERNEL, urecip, RecipOp)
+CH_FLOATS(CH_UNARY_KERNEL, usqr, SqrOp)
+CH_FLOATS(CH_UNARY_KERNEL, usqrt, SqrtOp)
+CH_FLOATS(CH_UNARY_KERNEL, ugelu, GeluOp)
+CH_FLOATS(CH_UNARY_KERNEL, ugelu_erf, GeluErfOp)
+CH_FLOATS(CH_UNARY_KERNEL, uerf, ErfOp)
+CH_FLOATS(CH_UNARY_KERNEL, usilu, SiluOp)
+CH_ALL(CH_UNARY_KERNEL, urelu, ReluOp)
+CH_ALL(CH_UNARY_KERNEL, uabs, AbsOp)
+CH_ALL(CH_UNARY_KERNEL, uceil, CeilOp)
+CH_ALL(CH_UNARY_KERNEL, ufloor, FloorOp)
+CH_ALL(CH_UNARY_KERNEL, uround, RoundOp)
+CH_ALL(CH_UNARY_KERNEL, usign, SignOp)
+
+#define CH_COPY_KERNEL(NAME, OP, TY)                                      \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)             \
+      NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_##TY* out) { \
+    map_elems(info, out, OP(), In<ch_##TY, 0>{in});                       \
+  }
+
+CH_ALL(CH_COPY_KERNEL, ucopy, CopyFn)
+
+// ---------------------------------------------------------------------------
+// Ops with scalar parameters. As in Candle's CPU backend, each parameter is
+// first converted to the tensor's dtype (with Rust `as` semantics).
+
+// x * mul + add.
+template <typename T, bool F = Num<T>::is_float>
+struct AffineFn;
+
+template <typename T>
+struct AffineFn<T, true> {
+  typename Num<T>::acc mul, add;
+  __device__ __forceinline__ AffineFn(double m, double a)
+      : mul(Num<T>::to_acc(cast_to<T>(m))), add(Num<T>::to_acc(cast_to<T>(a))) {}
+  __device__ __forceinline__ T operator()(T x) const { return Num<T>::from_acc(Num<T>::to_acc(x) * mul + add); }
+};
+
+template <typename T>
+struct AffineFn<T, false> {
+  T mul, add;
+  __device__ __forceinline__ AffineFn(double m, double a) : mul(cast_to<T>(m)), add(cast_to<T>(a)) {}
+  __device__ __forceinline__ T operator()(T x) const { return wrap_add(wrap_mul(x, mul), add); }
+};
+
+#define CH_AFFINE_KERNEL(NAME, OP, TY)                                                                \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                         \
+      NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_##TY* out, double mul, double add) {     \
+    map_elems(info, out, OP<ch_##TY>(mul, add), In<ch_##TY, 0>{in});                                 \
+  }
+
+CH_ALL(CH_AFFINE_KERNEL, affine, AffineFn)
+
+__device__ __forceinline__ float ch_pow(float x, float e) { return powf(x, e); }
+__device__ __forceinline__ double ch_pow(double x, double e) { return pow(x, e); }
+
+// x ^ e (floating dtypes only).
+template <typename T>
+struct PowfFn {
+  typename Num<T>::acc e;
+  __device__ __forceinline__ explicit PowfFn(double exponent) : e(Num<T>::to_acc(cast_to<T>(exponent))) {}
+  __device__ __forceinline__ T operator()(T x) const { return Num<T>::from_acc(ch_pow(Num<T>::to_acc(x), e)); }
+};
+
+// x when its sign bit is clear (NaN kept), alpha * (exp(x) - 1) otherwise
+// (floating dtypes only). -0 gives 0, equal to Candle's -0.
+template <typename T>
+struct EluFn {
+  typename Num<T>::acc alpha;
+  __device__ __forceinline__ explicit EluFn(double a) : alpha(Num<T>::to_acc(cast_to<T>(a))) {}
+  __device__ __forceinline__ T operator()(T x) const {
+    const typename Num<T>::acc v = Num<T>::to_acc(x);
+    if (v >= 0 || v != v) return x;
+    return Num<T>::from_acc((ExpOp::flt(v) - 1) * alpha);
+  }
+};
+
+#define CH_PARAM_KERNEL(NAME, OP, TY)                                                     \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                             \
+      NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_##TY* out, double param) {   \
+    map_elems(info, out, OP<ch_##TY>(param), In<ch_##TY, 0>{in});                        \
+  }
+
+CH_FLOATS(CH_PARAM_KERNEL, powf, PowfFn)
+CH_FLOATS(CH_PARAM_KERNEL, elu, EluFn)
