@@ -34,6 +34,8 @@
 //! # Ok::<(), hip_safe::Error>(())
 //! ```
 
+#![warn(missing_docs)]
+
 mod alloc;
 mod blas;
 mod buffer;
