@@ -217,7 +217,10 @@ impl Device {
     }
 
     /// HIP's per-thread default stream (`hipStreamPerThread`): each thread
-    /// that uses it talks to its own stream.
+    /// that uses it talks to its own stream. Because its meaning depends on
+    /// the calling thread, buffers allocated on it use `hipMalloc`/`hipFree`
+    /// (which waits for the device) rather than stream-ordered allocation,
+    /// and two handles of it always count as the same stream.
     pub fn per_thread_stream(&self) -> Stream {
         Stream::per_thread_for(self.clone())
     }
@@ -262,6 +265,10 @@ pub(crate) fn device_count(api: &HipApi) -> Result<usize> {
     // SAFETY: valid out-pointer.
     let status = unsafe { api.hipGetDeviceCount(&mut count) }?;
     if status == hip_sys::hipError_t::hipErrorNoDevice {
+        // "No device" is an answer, not a failure: clear it from HIP's
+        // last-error slot so it does not surface on a later call.
+        // SAFETY: no arguments; only resets the calling thread's error slot.
+        let _ = unsafe { api.hipGetLastError() };
         return Ok(0);
     }
     hip_check(Ok(status), "hipGetDeviceCount")?;
