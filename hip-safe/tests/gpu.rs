@@ -96,7 +96,9 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
 fn kernels(dev: &Device) -> Module {
     Program::new(KERNELS, "gpu_tests.hip")
         .option("-O3")
-        .cache_dir(temp_dir("kernels"))
+        .cache_dir(
+            std::env::temp_dir().join(format!("hip-safe-gpu-kernels-{}", std::process::id())),
+        )
         .compile_for(dev)
         .expect("test kernels compile")
 }
