@@ -1,0 +1,448 @@
+//! hipRTC on NVRTC.
+//!
+//! A `hiprtcProgram` is a boxed [`Program`] holding the NVRTC program, the
+//! strings handed to it, and after compilation the log and the code object:
+//! a CUBIN when compiled for an `sm_XY` target (the default: the current
+//! device's architecture), PTX text when compiled for a `compute_XY` target.
+//! Either loads with `hipModuleLoadData`.
+
+mod headers;
+mod options;
+
+use std::ffi::{CStr, CString, c_char, c_int};
+
+use cudarc::nvrtc::sys::{self as nvrtc, nvrtcProgram, nvrtcResult};
+use hip_sys::{hiprtcProgram, hiprtcResult};
+
+use crate::ffi::{FfiReturn, Status, copy_c_string, non_null, write_out};
+
+type RtcResult<T = ()> = Result<T, hiprtcResult>;
+
+impl FfiReturn for hiprtcResult {
+    fn panicked() -> Self {
+        hiprtcResult::HIPRTC_ERROR_INTERNAL_ERROR
+    }
+}
+
+impl Status for hiprtcResult {
+    const SUCCESS: Self = hiprtcResult::HIPRTC_SUCCESS;
+}
+
+/// The hipRTC status for an NVRTC status (same meanings for 0–11).
+fn rtc(result: nvrtcResult) -> RtcResult {
+    use nvrtcResult as N;
+    let status = match result {
+        N::NVRTC_SUCCESS => return Ok(()),
+        N::NVRTC_ERROR_OUT_OF_MEMORY => hiprtcResult::HIPRTC_ERROR_OUT_OF_MEMORY,
+        N::NVRTC_ERROR_PROGRAM_CREATION_FAILURE => {
+            hiprtcResult::HIPRTC_ERROR_PROGRAM_CREATION_FAILURE
+        }
+        N::NVRTC_ERROR_INVALID_INPUT => hiprtcResult::HIPRTC_ERROR_INVALID_INPUT,
+        N::NVRTC_ERROR_INVALID_PROGRAM => hiprtcResult::HIPRTC_ERROR_INVALID_PROGRAM,
+        N::NVRTC_ERROR_INVALID_OPTION => hiprtcResult::HIPRTC_ERROR_INVALID_OPTION,
+        N::NVRTC_ERROR_COMPILATION => hiprtcResult::HIPRTC_ERROR_COMPILATION,
+        N::NVRTC_ERROR_BUILTIN_OPERATION_FAILURE => {
+            hiprtcResult::HIPRTC_ERROR_BUILTIN_OPERATION_FAILURE
+        }
+        N::NVRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION => {
+            hiprtcResult::HIPRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION
+        }
+        N::NVRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION => {
+            hiprtcResult::HIPRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION
+        }
+        N::NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID => {
+            hiprtcResult::HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID
+        }
+        _ => hiprtcResult::HIPRTC_ERROR_INTERNAL_ERROR,
+    };
+    Err(status)
+}
+
+/// One hipRTC program.
+struct Program {
+    handle: nvrtcProgram,
+    /// Source, name and headers given to NVRTC, kept alive with the program.
+    _strings: Vec<CString>,
+    /// The compilation log (NVRTC's, plus the shim's notes on failure).
+    log: Vec<u8>,
+    /// The code object after a successful compilation.
+    code: Option<Vec<u8>>,
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: `handle` came from nvrtcCreateProgram and is destroyed once.
+        let _ = unsafe { nvrtc::nvrtcDestroyProgram(&mut self.handle) };
+    }
+}
+
+/// The program behind a handle.
+///
+/// # Safety
+/// `prog` must be null or a live handle from [`hiprtcCreateProgram`].
+unsafe fn program<'a>(prog: hiprtcProgram) -> RtcResult<&'a mut Program> {
+    non_null(prog, hiprtcResult::HIPRTC_ERROR_INVALID_PROGRAM)?;
+    // SAFETY: per the contract, a live boxed Program not aliased by a call
+    // running concurrently on the same program (hipRTC requires that too).
+    Ok(unsafe { &mut *prog.cast::<Program>() })
+}
+
+/// A C string argument as an owned string, or `INVALID_INPUT` when null.
+///
+/// # Safety
+/// `s` must be null or NUL-terminated.
+unsafe fn c_text(s: *const c_char) -> RtcResult<String> {
+    non_null(s, hiprtcResult::HIPRTC_ERROR_INVALID_INPUT)?;
+    // SAFETY: non-null and NUL-terminated per the contract.
+    Ok(unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
+}
+
+/// A string for NVRTC; interior NULs cannot come from C strings.
+fn c_string(s: String) -> RtcResult<CString> {
+    CString::new(s).map_err(|_| hiprtcResult::HIPRTC_ERROR_INVALID_INPUT)
+}
+
+/// Fails (and says why on stderr, once) when libnvrtc cannot be loaded.
+fn require_nvrtc() -> RtcResult {
+    static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let present = *PRESENT.get_or_init(|| {
+        // SAFETY: probing for the library has no preconditions.
+        let present = unsafe { nvrtc::is_culib_present() };
+        if !present {
+            eprintln!(
+                "hip-on-cuda: libnvrtc could not be loaded; add CUDA's lib64 directory to LD_LIBRARY_PATH"
+            );
+        }
+        present
+    });
+    if present {
+        Ok(())
+    } else {
+        Err(hiprtcResult::HIPRTC_ERROR_PROGRAM_CREATION_FAILURE)
+    }
+}
+
+/// `hiprtcVersion`: the hipRTC of HIP 6.4 (see the HIP runtime version).
+pub(crate) unsafe fn hiprtcVersion(major: *mut c_int, minor: *mut c_int) -> RtcResult {
+    non_null(minor, hiprtcResult::HIPRTC_ERROR_INVALID_INPUT)?;
+    // SAFETY: the caller passes valid or null out-pointers.
+    unsafe {
+        write_out(major, 6, hiprtcResult::HIPRTC_ERROR_INVALID_INPUT)?;
+        write_out(minor, 4, hiprtcResult::HIPRTC_ERROR_INVALID_INPUT)
+    }
+}
+
+/// `hiprtcGetErrorString`: a static description.
+pub(crate) unsafe fn hiprtcGetErrorString(result: hiprtcResult) -> *const c_char {
+    let text: &CStr = match result {
+        hiprtcResult::HIPRTC_SUCCESS => c"HIPRTC_SUCCESS",
+        hiprtcResult::HIPRTC_ERROR_OUT_OF_MEMORY => c"HIPRTC_ERROR_OUT_OF_MEMORY",
+        hiprtcResult::HIPRTC_ERROR_PROGRAM_CREATION_FAILURE => {
+            c"HIPRTC_ERROR_PROGRAM_CREATION_FAILURE"
+        }
+        hiprtcResult::HIPRTC_ERROR_INVALID_INPUT => c"HIPRTC_ERROR_INVALID_INPUT",
+        hiprtcResult::HIPRTC_ERROR_INVALID_PROGRAM => c"HIPRTC_ERROR_INVALID_PROGRAM",
+        hiprtcResult::HIPRTC_ERROR_INVALID_OPTION => c"HIPRTC_ERROR_INVALID_OPTION",
+        hiprtcResult::HIPRTC_ERROR_COMPILATION => c"HIPRTC_ERROR_COMPILATION",
+        hiprtcResult::HIPRTC_ERROR_BUILTIN_OPERATION_FAILURE => {
+            c"HIPRTC_ERROR_BUILTIN_OPERATION_FAILURE"
+        }
+        hiprtcResult::HIPRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION => {
+            c"HIPRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION"
+        }
+        hiprtcResult::HIPRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION => {
+            c"HIPRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION"
+        }
+        hiprtcResult::HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID => {
+            c"HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID"
+        }
+        hiprtcResult::HIPRTC_ERROR_INTERNAL_ERROR => c"HIPRTC_ERROR_INTERNAL_ERROR",
+        hiprtcResult::HIPRTC_ERROR_LINKING => c"HIPRTC_ERROR_LINKING",
+        _ => c"HIPRTC_ERROR_INVALID",
+    };
+    text.as_ptr()
+}
+
+/// `hiprtcCreateProgram`: the source (with `hip/hip_runtime.h` included
+/// implicitly) and the caller's headers plus the replacement `hip/*.h`
+/// headers the caller does not provide itself.
+pub(crate) unsafe fn hiprtcCreateProgram(
+    prog: *mut hiprtcProgram,
+    src: *const c_char,
+    name: *const c_char,
+    num_headers: c_int,
+    headers: *mut *const c_char,
+    include_names: *mut *const c_char,
+) -> RtcResult {
+    let invalid = hiprtcResult::HIPRTC_ERROR_INVALID_INPUT;
+    non_null(prog, invalid)?;
+    let num_headers = usize::try_from(num_headers).map_err(|_| invalid)?;
+    if num_headers > 0 {
+        non_null(headers, invalid)?;
+        non_null(include_names, invalid)?;
+    }
+    // SAFETY: the caller passes NUL-terminated strings (name may be null).
+    let source = unsafe { c_text(src) }?;
+    let name = if name.is_null() {
+        "default_program".to_string()
+    } else {
+        // SAFETY: as above.
+        unsafe { c_text(name) }?
+    };
+    let mut header_list = Vec::with_capacity(num_headers + headers::REPLACEMENT_HEADERS.len());
+    for i in 0..num_headers {
+        // SAFETY: both arrays hold `num_headers` NUL-terminated strings.
+        let (text, include) = unsafe { (c_text(*headers.add(i))?, c_text(*include_names.add(i))?) };
+        header_list.push((include, text));
+    }
+    for (include, text) in headers::REPLACEMENT_HEADERS {
+        if !header_list.iter().any(|(given, _)| given == include) {
+            header_list.push((include.to_string(), text.to_string()));
+        }
+    }
+    require_nvrtc()?;
+
+    let source = c_string(headers::wrap_source(&source, &name))?;
+    let name = c_string(name)?;
+    let mut strings = vec![source, name];
+    let (mut contents, mut includes) = (Vec::new(), Vec::new());
+    for (include, text) in header_list {
+        let (text, include) = (c_string(text)?, c_string(include)?);
+        contents.push(text.as_ptr());
+        includes.push(include.as_ptr());
+        strings.extend([text, include]);
+    }
+    let count = c_int::try_from(contents.len()).map_err(|_| invalid)?;
+    let mut handle = std::ptr::null_mut();
+    // SAFETY: every pointer refers to a CString owned by `strings`, which
+    // outlives the program.
+    rtc(unsafe {
+        nvrtc::nvrtcCreateProgram(
+            &mut handle,
+            strings[0].as_ptr(),
+            strings[1].as_ptr(),
+            count,
+            contents.as_ptr(),
+            includes.as_ptr(),
+        )
+    })?;
+    let program = Box::new(Program {
+        handle,
+        _strings: strings,
+        log: Vec::new(),
+        code: None,
+    });
+    // SAFETY: checked non-null; the caller guarantees validity.
+    unsafe { write_out(prog, Box::into_raw(program).cast(), invalid) }
+}
+
+/// `hiprtcDestroyProgram`: frees the program and nulls the handle.
+pub(crate) unsafe fn hiprtcDestroyProgram(prog: *mut hiprtcProgram) -> RtcResult {
+    non_null(prog, hiprtcResult::HIPRTC_ERROR_INVALID_PROGRAM)?;
+    // SAFETY: the caller passes a valid pointer to a handle.
+    let handle = unsafe { prog.read() };
+    non_null(handle, hiprtcResult::HIPRTC_ERROR_INVALID_PROGRAM)?;
+    // SAFETY: a live handle from hiprtcCreateProgram, destroyed once here.
+    drop(unsafe { Box::from_raw(handle.cast::<Program>()) });
+    // SAFETY: as above.
+    unsafe { prog.write(std::ptr::null_mut()) };
+    Ok(())
+}
+
+/// The NVRTC option list for a hipRTC one: translated options, then the
+/// CUDA include directories, the current device's architecture when none
+/// was given, and C++17 when no standard was given.
+fn nvrtc_options(given: &[String]) -> (Vec<String>, Vec<String>) {
+    let translated = options::translate(given);
+    let mut out = translated.options;
+    out.extend(
+        headers::cuda_include_dirs()
+            .iter()
+            .map(|dir| format!("-I{}", dir.display())),
+    );
+    if !translated.has_arch
+        && let Some(arch) = crate::hip::device::current_arch_name()
+    {
+        out.push(format!("--gpu-architecture={arch}"));
+    }
+    if !translated.has_std {
+        out.push("-std=c++17".to_string());
+    }
+    (out, translated.dropped)
+}
+
+/// Reads NVRTC's log of a compiled program.
+fn nvrtc_log(handle: nvrtcProgram) -> RtcResult<Vec<u8>> {
+    let mut size = 0;
+    // SAFETY: valid program and out-pointer.
+    rtc(unsafe { nvrtc::nvrtcGetProgramLogSize(handle, &mut size) })?;
+    let mut log = vec![0_u8; size.max(1)];
+    // SAFETY: `log` has room for `size` bytes.
+    rtc(unsafe { nvrtc::nvrtcGetProgramLog(handle, log.as_mut_ptr().cast()) })?;
+    while log.last() == Some(&0) {
+        log.pop();
+    }
+    Ok(log)
+}
+
+/// Reads the compiled code: the CUBIN when there is one, else the PTX
+/// (with its terminating NUL, as `cuModuleLoadData` wants text).
+fn nvrtc_code(handle: nvrtcProgram) -> RtcResult<Vec<u8>> {
+    let mut size = 0;
+    // SAFETY: valid program and out-pointer.
+    let cubin = unsafe { nvrtc::nvrtcGetCUBINSize(handle, &mut size) };
+    if cubin == nvrtcResult::NVRTC_SUCCESS && size > 0 {
+        let mut code = vec![0_u8; size];
+        // SAFETY: `code` has room for `size` bytes.
+        rtc(unsafe { nvrtc::nvrtcGetCUBIN(handle, code.as_mut_ptr().cast()) })?;
+        return Ok(code);
+    }
+    // SAFETY: valid program and out-pointer.
+    rtc(unsafe { nvrtc::nvrtcGetPTXSize(handle, &mut size) })?;
+    let mut code = vec![0_u8; size];
+    // SAFETY: `code` has room for `size` bytes.
+    rtc(unsafe { nvrtc::nvrtcGetPTX(handle, code.as_mut_ptr().cast()) })?;
+    Ok(code)
+}
+
+/// `hiprtcCompileProgram`: compiles with translated options and keeps the
+/// log and the code object.
+pub(crate) unsafe fn hiprtcCompileProgram(
+    prog: hiprtcProgram,
+    num_options: c_int,
+    options: *mut *const c_char,
+) -> RtcResult {
+    let invalid = hiprtcResult::HIPRTC_ERROR_INVALID_INPUT;
+    // SAFETY: the caller passes a live program.
+    let program = unsafe { program(prog) }?;
+    let count = usize::try_from(num_options).map_err(|_| invalid)?;
+    if count > 0 {
+        non_null(options, invalid)?;
+    }
+    let given = (0..count)
+        // SAFETY: `options` holds `count` NUL-terminated strings.
+        .map(|i| unsafe { c_text(*options.add(i)) })
+        .collect::<RtcResult<Vec<_>>>()?;
+    let (nvrtc_opts, dropped) = nvrtc_options(&given);
+    let c_opts = nvrtc_opts
+        .iter()
+        .map(|o| c_string(o.clone()))
+        .collect::<RtcResult<Vec<_>>>()?;
+    let ptrs: Vec<*const c_char> = c_opts.iter().map(|o| o.as_ptr()).collect();
+    let n = c_int::try_from(ptrs.len()).map_err(|_| invalid)?;
+    // SAFETY: a live NVRTC program and `n` valid option strings.
+    let status = rtc(unsafe { nvrtc::nvrtcCompileProgram(program.handle, n, ptrs.as_ptr()) });
+    program.log = nvrtc_log(program.handle)?;
+    if status.is_err() {
+        let note = format!(
+            "\nhip-on-cuda: NVRTC options: {}; dropped hipRTC options: {}\n",
+            nvrtc_opts.join(" "),
+            if dropped.is_empty() {
+                "none".to_string()
+            } else {
+                dropped.join(" ")
+            }
+        );
+        program.log.extend_from_slice(note.as_bytes());
+        program.code = None;
+        return status;
+    }
+    program.code = Some(nvrtc_code(program.handle)?);
+    Ok(())
+}
+
+/// `hiprtcGetProgramLogSize`: the log size including its NUL.
+pub(crate) unsafe fn hiprtcGetProgramLogSize(
+    prog: hiprtcProgram,
+    log_size_ret: *mut usize,
+) -> RtcResult {
+    // SAFETY: the caller passes a live program.
+    let size = unsafe { program(prog) }?.log.len() + 1;
+    // SAFETY: the caller passes a valid or null out-pointer.
+    unsafe { write_out(log_size_ret, size, hiprtcResult::HIPRTC_ERROR_INVALID_INPUT) }
+}
+
+/// `hiprtcGetProgramLog`: copies the log and its NUL.
+pub(crate) unsafe fn hiprtcGetProgramLog(prog: hiprtcProgram, log: *mut c_char) -> RtcResult {
+    // SAFETY: the caller passes a live program.
+    let program = unsafe { program(prog) }?;
+    non_null(log, hiprtcResult::HIPRTC_ERROR_INVALID_INPUT)?;
+    // SAFETY: the caller sized `log` with hiprtcGetProgramLogSize.
+    unsafe { copy_c_string(&program.log, log) };
+    Ok(())
+}
+
+/// `hiprtcGetCodeSize`: size of the code object; invalid before a
+/// successful compilation.
+pub(crate) unsafe fn hiprtcGetCodeSize(
+    prog: hiprtcProgram,
+    code_size_ret: *mut usize,
+) -> RtcResult {
+    // SAFETY: the caller passes a live program.
+    let program = unsafe { program(prog) }?;
+    let code = program
+        .code
+        .as_ref()
+        .ok_or(hiprtcResult::HIPRTC_ERROR_INVALID_PROGRAM)?;
+    // SAFETY: the caller passes a valid or null out-pointer.
+    unsafe {
+        write_out(
+            code_size_ret,
+            code.len(),
+            hiprtcResult::HIPRTC_ERROR_INVALID_INPUT,
+        )
+    }
+}
+
+/// `hiprtcGetCode`: copies the code object.
+pub(crate) unsafe fn hiprtcGetCode(prog: hiprtcProgram, code: *mut c_char) -> RtcResult {
+    // SAFETY: the caller passes a live program.
+    let program = unsafe { program(prog) }?;
+    non_null(code, hiprtcResult::HIPRTC_ERROR_INVALID_INPUT)?;
+    let bytes = program
+        .code
+        .as_ref()
+        .ok_or(hiprtcResult::HIPRTC_ERROR_INVALID_PROGRAM)?;
+    // SAFETY: the caller sized `code` with hiprtcGetCodeSize.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), code.cast::<u8>(), bytes.len()) };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_numbers_match_nvrtc() {
+        assert_eq!(rtc(nvrtcResult::NVRTC_SUCCESS), Ok(()));
+        assert_eq!(rtc(nvrtcResult::NVRTC_ERROR_COMPILATION).unwrap_err().0, 6);
+        assert_eq!(
+            rtc(nvrtcResult::NVRTC_ERROR_INVALID_OPTION).unwrap_err().0,
+            5
+        );
+        assert_eq!(
+            rtc(nvrtcResult::NVRTC_ERROR_CANCELLED),
+            Err(hiprtcResult::HIPRTC_ERROR_INTERNAL_ERROR)
+        );
+    }
+
+    #[test]
+    fn null_programs_are_invalid() {
+        let mut size = 0;
+        // SAFETY: null handles are rejected before any use.
+        unsafe {
+            assert_eq!(
+                hiprtcGetCodeSize(std::ptr::null_mut(), &mut size),
+                Err(hiprtcResult::HIPRTC_ERROR_INVALID_PROGRAM)
+            );
+            assert_eq!(
+                hiprtcDestroyProgram(std::ptr::null_mut()),
+                Err(hiprtcResult::HIPRTC_ERROR_INVALID_PROGRAM)
+            );
+        }
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: valid out-pointers.
+        assert_eq!(unsafe { hiprtcVersion(&mut major, &mut minor) }, Ok(()));
+        assert_eq!((major, minor), (6, 4));
+    }
+}
