@@ -5,6 +5,7 @@
 //! On the NVIDIA platform these validate our code and kernel arithmetic at
 //! warp 32, not AMD code generation or rocBLAS/MIOpen numerics.
 
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
 use half::{bf16, f16};
@@ -82,6 +83,18 @@ struct Affine {
 // SAFETY: three 4-byte fields, no padding, same layout as the C struct, and
 // every bit pattern is valid.
 unsafe impl DeviceRepr for Affine {}
+
+/// The leak check measures device-wide free memory, so it runs alone: it
+/// takes this lock exclusively, every other test takes it shared.
+static GPU: RwLock<()> = RwLock::new(());
+
+fn shared() -> RwLockReadGuard<'static, ()> {
+    GPU.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    GPU.write().unwrap_or_else(|p| p.into_inner())
+}
 
 fn device() -> Device {
     Device::new(0).expect("a HIP device")
@@ -174,6 +187,7 @@ fn assert_close<T: TestFloat>(what: &str, got: &[T], want: &[f64]) {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_device_properties_and_probe() {
+    let _gpu = shared();
     assert!(hip_safe::is_available());
     let count = Device::count().unwrap();
     assert!(count >= 1);
@@ -230,6 +244,7 @@ fn roundtrip<T: TestFloat>(stream: &Stream) {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_copies_roundtrip_every_dtype() {
+    let _gpu = shared();
     let stream = device().new_stream().unwrap();
     roundtrip::<f32>(&stream);
     roundtrip::<f64>(&stream);
@@ -258,6 +273,7 @@ fn gpu_copies_roundtrip_every_dtype() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_views_copy_into_ranges() {
+    let _gpu = shared();
     let stream = device().new_stream().unwrap();
     let mut buf = stream.alloc_zeros::<f32>(10).unwrap();
     {
@@ -301,6 +317,7 @@ fn gpu_views_copy_into_ranges() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_memset_and_fill() {
+    let _gpu = shared();
     let stream = device().new_stream().unwrap();
     let zeros = stream.alloc_zeros::<f64>(333).unwrap();
     assert_eq!(stream.clone_dtoh(&zeros).unwrap(), vec![0.0; 333]);
@@ -337,6 +354,7 @@ fn gpu_memset_and_fill() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_default_and_per_thread_streams() {
+    let _gpu = shared();
     let dev = device();
     for stream in [dev.default_stream(), dev.per_thread_stream()] {
         let buf = stream.clone_htod(&[1u32, 2, 3]).unwrap();
@@ -350,6 +368,7 @@ fn gpu_default_and_per_thread_streams() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_kernel_launch_scalars_buffers_views_structs() {
+    let _gpu = shared();
     let dev = device();
     let stream = dev.new_stream().unwrap();
     let module = kernels(&dev);
@@ -445,6 +464,7 @@ fn gpu_kernel_launch_scalars_buffers_views_structs() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_function_keeps_its_module_alive() {
+    let _gpu = shared();
     let dev = device();
     let code = Program::new(KERNELS, "gpu_tests.hip")
         .without_cache()
@@ -478,6 +498,7 @@ fn gpu_function_keeps_its_module_alive() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_events_time_and_order_streams() {
+    let _gpu = shared();
     let dev = device();
     let module = kernels(&dev);
     let slow = module.function("slow_fill").unwrap();
@@ -514,6 +535,7 @@ fn gpu_events_time_and_order_streams() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_buffers_used_on_another_stream_are_ordered() {
+    let _gpu = shared();
     let dev = device();
     let module = kernels(&dev);
     let slow = module.function("slow_fill").unwrap();
@@ -538,6 +560,7 @@ fn gpu_buffers_used_on_another_stream_are_ordered() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_threads_share_device_and_function() {
+    let _gpu = shared();
     let dev = device();
     let module = kernels(&dev);
     let saxpy = module.function("saxpy").unwrap();
@@ -566,6 +589,7 @@ fn gpu_threads_share_device_and_function() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_out_of_memory_is_an_error_and_the_device_stays_usable() {
+    let _gpu = shared();
     let stream = device().new_stream().unwrap();
     let pib = 1usize << 50;
     // SAFETY: never read; the allocation is expected to fail.
@@ -586,6 +610,7 @@ fn gpu_out_of_memory_is_an_error_and_the_device_stays_usable() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_no_leak_over_10000_alloc_launch_free_cycles() {
+    let _gpu = exclusive();
     let dev = device();
     let module = kernels(&dev);
     let affine = module.function("affine").unwrap();
@@ -634,6 +659,7 @@ fn gpu_no_leak_over_10000_alloc_launch_free_cycles() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_program_cache_cold_vs_warm() {
+    let _gpu = shared();
     let dev = device();
     let dir = temp_dir("cache");
     let program = Program::new(KERNELS, "cache_test.hip").cache_dir(&dir);
@@ -669,6 +695,7 @@ fn gpu_program_cache_cold_vs_warm() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_program_errors_carry_the_log() {
+    let _gpu = shared();
     let dev = device();
     let broken = "extern \"C\" __global__ void k(float* x) { x[0] = undefined_name; }";
     let err = Program::new(broken, "broken.hip")
@@ -775,6 +802,7 @@ fn check_gemm<T: TestFloat + GemmType>(blas: &Blas, scalar: impl Fn(f64) -> T::S
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_blas_gemm_every_dtype_and_transpose() {
+    let _gpu = shared();
     let stream = device().new_stream().unwrap();
     let blas = Blas::new(&stream).unwrap();
     check_gemm::<f32>(&blas, |v| v as f32);
@@ -786,6 +814,7 @@ fn gpu_blas_gemm_every_dtype_and_transpose() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_blas_strided_batched_with_broadcast() {
+    let _gpu = shared();
     let stream = device().new_stream().unwrap();
     let blas = Blas::new(&stream).unwrap();
     let (m, n, k, batch) = (16, 12, 20, 5);
@@ -963,6 +992,7 @@ fn check_conv<T: TestFloat + DnnType>(dnn: &Dnn, cfg: ConvConfig, label: &str) {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_dnn_conv2d_forward_and_backward_data() {
+    let _gpu = shared();
     let stream = device().new_stream().unwrap();
     let dnn = Dnn::new(&stream).unwrap();
     let plain = ConvConfig {
@@ -1009,6 +1039,7 @@ fn gpu_dnn_conv2d_forward_and_backward_data() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_dnn_conv1d_and_transpose() {
+    let _gpu = shared();
     let stream = device().new_stream().unwrap();
     let dnn = Dnn::new(&stream).unwrap();
     let c1 = Conv1dConfig {
