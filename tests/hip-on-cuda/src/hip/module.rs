@@ -44,7 +44,7 @@ unsafe fn translate_extra(extra: *mut *mut c_void) -> HipResult<CudaExtra> {
             let (Some(buffer), Some(size)) = (buffer, size) else {
                 return Err(INVALID);
             };
-            let cuda_key = |k: u32| k as usize as *mut c_void;
+            let cuda_key = |k: u32| std::ptr::without_provenance_mut(k as usize);
             return Ok([
                 cuda_key(cu_sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT),
                 buffer,
@@ -202,7 +202,7 @@ mod tests {
     use super::*;
 
     fn key(k: usize) -> *mut c_void {
-        k as *mut c_void
+        std::ptr::without_provenance_mut(k)
     }
 
     #[test]
