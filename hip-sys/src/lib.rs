@@ -103,15 +103,11 @@ pub fn hiprtc() -> Result<&'static HiprtcApi, LoadError> {
         load_companion(&HIPRTC_LIBRARY, HiprtcApi::from_library).or_else(|err| {
             // ROCm 5 has no libhiprtc: hiprtc* live in libamdhip64 itself.
             let runtime = hip().map_err(|_| err.clone())?;
-            match runtime.library().origin() {
-                loader::Candidate::Path(p) if runtime_version().is_ok_and(|v| v.major < 6) => {
-                    loader::open_first(
-                        HIPRTC_LIBRARY.name,
-                        vec![loader::Candidate::Path(p.clone())],
-                    )
-                    .map(HiprtcApi::from_library)
-                }
-                _ => Err(err),
+            if runtime_version().is_ok_and(|v| v.major < 6) {
+                let origin = runtime.library().origin().clone();
+                loader::open_first(HIPRTC_LIBRARY.name, vec![origin]).map(HiprtcApi::from_library)
+            } else {
+                Err(err)
             }
         })
     })
