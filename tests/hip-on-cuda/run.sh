@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Runs the staged GPU suite on an NVIDIA machine through the hip-on-cuda
+# shim: `run.sh <outdir>`. Made by tests/hip-on-cuda/stage.sh, it lives at
+# the top of the staged folder and needs no Rust toolchain: CUDA (driver,
+# NVRTC, cuBLAS) and cuDNN 9 are found in $CUDA_HOME (default
+# /usr/local/cuda) and the system library path.
+#
+# Steps, each logged to <outdir>/<name>.log: nvidia-smi, the hip-info and
+# runtime-kernel examples, every test executable with --include-ignored
+# --test-threads=1, then the benchmarks (executables, then python3 scripts;
+# they find the output folder in $HIP_ON_CUDA_OUT). Ends with a summary
+# table and a `N passed, M failed` line (also in <outdir>/summary.txt);
+# exits non-zero if anything failed.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [[ $# -ne 1 ]]; then
+    echo "usage: $0 <outdir>" >&2
+    exit 2
+fi
+mkdir -p "$1"
+out="$(cd "$1" && pwd)"
+export HIP_ON_CUDA_OUT="$out"
+
+# The shim as a ROCm install. If the staged links did not survive the copy to
+# this machine, rebuild them next to the logs.
+rocm="$here/rocm"
+if [[ ! -e "$rocm/lib/libamdhip64.so.6" ]]; then
+    rocm="$out/rocm"
+    mkdir -p "$rocm/lib"
+    cp "$here/rocm/lib/libhip_on_cuda.so" "$rocm/lib/"
+    for name in libamdhip64.so.6 libhiprtc.so.6 librocblas.so.4 libMIOpen.so.1; do
+        ln -sf libhip_on_cuda.so "$rocm/lib/$name"
+    done
+fi
+export ROCM_PATH="$rocm"
+cuda="${CUDA_HOME:-/usr/local/cuda}"
+export LD_LIBRARY_PATH="$cuda/lib64:$cuda/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+
+rows=()        # summary rows: "name|status|passed|failed|ignored"
+total_passed=0
+total_failed=0
+other_failures=0
+
+# Runs a step, tee-ing its output to <outdir>/<name>.log; returns its status.
+step() {
+    local name="$1"
+    shift
+    echo
+    echo "===== $name"
+    "$@" 2>&1 | tee "$out/$name.log"
+    return "${PIPESTATUS[0]}"
+}
+
+# Records a step that is not a test executable (examples, benchmarks).
+record() {
+    local name="$1" status="$2"
+    if [[ "$status" -eq 0 ]]; then
+        rows+=("$name|ok|-|-|-")
+    else
+        rows+=("$name|exit $status|-|-|-")
+        other_failures=$((other_failures + 1))
+    fi
+}
+
+step nvidia-smi nvidia-smi || echo "(nvidia-smi failed)"
+echo "ROCM_PATH=$ROCM_PATH"
+
+for example in hip-info runtime-kernel; do
+    if [[ -x "$here/bin/$example" ]]; then
+        step "$example" "$here/bin/$example"
+        record "$example" $?
+    fi
+done
+
+shopt -s nullglob
+for test in "$here"/tests/*; do
+    name="$(basename "$test")"
+    step "$name" "$test" --include-ignored --test-threads=1
+    status=$?
+    result="$(grep -E '^test result: ' "$out/$name.log" | tail -n 1)"
+    if [[ -z "$result" ]]; then
+        # Crashed before libtest could report: count it as one failure.
+        rows+=("$name|crashed (exit $status)|0|1|0")
+        total_failed=$((total_failed + 1))
+        continue
+    fi
+    passed="$(sed -E 's/.* ([0-9]+) passed.*/\1/' <<<"$result")"
+    failed="$(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$result")"
+    ignored="$(sed -E 's/.* ([0-9]+) ignored.*/\1/' <<<"$result")"
+    label="ok"
+    [[ "$status" -eq 0 ]] || label="FAILED"
+    rows+=("$name|$label|$passed|$failed|$ignored")
+    total_passed=$((total_passed + passed))
+    total_failed=$((total_failed + failed))
+done
+
+for bench in "$here"/bench/*; do
+    name="$(basename "$bench")"
+    case "$name" in
+        *.py) step "$name" python3 "$bench" ;;
+        *) [[ -x "$bench" ]] || continue; step "$name" "$bench" ;;
+    esac
+    record "$name" $?
+done
+
+{
+    echo
+    echo "===== summary"
+    printf '%-48s %-22s %8s %8s %8s\n' "step" "status" "passed" "failed" "ignored"
+    for row in "${rows[@]}"; do
+        IFS='|' read -r name label passed failed ignored <<<"$row"
+        printf '%-48s %-22s %8s %8s %8s\n' "$name" "$label" "$passed" "$failed" "$ignored"
+    done
+    echo
+    echo "$total_passed passed, $total_failed failed"
+    if [[ "$other_failures" -gt 0 ]]; then
+        echo "$other_failures example/benchmark step(s) failed"
+    fi
+} | tee "$out/summary.txt"
+
+[[ "$total_failed" -eq 0 && "$other_failures" -eq 0 ]]
