@@ -14,10 +14,13 @@
 #ifndef CANDLE_HIP_COMMON_H
 #define CANDLE_HIP_COMMON_H
 
-// hipRTC pre-includes the HIP runtime and half-precision declarations and has
-// no such headers to include; every other compiler needs them.
+// hipRTC on AMD pre-includes the HIP runtime and __half and has no hip/*.h
+// headers to include; other compilers (hipcc, NVRTC through the HIP-on-CUDA
+// test shim) take them from the headers.
 #if !defined(__HIPCC_RTC__)
 #include <hip/hip_runtime.h>
+#endif
+#if !defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_NVIDIA__)
 #include <hip/hip_fp16.h>
 #endif
 

@@ -1,1 +1,43 @@
 //! A Candle backend for AMD GPUs on ROCm.
+//!
+//! [`HipDevice`] and [`HipStorage`] implement candle-core's
+//! [`BackendDevice`](candle_core::backend::BackendDevice) and
+//! [`BackendStorage`](candle_core::backend::BackendStorage) traits on top of
+//! `hip-safe`. Nothing from ROCm is needed to build: the HIP runtime and
+//! hipRTC are loaded when a device is opened, and the kernels (HIP C++ in
+//! `kernels/`, embedded as text, see [`kernels`]) are compiled for the
+//! device's architecture on first use and cached on disk by `hip-safe`.
+//!
+//! Supported dtypes: u8, u32, i64, f16, bf16, f32, f64; any other dtype gets
+//! candle's `UnsupportedDTypeForOp` error. Element-wise ops, casts,
+//! comparisons, `where_cond`, reductions, indexing ops, copies, fills and
+//! random numbers run as HIP kernels. Matrix multiplication, convolutions,
+//! pooling and upsampling return [`HipBackendError::NotYetSupported`] for now.
+//!
+//! ```no_run
+//! use candle_core::backend::{BackendDevice, BackendStorage};
+//! use candle_core::{CpuStorage, Layout};
+//! use candle_hip::HipDevice;
+//!
+//! let dev = HipDevice::new(0)?;
+//! let x = dev.storage_from_cpu_storage(&CpuStorage::F32(vec![1.0, 2.0, 3.0]))?;
+//! let y = x.affine(&Layout::contiguous(3), 2.0, 1.0)?;
+//! assert!(matches!(y.to_cpu_storage()?, CpuStorage::F32(v) if v == [3.0, 5.0, 7.0]));
+//! # Ok::<(), candle_core::Error>(())
+//! ```
+
+mod device;
+mod dtype;
+mod error;
+mod info;
+pub mod kernels;
+mod launch;
+mod ops;
+mod random;
+mod registry;
+mod storage;
+mod table;
+
+pub use device::HipDevice;
+pub use error::HipBackendError;
+pub use storage::HipStorage;

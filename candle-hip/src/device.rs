@@ -1,0 +1,232 @@
+//! [`HipDevice`]: candle's `BackendDevice` on one HIP device and stream.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use candle_core::backend::BackendDevice;
+use candle_core::{CpuStorage, DType, DeviceLocation, Shape, WithDType};
+use hip_safe::{Device, Function, Stream};
+
+use crate::dtype;
+use crate::error::{HipBackendError, Result, hip};
+use crate::kernels::Source;
+use crate::random::{self, Distribution, RngState};
+use crate::registry::Registry;
+use crate::storage::HipStorage;
+use crate::table::Kernel;
+
+/// A HIP device as a Candle backend device.
+///
+/// Cheap to clone: clones share one stream (all work of the device is
+/// queued on it, in order), the loaded kernels and the random generator.
+/// Two devices opened separately, even on the same ordinal, are different
+/// devices for candle (`same_device` is false), as with candle's CUDA backend.
+#[derive(Clone)]
+pub struct HipDevice {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    device: Device,
+    stream: Stream,
+    registry: Registry,
+    rng: Mutex<RngState>,
+}
+
+impl fmt::Debug for HipDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = &self.inner.device;
+        write!(f, "HipDevice({}: {}, {})", d.ordinal(), d.name(), d.arch())
+    }
+}
+
+impl HipDevice {
+    /// The underlying hip-safe device.
+    pub fn hip_device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    /// The stream all operations of this device run on.
+    pub fn stream(&self) -> &Stream {
+        &self.inner.stream
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.inner.device.ordinal()
+    }
+
+    /// Compiles (or takes from the code-object cache) and loads every kernel
+    /// source now instead of on first use, e.g. to warm up or to measure the
+    /// compile cost.
+    pub fn load_all_kernels(&self) -> Result<()> {
+        for source in Source::ALL {
+            self.inner.registry.module(source)?;
+        }
+        Ok(())
+    }
+
+    /// The kernel function for `kernel`, loading its module if needed.
+    pub(crate) fn function(&self, kernel: Kernel) -> Result<Function> {
+        self.inner.registry.function(kernel)
+    }
+
+    /// The device's number of compute units.
+    pub(crate) fn compute_units(&self) -> u32 {
+        self.inner.device.compute_units()
+    }
+
+    /// The device's wave size.
+    pub(crate) fn wave_size(&self) -> u32 {
+        self.inner.device.wave_size()
+    }
+
+    /// Errors unless `other` is this device.
+    pub(crate) fn check_same(&self, other: &HipDevice, op: &'static str) -> Result<()> {
+        if self.same_device(other) {
+            Ok(())
+        } else {
+            Err(HipBackendError::DeviceMismatch {
+                op,
+                lhs: self.ordinal(),
+                rhs: other.ordinal(),
+            }
+            .into())
+        }
+    }
+
+    /// A storage of `len` elements of `dtype` with unspecified content.
+    ///
+    /// # Safety
+    /// Every element must be written before it is read.
+    pub(crate) unsafe fn alloc_storage(&self, dtype: DType, len: usize) -> Result<HipStorage> {
+        dtype::check(dtype, "alloc")?;
+        let bytes = byte_len(dtype, len)?;
+        // SAFETY: forwarded to the caller.
+        let buffer = unsafe { self.stream().alloc::<u8>(bytes) }.map_err(hip)?;
+        Ok(HipStorage::new(buffer, dtype, self.clone()))
+    }
+
+    /// Reserves random-stream blocks for `n` values of `dtype`.
+    pub(crate) fn reserve_random(&self, n: usize, dtype: DType) -> (u64, u64) {
+        self.rng().reserve(n, dtype)
+    }
+
+    fn rng(&self) -> std::sync::MutexGuard<'_, RngState> {
+        // The state is two integers, valid whatever a panicking holder did.
+        self.inner
+            .rng
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A storage holding a copy of `bytes` as `dtype`.
+    fn upload(&self, dtype: DType, bytes: &[u8]) -> Result<HipStorage> {
+        dtype::check(dtype, "storage_from_cpu_storage")?;
+        let buffer = self.stream().clone_htod(bytes).map_err(hip)?;
+        Ok(HipStorage::new(buffer, dtype, self.clone()))
+    }
+}
+
+/// Bytes of `len` elements of `dtype`, with overflow reported.
+fn byte_len(dtype: DType, len: usize) -> Result<usize> {
+    len.checked_mul(dtype.size_in_bytes()).ok_or_else(|| {
+        crate::error::invalid(
+            "alloc",
+            format!("{len} elements of {dtype:?} overflow usize"),
+        )
+    })
+}
+
+fn float_only(dtype: DType, op: &'static str) -> Result<()> {
+    if dtype::FLOATS.contains(&dtype) {
+        Ok(())
+    } else {
+        Err(candle_core::Error::UnsupportedDTypeForOp(dtype, op).bt())
+    }
+}
+
+impl BackendDevice for HipDevice {
+    type Storage = HipStorage;
+
+    /// Opens HIP device `ordinal` with a stream of its own.
+    fn new(ordinal: usize) -> Result<Self> {
+        let device = Device::new(ordinal).map_err(hip)?;
+        let stream = device.new_stream().map_err(hip)?;
+        Ok(HipDevice {
+            inner: Arc::new(Inner {
+                registry: Registry::new(device.clone()),
+                device,
+                stream,
+                rng: Mutex::new(RngState::new()),
+            }),
+        })
+    }
+
+    /// Reported as `DeviceLocation::Cuda { gpu_id: ordinal }`.
+    ///
+    /// candle-core 0.11.1's `DeviceLocation` has only `Cpu`, `Cuda` and
+    /// `Metal`. `Cuda` is the least misleading of the three: a discrete GPU
+    /// addressed by ordinal, which is what a HIP device is, and candle only
+    /// uses the location to compare devices and in error messages. Code that
+    /// needs to tell the backends apart should look at the storage type.
+    /// The candle-core extension patch adds a variant for custom backends.
+    fn location(&self) -> DeviceLocation {
+        DeviceLocation::Cuda {
+            gpu_id: self.ordinal(),
+        }
+    }
+
+    fn same_device(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    fn zeros_impl(&self, shape: &Shape, dtype: DType) -> Result<HipStorage> {
+        dtype::check(dtype, "zeros")?;
+        let bytes = byte_len(dtype, shape.elem_count())?;
+        let buffer = self.stream().alloc_zeros::<u8>(bytes).map_err(hip)?;
+        Ok(HipStorage::new(buffer, dtype, self.clone()))
+    }
+
+    unsafe fn alloc_uninit(&self, shape: &Shape, dtype: DType) -> Result<HipStorage> {
+        // SAFETY: the caller initialises the storage before reading it
+        // (this method's own contract).
+        unsafe { self.alloc_storage(dtype, shape.elem_count()) }
+    }
+
+    fn storage_from_slice<T: WithDType>(&self, data: &[T]) -> Result<HipStorage> {
+        self.upload(T::DTYPE, dtype::as_bytes(data))
+    }
+
+    fn storage_from_cpu_storage(&self, storage: &CpuStorage) -> Result<HipStorage> {
+        let (dtype, bytes) = dtype::cpu_bytes(storage)?;
+        self.upload(dtype, bytes)
+    }
+
+    fn storage_from_cpu_storage_owned(&self, storage: CpuStorage) -> Result<HipStorage> {
+        self.storage_from_cpu_storage(&storage)
+    }
+
+    fn rand_uniform(&self, shape: &Shape, dtype: DType, low: f64, high: f64) -> Result<HipStorage> {
+        float_only(dtype, "rand_uniform")?;
+        random::sample(self, shape, dtype, Distribution::Uniform { low, high })
+    }
+
+    fn rand_normal(&self, shape: &Shape, dtype: DType, mean: f64, std: f64) -> Result<HipStorage> {
+        float_only(dtype, "rand_normal")?;
+        random::sample(self, shape, dtype, Distribution::Normal { mean, std })
+    }
+
+    fn set_seed(&self, seed: u64) -> Result<()> {
+        self.rng().set_seed(seed);
+        Ok(())
+    }
+
+    fn get_current_seed(&self) -> Result<u64> {
+        Ok(self.rng().seed())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.stream().synchronize().map_err(hip)
+    }
+}

@@ -1,0 +1,437 @@
+//! Kernel argument structs, mirrored from `kernels/*.hip`, and the layout
+//! arithmetic that fills them: merging dimensions that are contiguous in
+//! every operand, and splitting a layout into kept and reduced dimensions.
+//!
+//! The structs are passed to kernels by value, so strided kernels need no
+//! device-side copy of dims and strides.
+
+use hip_safe::DeviceRepr;
+
+use crate::error::{HipBackendError, Result};
+
+/// `CH_MAX_DIMS`: dimensions a strided kernel takes after merging.
+pub(crate) const MAX_DIMS: usize = 8;
+/// `CH_MAX_OPERANDS`: strided inputs of an element-wise kernel.
+pub(crate) const MAX_OPERANDS: usize = 3;
+/// `CH_ELEM_BLOCK`: threads per block of element-wise and indexing kernels.
+pub(crate) const ELEM_BLOCK: u32 = 256;
+/// `CH_REDUCE_MAX_BLOCK`: the largest reduction block.
+pub(crate) const REDUCE_MAX_BLOCK: u32 = 1024;
+/// `CH_VEC_BYTES`: width of the vectorised loads and stores.
+pub(crate) const VEC_BYTES: usize = 16;
+
+/// Dimensions after merging, outermost first, with each operand's strides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Merged {
+    /// Sizes, outermost first; size-1 dimensions are dropped.
+    pub(crate) dims: Vec<usize>,
+    /// `strides[k][d]`: stride of operand `k` along `dims[d]`.
+    pub(crate) strides: Vec<Vec<usize>>,
+}
+
+impl Merged {
+    /// Whether every operand walks memory contiguously (or there is at most
+    /// one element).
+    pub(crate) fn is_contiguous(&self) -> bool {
+        match self.dims.len() {
+            0 => true,
+            1 => self.strides.iter().all(|s| s[0] == 1),
+            _ => false,
+        }
+    }
+}
+
+/// Merges adjacent dimensions that every operand traverses as one (the
+/// outer stride equals the inner stride times the inner size) and drops
+/// size-1 dimensions. The row-major order of the elements is unchanged.
+pub(crate) fn merge_dims(dims: &[usize], strides: &[&[usize]]) -> Merged {
+    let mut out = Merged {
+        dims: Vec::with_capacity(dims.len()),
+        strides: vec![Vec::with_capacity(dims.len()); strides.len()],
+    };
+    for d in (0..dims.len()).rev() {
+        let size = dims[d];
+        if size == 1 {
+            continue;
+        }
+        if let Some(inner) = out.dims.last_mut() {
+            let mergeable = strides
+                .iter()
+                .zip(&out.strides)
+                .all(|(s, merged)| merged.last().is_some_and(|&m| s[d] == m * *inner));
+            if mergeable {
+                *inner *= size;
+                continue;
+            }
+        }
+        out.dims.push(size);
+        for (merged, s) in out.strides.iter_mut().zip(strides) {
+            merged.push(s[d]);
+        }
+    }
+    out.dims.reverse();
+    for s in &mut out.strides {
+        s.reverse();
+    }
+    out
+}
+
+/// The number of elements a strided view reaches from its first element:
+/// 0 when it is empty, else one past the largest offset.
+pub(crate) fn span(dims: &[usize], strides: &[usize]) -> usize {
+    if dims.contains(&0) {
+        return 0;
+    }
+    1 + dims
+        .iter()
+        .zip(strides)
+        .map(|(&d, &s)| (d - 1) * s)
+        .sum::<usize>()
+}
+
+/// A size or stride as the kernels take it (usize is at most 64 bits on
+/// every supported target).
+pub(crate) fn to_u64(v: usize) -> u64 {
+    v as u64
+}
+
+fn too_many(op: &'static str, rank: usize, shape: &[usize]) -> candle_core::Error {
+    HipBackendError::TooManyDims {
+        op,
+        rank,
+        max: MAX_DIMS,
+        shape: shape.to_vec(),
+    }
+    .into()
+}
+
+/// `ElemInfo` of `kernels/common.h`: the shape shared by the operands of an
+/// element-wise kernel and each operand's strides.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ElemInfo {
+    /// Elements of the shape.
+    pub(crate) numel: u64,
+    /// 0 when every operand is contiguous, else the merged rank.
+    pub(crate) rank: u32,
+    pad: u32,
+    /// Merged sizes, outermost first.
+    pub(crate) dims: [u64; MAX_DIMS],
+    /// `strides[k][d]` of operand `k`.
+    pub(crate) strides: [[u64; MAX_DIMS]; MAX_OPERANDS],
+}
+
+// SAFETY: `#[repr(C)]` with only u64/u32 fields in the order of the C struct
+// (8 + 4 + 4 bytes, then u64 arrays): no padding, every bit pattern valid.
+unsafe impl DeviceRepr for ElemInfo {}
+const _: () = assert!(std::mem::size_of::<ElemInfo>() == 16 + 8 * MAX_DIMS * (1 + MAX_OPERANDS));
+
+impl ElemInfo {
+    /// The info for operands of shape `dims` with the given strides (in
+    /// elements, relative to each operand's first element).
+    pub(crate) fn new(op: &'static str, dims: &[usize], strides: &[&[usize]]) -> Result<ElemInfo> {
+        if strides.len() > MAX_OPERANDS || strides.iter().any(|s| s.len() != dims.len()) {
+            return Err(crate::error::invalid(
+                op,
+                format!(
+                    "{} operands with strides {strides:?} for shape {dims:?}",
+                    strides.len()
+                ),
+            ));
+        }
+        let merged = merge_dims(dims, strides);
+        let mut info = ElemInfo {
+            numel: to_u64(dims.iter().product()),
+            rank: 0,
+            pad: 0,
+            dims: [0; MAX_DIMS],
+            strides: [[0; MAX_DIMS]; MAX_OPERANDS],
+        };
+        if merged.is_contiguous() {
+            return Ok(info);
+        }
+        let rank = merged.dims.len();
+        if rank > MAX_DIMS {
+            return Err(too_many(op, rank, dims));
+        }
+        info.rank = rank as u32;
+        for (d, &size) in merged.dims.iter().enumerate() {
+            info.dims[d] = to_u64(size);
+        }
+        for (k, s) in merged.strides.iter().enumerate() {
+            for (d, &stride) in s.iter().enumerate() {
+                info.strides[k][d] = to_u64(stride);
+            }
+        }
+        Ok(info)
+    }
+
+    /// Whether every operand is contiguous.
+    pub(crate) fn is_contiguous(&self) -> bool {
+        self.rank == 0
+    }
+}
+
+/// `ReduceInfo` of `kernels/reduce.hip`: kept dimensions (output order) and
+/// reduced dimensions of the source, each merged.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReduceInfo {
+    /// Number of outputs (product of the kept sizes).
+    pub(crate) num_out: u64,
+    /// Elements reduced into each output.
+    pub(crate) red_size: u64,
+    /// Merged kept rank.
+    pub(crate) out_rank: u32,
+    /// Merged reduced rank.
+    pub(crate) red_rank: u32,
+    /// 1: one thread per output, 0: one block per output.
+    pub(crate) per_thread: u32,
+    pad: u32,
+    pub(crate) out_dims: [u64; MAX_DIMS],
+    pub(crate) out_strides: [u64; MAX_DIMS],
+    pub(crate) red_dims: [u64; MAX_DIMS],
+    pub(crate) red_strides: [u64; MAX_DIMS],
+}
+
+// SAFETY: `#[repr(C)]`, u64 and u32 fields in the C order (2 x 8, 4 x 4,
+// then u64 arrays): no padding, every bit pattern valid.
+unsafe impl DeviceRepr for ReduceInfo {}
+const _: () = assert!(std::mem::size_of::<ReduceInfo>() == 32 + 4 * 8 * MAX_DIMS);
+
+impl ReduceInfo {
+    /// Splits a source of shape `dims` and `strides` into the dimensions
+    /// kept (in order; they give the row-major order of the output) and the
+    /// dimensions in `reduce` (reduced in increasing dimension order; the
+    /// position an argmin/argmax reports counts in that order).
+    pub(crate) fn new(
+        op: &'static str,
+        dims: &[usize],
+        strides: &[usize],
+        reduce: &[usize],
+    ) -> Result<ReduceInfo> {
+        if let Some(&bad) = reduce.iter().find(|&&d| d >= dims.len()) {
+            return Err(crate::error::invalid(
+                op,
+                format!("reduced dimension {bad} of a rank-{} tensor", dims.len()),
+            ));
+        }
+        let pick = |keep: bool| -> (Vec<usize>, Vec<usize>) {
+            (0..dims.len())
+                .filter(|d| reduce.contains(d) != keep)
+                .map(|d| (dims[d], strides[d]))
+                .unzip()
+        };
+        let (out_dims, out_strides) = pick(true);
+        let (red_dims, red_strides) = pick(false);
+        let out = merge_dims(&out_dims, &[&out_strides]);
+        let red = merge_dims(&red_dims, &[&red_strides]);
+        if out.dims.len() > MAX_DIMS {
+            return Err(too_many(op, out.dims.len(), dims));
+        }
+        if red.dims.len() > MAX_DIMS {
+            return Err(too_many(op, red.dims.len(), dims));
+        }
+        let mut info = ReduceInfo {
+            num_out: to_u64(out_dims.iter().product()),
+            red_size: to_u64(red_dims.iter().product()),
+            out_rank: out.dims.len() as u32,
+            red_rank: red.dims.len() as u32,
+            per_thread: 0,
+            pad: 0,
+            out_dims: [0; MAX_DIMS],
+            out_strides: [0; MAX_DIMS],
+            red_dims: [0; MAX_DIMS],
+            red_strides: [0; MAX_DIMS],
+        };
+        for (d, (&size, &stride)) in out.dims.iter().zip(&out.strides[0]).enumerate() {
+            info.out_dims[d] = to_u64(size);
+            info.out_strides[d] = to_u64(stride);
+        }
+        for (d, (&size, &stride)) in red.dims.iter().zip(&red.strides[0]).enumerate() {
+            info.red_dims[d] = to_u64(size);
+            info.red_strides[d] = to_u64(stride);
+        }
+        Ok(info)
+    }
+
+    /// Whether the reduced elements of each output are contiguous in memory.
+    pub(crate) fn contiguous_rows(&self) -> bool {
+        self.red_rank == 0 || (self.red_rank == 1 && self.red_strides[0] == 1)
+    }
+}
+
+/// `IndexInfo` of `kernels/indexing.hip`: sizes around the indexed dimension.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct IndexInfo {
+    /// Product of the dimensions before `dim`.
+    pub(crate) left: u64,
+    /// Product of the dimensions after `dim`.
+    pub(crate) right: u64,
+    /// Source size along `dim`.
+    pub(crate) src_dim: u64,
+    /// Destination size along `dim`.
+    pub(crate) dst_dim: u64,
+    /// Number of indices along `dim`.
+    pub(crate) ids_dim: u64,
+    /// index_select: distance between consecutive indices.
+    pub(crate) ids_stride: u64,
+    /// gather: product of the source dimensions after `dim`.
+    pub(crate) src_right: u64,
+}
+
+// SAFETY: `#[repr(C)]` of seven u64: no padding, every bit pattern valid.
+unsafe impl DeviceRepr for IndexInfo {}
+const _: () = assert!(std::mem::size_of::<IndexInfo>() == 7 * 8);
+
+/// `(product of dims[..dim], dims[dim], product of dims[dim + 1..])`.
+pub(crate) fn split_at_dim(dims: &[usize], dim: usize) -> (usize, usize, usize) {
+    let left = dims[..dim].iter().product();
+    let right = dims[dim + 1..].iter().product();
+    (left, dims[dim], right)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contiguous_strides(dims: &[usize]) -> Vec<usize> {
+        let mut s = vec![1; dims.len()];
+        for d in (0..dims.len().saturating_sub(1)).rev() {
+            s[d] = s[d + 1] * dims[d + 1];
+        }
+        s
+    }
+
+    #[test]
+    fn contiguous_operands_merge_to_nothing() {
+        let dims = [2, 3, 4];
+        let s = contiguous_strides(&dims);
+        let m = merge_dims(&dims, &[&s, &s]);
+        assert_eq!(m.dims, [24]);
+        assert!(m.is_contiguous());
+        let info = ElemInfo::new("t", &dims, &[&s, &s]).unwrap();
+        assert!(info.is_contiguous());
+        assert_eq!(info.numel, 24);
+    }
+
+    #[test]
+    fn size_one_dims_are_dropped() {
+        let m = merge_dims(&[1, 5, 1], &[&[99, 1, 7]]);
+        assert_eq!(m.dims, [5]);
+        assert!(m.is_contiguous());
+        let m = merge_dims(&[1, 1], &[&[0, 0]]);
+        assert!(m.dims.is_empty() && m.is_contiguous());
+    }
+
+    #[test]
+    fn transposes_and_broadcasts_stay_strided() {
+        // A transposed (3, 4) matrix: strides (1, 3).
+        let m = merge_dims(&[4, 3], &[&[1, 4]]);
+        assert_eq!(m.dims, [4, 3]);
+        assert!(!m.is_contiguous());
+        // (2, 3, 4) + (4,) broadcast: the bias has strides (0, 0, 1).
+        let m = merge_dims(&[2, 3, 4], &[&[12, 4, 1], &[0, 0, 1]]);
+        assert_eq!(m.dims, [6, 4]);
+        assert_eq!(m.strides, [vec![4, 1], vec![0, 1]]);
+        // A scalar broadcast over a contiguous tensor: one dimension, stride 0.
+        let m = merge_dims(&[2, 3], &[&[3, 1], &[0, 0]]);
+        assert_eq!(m.dims, [6]);
+        assert_eq!(m.strides, [vec![1], vec![0]]);
+        assert!(!m.is_contiguous());
+        let info = ElemInfo::new("t", &[2, 3], &[&[3, 1], &[0, 0]]).unwrap();
+        assert_eq!((info.rank, info.dims[0], info.strides[1][0]), (1, 6, 0));
+    }
+
+    #[test]
+    fn a_column_slice_keeps_its_row_stride() {
+        // Columns 2..5 of a (4, 10) matrix.
+        let m = merge_dims(&[4, 3], &[&[10, 1]]);
+        assert_eq!(m.dims, [4, 3]);
+        assert_eq!(m.strides, [vec![10, 1]]);
+        let info = ElemInfo::new("t", &[4, 3], &[&[10, 1]]).unwrap();
+        assert_eq!(info.rank, 2);
+        assert_eq!(&info.dims[..2], &[4, 3]);
+        assert_eq!(&info.strides[0][..2], &[10, 1]);
+    }
+
+    #[test]
+    fn too_many_dims_is_an_error_not_a_panic() {
+        // Every other dimension of a rank-18 tensor is strided: 9 remain.
+        let dims = vec![2; 18];
+        let mut strides = contiguous_strides(&dims);
+        for s in strides.iter_mut().step_by(2) {
+            *s *= 2;
+        }
+        let m = merge_dims(&dims, &[&strides]);
+        assert!(m.dims.len() > MAX_DIMS);
+        let err = ElemInfo::new("t", &dims, &[&strides])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at most 8"), "{err}");
+        assert!(ElemInfo::new("t", &[2], &[&[1], &[1], &[1], &[1]]).is_err());
+        assert!(ElemInfo::new("t", &[2, 2], &[&[1]]).is_err());
+    }
+
+    #[test]
+    fn span_counts_reachable_elements() {
+        assert_eq!(span(&[], &[]), 1);
+        assert_eq!(span(&[2, 3], &[3, 1]), 6);
+        assert_eq!(span(&[2, 3], &[1, 2]), 6);
+        assert_eq!(span(&[4, 3], &[10, 1]), 33);
+        assert_eq!(span(&[5, 7], &[0, 0]), 1);
+        assert_eq!(span(&[2, 0, 3], &[1, 1, 1]), 0);
+    }
+
+    #[test]
+    fn reduce_over_the_last_dim() {
+        let info = ReduceInfo::new("sum", &[4, 5, 6], &[30, 6, 1], &[2]).unwrap();
+        assert_eq!((info.num_out, info.red_size), (20, 6));
+        assert_eq!((info.out_rank, info.red_rank), (1, 1));
+        assert_eq!((info.out_dims[0], info.out_strides[0]), (20, 6));
+        assert_eq!((info.red_dims[0], info.red_strides[0]), (6, 1));
+        assert!(info.contiguous_rows());
+    }
+
+    #[test]
+    fn reduce_over_a_middle_dim_and_several_dims() {
+        let info = ReduceInfo::new("sum", &[4, 5, 6], &[30, 6, 1], &[1]).unwrap();
+        assert_eq!((info.num_out, info.red_size), (24, 5));
+        assert_eq!(info.out_rank, 2);
+        assert_eq!(&info.out_dims[..2], &[4, 6]);
+        assert_eq!(&info.out_strides[..2], &[30, 1]);
+        assert_eq!((info.red_dims[0], info.red_strides[0]), (5, 6));
+        assert!(!info.contiguous_rows());
+
+        let info = ReduceInfo::new("sum", &[4, 5, 6], &[30, 6, 1], &[0, 2]).unwrap();
+        assert_eq!((info.num_out, info.red_size), (5, 24));
+        assert_eq!(info.red_rank, 2);
+        assert_eq!(&info.red_dims[..2], &[4, 6]);
+        assert_eq!(&info.red_strides[..2], &[30, 1]);
+
+        let info = ReduceInfo::new("sum", &[4, 5, 6], &[30, 6, 1], &[0, 1, 2]).unwrap();
+        assert_eq!(
+            (info.num_out, info.red_size, info.out_rank, info.red_rank),
+            (1, 120, 0, 1)
+        );
+        assert!(info.contiguous_rows());
+    }
+
+    #[test]
+    fn reduce_over_a_transposed_source() {
+        // (6, 4) view of a (4, 6) contiguous matrix, reduced over dim 1.
+        let info = ReduceInfo::new("max", &[6, 4], &[1, 6], &[1]).unwrap();
+        assert_eq!((info.num_out, info.red_size), (6, 4));
+        assert_eq!((info.out_dims[0], info.out_strides[0]), (6, 1));
+        assert_eq!((info.red_dims[0], info.red_strides[0]), (4, 6));
+        assert!(ReduceInfo::new("max", &[6, 4], &[1, 6], &[2]).is_err());
+    }
+
+    #[test]
+    fn split_around_a_dim() {
+        assert_eq!(split_at_dim(&[2, 3, 4], 0), (1, 2, 12));
+        assert_eq!(split_at_dim(&[2, 3, 4], 1), (2, 3, 4));
+        assert_eq!(split_at_dim(&[2, 3, 4], 2), (6, 4, 1));
+    }
+}

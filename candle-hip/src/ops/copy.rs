@@ -1,0 +1,202 @@
+//! Copies and fills: `copy_strided_src`, `copy2d` and `const_set`.
+
+use candle_core::Layout;
+use candle_core::backend::BackendStorage;
+use candle_core::scalar::Scalar;
+use hip_safe::{DeviceView, DeviceViewMut};
+
+use crate::dtype;
+use crate::error::{Result, hip, invalid};
+use crate::info::{ElemInfo, VEC_BYTES, merge_dims, to_u64};
+use crate::launch::{self, Arg};
+use crate::ops::elementwise;
+use crate::storage::HipStorage;
+use crate::table;
+
+/// The arguments of candle's `copy2d`, in elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Copy2d {
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) src_stride: usize,
+    pub(crate) dst_stride: usize,
+    pub(crate) src_offset: usize,
+    pub(crate) dst_offset: usize,
+}
+
+impl Copy2d {
+    /// Elements reached from the first one with `stride` between rows.
+    fn reach(&self, stride: usize) -> usize {
+        if self.rows == 0 || self.cols == 0 {
+            0
+        } else {
+            (self.rows - 1) * stride + self.cols
+        }
+    }
+
+    /// Whether both sides are one contiguous run.
+    fn is_contiguous(&self) -> bool {
+        self.rows == 1 || (self.src_stride == self.cols && self.dst_stride == self.cols)
+    }
+}
+
+/// The 2-D shape of a layout whose merged form is rows of contiguous
+/// elements, with the row stride: such copies take the `copy2d` kernel.
+fn as_rows(layout: &Layout) -> Option<(usize, usize, usize)> {
+    let merged = merge_dims(layout.dims(), &[layout.stride()]);
+    match (merged.dims.as_slice(), merged.strides[0].as_slice()) {
+        (&[rows, cols], &[stride, 1]) => Some((rows, cols, stride)),
+        _ => None,
+    }
+}
+
+fn memcpy(
+    src: &DeviceView<'_, u8>,
+    dst: &mut DeviceViewMut<'_, u8>,
+    stream: &hip_safe::Stream,
+) -> Result<()> {
+    stream.memcpy_dtod(src, dst).map_err(hip)
+}
+
+/// Copies the elements `src_l` selects, in row-major order, to `dst`
+/// starting at element `dst_offset`.
+pub(crate) fn copy_strided(
+    src: &HipStorage,
+    dst: &mut HipStorage,
+    dst_offset: usize,
+    src_l: &Layout,
+) -> Result<()> {
+    const OP: &str = "copy_strided_src";
+    src.check_device(dst, OP)?;
+    src.check_dtype(dst, OP)?;
+    let numel = src_l.shape().elem_count();
+    if numel == 0 {
+        return Ok(());
+    }
+    if src_l.is_contiguous() {
+        let from = src.view_range(OP, src_l.start_offset(), numel)?;
+        let mut to = dst.view_range_mut(OP, dst_offset, numel)?;
+        return memcpy(&from, &mut to, src.device().stream());
+    }
+    if let Some((rows, cols, src_stride)) = as_rows(src_l) {
+        let shape = Copy2d {
+            rows,
+            cols,
+            src_stride,
+            dst_stride: cols,
+            src_offset: src_l.start_offset(),
+            dst_offset,
+        };
+        return copy2d(src, dst, shape);
+    }
+    let to = dst.view_range_mut(OP, dst_offset, numel)?;
+    elementwise::copy_into(src, src_l, to)
+}
+
+/// Copies `rows` rows of `cols` elements between two row-strided regions.
+pub(crate) fn copy2d(src: &HipStorage, dst: &mut HipStorage, c: Copy2d) -> Result<()> {
+    const OP: &str = "copy2d";
+    src.check_device(dst, OP)?;
+    src.check_dtype(dst, OP)?;
+    if c.rows == 0 || c.cols == 0 {
+        return Ok(());
+    }
+    let from = src.view_range(OP, c.src_offset, c.reach(c.src_stride))?;
+    let mut to = dst.view_range_mut(OP, c.dst_offset, c.reach(c.dst_stride))?;
+    let device = src.device();
+    if c.is_contiguous() {
+        return memcpy(&from, &mut to, device.stream());
+    }
+    let kernel = table::kernel("copy2d", OP, src.dtype(), None)?;
+    let per_pack = VEC_BYTES / src.dtype().size_in_bytes();
+    let numel = c.rows * c.cols;
+    let packed = [c.cols, c.src_stride, c.dst_stride]
+        .iter()
+        .all(|v| v % per_pack == 0);
+    let work = if packed { numel / per_pack } else { numel };
+    let cfg = launch::grid_stride(to_u64(work), device.compute_units());
+    let args = [
+        Arg::U64(to_u64(c.rows)),
+        Arg::U64(to_u64(c.cols)),
+        Arg::U64(to_u64(c.src_stride)),
+        Arg::U64(to_u64(c.dst_stride)),
+        Arg::In(from),
+        Arg::Out(to),
+    ];
+    // SAFETY: copy2d_T(rows, cols, src_stride, dst_stride, const T*, T*)
+    // touches element r * stride + c for r < rows, c < cols on each side,
+    // which is below the reach each view was cut to.
+    unsafe { launch::launch(device, kernel, cfg, &args) }
+}
+
+/// Sets every element `layout` selects in `dst` to `value`.
+pub(crate) fn const_set(dst: &mut HipStorage, value: Scalar, layout: &Layout) -> Result<()> {
+    const OP: &str = "const_set";
+    let (dtype, bits) = dtype::scalar_bits(value)?;
+    if dtype != dst.dtype() {
+        return Err(invalid(
+            OP,
+            format!("a {dtype:?} value for a {:?} storage", dst.dtype()),
+        ));
+    }
+    let numel = layout.shape().elem_count();
+    if numel == 0 {
+        return Ok(());
+    }
+    let info = ElemInfo::new(OP, layout.dims(), &[layout.stride()])?;
+    let device = dst.device().clone();
+    let mut view = dst.view_mut(OP, layout)?;
+    if info.is_contiguous() && bits == 0 {
+        return device.stream().memset_zeros(&mut view).map_err(hip);
+    }
+    let kernel = table::kernel("fill", OP, dtype, None)?;
+    let cfg = launch::grid_stride(
+        launch::elementwise_work(&info, dtype.size_in_bytes()),
+        device.compute_units(),
+    );
+    let args = [Arg::Elem(info), Arg::Out(view), Arg::U64(bits)];
+    // SAFETY: fill_T(const ElemInfo, T* dst, u64 bits) writes the offsets of
+    // `info` (the layout's shape and strides), all inside the view, which
+    // spans the layout's reach.
+    unsafe { launch::launch(&device, kernel, cfg, &args) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_layouts_are_recognised() {
+        // Columns 2..5 of a (4, 10) matrix: 4 rows of 3, stride 10.
+        let l = Layout::contiguous((4, 10)).narrow(1, 2, 3).unwrap();
+        assert_eq!(as_rows(&l), Some((4, 3, 10)));
+        // A (2, 3, 4) tensor narrowed on dim 1 merges to rows of 8 elements.
+        let l = Layout::contiguous((2, 3, 4)).narrow(1, 1, 2).unwrap();
+        assert_eq!(as_rows(&l), Some((2, 8, 12)));
+        // A broadcast row repeats with stride 0.
+        let l = Layout::contiguous(6).broadcast_as((3, 6)).unwrap();
+        assert_eq!(as_rows(&l), Some((3, 6, 0)));
+        // Transposes are not rows.
+        let l = Layout::contiguous((4, 6)).transpose(0, 1).unwrap();
+        assert_eq!(as_rows(&l), None);
+        assert_eq!(as_rows(&Layout::contiguous((2, 3))), None);
+    }
+
+    #[test]
+    fn copy2d_reach_and_contiguity() {
+        let c = Copy2d {
+            rows: 3,
+            cols: 4,
+            src_stride: 10,
+            dst_stride: 4,
+            src_offset: 0,
+            dst_offset: 0,
+        };
+        assert_eq!(c.reach(c.src_stride), 24);
+        assert_eq!(c.reach(c.dst_stride), 12);
+        assert!(!c.is_contiguous());
+        assert!(Copy2d { src_stride: 4, ..c }.is_contiguous());
+        assert!(Copy2d { rows: 1, ..c }.is_contiguous());
+        assert_eq!(Copy2d { rows: 0, ..c }.reach(10), 0);
+    }
+}

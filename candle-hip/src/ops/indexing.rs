@@ -1,0 +1,310 @@
+//! Indexing: index_select, gather, scatter (set and add), index_add.
+//!
+//! Contiguity requirements are candle's (CPU and CUDA backends alike): the
+//! source of index_select and every operand of gather, scatter and
+//! index_add except index_add's destination must be contiguous; index_select
+//! takes strided 1-D indices.
+
+use candle_core::Layout;
+use candle_core::backend::BackendStorage;
+
+use crate::error::{Result, invalid};
+use crate::info::{IndexInfo, VEC_BYTES, split_at_dim, to_u64};
+use crate::launch::{self, Arg};
+use crate::ops::elementwise;
+use crate::storage::HipStorage;
+use crate::table;
+
+/// Whether scatter replaces or accumulates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scatter {
+    /// `dst[.., ids[..], ..] = src[..]`.
+    Set,
+    /// `dst[.., ids[..], ..] += src[..]`.
+    Add,
+}
+
+fn require_contiguous(layout: &Layout, op: &'static str) -> Result<()> {
+    if layout.is_contiguous() {
+        Ok(())
+    } else {
+        Err(candle_core::Error::RequiresContiguous { op }.bt())
+    }
+}
+
+fn check_dim(dim: usize, dims: &[usize], op: &'static str) -> Result<()> {
+    if dim < dims.len() {
+        Ok(())
+    } else {
+        Err(invalid(
+            op,
+            format!("dimension {dim} of a rank-{} tensor", dims.len()),
+        ))
+    }
+}
+
+/// Launches an indexing kernel `(IndexInfo, const I* ids, const T* src, T* out)`.
+///
+/// # Safety
+/// `info` must keep every access inside the three views (see the kernels in
+/// `kernels/indexing.hip`), and `kernel` must be of the indexing families.
+unsafe fn launch_indexing(
+    src: &HipStorage,
+    kernel: table::Kernel,
+    work: usize,
+    args: [Arg<'_>; 4],
+) -> Result<()> {
+    let device = src.device();
+    let cfg = launch::grid_stride(to_u64(work), device.compute_units());
+    // SAFETY: forwarded to the caller.
+    unsafe { launch::launch(device, kernel, cfg, &args) }
+}
+
+/// Selects `ids` (1-D, any stride) along `dim` of the contiguous `src`.
+pub(crate) fn index_select(
+    src: &HipStorage,
+    ids: &HipStorage,
+    src_l: &Layout,
+    ids_l: &Layout,
+    dim: usize,
+) -> Result<HipStorage> {
+    const OP: &str = "index-select";
+    src.check_device(ids, OP)?;
+    require_contiguous(src_l, OP)?;
+    check_dim(dim, src_l.dims(), OP)?;
+    let &[n_ids] = ids_l.dims() else {
+        return Err(invalid(
+            OP,
+            format!("indices of shape {:?} are not 1-D", ids_l.dims()),
+        ));
+    };
+    let kernel = table::kernel("index_select", OP, ids.dtype(), Some(src.dtype()))?;
+    let (left, src_dim, right) = split_at_dim(src_l.dims(), dim);
+    let numel = left * n_ids * right;
+    // SAFETY: the kernel writes all numel outputs.
+    let mut out = unsafe { src.device().alloc_storage(src.dtype(), numel) }?;
+    if numel == 0 {
+        return Ok(out);
+    }
+    let info = IndexInfo {
+        left: to_u64(left),
+        right: to_u64(right),
+        src_dim: to_u64(src_dim),
+        ids_dim: to_u64(n_ids),
+        ids_stride: to_u64(ids_l.stride()[0]),
+        ..IndexInfo::default()
+    };
+    let per_pack = VEC_BYTES / src.dtype().size_in_bytes();
+    let work = if right % per_pack == 0 {
+        numel / per_pack
+    } else {
+        numel
+    };
+    let args = [
+        Arg::Index(info),
+        Arg::In(ids.view(OP, ids_l)?),
+        Arg::In(src.view(OP, src_l)?),
+        Arg::Out(out.view_all_mut()),
+    ];
+    // SAFETY: out[(l * ids_dim + i) * right + r] (numel values) and
+    // src[(l * src_dim + id) * right + r] with id < src_dim (checked by the
+    // kernel) stay inside the views; ids[i * ids_stride] for i < n_ids is
+    // inside the index view, which covers the 1-D layout's reach.
+    unsafe { launch_indexing(src, kernel, work, args) }?;
+    Ok(out)
+}
+
+/// `out[l, i, r] = src[l, ids[l, i, r], r]`, the output shaped like `ids`.
+pub(crate) fn gather(
+    src: &HipStorage,
+    src_l: &Layout,
+    ids: &HipStorage,
+    ids_l: &Layout,
+    dim: usize,
+) -> Result<HipStorage> {
+    const OP: &str = "gather";
+    src.check_device(ids, OP)?;
+    require_contiguous(src_l, OP)?;
+    require_contiguous(ids_l, OP)?;
+    check_dim(dim, src_l.dims(), OP)?;
+    check_dim(dim, ids_l.dims(), OP)?;
+    if ids_l.dims().len() != src_l.dims().len() {
+        return Err(invalid(
+            OP,
+            format!("indices {:?} for source {:?}", ids_l.dims(), src_l.dims()),
+        ));
+    }
+    let kernel = table::kernel("gather", OP, ids.dtype(), Some(src.dtype()))?;
+    let (left, ids_dim, right) = split_at_dim(ids_l.dims(), dim);
+    let (src_left, src_dim, src_right) = split_at_dim(src_l.dims(), dim);
+    if left > src_left || right > src_right {
+        return Err(invalid(
+            OP,
+            format!(
+                "indices {:?} larger than source {:?}",
+                ids_l.dims(),
+                src_l.dims()
+            ),
+        ));
+    }
+    let numel = left * ids_dim * right;
+    // SAFETY: the kernel writes all numel outputs.
+    let mut out = unsafe { src.device().alloc_storage(src.dtype(), numel) }?;
+    if numel == 0 {
+        return Ok(out);
+    }
+    let info = IndexInfo {
+        left: to_u64(left),
+        right: to_u64(right),
+        src_dim: to_u64(src_dim),
+        ids_dim: to_u64(ids_dim),
+        src_right: to_u64(src_right),
+        ..IndexInfo::default()
+    };
+    let args = [
+        Arg::Index(info),
+        Arg::In(ids.view(OP, ids_l)?),
+        Arg::In(src.view(OP, src_l)?),
+        Arg::Out(out.view_all_mut()),
+    ];
+    // SAFETY: ids and out hold numel = left * ids_dim * right elements; the
+    // source offset (l * src_dim + id) * src_right + r with l < left <=
+    // src_left, id < src_dim (checked by the kernel) and r < right <=
+    // src_right is below src_left * src_dim * src_right.
+    unsafe { launch_indexing(src, kernel, numel, args) }?;
+    Ok(out)
+}
+
+/// Writes (or adds) `src` into `dst` at the positions `ids` give along `dim`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scatter(
+    dst: &mut HipStorage,
+    dst_l: &Layout,
+    ids: &HipStorage,
+    ids_l: &Layout,
+    src: &HipStorage,
+    src_l: &Layout,
+    dim: usize,
+    mode: Scatter,
+) -> Result<()> {
+    let (op, family) = match mode {
+        Scatter::Set => ("scatter", "scatter"),
+        Scatter::Add => ("scatter-add", "scatter_add"),
+    };
+    dst.check_device(ids, op)?;
+    dst.check_device(src, op)?;
+    dst.check_dtype(src, op)?;
+    for layout in [dst_l, ids_l, src_l] {
+        require_contiguous(layout, op)?;
+    }
+    check_dim(dim, dst_l.dims(), op)?;
+    if ids_l.dims() != src_l.dims() || ids_l.dims().len() != dst_l.dims().len() {
+        return Err(invalid(
+            op,
+            format!(
+                "indices {:?}, source {:?}, destination {:?}",
+                ids_l.dims(),
+                src_l.dims(),
+                dst_l.dims()
+            ),
+        ));
+    }
+    let (left, ids_dim, right) = split_at_dim(ids_l.dims(), dim);
+    let (dst_left, dst_dim, dst_right) = split_at_dim(dst_l.dims(), dim);
+    if (left, right) != (dst_left, dst_right) {
+        return Err(invalid(
+            op,
+            format!(
+                "source {:?} does not fit destination {:?}",
+                src_l.dims(),
+                dst_l.dims()
+            ),
+        ));
+    }
+    let kernel = table::kernel(family, op, ids.dtype(), Some(dst.dtype()))?;
+    let columns = left * right;
+    if columns == 0 || ids_dim == 0 {
+        return Ok(());
+    }
+    let info = IndexInfo {
+        left: to_u64(left),
+        right: to_u64(right),
+        dst_dim: to_u64(dst_dim),
+        ids_dim: to_u64(ids_dim),
+        ..IndexInfo::default()
+    };
+    let device = dst.device().clone();
+    let args = [
+        Arg::Index(info),
+        Arg::In(ids.view(op, ids_l)?),
+        Arg::In(src.view(op, src_l)?),
+        Arg::Out(dst.view_mut(op, dst_l)?),
+    ];
+    let cfg = launch::grid_stride(to_u64(columns), device.compute_units());
+    // SAFETY: scatter*(const IndexInfo, const I* ids, const T* src, T* dst):
+    // ids and src hold left * ids_dim * right elements, dst left * dst_dim *
+    // right (the destination layout's reach); positions >= dst_dim are
+    // skipped by the kernel. dst is a different storage (exclusive borrow).
+    unsafe { launch::launch(&device, kernel, cfg, &args) }
+}
+
+/// A copy of `dst` with `src` added along `dim` at the positions `ids` (1-D) give.
+pub(crate) fn index_add(
+    dst: &HipStorage,
+    dst_l: &Layout,
+    ids: &HipStorage,
+    ids_l: &Layout,
+    src: &HipStorage,
+    src_l: &Layout,
+    dim: usize,
+) -> Result<HipStorage> {
+    const OP: &str = "index-add";
+    dst.check_device(ids, OP)?;
+    dst.check_device(src, OP)?;
+    dst.check_dtype(src, OP)?;
+    require_contiguous(ids_l, OP)?;
+    require_contiguous(src_l, OP)?;
+    check_dim(dim, dst_l.dims(), OP)?;
+    check_dim(dim, src_l.dims(), OP)?;
+    let n_ids = ids_l.shape().elem_count();
+    let (left, dst_dim, right) = split_at_dim(dst_l.dims(), dim);
+    let (src_left, src_dim, src_right) = split_at_dim(src_l.dims(), dim);
+    if (left, right) != (src_left, src_right) || n_ids != src_dim {
+        return Err(invalid(
+            OP,
+            format!(
+                "indices {:?}, source {:?}, destination {:?}",
+                ids_l.dims(),
+                src_l.dims(),
+                dst_l.dims()
+            ),
+        ));
+    }
+    let kernel = table::kernel("index_add", OP, ids.dtype(), Some(dst.dtype()))?;
+    let numel = dst_l.shape().elem_count();
+    // SAFETY: the copy below writes all numel elements.
+    let mut out = unsafe { dst.device().alloc_storage(dst.dtype(), numel) }?;
+    elementwise::copy_into(dst, dst_l, out.view_all_mut())?;
+    if left * right == 0 || n_ids == 0 {
+        return Ok(out);
+    }
+    let info = IndexInfo {
+        left: to_u64(left),
+        right: to_u64(right),
+        src_dim: to_u64(src_dim),
+        dst_dim: to_u64(dst_dim),
+        ids_dim: to_u64(n_ids),
+        ..IndexInfo::default()
+    };
+    let args = [
+        Arg::Index(info),
+        Arg::In(ids.view(OP, ids_l)?),
+        Arg::In(src.view(OP, src_l)?),
+        Arg::Out(out.view_all_mut()),
+    ];
+    // SAFETY: index_add(const IndexInfo, const I* ids, const T* src, T* dst):
+    // ids holds n_ids values, src left * src_dim * right, dst left * dst_dim
+    // * right; positions >= dst_dim are skipped by the kernel.
+    unsafe { launch_indexing(dst, kernel, left * right, args) }?;
+    Ok(out)
+}
