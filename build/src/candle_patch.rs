@@ -47,17 +47,37 @@ pub fn out_root(repo: &Path) -> PathBuf {
     repo.join("build").join(".candle-patched")
 }
 
-/// Fetches the releases, unpacks and patches them, and writes the retargeted tests.
+/// Fetches, unpacks and patches each release whose patches changed since the last run (so
+/// that cargo does not rebuild an unchanged patched crate), then writes the retargeted tests.
 pub fn run(repo: &Path) -> Result<()> {
     let out = out_root(repo);
-    fetch_releases(&out)?;
     for release in &RELEASES {
-        let src = unpack(&out, release)?;
-        apply_patches(&src, &repo.join("patches").join(release.dir_name()))?;
+        let patches = patch_files(&repo.join("patches").join(release.dir_name()))?;
+        let stamp = stamp(&patches)?;
+        let stamp_file = out.join(format!("{}.stamp", release.dir_name()));
+        let mut src = out.join(release.dir_name());
+        if !src.is_dir() || std::fs::read(&stamp_file).ok().as_deref() != Some(&stamp[..]) {
+            fetch_releases(&out)?;
+            src = unpack(&out, release)?;
+            apply_patches(&src, &patches)?;
+            std::fs::write(&stamp_file, &stamp)?;
+        }
         write_tests(&src, &out.join("tests").join(release.name), release)?;
         println!("{}", src.display());
     }
     Ok(())
+}
+
+/// What the patched sources depend on besides the fixed release: the names and contents of
+/// the patches.
+fn stamp(patches: &[PathBuf]) -> Result<Vec<u8>> {
+    let mut stamp = Vec::new();
+    for patch in patches {
+        stamp.extend_from_slice(patch.to_string_lossy().as_bytes());
+        stamp.push(b'\n');
+        stamp.extend_from_slice(&std::fs::read(patch)?);
+    }
+    Ok(stamp)
 }
 
 /// Lets cargo download the `.crate` archives (checksums verified against the index) through a
@@ -136,7 +156,7 @@ fn unpack(out: &Path, release: &Release) -> Result<PathBuf> {
     Ok(dest)
 }
 
-/// The `.patch` files of a folder, in name order.
+/// The `.patch` files of a folder, in name order; there must be at least one.
 fn patch_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut patches = Vec::new();
@@ -147,16 +167,15 @@ fn patch_files(dir: &Path) -> Result<Vec<PathBuf>> {
         }
     }
     patches.sort();
+    if patches.is_empty() {
+        return Err(format!("no .patch files in {}", dir.display()).into());
+    }
     Ok(patches)
 }
 
-/// Applies every patch of `patches_dir` to `src` with no fuzz, failing with `patch`'s own
-/// report on the first one that does not apply exactly.
-fn apply_patches(src: &Path, patches_dir: &Path) -> Result<()> {
-    let patches = patch_files(patches_dir)?;
-    if patches.is_empty() {
-        return Err(format!("no .patch files in {}", patches_dir.display()).into());
-    }
+/// Applies `patches` in order to `src` with no fuzz, failing with `patch`'s own report on the
+/// first one that does not apply exactly.
+fn apply_patches(src: &Path, patches: &[PathBuf]) -> Result<()> {
     for patch in patches {
         let output = Command::new("patch")
             .args([
@@ -170,7 +189,7 @@ fn apply_patches(src: &Path, patches_dir: &Path) -> Result<()> {
             .arg("-d")
             .arg(src)
             .arg("-i")
-            .arg(&patch)
+            .arg(patch)
             .output()
             .map_err(|e| format!("running patch: {e}"))?;
         if !output.status.success() {
@@ -188,11 +207,9 @@ fn apply_patches(src: &Path, patches_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Writes the retargeted copy of every `tests/*.rs` of the release into `dest`.
+/// Writes the retargeted copy of every `tests/*.rs` of the release into `dest`, leaving files
+/// whose content is unchanged untouched.
 fn write_tests(src: &Path, dest: &Path, release: &Release) -> Result<()> {
-    if dest.exists() {
-        std::fs::remove_dir_all(dest)?;
-    }
     std::fs::create_dir_all(dest)?;
     for entry in std::fs::read_dir(src.join("tests"))? {
         let path = entry?.path();
@@ -200,11 +217,26 @@ fn write_tests(src: &Path, dest: &Path, release: &Release) -> Result<()> {
             let text = std::fs::read_to_string(&path)?;
             let name = path.file_name().ok_or("test file without a name")?;
             let retargeted = retarget_tests(&text, HARNESS_DEVICE, release.tests_alias_candle);
-            std::fs::write(dest.join(name), retargeted)?;
+            let dest = dest.join(name);
+            if std::fs::read_to_string(&dest).ok() != Some(retargeted.clone()) {
+                std::fs::write(&dest, retargeted)?;
+            }
         }
     }
     Ok(())
 }
+
+/// Shadows candle's `test_device!` in a retargeted file: one test per device-generic test
+/// function, named like candle's CUDA variant, running on `DEVICE`.
+const TEST_DEVICE_MACRO: &str = r#"macro_rules! test_device {
+    ($fn_name:ident, $test_cpu:ident, $test_cuda:ident, $test_metal:ident) => {
+        #[test]
+        fn $test_cuda() -> Result<()> {
+            $fn_name(&DEVICE)
+        }
+    };
+}
+"#;
 
 /// Rewrites one of Candle's test files so that its device tests run on `device` (an expression
 /// of type `Device`):
@@ -218,23 +250,17 @@ fn write_tests(src: &Path, dest: &Path, release: &Release) -> Result<()> {
 /// The prelude goes after the file's leading inner attributes and comments.
 pub fn retarget_tests(source: &str, device: &str, alias_candle: bool) -> String {
     let device_generic = source.contains("test_device!(");
+    // The features candle's files test for (cuda, mkl, ...) are not features of the harness.
     let mut prelude = String::from(
         "// Retargeted by `rocm-tools candle-patch` to the device of examples/candle-app.\n\
-         #![allow(unused_imports)]\n",
+         #![allow(unused_imports, unexpected_cfgs)]\n",
     );
     if alias_candle {
         prelude.push_str("extern crate candle_core as candle;\n");
     }
-    prelude.push_str(&format!(
-        "macro_rules! test_device {{\n    \
-         ($fn_name:ident, $test_cpu:ident, $test_cuda:ident, $test_metal:ident) => {{\n        \
-         #[test]\n        \
-         fn $test_cuda() -> Result<()> {{\n            \
-         $fn_name(&{device})\n        \
-         }}\n    \
-         }};\n\
-         }}\n"
-    ));
+    if device_generic {
+        prelude.push_str(&TEST_DEVICE_MACRO.replace("DEVICE", device));
+    }
     let mut out = String::with_capacity(source.len() + prelude.len());
     let mut prelude_done = false;
     for line in source.lines() {
@@ -289,7 +315,7 @@ mod tests {
                    test_device!(f, f_cpu, f_gpu, f_metal);\n";
         let out = retarget_tests(src, DEV, false);
         let attr = out.find("#![allow(clippy").unwrap();
-        let prelude = out.find("#![allow(unused_imports)]").unwrap();
+        let prelude = out.find("#![allow(unused_imports").unwrap();
         let first_use = out.find("use candle_core").unwrap();
         assert!(attr < prelude && prelude < first_use, "{out}");
         assert!(out.contains("fn $test_cuda() -> Result<()>"));
@@ -305,6 +331,7 @@ mod tests {
                    let a = x(&Device::Cpu, candle::Device::Cpu, Device::CpuLike);\n    Ok(())\n}\n";
         let out = retarget_tests(src, DEV, true);
         assert!(out.contains("extern crate candle_core as candle;"));
+        assert!(!out.contains("macro_rules!"));
         assert!(out.contains("use candle::Device::Cpu;"));
         assert!(out.contains("let dev = h::device();"));
         assert!(

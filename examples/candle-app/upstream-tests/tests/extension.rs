@@ -1,0 +1,263 @@
+//! Checks of the extension point itself on the CPU-delegating custom device: placement and
+//! transfers, errors instead of panics, the custom-op hooks, and the fused ops.
+
+use candle_backend_bridge::{Backend, BridgeStorage};
+use candle_core::cpu_backend::CpuDevice;
+use candle_core::custom_backend::{BoxedStorage, CustomStorage};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::scalar::Scalar;
+use candle_core::{
+    CpuStorage, CustomOp1, D, DType, Device, DeviceLocation, InplaceOp1, InplaceOp2, Layout,
+    Result, Shape, Tensor,
+};
+use upstream_tests::cpu_delegate::CpuDelegate;
+
+fn dev() -> Device {
+    upstream_tests::device()
+}
+
+fn sample(device: &Device) -> Result<Tensor> {
+    Tensor::arange(0f32, 24., device)?
+        .affine(0.25, -2.)?
+        .reshape((2, 3, 4))
+}
+
+#[test]
+fn location_and_display_name_the_backend() -> Result<()> {
+    let device = dev();
+    let location = DeviceLocation::Custom {
+        name: "cpu-delegate",
+        id: 0,
+    };
+    assert_eq!(device.location(), location);
+    assert!(device.is_custom() && !device.is_cpu());
+    assert!(device.as_custom_device().is_ok());
+    assert!(device.as_cuda_device().is_err());
+    assert!(device.same_device(&dev()));
+    let t = Tensor::new(&[1u32, 2], &device)?;
+    assert_eq!(t.device().location(), location);
+    assert!(format!("{t}").contains("cpu-delegate:0"), "{t}");
+    Ok(())
+}
+
+#[test]
+fn transfers_round_trip_through_the_custom_device() -> Result<()> {
+    let cpu = sample(&Device::Cpu)?;
+    let custom = cpu.to_device(&dev())?;
+    assert_eq!(custom.device().location(), dev().location());
+    let back = (custom.exp()? + 1.)?.to_device(&Device::Cpu)?;
+    assert!(back.device().is_cpu());
+    assert_eq!(back.to_vec3::<f32>()?, (cpu.exp()? + 1.)?.to_vec3::<f32>()?);
+    Ok(())
+}
+
+#[test]
+fn mixing_devices_is_an_error_not_a_panic() -> Result<()> {
+    let cpu = sample(&Device::Cpu)?;
+    let custom = sample(&dev())?;
+    let err = (&cpu + &custom).unwrap_err().to_string();
+    assert!(err.contains("device mismatch"), "{err}");
+    let err = cpu.matmul(&custom.t()?).unwrap_err().to_string();
+    assert!(err.contains("device mismatch"), "{err}");
+    Ok(())
+}
+
+/// A user op with only a CPU implementation.
+struct CpuOnly;
+
+impl CustomOp1 for CpuOnly {
+    fn name(&self) -> &'static str {
+        "cpu-only"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        Ok((storage.clone(), layout.shape().clone()))
+    }
+}
+
+#[test]
+fn custom_op_without_a_custom_implementation_reports_op_and_device() -> Result<()> {
+    let err = sample(&dev())?.apply_op1(CpuOnly).unwrap_err().to_string();
+    assert!(
+        err.contains("cpu-only") && err.contains("cpu-delegate"),
+        "{err}"
+    );
+    Ok(())
+}
+
+/// A user op that reaches its backend's own storage on a custom device: doubles its input.
+struct Double;
+
+impl CustomOp1 for Double {
+    fn name(&self) -> &'static str {
+        "double"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        use candle_core::backend::BackendStorage;
+        Ok((storage.affine(layout, 2., 0.)?, layout.shape().clone()))
+    }
+
+    fn custom_fwd(
+        &self,
+        storage: &dyn CustomStorage,
+        layout: &Layout,
+    ) -> Result<(BoxedStorage, Shape)> {
+        let cpu = BridgeStorage::<CpuDelegate>::downcast(storage, self.name())?;
+        let (doubled, shape) = self.cpu_fwd(cpu, layout)?;
+        Ok((Box::new(BridgeStorage::<CpuDelegate>::new(doubled)), shape))
+    }
+}
+
+#[test]
+fn custom_op_reaches_the_backend_storage() -> Result<()> {
+    let x = sample(&dev())?.narrow(D::Minus1, 1, 2)?;
+    let y = x.apply_op1(Double)?;
+    assert_eq!(y.device().location(), dev().location());
+    assert_eq!(y.to_vec3::<f32>()?, (x * 2.)?.to_vec3::<f32>()?);
+    Ok(())
+}
+
+/// Fills a tensor with ones through the object-safe storage API.
+struct FillOnes;
+
+impl InplaceOp1 for FillOnes {
+    fn name(&self) -> &'static str {
+        "fill-ones"
+    }
+
+    fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout) -> Result<()> {
+        candle_core::bail!("not used on the CPU")
+    }
+
+    fn custom_fwd(&self, storage: &mut dyn CustomStorage, layout: &Layout) -> Result<()> {
+        storage.const_set(Scalar::F32(1.), layout)
+    }
+}
+
+/// Copies the second operand into the first, through the object-safe storage API.
+struct CopyFrom;
+
+impl InplaceOp2 for CopyFrom {
+    fn name(&self) -> &'static str {
+        "copy-from"
+    }
+
+    fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<()> {
+        candle_core::bail!("not used on the CPU")
+    }
+
+    fn custom_fwd(
+        &self,
+        dst: &mut dyn CustomStorage,
+        dst_l: &Layout,
+        src: &dyn CustomStorage,
+        src_l: &Layout,
+    ) -> Result<()> {
+        src.copy_strided_src(dst, dst_l.start_offset(), src_l)
+    }
+}
+
+#[test]
+fn inplace_ops_reach_the_custom_hooks() -> Result<()> {
+    let t = Tensor::zeros((2, 3), DType::F32, &dev())?;
+    t.inplace_op1(&FillOnes)?;
+    assert_eq!(t.to_vec2::<f32>()?, [[1f32; 3]; 2]);
+    let src = Tensor::arange(0f32, 6., &dev())?.reshape((3, 2))?.t()?;
+    t.inplace_op2(&src, &CopyFrom)?;
+    assert_eq!(t.to_vec2::<f32>()?, src.to_vec2::<f32>()?);
+    Ok(())
+}
+
+/// Runs `f` on the CPU and on the custom device and compares the results exactly.
+fn same_as_cpu(f: impl Fn(&Device) -> Result<Tensor>) -> Result<()> {
+    let on_cpu = f(&Device::Cpu)?;
+    let on_custom = f(&dev())?;
+    assert_eq!(on_custom.device().location(), dev().location());
+    assert_eq!(on_custom.dtype(), on_cpu.dtype());
+    let flat = |t: &Tensor| t.flatten_all()?.to_dtype(DType::F64)?.to_vec1::<f64>();
+    assert_eq!(flat(&on_custom)?, flat(&on_cpu)?);
+    Ok(())
+}
+
+#[test]
+fn fused_ops_match_the_cpu() -> Result<()> {
+    use candle_nn::{ops, rotary_emb};
+    same_as_cpu(|d| ops::softmax_last_dim(&sample(d)?))?;
+    same_as_cpu(|d| ops::sigmoid(&sample(d)?))?;
+    same_as_cpu(|d| sample(d)?.arg_sort_last_dim(false))?;
+    same_as_cpu(|d| ops::rms_norm(&sample(d)?, &Tensor::new(&[1f32, 2., 3., 4.], d)?, 1e-5))?;
+    same_as_cpu(|d| {
+        let alpha = Tensor::new(&[1f32, 2., 3., 4.], d)?;
+        let beta = Tensor::new(&[0.5f32, 0., -0.5, 1.], d)?;
+        ops::layer_norm(&sample(d)?, &alpha, &beta, 1e-5)
+    })?;
+    let rope_input = |d: &Device| -> Result<(Tensor, Tensor, Tensor)> {
+        let x = Tensor::arange(0f32, 48., d)?
+            .reshape((1, 2, 3, 8))?
+            .affine(0.1, -1.)?;
+        let angles = Tensor::arange(0f32, 12., d)?
+            .reshape((3, 4))?
+            .affine(0.3, 0.)?;
+        Ok((x, angles.cos()?, angles.sin()?))
+    };
+    same_as_cpu(|d| {
+        let (x, cos, sin) = rope_input(d)?;
+        rotary_emb::rope_i(&x, &cos, &sin)
+    })?;
+    same_as_cpu(|d| {
+        let (x, cos, sin) = rope_input(d)?;
+        rotary_emb::rope(&x, &cos, &sin)
+    })?;
+    same_as_cpu(|d| {
+        let (x, cos, sin) = rope_input(d)?;
+        rotary_emb::rope_thd(&x.transpose(1, 2)?.contiguous()?, &cos, &sin)
+    })
+}
+
+/// A backend that shares the CPU code but provides no fused op.
+struct NoFusedOps;
+
+impl Backend for NoFusedOps {
+    const NAME: &'static str = "no-fused-ops";
+    type Device = CpuDevice;
+    type Storage = CpuStorage;
+
+    fn ordinal(_: &CpuDevice) -> usize {
+        0
+    }
+
+    fn supports_bf16(_: &CpuDevice) -> bool {
+        false
+    }
+}
+
+#[test]
+fn missing_fused_op_is_an_error() -> Result<()> {
+    let device = candle_backend_bridge::device::<NoFusedOps>(CpuDevice);
+    let err = candle_nn::ops::softmax_last_dim(&sample(&device)?)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("SoftmaxLastDim") && err.contains("no-fused-ops"),
+        "{err}"
+    );
+    let err = (sample(&device)? + sample(&dev())?)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("device mismatch"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn quantization_on_a_custom_device_is_an_error() -> Result<()> {
+    let t = Tensor::zeros((4, 32), DType::F32, &dev())?;
+    let err = QTensor::quantize(&t, GgmlDType::Q4_0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("not supported") && err.contains("cpu-delegate"),
+        "{err}"
+    );
+    Ok(())
+}
