@@ -12,11 +12,13 @@
 //   ch_u32 cols, ch_u32 padded): one block per row (grid-stride), the whole
 //   network in P * 4 bytes of dynamic shared memory, any blockDim.x up to
 //   CH_REDUCE_MAX_BLOCK;
-// - rows too long for shared memory: argsort_init fills a rows x P index
-//   matrix with 0..P-1 per row, then one argsort_step_{asc,desc}_<dtype>
-//   launch per network stage (k, j) sorts it in global memory (one thread
-//   per compared pair, grid-stride, any block size); the host then copies the
-//   first `cols` indices of each row out.
+// - rows too long for shared memory: one
+//   argsort_step_{asc,desc}_<dtype>(const T* src, ch_u32* idx, ch_u64 rows,
+//   ch_u32 cols, ch_u32 padded, ch_u32 k, ch_u32 j) launch per network stage
+//   (k = 2, 4, ..., P; j = k/2, ..., 1) sorts a rows x P index matrix in
+//   global memory (one thread per compared pair, grid-stride, any block
+//   size); the first stage (k = 2) also initialises it to 0..P-1 per row.
+//   The host then copies the first `cols` indices of each row out.
 
 #include "common.h"
 
@@ -96,15 +98,13 @@ __device__ __forceinline__ void argsort_step(const T* src, ch_u32* idx, ch_u64 r
     ch_u64 t;
     const ch_u64 r = divmod(q, half, t);
     const SortOrder<T, ASC> order = {src + r * cols, cols};
-    bitonic_pair(order, idx + r * padded, (ch_u32)t, k, j);
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK) argsort_init(ch_u32* idx, ch_u64 total, ch_u32 padded) {
-  for (ch_u64 e = global_thread(); e < total; e += global_threads()) {
-    ch_u64 i;
-    divmod(e, padded, i);
-    idx[e] = (ch_u32)i;
+    ch_u32* row = idx + r * padded;
+    if (k == 2) {
+      // The first stage: nothing has written this pair yet.
+      row[2 * t] = (ch_u32)(2 * t);
+      row[2 * t + 1] = (ch_u32)(2 * t + 1);
+    }
+    bitonic_pair(order, row, (ch_u32)t, k, j);
   }
 }
 

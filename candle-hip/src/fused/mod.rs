@@ -1,0 +1,41 @@
+//! The fused ops transformer models call, as HIP kernels, with the
+//! arguments of candle-nn's ops (storage-level: each takes the storages and
+//! layouts that the candle tensors hold, and returns a new contiguous
+//! storage):
+//!
+//! | function | candle op | dtypes |
+//! |---|---|---|
+//! | [`softmax_last_dim`] | `candle_nn::ops::softmax_last_dim` | f16, bf16, f32, f64 |
+//! | [`rms_norm`] | `candle_nn::ops::rms_norm` | f16, bf16, f32, f64 |
+//! | [`layer_norm`] | `candle_nn::ops::layer_norm` | f16, bf16, f32, f64 |
+//! | [`rope_i`], [`rope`], [`rope_thd`] | `candle_nn::rotary_emb::{rope_i, rope, rope_thd}` | f16, bf16, f32, f64 |
+//! | [`sigmoid`] | `candle_nn::ops::sigmoid` | f16, bf16, f32, f64 |
+//! | [`arg_sort_last_dim`] | `Tensor::arg_sort_last_dim` | every dtype (u32 output) |
+//!
+//! They are functions rather than candle custom ops because candle-nn's ops
+//! (and candle-core 0.11.1's `Tensor`) only reach the CPU, CUDA and Metal
+//! backends; the candle extension patch routes them here.
+//!
+//! Numerics: f16/bf16 compute in f32 and f64 in f64, each output rounded
+//! once; softmax subtracts the row maximum; layer_norm takes the variance of
+//! the centred values. Results therefore differ from candle's CPU versions
+//! (which round intermediate results to the storage type) by rounding only.
+
+mod argsort;
+mod rope;
+mod rows;
+
+pub use argsort::{SHARED_SORT_MAX_COLS, arg_sort_last_dim};
+pub use rope::{rope, rope_i, rope_thd};
+pub use rows::{layer_norm, rms_norm, softmax_last_dim};
+
+use candle_core::Layout;
+
+use crate::ops::elementwise;
+use crate::storage::HipStorage;
+
+/// `1 / (1 + exp(-x))` element-wise over any layout
+/// (`candle_nn::ops::sigmoid`).
+pub fn sigmoid(x: &HipStorage, layout: &Layout) -> candle_core::Result<HipStorage> {
+    elementwise::unary(x, layout, "sigmoid", "sigmoid")
+}
