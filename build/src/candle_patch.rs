@@ -57,6 +57,10 @@ pub fn run(repo: &Path) -> Result<()> {
         let stamp_file = out.join(format!("{}.stamp", release.dir_name()));
         let mut src = out.join(release.dir_name());
         if !src.is_dir() || std::fs::read(&stamp_file).ok().as_deref() != Some(&stamp[..]) {
+            // A run that fails from here on must not leave a valid stamp behind.
+            if stamp_file.exists() {
+                std::fs::remove_file(&stamp_file)?;
+            }
             fetch_releases(&out)?;
             src = unpack(&out, release)?;
             apply_patches(&src, &patches)?;
