@@ -472,4 +472,160 @@ __device__ __forceinline__ typename R::State block_reduce(typename R::State s, t
 #define CH_INTS(M, NAME, OP) M(NAME, OP, u8) M(NAME, OP, u32) M(NAME, OP, i64)
 #define CH_ALL(M, NAME, OP) CH_FLOATS(M, NAME, OP) CH_INTS(M, NAME, OP)
 
+// ---------------------------------------------------------------------------
+// Part 2 (fused row kernels: softmax, rms_norm, layer_norm). Added by the
+// part-2 kernels; nothing above depends on it.
+
+// Bytes of accumulator values one thread keeps in registers for a row
+// (32 f32 or 16 f64 values): rows of up to RowCache<A>::VALUES * blockDim.x
+// elements are read from memory once.
+#define CH_ROW_CACHE_BYTES 128
+
+template <typename A>
+struct RowCache {
+  static const int VALUES = CH_ROW_CACHE_BYTES / (int)sizeof(A);
+};
+
+__device__ __forceinline__ float ch_exp(float x) { return expf(x); }
+__device__ __forceinline__ double ch_exp(double x) { return exp(x); }
+__device__ __forceinline__ float ch_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double ch_sqrt(double x) { return sqrt(x); }
+
+template <typename A>
+__device__ __forceinline__ A ch_neg_inf();
+template <>
+__device__ __forceinline__ float ch_neg_inf<float>() { return -__builtin_huge_valf(); }
+template <>
+__device__ __forceinline__ double ch_neg_inf<double>() { return -__builtin_huge_val(); }
+
+// block_reduce with the result handed to every thread of the block (same
+// calling rules as block_reduce).
+template <typename R>
+__device__ __forceinline__ typename R::State block_allreduce(typename R::State s, typename R::State* scratch) {
+  s = block_reduce<R>(s, scratch);
+  // One wave: the butterfly already left the result in every lane.
+  if (blockDim.x <= CANDLE_HIP_WAVE) return s;
+  __syncthreads();
+  if (threadIdx.x == 0) scratch[0] = s;
+  __syncthreads();
+  return scratch[0];
+}
+
+// Sum of accumulator values.
+template <typename A>
+struct AccSum {
+  struct State {
+    A v;
+  };
+  __device__ __forceinline__ static State identity() {
+    State s;
+    s.v = (A)0;
+    return s;
+  }
+  __device__ __forceinline__ static State combine(State a, State b) {
+    a.v += b.v;
+    return a;
+  }
+};
+
+// Shared memory for block_allreduce of any state of up to two f64 words.
+#define CH_ROW_SCRATCH_WORDS (2 * CH_MAX_WAVES)
+
+// One row of `np` packs of V elements, as this thread sees it: packs
+// threadIdx.x, threadIdx.x + blockDim.x, ... Cached rows keep their packs in
+// registers after init(); uncached rows read memory on every visit.
+template <typename T, int V, bool CACHED>
+struct RowView {
+  typedef typename Num<T>::acc A;
+  static const int PACKS = CACHED ? RowCache<A>::VALUES / V : 1;
+  const T* src;
+  ch_u32 np;
+  A cache[PACKS][V];
+
+  __device__ __forceinline__ static void load(const T* row, ch_u32 p, A (&v)[V]) {
+    const Pack<T, V> pk = reinterpret_cast<const Pack<T, V>*>(row)[p];
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = Num<T>::to_acc(pk.v[k]);
+  }
+
+  __device__ __forceinline__ static void store(T* row, ch_u32 p, const A (&v)[V]) {
+    Pack<T, V> pk;
+#pragma unroll
+    for (int k = 0; k < V; ++k) pk.v[k] = Num<T>::from_acc(v[k]);
+    reinterpret_cast<Pack<T, V>*>(row)[p] = pk;
+  }
+
+  __device__ __forceinline__ RowView(const T* row, ch_u32 packs) : src(row), np(packs) {
+    if (CACHED) {
+#pragma unroll
+      for (int i = 0; i < PACKS; ++i) {
+        const ch_u32 p = threadIdx.x + (ch_u32)i * blockDim.x;
+        if (p < np) load(src, p, cache[i]);
+      }
+    }
+  }
+
+  // f(values, pack index) for each pack of this thread.
+  template <typename F>
+  __device__ __forceinline__ void visit(F f) {
+    if (CACHED) {
+#pragma unroll
+      for (int i = 0; i < PACKS; ++i) {
+        const ch_u32 p = threadIdx.x + (ch_u32)i * blockDim.x;
+        if (p < np) f(cache[i], p);
+      }
+    } else {
+      for (ch_u32 p = threadIdx.x; p < np; p += blockDim.x) {
+        A v[V];
+        load(src, p, v);
+        f(v, p);
+      }
+    }
+  }
+};
+
+// Whether a row of `cols` elements can be moved in packs of V with every
+// pointer aligned to a pack.
+template <int V, typename T>
+__device__ __forceinline__ bool rows_vectorizable(ch_u32 cols, const T* a, const T* b, const T* c, const T* d) {
+  return cols % V == 0 && is_aligned<V>(a) && is_aligned<V>(b) && is_aligned<V>(c) && is_aligned<V>(d);
+}
+
+// Runs body.template row<V, CACHED>(blockIdx.x) (one block per row, the grid
+// covers every row), choosing 16-byte packs when `vec` and keeping the row in
+// registers when it fits.
+template <typename T, typename Body>
+__device__ __forceinline__ void row_of_block(ch_u32 cols, bool vec, Body& body) {
+  const int VMAX = CH_VEC_BYTES / (int)sizeof(T);
+  const ch_u32 cap = (ch_u32)RowCache<typename Num<T>::acc>::VALUES * blockDim.x;
+  const ch_u64 r = blockIdx.x;
+  if (vec) {
+    if (cols <= cap) body.template row<VMAX, true>(r);
+    else body.template row<VMAX, false>(r);
+  } else {
+    if (cols <= cap) body.template row<1, true>(r);
+    else body.template row<1, false>(r);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Part 2 (pooling, upsampling, im2col): a strided 4-D (N, C, H, W) source.
+// Mirrored by `Nchw` in candle-hip/src/nchw.rs.
+struct Nchw {
+  ch_u64 dims[4];
+  ch_u64 strides[4];
+};
+
+__device__ __forceinline__ ch_u64 nchw_offset(const Nchw& s, ch_u64 n, ch_u64 c, ch_u64 y, ch_u64 x) {
+  return n * s.strides[0] + c * s.strides[1] + y * s.strides[2] + x * s.strides[3];
+}
+
+// Splits the index of a contiguous (N, C, H, W) output element.
+__device__ __forceinline__ void nchw_split(ch_u64 o, ch_u64 c_dim, ch_u64 h_dim, ch_u64 w_dim, ch_u64& n, ch_u64& c,
+                                           ch_u64& y, ch_u64& x) {
+  ch_u64 rest = divmod(o, w_dim, x);
+  rest = divmod(rest, h_dim, y);
+  n = divmod(rest, c_dim, c);
+}
+
 #endif  // CANDLE_HIP_COMMON_H
