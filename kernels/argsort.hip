@@ -108,16 +108,20 @@ __device__ __forceinline__ void argsort_step(const T* src, ch_u32* idx, ch_u64 r
   }
 }
 
-#define CH_ARGSORT_KERNELS(NAME, ASC, TY)                                                              \
-  extern "C" __global__ void __launch_bounds__(CH_REDUCE_MAX_BLOCK)                                   \
-      argsort_##NAME##_##TY(const ch_##TY* src, ch_u32* dst, ch_u64 rows, ch_u32 cols, ch_u32 padded) { \
-    argsort_shared<ch_##TY, ASC>(src, dst, rows, cols, padded);                                       \
-  }                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                         \
-      argsort_step_##NAME##_##TY(const ch_##TY* src, ch_u32* idx, ch_u64 rows, ch_u32 cols,            \
-                                 ch_u32 padded, ch_u32 k, ch_u32 j) {                                 \
-    argsort_step<ch_##TY, ASC>(src, idx, rows, cols, padded, k, j);                                   \
+#define CH_ARGSORT_KERNEL(NAME, ASC, TY)                                                         \
+  extern "C" __global__ void __launch_bounds__(CH_REDUCE_MAX_BLOCK)                             \
+      NAME##_##TY(const ch_##TY* src, ch_u32* dst, ch_u64 rows, ch_u32 cols, ch_u32 padded) {   \
+    argsort_shared<ch_##TY, ASC>(src, dst, rows, cols, padded);                                 \
   }
 
-CH_ALL(CH_ARGSORT_KERNELS, asc, true)
-CH_ALL(CH_ARGSORT_KERNELS, desc, false)
+#define CH_ARGSORT_STEP_KERNEL(NAME, ASC, TY)                                                         \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                        \
+      NAME##_##TY(const ch_##TY* src, ch_u32* idx, ch_u64 rows, ch_u32 cols, ch_u32 padded, ch_u32 k, \
+                  ch_u32 j) {                                                                        \
+    argsort_step<ch_##TY, ASC>(src, idx, rows, cols, padded, k, j);                                  \
+  }
+
+CH_ALL(CH_ARGSORT_KERNEL, argsort_asc, true)
+CH_ALL(CH_ARGSORT_KERNEL, argsort_desc, false)
+CH_ALL(CH_ARGSORT_STEP_KERNEL, argsort_step_asc, true)
+CH_ALL(CH_ARGSORT_STEP_KERNEL, argsort_step_desc, false)

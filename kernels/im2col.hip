@@ -22,7 +22,7 @@
 
 // Geometry shared by both kernels. For im2col, in_* is the image and out_*
 // the convolution output; for col2im, in_* is the transposed convolution's
-// input and out_* its output. Mirrored by `ConvGeom` in candle-hip.
+// input and out_* its output. Mirrored by `ConvGeom` in candle-hip/src/nchw.rs.
 struct ConvGeom {
   ch_u64 in_h, in_w, out_h, out_w;
   ch_u32 kh, kw, ph, pw, sh, sw, dh, dw;
@@ -84,15 +84,17 @@ __device__ __forceinline__ void col2im(const T* col, T* y, ch_u64 nb, ch_u64 cha
   }
 }
 
-#define CH_IM2COL_KERNELS(NAME, OP, TY)                                                              \
+#define CH_IM2COL_KERNEL(NAME, OP, TY)                                                                \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                       \
-      im2col_##TY(const Nchw src, const ch_##TY* x, ch_##TY* col, ch_u64 n0, ch_u64 nb,              \
-                  const ConvGeom g) {                                                               \
+      NAME##_##TY(const Nchw src, const ch_##TY* x, ch_##TY* col, ch_u64 n0, ch_u64 nb, const ConvGeom g) { \
     im2col(src, x, col, n0, nb, g);                                                                 \
-  }                                                                                                 \
+  }
+
+#define CH_COL2IM_KERNEL(NAME, OP, TY)                                                                \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                       \
-      col2im_##TY(const ch_##TY* col, ch_##TY* y, ch_u64 nb, ch_u64 channels, const ConvGeom g) {    \
+      NAME##_##TY(const ch_##TY* col, ch_##TY* y, ch_u64 nb, ch_u64 channels, const ConvGeom g) {    \
     col2im(col, y, nb, channels, g);                                                                \
   }
 
-CH_FLOATS(CH_IM2COL_KERNELS, _, _)
+CH_FLOATS(CH_IM2COL_KERNEL, im2col, _)
+CH_FLOATS(CH_COL2IM_KERNEL, col2im, _)
