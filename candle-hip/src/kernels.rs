@@ -33,11 +33,27 @@ pub enum Source {
     Copy,
     /// `random.hip`: uniform and normal random numbers.
     Random,
+    /// `softmax.hip`: softmax over the last dimension.
+    Softmax,
+    /// `norm.hip`: rms_norm and layer_norm.
+    Norm,
+    /// `rope.hip`: rotary embeddings (interleaved, halves, thd).
+    Rope,
+    /// `sigmoid.hip`: the logistic sigmoid.
+    Sigmoid,
+    /// `argsort.hip`: argsort along the last dimension.
+    Argsort,
+    /// `pool.hip`: max and average 2-D pooling.
+    Pool,
+    /// `upsample.hip`: nearest and bilinear upsampling.
+    Upsample,
+    /// `im2col.hip`: im2col and col2im for convolutions through GEMM.
+    Im2col,
 }
 
 impl Source {
     /// Every source.
-    pub const ALL: [Source; 8] = [
+    pub const ALL: [Source; 16] = [
         Source::Unary,
         Source::Binary,
         Source::Cast,
@@ -46,6 +62,14 @@ impl Source {
         Source::Indexing,
         Source::Copy,
         Source::Random,
+        Source::Softmax,
+        Source::Norm,
+        Source::Rope,
+        Source::Sigmoid,
+        Source::Argsort,
+        Source::Pool,
+        Source::Upsample,
+        Source::Im2col,
     ];
 
     /// The file name in `kernels/`, also the program name in compiler messages.
@@ -59,6 +83,14 @@ impl Source {
             Source::Indexing => "indexing.hip",
             Source::Copy => "copy.hip",
             Source::Random => "random.hip",
+            Source::Softmax => "softmax.hip",
+            Source::Norm => "norm.hip",
+            Source::Rope => "rope.hip",
+            Source::Sigmoid => "sigmoid.hip",
+            Source::Argsort => "argsort.hip",
+            Source::Pool => "pool.hip",
+            Source::Upsample => "upsample.hip",
+            Source::Im2col => "im2col.hip",
         }
     }
 
@@ -73,6 +105,14 @@ impl Source {
             Source::Indexing => include_str!("../../kernels/indexing.hip"),
             Source::Copy => include_str!("../../kernels/copy.hip"),
             Source::Random => include_str!("../../kernels/random.hip"),
+            Source::Softmax => include_str!("../../kernels/softmax.hip"),
+            Source::Norm => include_str!("../../kernels/norm.hip"),
+            Source::Rope => include_str!("../../kernels/rope.hip"),
+            Source::Sigmoid => include_str!("../../kernels/sigmoid.hip"),
+            Source::Argsort => include_str!("../../kernels/argsort.hip"),
+            Source::Pool => include_str!("../../kernels/pool.hip"),
+            Source::Upsample => include_str!("../../kernels/upsample.hip"),
+            Source::Im2col => include_str!("../../kernels/im2col.hip"),
         }
     }
 

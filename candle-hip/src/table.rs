@@ -154,6 +154,7 @@ const fn two(name: &'static str, source: Source, first: Dtypes, second: Dtypes) 
 use Dtypes::{All, Floats, Index};
 use Source::Copy as CopySource;
 use Source::{Binary, Cast, Indexing, Random, Reduce, Unary, Where};
+use Source::{Argsort, Im2col, Norm, Pool, Rope, Sigmoid, Softmax, Upsample};
 
 /// Every kernel family of `kernels/*.hip`.
 pub(crate) const FAMILIES: &[Family] = &[
@@ -208,6 +209,23 @@ pub(crate) const FAMILIES: &[Family] = &[
     one("fill", CopySource, All),
     one("rand_uniform", Random, Floats),
     one("rand_normal", Random, Floats),
+    one("softmax", Softmax, Floats),
+    one("rms_norm", Norm, Floats),
+    one("layer_norm", Norm, Floats),
+    one("rope_i", Rope, Floats),
+    one("rope", Rope, Floats),
+    one("rope_thd", Rope, Floats),
+    one("sigmoid", Sigmoid, Floats),
+    one("argsort_asc", Argsort, All),
+    one("argsort_desc", Argsort, All),
+    one("argsort_step_asc", Argsort, All),
+    one("argsort_step_desc", Argsort, All),
+    one("max_pool2d", Pool, All),
+    one("avg_pool2d", Pool, Floats),
+    one("upsample_nearest2d", Upsample, All),
+    one("upsample_bilinear2d", Upsample, Floats),
+    one("im2col", Im2col, Floats),
+    one("col2im", Im2col, Floats),
 ];
 
 /// The family called `name`, or a "not supported" error naming `op`.
