@@ -49,7 +49,12 @@ pub(crate) fn row_config(
     let blocks = u32::try_from(rows)
         .ok()
         .filter(|&r| r <= i32::MAX as u32)
-        .ok_or_else(|| invalid(op, format!("{rows} rows exceed the grid limit of 2^31 - 1 blocks")))?;
+        .ok_or_else(|| {
+            invalid(
+                op,
+                format!("{rows} rows exceed the grid limit of 2^31 - 1 blocks"),
+            )
+        })?;
     let per_pack = (VEC_BYTES / elem_bytes.max(1)).max(1);
     let wanted = cols.div_ceil(per_pack * PACKS_PER_THREAD);
     let wave = wave.clamp(1, REDUCE_MAX_BLOCK) as usize;
@@ -65,7 +70,12 @@ pub(crate) fn row_config(
 
 /// `v` as a kernel's 32-bit unsigned parameter, or an error naming `what`.
 pub(crate) fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| invalid(op, format!("{what} = {v} exceeds the kernels' 32-bit limit")))
+    u32::try_from(v).map_err(|_| {
+        invalid(
+            op,
+            format!("{what} = {v} exceeds the kernels' 32-bit limit"),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -78,7 +88,10 @@ mod tests {
         let c = row_config("t", 8192, 32000, 4, 64).unwrap();
         assert_eq!((c.grid_dim.0, c.block_dim.0), (8192, 1024));
         // rms_norm 4096 bf16 = 512 packs -> 256 threads of 2 packs.
-        assert_eq!(row_config("t", 16384, 4096, 2, 32).unwrap().block_dim.0, 256);
+        assert_eq!(
+            row_config("t", 16384, 4096, 2, 32).unwrap().block_dim.0,
+            256
+        );
         // Short rows get one wave.
         assert_eq!(row_config("t", 10, 100, 4, 64).unwrap().block_dim.0, 64);
         assert_eq!(row_config("t", 10, 1, 8, 32).unwrap().block_dim.0, 32);
@@ -86,13 +99,18 @@ mod tests {
         // (32 values per thread, 16 for f64) up to 1024 threads.
         for (cols, bytes) in [(32001, 4), (16001, 8), (1000, 2)] {
             let t = row_config("t", 1, cols, bytes, 32).unwrap().block_dim.0 as usize;
-            assert!(cols <= t * 128 / bytes.max(4), "{cols} x {bytes} bytes in {t} threads");
+            assert!(
+                cols <= t * 128 / bytes.max(4),
+                "{cols} x {bytes} bytes in {t} threads"
+            );
         }
     }
 
     #[test]
     fn huge_grids_and_sizes_are_refused() {
-        let err = row_config("softmax", 1 << 31, 5, 4, 32).unwrap_err().to_string();
+        let err = row_config("softmax", 1 << 31, 5, 4, 32)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("softmax") && err.contains("grid"), "{err}");
         assert!(to_u32("t", "cols", 1 << 32).is_err());
         assert_eq!(to_u32("t", "cols", 7).unwrap(), 7);

@@ -26,17 +26,22 @@
 //! # Ok::<(), candle_core::Error>(())
 //! ```
 
+mod call;
 mod device;
 mod dtype;
 mod error;
+pub mod fused;
+mod handles;
 mod info;
 pub mod kernels;
 mod launch;
+mod matmul;
 mod ops;
 mod random;
 mod registry;
 mod storage;
 mod table;
+mod typed;
 
 pub use device::HipDevice;
 pub use error::HipBackendError;

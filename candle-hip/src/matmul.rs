@@ -45,16 +45,27 @@ pub(crate) struct Operand {
 /// whose elements `(i, j)` lie at `i * row_stride + j * col_stride`, or
 /// `None` when neither dimension is unit-stride (a dimension of size 1 has
 /// any stride).
-pub(crate) fn orient(rows: usize, cols: usize, row_stride: usize, col_stride: usize) -> Option<Operand> {
+pub(crate) fn orient(
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+) -> Option<Operand> {
     // Columns unit-stride: column-major `cols × rows` with ld = row_stride.
     if (col_stride == 1 || cols == 1) && (rows == 1 || row_stride >= cols) {
         let ld = if rows == 1 { cols } else { row_stride };
-        return Some(Operand { trans: Transpose::No, ld });
+        return Some(Operand {
+            trans: Transpose::No,
+            ld,
+        });
     }
     // Rows unit-stride: column-major `rows × cols` with ld = col_stride.
     if (row_stride == 1 || rows == 1) && (cols == 1 || col_stride >= rows) {
         let ld = if cols == 1 { rows } else { col_stride };
-        return Some(Operand { trans: Transpose::Yes, ld });
+        return Some(Operand {
+            trans: Transpose::Yes,
+            ld,
+        });
     }
     None
 }
@@ -90,19 +101,30 @@ pub(crate) struct Plan {
     pub(crate) calls: Vec<Call>,
 }
 
-fn unexpected(lhs_l: &Layout, rhs_l: &Layout, bmnk: (usize, usize, usize, usize), msg: &'static str) -> candle_core::Error {
-    candle_core::Error::MatMulUnexpectedStriding(Box::new(candle_core::error::MatMulUnexpectedStriding {
-        lhs_l: lhs_l.clone(),
-        rhs_l: rhs_l.clone(),
-        bmnk,
-        msg,
-    }))
+fn unexpected(
+    lhs_l: &Layout,
+    rhs_l: &Layout,
+    bmnk: (usize, usize, usize, usize),
+    msg: &'static str,
+) -> candle_core::Error {
+    candle_core::Error::MatMulUnexpectedStriding(Box::new(
+        candle_core::error::MatMulUnexpectedStriding {
+            lhs_l: lhs_l.clone(),
+            rhs_l: rhs_l.clone(),
+            bmnk,
+            msg,
+        },
+    ))
     .bt()
 }
 
 /// Plans `(b, m, n, k)` for these layouts (`lhs`: `… × m × k`, `rhs`:
 /// `… × k × n`, the same batch dimensions). The sizes are non-zero.
-pub(crate) fn plan(bmnk: (usize, usize, usize, usize), lhs_l: &Layout, rhs_l: &Layout) -> Result<Plan> {
+pub(crate) fn plan(
+    bmnk: (usize, usize, usize, usize),
+    lhs_l: &Layout,
+    rhs_l: &Layout,
+) -> Result<Plan> {
     let (b, m, n, k) = bmnk;
     let err = |msg| unexpected(lhs_l, rhs_l, bmnk, msg);
     let (ld, rd) = (lhs_l.dims(), rhs_l.dims());
@@ -110,7 +132,10 @@ pub(crate) fn plan(bmnk: (usize, usize, usize, usize), lhs_l: &Layout, rhs_l: &L
     if rank < 2 || rd.len() != rank || ld[..rank - 2] != rd[..rank - 2] {
         return Err(err("lhs and rhs need the same batch dimensions"));
     }
-    if ld[rank - 2..] != [m, k] || rd[rank - 2..] != [k, n] || ld[..rank - 2].iter().product::<usize>() != b {
+    if ld[rank - 2..] != [m, k]
+        || rd[rank - 2..] != [k, n]
+        || ld[..rank - 2].iter().product::<usize>() != b
+    {
         return Err(err("the layouts do not have the shapes of (b, m, n, k)"));
     }
     let (ls, rs) = (lhs_l.stride(), rhs_l.stride());
@@ -138,7 +163,14 @@ fn batch_calls(dims: &[usize], rhs: &[usize], lhs: &[usize], mn: usize) -> Vec<C
     }
     let merged = merge_dims(dims, &[rhs, lhs, &out]);
     let Some((&count, outer)) = merged.dims.split_last() else {
-        let single = Call { a_offset: 0, b_offset: 0, c_offset: 0, count: 1, stride_a: 0, stride_b: 0 };
+        let single = Call {
+            a_offset: 0,
+            b_offset: 0,
+            c_offset: 0,
+            count: 1,
+            stride_a: 0,
+            stride_b: 0,
+        };
         return vec![single];
     };
     let inner = outer.len();
@@ -186,12 +218,21 @@ pub(crate) fn matmul(
     let out_len = b * m * n;
     if out_len == 0 || k == 0 {
         // Nothing to multiply: an empty result, or sums of no terms.
-        return candle_core::backend::BackendDevice::zeros_impl(device, &Shape::from(out_len), dtype);
+        return candle_core::backend::BackendDevice::zeros_impl(
+            device,
+            &Shape::from(out_len),
+            dtype,
+        );
     }
     let plan = plan(bmnk, lhs_l, rhs_l)?;
     // SAFETY: the calls write every one of the b * m * n output elements.
     let mut out = unsafe { device.alloc_storage(dtype, out_len) }?;
-    let ops = Operands { lhs, rhs, lhs_l, rhs_l };
+    let ops = Operands {
+        lhs,
+        rhs,
+        lhs_l,
+        rhs_l,
+    };
     match dtype {
         DType::F32 => ops.run::<f32>(&plan, &mut out, 1.0, 0.0)?,
         DType::F64 => ops.run::<f64>(&plan, &mut out, 1.0, 0.0)?,
@@ -244,7 +285,8 @@ impl Operands<'_> {
                 stride_b: call.stride_b,
                 stride_c: m * n,
             };
-            blas.gemm_strided_batched::<T>(cfg, &a, &b, &mut c).map_err(hip)?;
+            blas.gemm_strided_batched::<T>(cfg, &a, &b, &mut c)
+                .map_err(hip)?;
         }
         Ok(())
     }
@@ -264,7 +306,14 @@ mod tests {
     }
 
     /// Runs `plan` as rocBLAS would (column-major, `C = op(A) op(B)`).
-    fn emulate(plan: &Plan, lhs: &[f64], lhs_l: &Layout, rhs: &[f64], rhs_l: &Layout, b: usize) -> Vec<f64> {
+    fn emulate(
+        plan: &Plan,
+        lhs: &[f64],
+        lhs_l: &Layout,
+        rhs: &[f64],
+        rhs_l: &Layout,
+        b: usize,
+    ) -> Vec<f64> {
         let (m, n, k) = plan.mnk;
         let mut c = vec![f64::NAN; b * m * n];
         for call in &plan.calls {
@@ -276,7 +325,10 @@ mod tests {
                 for i in 0..n {
                     for j in 0..m {
                         let s: f64 = (0..k)
-                            .map(|l| at(rhs, a0, plan.a.trans, plan.a.ld, i, l) * at(lhs, b0, plan.b.trans, plan.b.ld, l, j))
+                            .map(|l| {
+                                at(rhs, a0, plan.a.trans, plan.a.ld, i, l)
+                                    * at(lhs, b0, plan.b.trans, plan.b.ld, l, j)
+                            })
                             .sum();
                         c[c0 + i + j * n] = s;
                     }
@@ -288,7 +340,14 @@ mod tests {
 
     /// Row-major product from the layouts directly.
     fn reference(lhs: &[f64], lhs_l: &Layout, rhs: &[f64], rhs_l: &Layout) -> Vec<f64> {
-        let offset = |l: &Layout, idx: &[usize]| l.start_offset() + idx.iter().zip(l.stride()).map(|(i, s)| i * s).sum::<usize>();
+        let offset = |l: &Layout, idx: &[usize]| {
+            l.start_offset()
+                + idx
+                    .iter()
+                    .zip(l.stride())
+                    .map(|(i, s)| i * s)
+                    .sum::<usize>()
+        };
         let dims = lhs_l.dims();
         let r = dims.len();
         let (m, k, n) = (dims[r - 2], dims[r - 1], rhs_l.dims()[r - 1]);
@@ -317,19 +376,32 @@ mod tests {
     }
 
     fn data(len: usize, seed: usize) -> Vec<f64> {
-        (0..len).map(|i| ((i * 7 + seed * 13) % 23) as f64 - 11.0).collect()
+        (0..len)
+            .map(|i| ((i * 7 + seed * 13) % 23) as f64 - 11.0)
+            .collect()
     }
 
     fn bmnk(lhs_l: &Layout, rhs_l: &Layout) -> (usize, usize, usize, usize) {
         let d = lhs_l.dims();
         let r = d.len();
-        (d[..r - 2].iter().product(), d[r - 2], rhs_l.dims()[r - 1], d[r - 1])
+        (
+            d[..r - 2].iter().product(),
+            d[r - 2],
+            rhs_l.dims()[r - 1],
+            d[r - 1],
+        )
     }
 
     /// Plans and checks the emulated result against the reference.
     fn check(lhs_l: &Layout, rhs_l: &Layout) -> Plan {
-        let lhs = data(lhs_l.start_offset() + crate::info::span(lhs_l.dims(), lhs_l.stride()), 1);
-        let rhs = data(rhs_l.start_offset() + crate::info::span(rhs_l.dims(), rhs_l.stride()), 2);
+        let lhs = data(
+            lhs_l.start_offset() + crate::info::span(lhs_l.dims(), lhs_l.stride()),
+            1,
+        );
+        let rhs = data(
+            rhs_l.start_offset() + crate::info::span(rhs_l.dims(), rhs_l.stride()),
+            2,
+        );
         let size = bmnk(lhs_l, rhs_l);
         let plan = plan(size, lhs_l, rhs_l).unwrap_or_else(|e| panic!("{lhs_l:?} {rhs_l:?}: {e}"));
         assert_eq!(
@@ -347,8 +419,20 @@ mod tests {
     #[test]
     fn contiguous_operands_are_read_untransposed() {
         let p = check(&c(&[3, 4]), &c(&[4, 5]));
-        assert_eq!(p.a, Operand { trans: Transpose::No, ld: 5 });
-        assert_eq!(p.b, Operand { trans: Transpose::No, ld: 4 });
+        assert_eq!(
+            p.a,
+            Operand {
+                trans: Transpose::No,
+                ld: 5
+            }
+        );
+        assert_eq!(
+            p.b,
+            Operand {
+                trans: Transpose::No,
+                ld: 4
+            }
+        );
         assert_eq!(p.calls.len(), 1);
     }
 
@@ -357,8 +441,20 @@ mod tests {
         let lhs_t = c(&[4, 3]).transpose(0, 1).unwrap();
         let rhs_t = c(&[5, 4]).transpose(0, 1).unwrap();
         let p = check(&lhs_t, &rhs_t);
-        assert_eq!(p.a, Operand { trans: Transpose::Yes, ld: 4 });
-        assert_eq!(p.b, Operand { trans: Transpose::Yes, ld: 3 });
+        assert_eq!(
+            p.a,
+            Operand {
+                trans: Transpose::Yes,
+                ld: 4
+            }
+        );
+        assert_eq!(
+            p.b,
+            Operand {
+                trans: Transpose::Yes,
+                ld: 3
+            }
+        );
         check(&lhs_t, &c(&[4, 5]));
         check(&c(&[3, 4]), &rhs_t);
     }
@@ -366,7 +462,17 @@ mod tests {
     #[test]
     fn batches_merge_into_one_call() {
         let p = check(&c(&[2, 3, 4, 5]), &c(&[2, 3, 5, 6]));
-        assert_eq!(p.calls, vec![Call { a_offset: 0, b_offset: 0, c_offset: 0, count: 6, stride_a: 30, stride_b: 20 }]);
+        assert_eq!(
+            p.calls,
+            vec![Call {
+                a_offset: 0,
+                b_offset: 0,
+                c_offset: 0,
+                count: 6,
+                stride_a: 30,
+                stride_b: 20
+            }]
+        );
         // Transposed matrices inside batches.
         let lhs = c(&[2, 3, 5, 4]).transpose(2, 3).unwrap();
         let rhs = c(&[2, 3, 6, 5]).transpose(2, 3).unwrap();
@@ -378,13 +484,26 @@ mod tests {
         // rhs shared by every batch.
         let rhs = c(&[5, 6]).broadcast_as((4, 5, 6)).unwrap();
         let p = check(&c(&[4, 3, 5]), &rhs);
-        assert_eq!((p.calls.len(), p.calls[0].stride_a, p.calls[0].count), (1, 0, 4));
+        assert_eq!(
+            (p.calls.len(), p.calls[0].stride_a, p.calls[0].count),
+            (1, 0, 4)
+        );
         // Broadcast along the outer of two batch dimensions only: candle's
         // CUDA backend refuses this; here it is two calls of three.
         let rhs = c(&[1, 3, 5, 6]).broadcast_as((2, 3, 5, 6)).unwrap();
         let p = check(&c(&[2, 3, 4, 5]), &rhs);
         assert_eq!(p.calls.len(), 2);
-        assert_eq!(p.calls[1], Call { a_offset: 0, b_offset: 60, c_offset: 72, count: 3, stride_a: 30, stride_b: 20 });
+        assert_eq!(
+            p.calls[1],
+            Call {
+                a_offset: 0,
+                b_offset: 60,
+                c_offset: 72,
+                count: 3,
+                stride_a: 30,
+                stride_b: 20
+            }
+        );
         // Broadcast along the inner batch dimension: it becomes the batch of
         // each call (stride 0) and the outer dimension is looped.
         let lhs = c(&[2, 1, 4, 5]).broadcast_as((2, 3, 4, 5)).unwrap();
@@ -400,7 +519,13 @@ mod tests {
     fn narrowed_views_use_a_larger_leading_dimension() {
         let lhs = c(&[3, 10]).narrow(1, 2, 4).unwrap();
         let p = check(&lhs, &c(&[4, 5]));
-        assert_eq!(p.b, Operand { trans: Transpose::No, ld: 10 });
+        assert_eq!(
+            p.b,
+            Operand {
+                trans: Transpose::No,
+                ld: 10
+            }
+        );
         let rhs = c(&[4, 9]).narrow(1, 1, 5).unwrap();
         assert_eq!(check(&c(&[3, 4]), &rhs).a.ld, 9);
         // A batch narrowed out of a larger one (offsets and batch strides).
@@ -417,8 +542,14 @@ mod tests {
         check(&Layout::new((1, 4).into(), vec![99, 1], 0), &c(&[4, 5]));
         check(&c(&[3, 4]), &Layout::new((4, 1).into(), vec![1, 77], 0));
         check(&c(&[3, 1]), &Layout::new((1, 5).into(), vec![3, 1], 2));
-        check(&Layout::new((3, 1).into(), vec![1, 0], 0), &Layout::new((1, 5).into(), vec![0, 1], 0));
-        check(&Layout::new((2, 1, 3).into(), vec![3, 1, 1], 0), &Layout::new((2, 3, 1).into(), vec![3, 1, 1], 0));
+        check(
+            &Layout::new((3, 1).into(), vec![1, 0], 0),
+            &Layout::new((1, 5).into(), vec![0, 1], 0),
+        );
+        check(
+            &Layout::new((2, 1, 3).into(), vec![3, 1, 1], 0),
+            &Layout::new((2, 3, 1).into(), vec![3, 1, 1], 0),
+        );
     }
 
     #[test]
@@ -426,10 +557,22 @@ mod tests {
         // Every other element of a row: neither dimension unit-stride.
         let lhs = Layout::new((3, 4).into(), vec![8, 2], 0);
         let err = plan((1, 3, 5, 4), &lhs, &c(&[4, 5])).unwrap_err();
-        assert!(matches!(err, candle_core::Error::MatMulUnexpectedStriding(_) | candle_core::Error::WithBacktrace { .. }), "{err:?}");
+        assert!(
+            matches!(
+                err,
+                candle_core::Error::MatMulUnexpectedStriding(_)
+                    | candle_core::Error::WithBacktrace { .. }
+            ),
+            "{err:?}"
+        );
         assert!(err.to_string().contains("lhs"), "{err}");
         let rhs = Layout::new((4, 5).into(), vec![10, 2], 0);
-        assert!(plan((1, 3, 5, 4), &c(&[3, 4]), &rhs).unwrap_err().to_string().contains("rhs"));
+        assert!(
+            plan((1, 3, 5, 4), &c(&[3, 4]), &rhs)
+                .unwrap_err()
+                .to_string()
+                .contains("rhs")
+        );
         // Rows overlapping (a leading dimension below the row length).
         let rhs = Layout::new((4, 5).into(), vec![3, 1], 0);
         assert!(plan((1, 3, 5, 4), &c(&[3, 4]), &rhs).is_err());
@@ -442,8 +585,17 @@ mod tests {
     fn every_layout_candle_makes_of_small_tensors_multiplies_right() {
         let mut count = 0;
         for (m, n, k) in [(1, 1, 1), (2, 3, 4), (1, 5, 3), (4, 1, 2), (3, 2, 1)] {
-            let lhs_views = [c(&[2, m, k]), c(&[2, k, m]).transpose(1, 2).unwrap(), c(&[m, k]).broadcast_as((2, m, k)).unwrap()];
-            let rhs_views = [c(&[2, k, n]), c(&[2, n, k]).transpose(1, 2).unwrap(), c(&[k, n]).broadcast_as((2, k, n)).unwrap(), c(&[k, 2, n]).transpose(0, 1).unwrap()];
+            let lhs_views = [
+                c(&[2, m, k]),
+                c(&[2, k, m]).transpose(1, 2).unwrap(),
+                c(&[m, k]).broadcast_as((2, m, k)).unwrap(),
+            ];
+            let rhs_views = [
+                c(&[2, k, n]),
+                c(&[2, n, k]).transpose(1, 2).unwrap(),
+                c(&[k, n]).broadcast_as((2, k, n)).unwrap(),
+                c(&[k, 2, n]).transpose(0, 1).unwrap(),
+            ];
             for l in &lhs_views {
                 for r in &rhs_views {
                     check(l, r);

@@ -38,7 +38,12 @@ fn check_dtype<T: WithDType>(op: &'static str, storage: &HipStorage) -> Result<(
 
 impl<'a, T: WithDType> Typed<'a, T> {
     /// Elements `start..start + count` of `storage`, which must hold `T`s.
-    pub(crate) fn new(op: &'static str, storage: &'a HipStorage, start: usize, count: usize) -> Result<Self> {
+    pub(crate) fn new(
+        op: &'static str,
+        storage: &'a HipStorage,
+        start: usize,
+        count: usize,
+    ) -> Result<Self> {
         check_dtype::<T>(op, storage)?;
         Ok(Typed {
             bytes: storage.view_range(op, start, count)?,
@@ -49,7 +54,12 @@ impl<'a, T: WithDType> Typed<'a, T> {
 
 impl<'a, T: WithDType> TypedMut<'a, T> {
     /// Elements `start..start + count` of `storage`, which must hold `T`s.
-    pub(crate) fn new(op: &'static str, storage: &'a mut HipStorage, start: usize, count: usize) -> Result<Self> {
+    pub(crate) fn new(
+        op: &'static str,
+        storage: &'a mut HipStorage,
+        start: usize,
+        count: usize,
+    ) -> Result<Self> {
         check_dtype::<T>(op, storage)?;
         Ok(TypedMut {
             bytes: storage.view_range_mut(op, start, count)?,

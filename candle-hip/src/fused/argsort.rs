@@ -40,7 +40,10 @@ enum Plan {
 
 fn plan(cols: usize) -> Result<Plan> {
     if cols > MAX_COLS {
-        return Err(invalid(OP, format!("rows of {cols} elements exceed the limit of {MAX_COLS}")));
+        return Err(invalid(
+            OP,
+            format!("rows of {cols} elements exceed the limit of {MAX_COLS}"),
+        ));
     }
     let padded = cols.next_power_of_two();
     if padded <= SHARED_SORT_MAX_COLS {
@@ -55,13 +58,21 @@ fn plan(cols: usize) -> Result<Plan> {
 fn stages(padded: usize) -> impl Iterator<Item = (usize, usize)> {
     std::iter::successors(Some(2), |k| Some(k * 2))
         .take_while(move |&k| k <= padded)
-        .flat_map(|k| std::iter::successors(Some(k / 2), |j| Some(j / 2)).take_while(|&j| j > 0).map(move |j| (k, j)))
+        .flat_map(|k| {
+            std::iter::successors(Some(k / 2), |j| Some(j / 2))
+                .take_while(|&j| j > 0)
+                .map(move |j| (k, j))
+        })
 }
 
 /// The `u32` indices that sort each row of the last dimension of a
 /// contiguous `x`, ascending or descending (`Tensor::arg_sort_last_dim`).
 /// Equal values keep their order (a stable sort); NaNs come last.
-pub fn arg_sort_last_dim(x: &HipStorage, layout: &Layout, ascending: bool) -> candle_core::Result<HipStorage> {
+pub fn arg_sort_last_dim(
+    x: &HipStorage,
+    layout: &Layout,
+    ascending: bool,
+) -> candle_core::Result<HipStorage> {
     let rows = Rows::of(OP, layout)?;
     let dtype = x.dtype();
     let dir = if ascending { "asc" } else { "desc" };
@@ -87,7 +98,14 @@ pub fn arg_sort_last_dim(x: &HipStorage, layout: &Layout, ascending: bool) -> ca
             // SAFETY: argsort_{asc,desc}_T takes (const T* src, u32* dst,
             // u64 rows, u32 cols, u32 padded) with padded * 4 bytes of dynamic
             // shared memory; src and dst hold rows x cols elements.
-            unsafe { call::launch(device, kernel, cfg, &[&src, &dst, &n_rows, &cols, &padded32]) }?;
+            unsafe {
+                call::launch(
+                    device,
+                    kernel,
+                    cfg,
+                    &[&src, &dst, &n_rows, &cols, &padded32],
+                )
+            }?;
         }
         Plan::Global { padded } => {
             let kernel = table::kernel(&format!("argsort_step_{dir}"), OP, dtype, None)?;
@@ -103,7 +121,12 @@ pub fn arg_sort_last_dim(x: &HipStorage, layout: &Layout, ascending: bool) -> ca
                     // u32* idx, u64 rows, u32 cols, u32 padded, u32 k, u32 j);
                     // src holds rows x cols elements and idx rows x padded.
                     unsafe {
-                        call::launch(device, kernel, cfg, &[&src, &idx_view, &n_rows, &cols, &padded32, &k, &j])
+                        call::launch(
+                            device,
+                            kernel,
+                            cfg,
+                            &[&src, &idx_view, &n_rows, &cols, &padded32, &k, &j],
+                        )
                     }?;
                 }
             }
@@ -119,12 +142,35 @@ mod tests {
 
     #[test]
     fn short_rows_sort_in_shared_memory() {
-        assert_eq!(plan(1).unwrap(), Plan::Shared { padded: 1, threads: 1 });
-        assert_eq!(plan(5).unwrap(), Plan::Shared { padded: 8, threads: 4 });
-        assert_eq!(plan(8192).unwrap(), Plan::Shared { padded: 8192, threads: 1024 });
+        assert_eq!(
+            plan(1).unwrap(),
+            Plan::Shared {
+                padded: 1,
+                threads: 1
+            }
+        );
+        assert_eq!(
+            plan(5).unwrap(),
+            Plan::Shared {
+                padded: 8,
+                threads: 4
+            }
+        );
+        assert_eq!(
+            plan(8192).unwrap(),
+            Plan::Shared {
+                padded: 8192,
+                threads: 1024
+            }
+        );
         assert_eq!(plan(8193).unwrap(), Plan::Global { padded: 16384 });
         assert_eq!(plan(32000).unwrap(), Plan::Global { padded: 32768 });
-        assert!(plan(MAX_COLS + 1).unwrap_err().to_string().contains("exceed"));
+        assert!(
+            plan(MAX_COLS + 1)
+                .unwrap_err()
+                .to_string()
+                .contains("exceed")
+        );
     }
 
     #[test]
@@ -174,7 +220,9 @@ mod tests {
     #[test]
     fn the_network_is_a_stable_sort() {
         for cols in [1, 2, 3, 5, 8, 13, 64, 100] {
-            let v: Vec<f32> = (0..cols).map(|i| ((i * 37 + 11) % 7) as f32 - 3.0).collect();
+            let v: Vec<f32> = (0..cols)
+                .map(|i| ((i * 37 + 11) % 7) as f32 - 3.0)
+                .collect();
             for asc in [true, false] {
                 let mut expect: Vec<u32> = (0..cols as u32).collect();
                 // Rust's sort_by is stable, as candle's CPU argsort.
@@ -186,7 +234,10 @@ mod tests {
                 assert_eq!(host_sort(&v, asc), expect, "{cols} {asc}");
             }
         }
-        assert_eq!(host_sort(&[1.0, f32::NAN, 0.0, f32::NAN], true), vec![2, 0, 1, 3]);
+        assert_eq!(
+            host_sort(&[1.0, f32::NAN, 0.0, f32::NAN], true),
+            vec![2, 0, 1, 3]
+        );
         assert_eq!(host_sort(&[1.0, f32::NAN, 0.0], false), vec![0, 2, 1]);
     }
 }

@@ -49,7 +49,9 @@ fn cos_sin_dims(op: &'static str, name: &str, l: &Layout, b: usize) -> Result<(u
         [bb, t, d] if bb == b => Ok((t, d)),
         ref dims => Err(invalid(
             op,
-            format!("{name} has shape {dims:?}; expected (seq_len, dim / 2) or ({b}, seq_len, dim / 2)"),
+            format!(
+                "{name} has shape {dims:?}; expected (seq_len, dim / 2) or ({b}, seq_len, dim / 2)"
+            ),
         )),
     }
 }
@@ -61,14 +63,24 @@ fn sizes(variant: Variant, x: &Layout, cos: &Layout, sin: &Layout) -> Result<Siz
     let (b, h, t, d) = match *x.dims() {
         [b, t, h, d] if variant == Variant::Thd => (b, h, t, d),
         [b, h, t, d] => (b, h, t, d),
-        ref dims => return Err(invalid(op, format!("x has shape {dims:?}; expected 4 dimensions"))),
+        ref dims => {
+            return Err(invalid(
+                op,
+                format!("x has shape {dims:?}; expected 4 dimensions"),
+            ));
+        }
     };
     let (ct, cd) = cos_sin_dims(op, "cos", cos, b)?;
     let (st, sd) = cos_sin_dims(op, "sin", sin, b)?;
     if cd * 2 != d || sd * 2 != d || t > ct || t > st {
         return Err(invalid(
             op,
-            format!("inconsistent sizes: x {:?}, cos {:?}, sin {:?}", x.dims(), cos.dims(), sin.dims()),
+            format!(
+                "inconsistent sizes: x {:?}, cos {:?}, sin {:?}",
+                x.dims(),
+                cos.dims(),
+                sin.dims()
+            ),
         ));
     }
     for (name, l) in [("x", x), ("cos", cos), ("sin", sin)] {
@@ -76,7 +88,13 @@ fn sizes(variant: Variant, x: &Layout, cos: &Layout, sin: &Layout) -> Result<Siz
             return Err(invalid(op, format!("{name} has to be contiguous")));
         }
     }
-    Ok(Sizes { b, h, t, d, batched: cos.dims().len() == 3 && sin.dims().len() == 3 })
+    Ok(Sizes {
+        b,
+        h,
+        t,
+        d,
+        batched: cos.dims().len() == 3 && sin.dims().len() == 3,
+    })
 }
 
 fn run(
@@ -103,7 +121,12 @@ fn run(
         return Ok(out);
     }
     let u32_of = |what, v| call::to_u32(op, what, v);
-    let (b, h, t, d) = (u32_of("b", s.b)?, u32_of("h", s.h)?, u32_of("t", s.t)?, u32_of("d", s.d)?);
+    let (b, h, t, d) = (
+        u32_of("b", s.b)?,
+        u32_of("h", s.h)?,
+        u32_of("t", s.t)?,
+        u32_of("d", s.d)?,
+    );
     let batched = u32::from(s.batched);
     let xs = x.view_range(op, x_l.start_offset(), len)?;
     let cs = cos.view(op, cos_l)?;
@@ -113,7 +136,14 @@ fn run(
     // SAFETY: rope*_T take (const T* x, const T* cos, const T* sin, T* y,
     // u32 b, h, t, d, batched); x and y hold b*h*t*d elements, cos and sin
     // at least t*d/2 (or b*t*d/2 when batched), as checked in `sizes`.
-    unsafe { call::launch(device, kernel, cfg, &[&xs, &cs, &sn, &dst, &b, &h, &t, &d, &batched]) }?;
+    unsafe {
+        call::launch(
+            device,
+            kernel,
+            cfg,
+            &[&xs, &cs, &sn, &dst, &b, &h, &t, &d, &batched],
+        )
+    }?;
     Ok(out)
 }
 
@@ -128,7 +158,15 @@ pub fn rope_i(
     sin: &HipStorage,
     sin_layout: &Layout,
 ) -> candle_core::Result<HipStorage> {
-    run(Variant::Interleaved, x, x_layout, cos, cos_layout, sin, sin_layout)
+    run(
+        Variant::Interleaved,
+        x,
+        x_layout,
+        cos,
+        cos_layout,
+        sin,
+        sin_layout,
+    )
 }
 
 /// Rotary embedding on the two halves of the last dimension of
@@ -142,7 +180,15 @@ pub fn rope(
     sin: &HipStorage,
     sin_layout: &Layout,
 ) -> candle_core::Result<HipStorage> {
-    run(Variant::Halves, x, x_layout, cos, cos_layout, sin, sin_layout)
+    run(
+        Variant::Halves,
+        x,
+        x_layout,
+        cos,
+        cos_layout,
+        sin,
+        sin_layout,
+    )
 }
 
 /// Rotary embedding on the two halves of the last dimension of
@@ -169,12 +215,48 @@ mod tests {
 
     #[test]
     fn shapes_follow_candle_nn() {
-        let s = sizes(Variant::Halves, &c(&[2, 32, 7, 128]), &c(&[4096, 64]), &c(&[4096, 64])).unwrap();
-        assert_eq!(s, Sizes { b: 2, h: 32, t: 7, d: 128, batched: false });
-        let s = sizes(Variant::Thd, &c(&[2, 7, 32, 128]), &c(&[2, 7, 64]), &c(&[2, 7, 64])).unwrap();
-        assert_eq!(s, Sizes { b: 2, h: 32, t: 7, d: 128, batched: true });
+        let s = sizes(
+            Variant::Halves,
+            &c(&[2, 32, 7, 128]),
+            &c(&[4096, 64]),
+            &c(&[4096, 64]),
+        )
+        .unwrap();
+        assert_eq!(
+            s,
+            Sizes {
+                b: 2,
+                h: 32,
+                t: 7,
+                d: 128,
+                batched: false
+            }
+        );
+        let s = sizes(
+            Variant::Thd,
+            &c(&[2, 7, 32, 128]),
+            &c(&[2, 7, 64]),
+            &c(&[2, 7, 64]),
+        )
+        .unwrap();
+        assert_eq!(
+            s,
+            Sizes {
+                b: 2,
+                h: 32,
+                t: 7,
+                d: 128,
+                batched: true
+            }
+        );
         // One 2-D and one 3-D table: indexed as 2-D, as candle-nn does.
-        let s = sizes(Variant::Interleaved, &c(&[2, 4, 7, 16]), &c(&[2, 7, 8]), &c(&[7, 8])).unwrap();
+        let s = sizes(
+            Variant::Interleaved,
+            &c(&[2, 4, 7, 16]),
+            &c(&[2, 7, 8]),
+            &c(&[7, 8]),
+        )
+        .unwrap();
         assert!(!s.batched);
     }
 
@@ -185,10 +267,24 @@ mod tests {
         assert!(err(sizes(Variant::Halves, &x, &c(&[8, 7]), &c(&[8, 8]))).contains("inconsistent"));
         assert!(err(sizes(Variant::Halves, &x, &c(&[4, 8]), &c(&[8, 8]))).contains("inconsistent"));
         assert!(err(sizes(Variant::Halves, &x, &c(&[3, 8, 8]), &c(&[8, 8]))).contains("cos"));
-        assert!(err(sizes(Variant::Halves, &c(&[2, 8, 16]), &c(&[8, 8]), &c(&[8, 8]))).contains("4 dimensions"));
+        assert!(
+            err(sizes(
+                Variant::Halves,
+                &c(&[2, 8, 16]),
+                &c(&[8, 8]),
+                &c(&[8, 8])
+            ))
+            .contains("4 dimensions")
+        );
         let xt = c(&[1, 8, 2, 16]).transpose(1, 2).unwrap();
-        assert!(err(sizes(Variant::Halves, &xt, &c(&[8, 8]), &c(&[8, 8]))).contains("x has to be contiguous"));
+        assert!(
+            err(sizes(Variant::Halves, &xt, &c(&[8, 8]), &c(&[8, 8])))
+                .contains("x has to be contiguous")
+        );
         let ct = c(&[8, 8]).transpose(0, 1).unwrap();
-        assert!(err(sizes(Variant::Thd, &c(&[1, 8, 2, 16]), &ct, &c(&[8, 8]))).contains("cos has to be contiguous"));
+        assert!(
+            err(sizes(Variant::Thd, &c(&[1, 8, 2, 16]), &ct, &c(&[8, 8])))
+                .contains("cos has to be contiguous")
+        );
     }
 }

@@ -1,8 +1,8 @@
 //! Row kernels over the last dimension: softmax, rms_norm, layer_norm
 //! (`kernels/softmax.hip`, `kernels/norm.hip`): one block per row.
 
-use candle_core::backend::BackendStorage;
 use candle_core::Layout;
+use candle_core::backend::BackendStorage;
 use hip_safe::KernelArg;
 
 use crate::call;
@@ -28,7 +28,7 @@ impl Rows {
             .dims()
             .last()
             .ok_or_else(|| invalid(op, "the input has no last dimension"))?;
-        let rows = if cols == 0 { 0 } else { layout.shape().elem_count() / cols };
+        let rows = layout.shape().elem_count().checked_div(cols).unwrap_or(0);
         Ok(Rows { start, rows, cols })
     }
 
@@ -39,13 +39,23 @@ impl Rows {
 
 /// Checks a per-column parameter (`alpha`, `beta`): same device and dtype as
 /// `x`, one dimension of `cols` elements, contiguous. Returns its first element.
-fn vector(op: &'static str, name: &str, x: &HipStorage, v: &HipStorage, layout: &Layout, cols: usize) -> Result<usize> {
+fn vector(
+    op: &'static str,
+    name: &str,
+    x: &HipStorage,
+    v: &HipStorage,
+    layout: &Layout,
+    cols: usize,
+) -> Result<usize> {
     x.check_device(v, op)?;
     x.check_dtype(v, op)?;
     if layout.dims() != [cols] {
         return Err(invalid(
             op,
-            format!("{name} has shape {:?}, expected [{cols}] (the last dimension of the input)", layout.dims()),
+            format!(
+                "{name} has shape {:?}, expected [{cols}] (the last dimension of the input)",
+                layout.dims()
+            ),
         ));
     }
     let (start, _) = layout
@@ -79,7 +89,13 @@ fn run(
     if rows.len() == 0 {
         return Ok(out);
     }
-    let cfg = call::row_config(op, rows.rows, rows.cols, dtype.size_in_bytes(), device.wave_size())?;
+    let cfg = call::row_config(
+        op,
+        rows.rows,
+        rows.cols,
+        dtype.size_in_bytes(),
+        device.wave_size(),
+    )?;
     let cols = call::to_u32(op, "the last dimension", rows.cols)?;
     let src = x.view_range(op, rows.start, rows.len())?;
     let param_views = params
@@ -121,7 +137,17 @@ pub fn rms_norm(
     const OP: &str = "rms_norm";
     let cols = Rows::of(OP, layout)?.cols;
     let a = vector(OP, "alpha", x, alpha, alpha_layout, cols)?;
-    run(OP, "rms_norm", x, layout, &[Param { storage: alpha, start: a }], Some(eps))
+    run(
+        OP,
+        "rms_norm",
+        x,
+        layout,
+        &[Param {
+            storage: alpha,
+            start: a,
+        }],
+        Some(eps),
+    )
 }
 
 /// `(x - mean) / sqrt(var + eps) * alpha + beta` over the last dimension of
@@ -140,7 +166,16 @@ pub fn layer_norm(
     let cols = Rows::of(OP, layout)?.cols;
     let a = vector(OP, "alpha", x, alpha, alpha_layout, cols)?;
     let b = vector(OP, "beta", x, beta, beta_layout, cols)?;
-    let params = [Param { storage: alpha, start: a }, Param { storage: beta, start: b }];
+    let params = [
+        Param {
+            storage: alpha,
+            start: a,
+        },
+        Param {
+            storage: beta,
+            start: b,
+        },
+    ];
     run(OP, "layer_norm", x, layout, &params, Some(eps))
 }
 
@@ -151,12 +186,22 @@ mod tests {
     #[test]
     fn rows_of_contiguous_layouts() {
         let l = Layout::contiguous_with_offset((2, 3, 5), 7);
-        assert_eq!(Rows::of("t", &l).unwrap(), Rows { start: 7, rows: 6, cols: 5 });
+        assert_eq!(
+            Rows::of("t", &l).unwrap(),
+            Rows {
+                start: 7,
+                rows: 6,
+                cols: 5
+            }
+        );
         let empty = Layout::contiguous((4, 0));
         assert_eq!(Rows::of("t", &empty).unwrap().len(), 0);
         let t = Layout::contiguous((3, 5)).transpose(0, 1).unwrap();
         let err = Rows::of("softmax_last_dim", &t).unwrap_err().to_string();
-        assert!(err.contains("softmax_last_dim") && err.contains("contiguous"), "{err}");
+        assert!(
+            err.contains("softmax_last_dim") && err.contains("contiguous"),
+            "{err}"
+        );
         assert!(Rows::of("t", &Layout::contiguous(())).is_err());
     }
 }
