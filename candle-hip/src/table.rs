@@ -153,8 +153,8 @@ const fn two(name: &'static str, source: Source, first: Dtypes, second: Dtypes) 
 
 use Dtypes::{All, Floats, Index};
 use Source::Copy as CopySource;
-use Source::{Binary, Cast, Indexing, Random, Reduce, Unary, Where};
 use Source::{Argsort, Im2col, Norm, Pool, Rope, Sigmoid, Softmax, Upsample};
+use Source::{Binary, Cast, Indexing, Random, Reduce, Unary, Where};
 
 /// Every kernel family of `kernels/*.hip`.
 pub(crate) const FAMILIES: &[Family] = &[
