@@ -53,16 +53,23 @@ step() {
     return "${PIPESTATUS[0]}"
 }
 
-# Records a step that is not a test executable (examples, benchmarks).
+# Records a step that is not a test executable (examples, benchmarks): its
+# exit status, or a word such as "not built".
 record() {
     local name="$1" status="$2"
-    if [[ "$status" -eq 0 ]]; then
-        rows+=("$name|ok|-|-|-")
-    else
-        rows+=("$name|exit $status|-|-|-")
-        other_failures=$((other_failures + 1))
-    fi
+    case "$status" in
+        0) rows+=("$name|ok|-|-|-") ;;
+        [0-9]*) rows+=("$name|exit $status|-|-|-") ;;
+        *) rows+=("$name|$status|-|-|-") ;;
+    esac
+    [[ "$status" == 0 ]] || other_failures=$((other_failures + 1))
 }
+
+if [[ -f "$here/unbuilt.txt" ]]; then
+    while read -r name; do
+        record "$name" "not built"
+    done < "$here/unbuilt.txt"
+fi
 
 step nvidia-smi nvidia-smi || echo "(nvidia-smi failed)"
 echo "ROCM_PATH=$ROCM_PATH"
