@@ -8,7 +8,7 @@
 use candle_core::DType;
 use candle_hip::HipDevice;
 
-use crate::{compute, data, elementwise};
+use crate::{compute, data, elementwise, fused};
 
 /// Errors of the benchmark: candle's, hip-safe's and our own messages.
 pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -40,6 +40,16 @@ impl Measure {
             Measure::Bytes(b) => Some(b as f64 / (us * 1e3)),
             Measure::Flops(f) => Some(f as f64 / (us * 1e6)),
             Measure::HostAsync | Measure::HostSync => None,
+        }
+    }
+
+    /// `bytes <n>`, `flops <n>`, `host_async` or `host_sync` (for `--list`).
+    pub fn describe(self) -> String {
+        match self {
+            Measure::Bytes(b) => format!("bytes {b}"),
+            Measure::Flops(f) => format!("flops {f}"),
+            Measure::HostAsync => "host_async".to_string(),
+            Measure::HostSync => "host_sync".to_string(),
         }
     }
 
@@ -120,6 +130,7 @@ pub fn all() -> Vec<Case> {
     let mut cases = Vec::new();
     cases.extend(elementwise::cases());
     cases.extend(data::cases());
+    cases.extend(fused::cases());
     cases.extend(compute::cases());
     cases
 }

@@ -23,6 +23,7 @@ mod compile_cost;
 mod compute;
 mod data;
 mod elementwise;
+mod fused;
 mod inputs;
 mod output;
 mod timing;
@@ -91,7 +92,7 @@ fn main() -> ExitCode {
     let reference = cases::reference();
     if options.list {
         for case in std::iter::once(&reference).chain(selected) {
-            println!("{}", case.key());
+            println!("{}\t{}", case.key(), case.measure.describe());
         }
         return ExitCode::SUCCESS;
     }
