@@ -86,7 +86,7 @@ for test in "$here"/tests/*; do
     name="$(basename "$test")"
     step "$name" "$test" --include-ignored --test-threads=1
     status=$?
-    result="$(grep -E '^test result: ' "$out/$name.log" | tail -n 1)"
+    result="$(grep -aE '^test result: ' "$out/$name.log" | tail -n 1)"
     if [[ -z "$result" ]]; then
         # Crashed before libtest could report: count it as one failure.
         rows+=("$name|crashed (exit $status)|0|1|0")

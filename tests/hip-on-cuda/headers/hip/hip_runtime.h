@@ -76,15 +76,11 @@ template <typename T>
 __device__ __forceinline__ T __shfl_xor(T var, int lane_mask, int width = warpSize) {
     return __shfl_xor_sync(__HIP_ON_CUDA_FULL_MASK, var, lane_mask, width);
 }
-__device__ __forceinline__ unsigned long long __ballot(int predicate) {
-    return (unsigned long long)__ballot_sync(__HIP_ON_CUDA_FULL_MASK, predicate);
-}
-__device__ __forceinline__ int __any(int predicate) {
-    return __any_sync(__HIP_ON_CUDA_FULL_MASK, predicate);
-}
-__device__ __forceinline__ int __all(int predicate) {
-    return __all_sync(__HIP_ON_CUDA_FULL_MASK, predicate);
-}
+// Macros, because CUDA still declares a 32-bit __ballot (and __any/__all).
+#define __ballot(predicate) \
+    ((unsigned long long)__ballot_sync(__HIP_ON_CUDA_FULL_MASK, (predicate)))
+#define __any(predicate) __any_sync(__HIP_ON_CUDA_FULL_MASK, (predicate))
+#define __all(predicate) __all_sync(__HIP_ON_CUDA_FULL_MASK, (predicate))
 __device__ __forceinline__ unsigned int __lane_id() {
     unsigned int lane;
     asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
