@@ -12,18 +12,20 @@
 #   .stage/bin/         the hip-info and runtime-kernel examples
 #   .stage/bench/       benchmark executables (bins/examples named bench* of
 #                       candle-hip) and candle-hip/benches/*.py
-#   .stage/unbuilt.txt  examples/benchmarks that failed to build (if any;
-#                       run.sh reports them as failed steps)
+#   .stage/unbuilt.txt  test targets, examples and benchmarks that did not
+#                       compile (if any): their errors are printed here and
+#                       run.sh reports them as failed steps, so one broken
+#                       target does not keep the rest of the suite from running
 #   .stage/run.sh       the runner
 #
-# Needs cargo, jq and strip on the build machine.
+# Test executables are those `cargo build --tests` produces (the same as
+# `cargo test --no-run`, which has no --keep-going). Needs cargo, jq and
+# strip on the build machine.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 stage="$repo/.stage"
 packages="${STAGE_TEST_PACKAGES:-hip-safe candle-hip hip-on-cuda}"
-# Test targets that check the real ROCm libraries without a GPU (run in the
-# ROCm sandbox by .ci/run); on the GPU machine their ignored tests would fail.
 excluded_targets="${STAGE_EXCLUDE_TARGETS:-sandbox}"
 cd "$repo"
 
@@ -34,14 +36,36 @@ done
 rm -rf "$stage"
 mkdir -p "$stage/tests" "$stage/bin" "$stage/bench"
 
-# Executables cargo reports in JSON messages on stdin, as lines
-# "<package>\t<target>\t<kinds>\t<path>". The package name is the one in the
-# package id ("...#name@version"), else its directory ("...dir#version").
+# The package name in a JSON message: the one in the package id
+# ("...#name@version"), else its directory ("...dir#version").
+package_name='(.package_id | (capture("#(?<n>[^@/]+)@").n // capture("/(?<n>[^/#]+)#").n))'
+
+# Executables in the cargo JSON messages of file $1, as lines
+# "<package>\t<target>\t<kinds>\t<path>\t<test|build>".
 executables() {
-    jq -r 'select(.reason == "compiler-artifact" and .executable != null)
-           | [(.package_id | (capture("#(?<n>[^@/]+)@").n // capture("/(?<n>[^/#]+)#").n)),
-              .target.name, (.target.kind | join(",")), .executable,
-              (if .profile.test then "test" else "build" end)] | @tsv'
+    jq -r "select(.reason == \"compiler-artifact\" and .executable != null)
+           | [$package_name, .target.name, (.target.kind | join(\",\")), .executable,
+              (if .profile.test then \"test\" else \"build\" end)] | @tsv" "$1"
+}
+
+# Prints the compiler errors in the cargo JSON messages of file $1 and lists
+# the failed targets as lines "<package>\t<target>".
+failed_targets() {
+    jq -r 'select(.reason == "compiler-message" and .message.level == "error")
+           | .message.rendered' "$1" >&2
+    jq -r "select(.reason == \"compiler-message\" and .message.level == \"error\")
+           | [$package_name, .target.name] | @tsv" "$1" | sort -u
+}
+
+# Records a step that could not be built.
+unbuilt() {
+    echo "stage.sh: WARNING: $1 does not build" >&2
+    echo "$1" >> "$stage/unbuilt.txt"
+}
+
+# Whether package $1 is one whose tests are staged.
+wanted_package() {
+    [[ " $packages " == *" $1 "* ]]
 }
 
 # Copies and strips an executable.
@@ -56,49 +80,50 @@ target/release/hip-on-cuda-layout "$stage/rocm" target/release/libhip_on_cuda.so
 strip "$stage/rocm/lib/libhip_on_cuda.so"
 
 echo "== test executables"
-cargo test --release --workspace --no-run --message-format=json \
-    | executables > "$stage/.tests.tsv"
+json="$stage/.cargo.json"
+status=0
+cargo build --release --workspace --tests --keep-going --message-format=json > "$json" || status=$?
 while IFS=$'\t' read -r package target kinds path profile; do
     # Test harnesses only, and not those of binaries (our bins have no tests).
     [[ "$profile" == "test" && "$kinds" != "bin" ]] || continue
     [[ " $excluded_targets " != *" $target "* ]] || continue
-    for wanted in $packages; do
-        if [[ "$package" == "$wanted" ]]; then
-            stage_exe "$path" "$stage/tests/$package--$target"
+    wanted_package "$package" || continue
+    stage_exe "$path" "$stage/tests/$package--$target"
+done < <(executables "$json")
+if [[ "$status" -ne 0 ]]; then
+    failed="$(failed_targets "$json")"
+    [[ -n "$failed" ]] || unbuilt "workspace tests (cargo exit $status)"
+    while IFS=$'\t' read -r package target; do
+        if [[ -n "$package" ]] && wanted_package "$package"; then
+            unbuilt "$package--$target"
         fi
-    done
-done < "$stage/.tests.tsv"
-rm "$stage/.tests.tsv"
+    done <<<"$failed"
+fi
 
 echo "== examples and benchmarks"
 # Example and bin targets by name, from cargo metadata: "<package>\t<kind>\t<name>".
-cargo metadata --no-deps --format-version 1 \
+targets="$(cargo metadata --no-deps --format-version 1 \
     | jq -r '.packages[] | .name as $p | .targets[]
              | select((.kind | index("example") or index("bin"))
                       and ((.name == "hip-info" or .name == "runtime-kernel")
                            or ($p == "candle-hip" and (.name | startswith("bench")))))
-             | [$p, (if (.kind | index("example")) then "example" else "bin" end), .name] | @tsv' \
-    > "$stage/.targets.tsv"
+             | [$p, (if (.kind | index("example")) then "example" else "bin" end), .name] | @tsv')"
 while IFS=$'\t' read -r package kind name; do
-    # A benchmark or example that does not build must not keep the test suite
-    # from running: it is listed in unbuilt.txt and run.sh reports it as failed.
-    if ! cargo build --release -p "$package" "--$kind" "$name" --message-format=json \
-        > "$stage/.build.json"; then
-        jq -r 'select(.reason == "compiler-message") | .message.rendered' "$stage/.build.json" >&2
-        echo "stage.sh: WARNING: $package $kind $name does not build" >&2
-        echo "$name" >> "$stage/unbuilt.txt"
+    [[ -n "$package" ]] || continue
+    if ! cargo build --release -p "$package" "--$kind" "$name" --message-format=json > "$json"; then
+        failed_targets "$json" >/dev/null
+        unbuilt "$name"
         continue
     fi
-    executables < "$stage/.build.json" | while IFS=$'\t' read -r _p target _k path _profile; do
+    while IFS=$'\t' read -r _package target _kinds path _profile; do
         [[ "$target" == "$name" ]] || continue
         case "$name" in
             bench*) stage_exe "$path" "$stage/bench/$name" ;;
             *) stage_exe "$path" "$stage/bin/$name" ;;
         esac
-    done
-done < "$stage/.targets.tsv"
-rm -f "$stage/.build.json"
-rm "$stage/.targets.tsv"
+    done < <(executables "$json")
+done <<<"$targets"
+rm -f "$json"
 shopt -s nullglob
 for script in candle-hip/benches/*.py; do
     cp "$script" "$stage/bench/"
@@ -109,6 +134,10 @@ chmod +x "$stage/run.sh"
 
 echo "== staged"
 (cd "$stage" && find . -type f -o -type l | sort)
+if [[ -f "$stage/unbuilt.txt" ]]; then
+    echo "not built (reported as failures by run.sh):"
+    sed 's/^/  /' "$stage/unbuilt.txt"
+fi
 size="$(du -sm "$stage" | cut -f1)"
 echo "staged folder: $stage, ${size} MiB"
 if (( size >= 64 )); then

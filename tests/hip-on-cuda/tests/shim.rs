@@ -521,7 +521,7 @@ probe(const float* in, float* out, unsigned long long* ballots, float* sum, int 
     float reversed = tile[blockDim.x - 1 - threadIdx.x];
     __half h = __float2half(v);
     __hip_bfloat16 b = __float2bfloat16(v);
-    float triple = __half2float(h + h) + __bfloat162float(b);
+    float triple = fmaxf(__half2float(h + h) + __bfloat162float(b), -__builtin_huge_valf());
     float s = v;
     for (int offset = CANDLE_HIP_WAVE / 2; offset > 0; offset /= 2) {
         s += __shfl_xor(s, offset, CANDLE_HIP_WAVE);

@@ -29,6 +29,12 @@ typedef unsigned long uint64_t;
 typedef long intptr_t;
 typedef unsigned long uintptr_t;
 
+// clang builtins HIP code may use that NVRTC's front end lacks.
+#define __builtin_huge_valf() __int_as_float(0x7f800000)
+#define __builtin_huge_val() __longlong_as_double(0x7ff0000000000000LL)
+#define __builtin_inff() __builtin_huge_valf()
+#define __builtin_inf() __builtin_huge_val()
+
 // HIP's launch bounds take (max threads per block, min warps per execution
 // unit); CUDA's second argument means something else (min blocks per SM), so
 // only the first one is kept.
