@@ -1,0 +1,268 @@
+//! 2-D pooling and upsampling (`kernels/pool.hip`, `kernels/upsample.hip`):
+//! one thread per output element, strided `(N, C, H, W)` sources,
+//! contiguous outputs. Semantics follow candle's CPU backend.
+
+use candle_core::Layout;
+use candle_core::backend::BackendStorage;
+use hip_safe::KernelArg;
+
+use crate::call;
+use crate::error::{Result, invalid};
+use crate::launch::grid_stride;
+use crate::nchw::Nchw;
+use crate::ops::elementwise;
+use crate::storage::HipStorage;
+use crate::table;
+
+/// Runs image kernel `family` with arguments `(src, x, y, extra...)` into a
+/// new contiguous `(N, C, out_h, out_w)` storage.
+fn run(
+    op: &'static str,
+    family: &str,
+    x: &HipStorage,
+    layout: &Layout,
+    src: &Nchw,
+    out_hw: (usize, usize),
+    extra: &[&dyn KernelArg],
+) -> Result<HipStorage> {
+    let kernel = table::kernel(family, op, x.dtype(), None)?;
+    let [n, c, _, _] = src.sizes();
+    let len = n * c * out_hw.0 * out_hw.1;
+    let device = x.device();
+    // SAFETY: the kernel writes every output element (or fails).
+    let mut out = unsafe { device.alloc_storage(x.dtype(), len) }?;
+    if len == 0 {
+        return Ok(out);
+    }
+    if src.numel() == 0 {
+        return Err(invalid(
+            op,
+            format!(
+                "an empty input {:?} cannot fill an output of {len} elements",
+                src.sizes()
+            ),
+        ));
+    }
+    let xs = x.view(op, layout)?;
+    let dst = out.view_all_mut();
+    let mut args: Vec<&dyn KernelArg> = vec![src, &xs, &dst];
+    args.extend_from_slice(extra);
+    let cfg = grid_stride(len as u64, device.compute_units());
+    // SAFETY: the pooling and upsampling kernels take (const Nchw src,
+    // const T* x, T* y, ...) followed by `extra` (kernels/pool.hip,
+    // kernels/upsample.hip); `x` spans every element `src` describes and the
+    // kernels read only inside the windows / positions the callers checked;
+    // `y` holds N * C * out_h * out_w elements.
+    unsafe { call::launch(device, kernel, cfg, &args) }?;
+    Ok(out)
+}
+
+/// Output size of a pooling window along one axis.
+fn pooled(op: &'static str, size: usize, k: usize, stride: usize) -> Result<usize> {
+    if k == 0 || stride == 0 || k > size {
+        return Err(invalid(
+            op,
+            format!(
+                "kernel {k} and stride {stride} do not fit an input of {size} (both must be at least 1)"
+            ),
+        ));
+    }
+    Ok((size - k) / stride + 1)
+}
+
+/// Shared by both poolings: `kernel` and `stride` are (height, width).
+fn pool(
+    op: &'static str,
+    family: &str,
+    x: &HipStorage,
+    layout: &Layout,
+    kernel: (usize, usize),
+    stride: (usize, usize),
+) -> Result<HipStorage> {
+    if layout.dims().len() != 4 {
+        return Err(invalid(
+            op,
+            format!("expected (N, C, H, W), got {:?}", layout.dims()),
+        ));
+    }
+    let src = Nchw::of(op, layout)?;
+    let [_, _, h, w] = src.sizes();
+    let out = (
+        pooled(op, h, kernel.0, stride.0)?,
+        pooled(op, w, kernel.1, stride.1)?,
+    );
+    let u32_of = |what, v| call::to_u32(op, what, v);
+    let (kh, kw) = (
+        u32_of("kernel height", kernel.0)?,
+        u32_of("kernel width", kernel.1)?,
+    );
+    let (sh, sw) = (
+        u32_of("stride height", stride.0)?,
+        u32_of("stride width", stride.1)?,
+    );
+    let (oh, ow) = (out.0 as u64, out.1 as u64);
+    run(
+        op,
+        family,
+        x,
+        layout,
+        &src,
+        out,
+        &[&kh, &kw, &sh, &sw, &oh, &ow],
+    )
+}
+
+/// candle's `avg_pool2d`: the mean of each `kernel` window every `stride`
+/// (both (height, width)), no padding; floating dtypes.
+pub(crate) fn avg_pool2d(
+    x: &HipStorage,
+    layout: &Layout,
+    kernel: (usize, usize),
+    stride: (usize, usize),
+) -> Result<HipStorage> {
+    pool("avg_pool2d", "avg_pool2d", x, layout, kernel, stride)
+}
+
+/// candle's `max_pool2d`: the maximum of each `kernel` window every
+/// `stride` (both (height, width)), no padding; every dtype.
+pub(crate) fn max_pool2d(
+    x: &HipStorage,
+    layout: &Layout,
+    kernel: (usize, usize),
+    stride: (usize, usize),
+) -> Result<HipStorage> {
+    pool("max_pool2d", "max_pool2d", x, layout, kernel, stride)
+}
+
+/// Nearest-neighbour upsampling of `(N, C, L)` or `(N, C, H, W)` to
+/// `out` = (height, width) (height 1 for 1-D).
+fn nearest(
+    op: &'static str,
+    x: &HipStorage,
+    layout: &Layout,
+    rank: usize,
+    out: (usize, usize),
+) -> Result<HipStorage> {
+    if layout.dims().len() != rank {
+        return Err(invalid(
+            op,
+            format!("expected a {rank}-D input, got {:?}", layout.dims()),
+        ));
+    }
+    let src = Nchw::of(op, layout)?;
+    let [_, _, h, w] = src.sizes();
+    // Candle's CPU backend: source index floor(o * in / out) in f64.
+    let (scale_h, scale_w) = (h as f64 / out.0 as f64, w as f64 / out.1 as f64);
+    let (oh, ow) = (out.0 as u64, out.1 as u64);
+    run(
+        op,
+        "upsample_nearest2d",
+        x,
+        layout,
+        &src,
+        out,
+        &[&oh, &ow, &scale_h, &scale_w],
+    )
+}
+
+/// candle's `upsample_nearest1d`: `(N, C, L)` to `(N, C, size)`; every dtype.
+pub(crate) fn upsample_nearest1d(
+    x: &HipStorage,
+    layout: &Layout,
+    size: usize,
+) -> Result<HipStorage> {
+    nearest("upsample_nearest1d", x, layout, 3, (1, size))
+}
+
+/// candle's `upsample_nearest2d`: `(N, C, H, W)` to `(N, C, h, w)`; every dtype.
+pub(crate) fn upsample_nearest2d(
+    x: &HipStorage,
+    layout: &Layout,
+    h: usize,
+    w: usize,
+) -> Result<HipStorage> {
+    nearest("upsample_nearest2d", x, layout, 4, (h, w))
+}
+
+/// PyTorch's source-coordinate scale along one axis, as candle's CPU
+/// backend computes it.
+fn bilinear_scale(input: usize, output: usize, align_corners: bool, factor: Option<f64>) -> f64 {
+    if align_corners {
+        if output > 1 {
+            (input - 1) as f64 / (output - 1) as f64
+        } else {
+            0.0
+        }
+    } else {
+        factor.map_or(input as f64 / output as f64, |f| 1.0 / f)
+    }
+}
+
+/// candle's `upsample_bilinear2d`: `(N, C, H, W)` to `(N, C, h, w)`, with
+/// PyTorch's `align_corners` and optional scale factors; floating dtypes.
+pub(crate) fn upsample_bilinear2d(
+    x: &HipStorage,
+    layout: &Layout,
+    out_h: usize,
+    out_w: usize,
+    align_corners: bool,
+    scale_h: Option<f64>,
+    scale_w: Option<f64>,
+) -> Result<HipStorage> {
+    const OP: &str = "upsample_bilinear2d";
+    if layout.dims().len() != 4 {
+        return Err(invalid(
+            OP,
+            format!("expected (N, C, H, W), got {:?}", layout.dims()),
+        ));
+    }
+    let src = Nchw::of(OP, layout)?;
+    let [_, _, h, w] = src.sizes();
+    if (h, w) == (out_h, out_w) {
+        // Candle returns the input unchanged (here as a contiguous copy);
+        // the lookup only reports dtypes without a bilinear kernel.
+        table::kernel("upsample_bilinear2d", OP, x.dtype(), None)?;
+        return elementwise::unary(x, layout, "ucopy", OP);
+    }
+    let sh = bilinear_scale(h, out_h, align_corners, scale_h);
+    let sw = bilinear_scale(w, out_w, align_corners, scale_w);
+    let (oh, ow, align) = (out_h as u64, out_w as u64, u32::from(align_corners));
+    run(
+        OP,
+        "upsample_bilinear2d",
+        x,
+        layout,
+        &src,
+        (out_h, out_w),
+        &[&oh, &ow, &sh, &sw, &align],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pooled_sizes_and_errors() {
+        assert_eq!(pooled("t", 7, 2, 2).unwrap(), 3);
+        assert_eq!(pooled("t", 7, 3, 1).unwrap(), 5);
+        assert_eq!(pooled("t", 2, 2, 5).unwrap(), 1);
+        for (size, k, s) in [(2, 3, 1), (4, 0, 1), (4, 2, 0)] {
+            assert!(
+                pooled("max_pool2d", size, k, s)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("max_pool2d")
+            );
+        }
+    }
+
+    #[test]
+    fn bilinear_scales_follow_pytorch() {
+        assert_eq!(bilinear_scale(4, 8, false, None), 0.5);
+        assert_eq!(bilinear_scale(4, 8, false, Some(2.5)), 0.4);
+        assert_eq!(bilinear_scale(4, 7, true, None), 0.5);
+        assert_eq!(bilinear_scale(4, 1, true, None), 0.0);
+        assert_eq!(bilinear_scale(4, 8, true, Some(3.0)), 3.0 / 7.0);
+    }
+}
