@@ -246,32 +246,42 @@ impl BackendStorage for HipStorage {
         Err(not_yet("conv_transpose2d"))
     }
 
-    fn avg_pool2d(&self, _: &Layout, _: (usize, usize), _: (usize, usize)) -> Result<Self> {
-        Err(not_yet("avg_pool2d"))
+    fn avg_pool2d(
+        &self,
+        layout: &Layout,
+        kernel: (usize, usize),
+        stride: (usize, usize),
+    ) -> Result<Self> {
+        crate::pool::avg_pool2d(self, layout, kernel, stride)
     }
 
-    fn max_pool2d(&self, _: &Layout, _: (usize, usize), _: (usize, usize)) -> Result<Self> {
-        Err(not_yet("max_pool2d"))
+    fn max_pool2d(
+        &self,
+        layout: &Layout,
+        kernel: (usize, usize),
+        stride: (usize, usize),
+    ) -> Result<Self> {
+        crate::pool::max_pool2d(self, layout, kernel, stride)
     }
 
-    fn upsample_nearest1d(&self, _: &Layout, _: usize) -> Result<Self> {
-        Err(not_yet("upsample_nearest1d"))
+    fn upsample_nearest1d(&self, layout: &Layout, size: usize) -> Result<Self> {
+        crate::pool::upsample_nearest1d(self, layout, size)
     }
 
-    fn upsample_nearest2d(&self, _: &Layout, _: usize, _: usize) -> Result<Self> {
-        Err(not_yet("upsample_nearest2d"))
+    fn upsample_nearest2d(&self, layout: &Layout, h: usize, w: usize) -> Result<Self> {
+        crate::pool::upsample_nearest2d(self, layout, h, w)
     }
 
     fn upsample_bilinear2d(
         &self,
-        _: &Layout,
-        _: usize,
-        _: usize,
-        _: bool,
-        _: Option<f64>,
-        _: Option<f64>,
+        layout: &Layout,
+        h: usize,
+        w: usize,
+        align_corners: bool,
+        scale_h: Option<f64>,
+        scale_w: Option<f64>,
     ) -> Result<Self> {
-        Err(not_yet("upsample_bilinear2d"))
+        crate::pool::upsample_bilinear2d(self, layout, h, w, align_corners, scale_h, scale_w)
     }
 
     fn gather(&self, layout: &Layout, ids: &Self, ids_l: &Layout, dim: usize) -> Result<Self> {
