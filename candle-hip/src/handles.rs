@@ -1,4 +1,4 @@
-//! Library handles bound to a device's stream (rocBLAS now, MIOpen next),
+//! Library handles bound to a device's stream (rocBLAS and MIOpen),
 //! created on first use and shared by every operation on that stream.
 //!
 //! `HipDevice` (candle-hip part 1) has no slot for them, so they live in a
@@ -9,7 +9,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use hip_safe::{Blas, Stream};
+use hip_safe::{Blas, Dnn, Stream};
 
 use crate::device::HipDevice;
 use crate::error::{Result, hip};
@@ -52,4 +52,12 @@ static BLAS: Table<Blas> = Table::new();
 /// The rocBLAS handle of `device`'s stream.
 pub(crate) fn blas(device: &HipDevice) -> Result<Arc<Blas>> {
     BLAS.get(device.stream(), Blas::stream, Blas::new)
+}
+
+static DNN: Table<Dnn> = Table::new();
+
+/// The MIOpen handle of `device`'s stream (an error when MIOpen does not
+/// load; nothing is cached then).
+pub(crate) fn dnn(device: &HipDevice) -> Result<Arc<Dnn>> {
+    DNN.get(device.stream(), Dnn::stream, Dnn::new)
 }

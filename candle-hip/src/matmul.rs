@@ -21,7 +21,7 @@
 //! `MatMulUnexpectedStriding` error; make the operand contiguous first.
 
 use candle_core::backend::BackendStorage;
-use candle_core::{DType, Layout, Shape, WithDType};
+use candle_core::{DType, Layout, WithDType};
 use hip_safe::{GemmConfig, GemmType, StridedBatchedConfig, Transpose};
 
 use crate::error::{Result, hip};
@@ -199,7 +199,7 @@ fn batch_calls(dims: &[usize], rhs: &[usize], lhs: &[usize], mn: usize) -> Vec<C
         .collect()
 }
 
-/// Candle's `BackendStorage::matmul`.
+/// Candle's `BackendStorage::matmul`: a new contiguous `(b, m, n)` storage.
 pub(crate) fn matmul(
     lhs: &HipStorage,
     rhs: &HipStorage,
@@ -207,39 +207,61 @@ pub(crate) fn matmul(
     lhs_l: &Layout,
     rhs_l: &Layout,
 ) -> Result<HipStorage> {
-    lhs.check_device(rhs, OP)?;
-    lhs.check_dtype(rhs, OP)?;
-    let (b, m, n, k) = bmnk;
-    let dtype = lhs.dtype();
-    let device = lhs.device();
-    if !matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
-        return Err(candle_core::Error::UnsupportedDTypeForOp(dtype, OP).bt());
+    let (b, m, n, _) = bmnk;
+    check_dtype(lhs.dtype())?;
+    // SAFETY: `matmul_into` writes every one of the b * m * n elements.
+    let mut out = unsafe { lhs.device().alloc_storage(lhs.dtype(), b * m * n) }?;
+    matmul_into(lhs, rhs, bmnk, lhs_l, rhs_l, &mut out, 0)?;
+    Ok(out)
+}
+
+fn check_dtype(dtype: DType) -> Result<()> {
+    if matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
+        Ok(())
+    } else {
+        Err(candle_core::Error::UnsupportedDTypeForOp(dtype, OP).bt())
     }
+}
+
+/// Writes the contiguous `(b, m, n)` product into `out`, from element
+/// `out_offset` on.
+pub(crate) fn matmul_into(
+    lhs: &HipStorage,
+    rhs: &HipStorage,
+    bmnk: (usize, usize, usize, usize),
+    lhs_l: &Layout,
+    rhs_l: &Layout,
+    out: &mut HipStorage,
+    out_offset: usize,
+) -> Result<()> {
+    lhs.check_device(rhs, OP)?;
+    lhs.check_device(out, OP)?;
+    lhs.check_dtype(rhs, OP)?;
+    lhs.check_dtype(out, OP)?;
+    check_dtype(lhs.dtype())?;
+    let (b, m, n, k) = bmnk;
     let out_len = b * m * n;
-    if out_len == 0 || k == 0 {
-        // Nothing to multiply: an empty result, or sums of no terms.
-        return candle_core::backend::BackendDevice::zeros_impl(
-            device,
-            &Shape::from(out_len),
-            dtype,
-        );
+    if out_len == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        // Sums of no terms.
+        let mut region = out.view_range_mut(OP, out_offset, out_len)?;
+        return lhs.device().stream().memset_zeros(&mut region).map_err(hip);
     }
     let plan = plan(bmnk, lhs_l, rhs_l)?;
-    // SAFETY: the calls write every one of the b * m * n output elements.
-    let mut out = unsafe { device.alloc_storage(dtype, out_len) }?;
     let ops = Operands {
         lhs,
         rhs,
         lhs_l,
         rhs_l,
     };
-    match dtype {
-        DType::F32 => ops.run::<f32>(&plan, &mut out, 1.0, 0.0)?,
-        DType::F64 => ops.run::<f64>(&plan, &mut out, 1.0, 0.0)?,
-        DType::F16 => ops.run::<half::f16>(&plan, &mut out, 1.0, 0.0)?,
-        _ => ops.run::<half::bf16>(&plan, &mut out, 1.0, 0.0)?,
+    match lhs.dtype() {
+        DType::F32 => ops.run::<f32>(&plan, out, out_offset, 1.0, 0.0),
+        DType::F64 => ops.run::<f64>(&plan, out, out_offset, 1.0, 0.0),
+        DType::F16 => ops.run::<half::f16>(&plan, out, out_offset, 1.0, 0.0),
+        _ => ops.run::<half::bf16>(&plan, out, out_offset, 1.0, 0.0),
     }
-    Ok(out)
 }
 
 struct Operands<'a> {
@@ -254,6 +276,7 @@ impl Operands<'_> {
         &self,
         plan: &Plan,
         out: &mut HipStorage,
+        out_offset: usize,
         alpha: T::Scalar,
         beta: T::Scalar,
     ) -> Result<()> {
@@ -265,8 +288,9 @@ impl Operands<'_> {
             let b_start = self.lhs_l.start_offset() + call.b_offset;
             let a = Typed::<T>::new(OP, self.rhs, a_start, tail(self.rhs, a_start))?;
             let b = Typed::<T>::new(OP, self.lhs, b_start, tail(self.lhs, b_start))?;
-            let c_len = tail(out, call.c_offset);
-            let mut c = TypedMut::<T>::new(OP, out, call.c_offset, c_len)?;
+            let c_start = out_offset + call.c_offset;
+            let c_len = tail(out, c_start);
+            let mut c = TypedMut::<T>::new(OP, out, c_start, c_len)?;
             let cfg = StridedBatchedConfig {
                 gemm: GemmConfig {
                     transa: plan.a.trans,

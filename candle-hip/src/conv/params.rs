@@ -1,0 +1,417 @@
+//! The bridge from candle's conv params to [`ConvParams`].
+//!
+//! candle-core 0.11.1 keeps the fields of `ParamsConv1D`, `ParamsConv2D`,
+//! `ParamsConvTranspose1D` and `ParamsConvTranspose2D` private and offers no
+//! accessors; their derived `Debug` text is the only public view of padding,
+//! stride, dilation and output padding. This module — and nothing else in
+//! candle-hip — reads that text (`Name { field: value, ... }`), then checks
+//! every size it carries against the operands' layouts, so a change of the
+//! format is an error naming the text, never a silent misreading. It goes
+//! away once candle-core exposes accessors (the candle-core extension patch
+//! adds them).
+
+use std::fmt::Debug;
+
+use candle_core::Layout;
+use candle_core::conv::{ParamsConv1D, ParamsConv2D, ParamsConvTranspose1D, ParamsConvTranspose2D};
+
+use super::{ConvParams, ConvPath};
+use crate::error::{Result, invalid};
+use crate::storage::HipStorage;
+
+/// The struct name and the `usize` fields of a `Debug` text of the form
+/// `Name { field: value, ... }` (fields of other types are skipped).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DebugFields {
+    name: String,
+    fields: Vec<(String, usize)>,
+}
+
+impl DebugFields {
+    /// Parses `text`; `None` when it is not a struct's `Debug` text.
+    pub(crate) fn parse(text: &str) -> Option<DebugFields> {
+        let (name, rest) = text.split_once(" { ")?;
+        let body = rest.strip_suffix(" }")?;
+        let mut fields = Vec::new();
+        for part in body.split(", ") {
+            let (field, value) = part.split_once(": ")?;
+            if let Ok(v) = value.parse::<usize>() {
+                fields.push((field.to_string(), v));
+            }
+        }
+        Some(DebugFields {
+            name: name.to_string(),
+            fields,
+        })
+    }
+
+    fn get(&self, field: &str) -> Option<usize> {
+        self.fields
+            .iter()
+            .find(|(f, _)| f == field)
+            .map(|&(_, v)| v)
+    }
+}
+
+/// The values of `fields` in `params`, a value of candle's struct `name`.
+fn read<const F: usize>(
+    op: &'static str,
+    params: &impl Debug,
+    name: &str,
+    fields: [&str; F],
+) -> Result<[usize; F]> {
+    let text = format!("{params:?}");
+    let unreadable = |why: String| {
+        invalid(
+            op,
+            format!("cannot read candle's {name} from its Debug text `{text}`: {why}"),
+        )
+    };
+    let parsed = DebugFields::parse(&text)
+        .ok_or_else(|| unreadable("not `Name { field: value, ... }`".into()))?;
+    if parsed.name != name {
+        return Err(unreadable(format!("the struct is named {}", parsed.name)));
+    }
+    let mut out = [0; F];
+    for (slot, field) in out.iter_mut().zip(fields) {
+        *slot = parsed
+            .get(field)
+            .ok_or_else(|| unreadable(format!("no integer field `{field}`")))?;
+    }
+    Ok(out)
+}
+
+/// Errors unless the layout has the shape the params describe.
+fn expect_shape(
+    op: &'static str,
+    name: &str,
+    what: &str,
+    layout: &Layout,
+    expected: &[usize],
+) -> Result<()> {
+    if layout.dims() == expected {
+        Ok(())
+    } else {
+        Err(invalid(
+            op,
+            format!(
+                "candle's {name} describes the {what} as {expected:?} but it has shape {:?}",
+                layout.dims()
+            ),
+        ))
+    }
+}
+
+/// `BackendStorage::conv1d`.
+pub(crate) fn conv1d(
+    x: &HipStorage,
+    x_l: &Layout,
+    w: &HipStorage,
+    w_l: &Layout,
+    p: &ParamsConv1D,
+) -> Result<HipStorage> {
+    const OP: &str = "conv1d";
+    const NAME: &str = "ParamsConv1D";
+    let fields = [
+        "b_size", "l_in", "c_out", "c_in", "k_size", "padding", "stride", "dilation",
+    ];
+    let [b, l, c_out, c_in, k, padding, stride, dilation] = read(OP, p, NAME, fields)?;
+    expect_shape(OP, NAME, "input", x_l, &[b, c_in, l])?;
+    expect_shape(OP, NAME, "kernel", w_l, &[c_out, c_in, k])?;
+    super::conv1d(
+        x,
+        x_l,
+        w,
+        w_l,
+        &ConvParams::uniform(padding, stride, dilation),
+        ConvPath::Auto,
+    )
+}
+
+/// `BackendStorage::conv2d`.
+pub(crate) fn conv2d(
+    x: &HipStorage,
+    x_l: &Layout,
+    w: &HipStorage,
+    w_l: &Layout,
+    p: &ParamsConv2D,
+) -> Result<HipStorage> {
+    const OP: &str = "conv2d";
+    const NAME: &str = "ParamsConv2D";
+    let fields = [
+        "b_size", "i_h", "i_w", "k_h", "k_w", "c_out", "c_in", "padding", "stride", "dilation",
+    ];
+    let [b, h, w_in, kh, kw, c_out, c_in, padding, stride, dilation] = read(OP, p, NAME, fields)?;
+    expect_shape(OP, NAME, "input", x_l, &[b, c_in, h, w_in])?;
+    expect_shape(OP, NAME, "kernel", w_l, &[c_out, c_in, kh, kw])?;
+    super::conv2d(
+        x,
+        x_l,
+        w,
+        w_l,
+        &ConvParams::uniform(padding, stride, dilation),
+        ConvPath::Auto,
+    )
+}
+
+/// `BackendStorage::conv_transpose1d`.
+pub(crate) fn conv_transpose1d(
+    x: &HipStorage,
+    x_l: &Layout,
+    w: &HipStorage,
+    w_l: &Layout,
+    p: &ParamsConvTranspose1D,
+) -> Result<HipStorage> {
+    const OP: &str = "conv_transpose1d";
+    const NAME: &str = "ParamsConvTranspose1D";
+    let fields = [
+        "b_size",
+        "l_in",
+        "c_out",
+        "c_in",
+        "k_size",
+        "padding",
+        "output_padding",
+        "stride",
+        "dilation",
+    ];
+    let [
+        b,
+        l,
+        c_out,
+        c_in,
+        k,
+        padding,
+        output_padding,
+        stride,
+        dilation,
+    ] = read(OP, p, NAME, fields)?;
+    expect_shape(OP, NAME, "input", x_l, &[b, c_in, l])?;
+    expect_shape(OP, NAME, "kernel", w_l, &[c_in, c_out, k])?;
+    let params = ConvParams {
+        output_padding: [output_padding],
+        ..ConvParams::uniform(padding, stride, dilation)
+    };
+    super::conv_transpose1d(x, x_l, w, w_l, &params, ConvPath::Auto)
+}
+
+/// `BackendStorage::conv_transpose2d`.
+pub(crate) fn conv_transpose2d(
+    x: &HipStorage,
+    x_l: &Layout,
+    w: &HipStorage,
+    w_l: &Layout,
+    p: &ParamsConvTranspose2D,
+) -> Result<HipStorage> {
+    const OP: &str = "conv_transpose2d";
+    const NAME: &str = "ParamsConvTranspose2D";
+    let fields = [
+        "b_size",
+        "i_h",
+        "i_w",
+        "k_h",
+        "k_w",
+        "c_out",
+        "c_in",
+        "padding",
+        "output_padding",
+        "stride",
+        "dilation",
+    ];
+    let [
+        b,
+        h,
+        w_in,
+        kh,
+        kw,
+        c_out,
+        c_in,
+        padding,
+        output_padding,
+        stride,
+        dilation,
+    ] = read(OP, p, NAME, fields)?;
+    expect_shape(OP, NAME, "input", x_l, &[b, c_in, h, w_in])?;
+    expect_shape(OP, NAME, "kernel", w_l, &[c_in, c_out, kh, kw])?;
+    let params = ConvParams {
+        output_padding: [output_padding; 2],
+        ..ConvParams::uniform(padding, stride, dilation)
+    };
+    super::conv_transpose2d(x, x_l, w, w_l, &params, ConvPath::Auto)
+}
+
+#[cfg(test)]
+mod tests {
+    //! candle's params cannot be built outside candle-core, so these tests
+    //! format structs declared exactly as candle-core 0.11.1 declares them
+    //! (same names, fields, order and derived `Debug`): their text is the
+    //! text the reader gets from the real values.
+    #![allow(dead_code)]
+
+    use super::*;
+    use candle_core::conv::CudnnFwdAlgo;
+
+    #[derive(Debug)]
+    struct ParamsConv1D {
+        b_size: usize,
+        l_in: usize,
+        c_out: usize,
+        c_in: usize,
+        k_size: usize,
+        padding: usize,
+        stride: usize,
+        dilation: usize,
+        cudnn_fwd_algo: Option<CudnnFwdAlgo>,
+    }
+
+    #[derive(Debug)]
+    struct ParamsConvTranspose1D {
+        b_size: usize,
+        l_in: usize,
+        c_out: usize,
+        c_in: usize,
+        k_size: usize,
+        padding: usize,
+        output_padding: usize,
+        stride: usize,
+        dilation: usize,
+    }
+
+    #[derive(Debug)]
+    struct ParamsConv2D {
+        b_size: usize,
+        i_h: usize,
+        i_w: usize,
+        k_h: usize,
+        k_w: usize,
+        c_out: usize,
+        c_in: usize,
+        padding: usize,
+        stride: usize,
+        dilation: usize,
+        cudnn_fwd_algo: Option<CudnnFwdAlgo>,
+    }
+
+    #[derive(Debug)]
+    struct ParamsConvTranspose2D {
+        b_size: usize,
+        i_h: usize,
+        i_w: usize,
+        k_h: usize,
+        k_w: usize,
+        c_out: usize,
+        c_in: usize,
+        padding: usize,
+        output_padding: usize,
+        stride: usize,
+        dilation: usize,
+    }
+
+    #[test]
+    fn reads_every_params_struct() {
+        let p = ParamsConv2D {
+            b_size: 32,
+            i_h: 56,
+            i_w: 57,
+            k_h: 3,
+            k_w: 1,
+            c_out: 256,
+            c_in: 128,
+            padding: 1,
+            stride: 2,
+            dilation: 3,
+            cudnn_fwd_algo: Some(CudnnFwdAlgo::ImplicitGemm),
+        };
+        let fields = [
+            "b_size", "i_h", "i_w", "k_h", "k_w", "c_out", "c_in", "padding", "stride", "dilation",
+        ];
+        let v = read("conv2d", &p, "ParamsConv2D", fields).unwrap();
+        assert_eq!(v, [32, 56, 57, 3, 1, 256, 128, 1, 2, 3]);
+        let p = ParamsConv1D {
+            b_size: 1,
+            l_in: 3000,
+            c_out: 384,
+            c_in: 80,
+            k_size: 3,
+            padding: 1,
+            stride: 1,
+            dilation: 1,
+            cudnn_fwd_algo: None,
+        };
+        let v = read("conv1d", &p, "ParamsConv1D", ["l_in", "c_out", "padding"]).unwrap();
+        assert_eq!(v, [3000, 384, 1]);
+        let p = ParamsConvTranspose2D {
+            b_size: 2,
+            i_h: 8,
+            i_w: 9,
+            k_h: 4,
+            k_w: 4,
+            c_out: 64,
+            c_in: 128,
+            padding: 1,
+            output_padding: 1,
+            stride: 2,
+            dilation: 1,
+        };
+        let v = read(
+            "t",
+            &p,
+            "ParamsConvTranspose2D",
+            ["output_padding", "stride", "c_in"],
+        )
+        .unwrap();
+        assert_eq!(v, [1, 2, 128]);
+        let p = ParamsConvTranspose1D {
+            b_size: 4,
+            l_in: 10,
+            c_out: 3,
+            c_in: 5,
+            k_size: 7,
+            padding: 0,
+            output_padding: 0,
+            stride: 3,
+            dilation: 2,
+        };
+        assert_eq!(
+            read("t", &p, "ParamsConvTranspose1D", ["dilation", "k_size"]).unwrap(),
+            [2, 7]
+        );
+    }
+
+    #[test]
+    fn unreadable_text_is_an_error_naming_it() {
+        let p = ParamsConvTranspose1D {
+            b_size: 4,
+            l_in: 10,
+            c_out: 3,
+            c_in: 5,
+            k_size: 7,
+            padding: 0,
+            output_padding: 0,
+            stride: 3,
+            dilation: 2,
+        };
+        let err = read("conv_transpose1d", &p, "ParamsConv1D", ["stride"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("named ParamsConvTranspose1D") && err.contains("l_in: 10"),
+            "{err}"
+        );
+        let err = read("t", &p, "ParamsConvTranspose1D", ["groups"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no integer field `groups`"), "{err}");
+        assert_eq!(DebugFields::parse("(1, 2)"), None);
+        assert_eq!(DebugFields::parse("P { a: x }").unwrap().fields, vec![]);
+        assert_eq!(DebugFields::parse("P { a }"), None);
+    }
+
+    #[test]
+    fn shapes_are_checked_against_the_params() {
+        let l = Layout::contiguous((2, 3, 10));
+        assert!(expect_shape("conv1d", "ParamsConv1D", "input", &l, &[2, 3, 10]).is_ok());
+        let err = expect_shape("conv1d", "ParamsConv1D", "input", &l, &[2, 4, 10]).unwrap_err();
+        assert!(err.to_string().contains("[2, 4, 10]"), "{err}");
+    }
+}
