@@ -8,12 +8,6 @@ pub enum HipBackendError {
     /// The HIP runtime, hipRTC or a kernel launch failed.
     #[error(transparent)]
     Hip(#[from] hip_safe::Error),
-    /// An operation that candle-hip does not implement yet.
-    #[error("{op} is not yet supported on HIP")]
-    NotYetSupported {
-        /// The `BackendStorage` method.
-        op: &'static str,
-    },
     /// After merging contiguous dimensions a layout still has more
     /// dimensions than the kernels take.
     #[error(
@@ -74,11 +68,6 @@ pub(crate) type Result<T> = std::result::Result<T, candle_core::Error>;
 /// Converts a `hip-safe` error into candle's error type.
 pub(crate) fn hip(err: hip_safe::Error) -> candle_core::Error {
     HipBackendError::Hip(err).into()
-}
-
-/// The error of a method that belongs to candle-hip's next stage.
-pub(crate) fn not_yet(op: &'static str) -> candle_core::Error {
-    HipBackendError::NotYetSupported { op }.into()
 }
 
 /// An `Invalid` error.

@@ -11,8 +11,11 @@
 //! Supported dtypes: u8, u32, i64, f16, bf16, f32, f64; any other dtype gets
 //! candle's `UnsupportedDTypeForOp` error. Element-wise ops, casts,
 //! comparisons, `where_cond`, reductions, indexing ops, copies, fills and
-//! random numbers run as HIP kernels. Matrix multiplication, convolutions,
-//! pooling and upsampling return [`HipBackendError::NotYetSupported`] for now.
+//! random numbers run as HIP kernels; matrix multiplication uses rocBLAS,
+//! convolutions MIOpen (or im2col + rocBLAS, see [`conv`]), pooling and
+//! upsampling HIP kernels. The fused ops transformer models call (softmax,
+//! rms_norm, layer_norm, rope, sigmoid, argsort) are functions in [`fused`];
+//! `METHODS.md` lists what every method uses per dtype.
 //!
 //! ```no_run
 //! use candle_core::backend::{BackendDevice, BackendStorage};
@@ -27,6 +30,7 @@
 //! ```
 
 mod call;
+pub mod conv;
 mod device;
 mod dtype;
 mod error;

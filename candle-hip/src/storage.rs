@@ -11,7 +11,7 @@ use hip_safe::{DeviceBuffer, DevicePtr, DeviceView, DeviceViewMut};
 
 use crate::device::HipDevice;
 use crate::dtype;
-use crate::error::{HipBackendError, Result, hip, not_yet};
+use crate::error::{HipBackendError, Result, hip};
 use crate::info;
 use crate::ops::{copy, elementwise, indexing, reduce};
 
@@ -218,32 +218,44 @@ impl BackendStorage for HipStorage {
         elementwise::where_cond(self, layout, on_true, true_l, on_false, false_l)
     }
 
-    fn conv1d(&self, _: &Layout, _: &Self, _: &Layout, _: &ParamsConv1D) -> Result<Self> {
-        Err(not_yet("conv1d"))
+    fn conv1d(
+        &self,
+        layout: &Layout,
+        kernel: &Self,
+        kernel_l: &Layout,
+        params: &ParamsConv1D,
+    ) -> Result<Self> {
+        crate::conv::params::conv1d(self, layout, kernel, kernel_l, params)
     }
 
     fn conv_transpose1d(
         &self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: &ParamsConvTranspose1D,
+        layout: &Layout,
+        kernel: &Self,
+        kernel_l: &Layout,
+        params: &ParamsConvTranspose1D,
     ) -> Result<Self> {
-        Err(not_yet("conv_transpose1d"))
+        crate::conv::params::conv_transpose1d(self, layout, kernel, kernel_l, params)
     }
 
-    fn conv2d(&self, _: &Layout, _: &Self, _: &Layout, _: &ParamsConv2D) -> Result<Self> {
-        Err(not_yet("conv2d"))
+    fn conv2d(
+        &self,
+        layout: &Layout,
+        kernel: &Self,
+        kernel_l: &Layout,
+        params: &ParamsConv2D,
+    ) -> Result<Self> {
+        crate::conv::params::conv2d(self, layout, kernel, kernel_l, params)
     }
 
     fn conv_transpose2d(
         &self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: &ParamsConvTranspose2D,
+        layout: &Layout,
+        kernel: &Self,
+        kernel_l: &Layout,
+        params: &ParamsConvTranspose2D,
     ) -> Result<Self> {
-        Err(not_yet("conv_transpose2d"))
+        crate::conv::params::conv_transpose2d(self, layout, kernel, kernel_l, params)
     }
 
     fn avg_pool2d(
