@@ -23,8 +23,8 @@ pub fn is_child() -> bool {
     std::env::args().nth(1).as_deref() == Some(CHILD_FLAG)
 }
 
-/// The child: opens device 0, loads every kernel module and prints
-/// `open_us=<t> load_us=<t>`.
+/// The child: opens device 0 and prints `open_us=<t>`, then loads every
+/// kernel module and prints `load_us=<t>`.
 pub fn child_main() -> ExitCode {
     let started = Instant::now();
     let device = match HipDevice::new(0) {
@@ -34,21 +34,31 @@ pub fn child_main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let open_us = started.elapsed().as_secs_f64() * 1e6;
+    println!("open_us={:.0}", started.elapsed().as_secs_f64() * 1e6);
     let started = Instant::now();
     if let Err(e) = device.load_all_kernels() {
         eprintln!("loading the kernel modules: {}", one_line(&e.to_string()));
         return ExitCode::FAILURE;
     }
-    let load_us = started.elapsed().as_secs_f64() * 1e6;
-    println!("open_us={open_us:.0} load_us={load_us:.0}");
+    println!("load_us={:.0}", started.elapsed().as_secs_f64() * 1e6);
     ExitCode::SUCCESS
 }
 
-/// Start-up times of one child: device open and module loading, in µs.
+/// What one child measured: device open and module loading, in µs, or
+/// why it could not.
 struct Startup {
-    open_us: f64,
-    load_us: f64,
+    open: Result<f64, String>,
+    load: Result<f64, String>,
+}
+
+impl Startup {
+    /// Both measurements failed for the same reason.
+    fn failed(reason: String) -> Startup {
+        Startup {
+            open: Err(reason.clone()),
+            load: Err(reason),
+        }
+    }
 }
 
 /// The start-up rows: device open, loading all modules cold and warm.
@@ -63,18 +73,18 @@ pub fn rows() -> Vec<Row> {
             (cold, warm)
         }
         Err(e) => {
-            let err = format!("creating {}: {e}", dir.display());
-            (Err(err.clone()), Err(err))
+            let reason = format!("creating {}: {e}", dir.display());
+            (Startup::failed(reason.clone()), Startup::failed(reason))
         }
     };
-    let outcome = |r: &Result<Startup, String>, pick: fn(&Startup) -> f64| match r {
-        Ok(s) => Outcome::Time(pick(s)),
-        Err(e) => Outcome::Error(e.clone()),
+    let outcome = |r: Result<f64, String>| match r {
+        Ok(us) => Outcome::Time(us),
+        Err(e) => Outcome::Error(e),
     };
     vec![
-        Row::startup("device_open", outcome(&warm, |s| s.open_us)),
-        Row::startup("load_all_kernels_cold", outcome(&cold, |s| s.load_us)),
-        Row::startup("load_all_kernels_warm", outcome(&warm, |s| s.load_us)),
+        Row::startup("device_open", outcome(warm.open)),
+        Row::startup("load_all_kernels_cold", outcome(cold.load)),
+        Row::startup("load_all_kernels_warm", outcome(warm.load)),
     ]
 }
 
@@ -91,43 +101,51 @@ fn fresh_dir() -> PathBuf {
 }
 
 /// Runs a measuring child with its code-object cache in `cache_dir`.
-fn run_child(cache_dir: &Path) -> Result<Startup, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("locating this executable: {e}"))?;
-    let output = Command::new(exe)
+fn run_child(cache_dir: &Path) -> Startup {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return Startup::failed(format!("locating this executable: {e}")),
+    };
+    let output = match Command::new(exe)
         .arg(CHILD_FLAG)
         .env(hip_safe::CACHE_DIR_VAR, cache_dir)
         .output()
-        .map_err(|e| format!("starting the measuring child: {e}"))?;
+    {
+        Ok(output) => output,
+        Err(e) => return Startup::failed(format!("starting the measuring child: {e}")),
+    };
     let stdout = String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
+    let failure = || {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(format!(
+        format!(
             "measuring child failed ({}): {}",
             output.status,
             one_line(&stderr)
-        ));
+        )
+    };
+    Startup {
+        open: field(&stdout, "open_us").ok_or_else(failure),
+        load: field(&stdout, "load_us").ok_or_else(failure),
     }
-    parse(&stdout).ok_or_else(|| format!("unexpected child output {:?}", stdout.trim()))
 }
 
-/// Reads `open_us=<t> load_us=<t>` from the child's output.
-fn parse(stdout: &str) -> Option<Startup> {
-    let line = stdout.lines().rev().find(|l| l.starts_with("open_us="))?;
-    let mut fields = line.split_whitespace().map(|f| f.split_once('='));
-    let open_us = fields.next()??.1.parse().ok()?;
-    let load_us = fields.next()??.1.parse().ok()?;
-    Some(Startup { open_us, load_us })
+/// The value of the child's output line `<name>=<microseconds>`.
+fn field(stdout: &str, name: &str) -> Option<f64> {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix('=')?.trim().parse().ok())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::field;
 
     #[test]
     fn child_output_is_parsed() {
-        let s = parse("noise\nopen_us=1200 load_us=35000\n").expect("parsed");
-        assert_eq!((s.open_us, s.load_us), (1200.0, 35000.0));
-        assert!(parse("open_us=x load_us=1").is_none());
-        assert!(parse("").is_none());
+        let out = "noise\nopen_us=1200\nload_us=35000\n";
+        assert_eq!(field(out, "open_us"), Some(1200.0));
+        assert_eq!(field(out, "load_us"), Some(35000.0));
+        assert_eq!(field("open_us=1200\n", "load_us"), None);
+        assert_eq!(field("open_us=x", "open_us"), None);
     }
 }

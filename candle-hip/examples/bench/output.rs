@@ -192,15 +192,33 @@ fn json_string(text: &str) -> String {
     out
 }
 
-/// The first line of an error message (candle appends a backtrace when
-/// `RUST_BACKTRACE` is set), trimmed.
+/// Most characters of an error text kept in a row.
+const MAX_ERROR_CHARS: usize = 600;
+
+/// An error message on one line: its non-empty lines joined with ` | `
+/// (a compiler log follows its headline on the next lines), without the
+/// backtrace candle appends when `RUST_BACKTRACE` is set, and shortened to
+/// [`MAX_ERROR_CHARS`].
 pub fn one_line(message: &str) -> String {
-    message
+    let is_backtrace = |l: &str| {
+        l.starts_with("stack backtrace:")
+            || l.split_once(": ")
+                .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let lines: Vec<&str> = message
         .lines()
         .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("unknown error")
-        .to_string()
+        .take_while(|l| !is_backtrace(l))
+        .filter(|l| !l.is_empty())
+        .collect();
+    if lines.is_empty() {
+        return "unknown error".to_string();
+    }
+    let joined = lines.join(" | ");
+    match joined.char_indices().nth(MAX_ERROR_CHARS) {
+        Some((cut, _)) => format!("{}...", &joined[..cut]),
+        None => joined,
+    }
 }
 
 /// The message of a caught panic.
@@ -235,11 +253,17 @@ mod tests {
     }
 
     #[test]
-    fn one_line_takes_the_first_non_empty_line() {
+    fn one_line_joins_lines_and_drops_the_backtrace() {
+        let e =
+            "\n  matmul is not yet supported on HIP\nstack backtrace:\n   0: candle_core::error";
+        assert_eq!(one_line(e), "matmul is not yet supported on HIP");
+        let e = "hipRTC compilation of `a.hip` failed (code 6):\na.hip(3): error: bad\n\n   0: std::backtrace";
         assert_eq!(
-            one_line("\n  matmul is not yet supported on HIP\nstack backtrace:"),
-            "matmul is not yet supported on HIP"
+            one_line(e),
+            "hipRTC compilation of `a.hip` failed (code 6): | a.hip(3): error: bad"
         );
         assert_eq!(one_line(""), "unknown error");
+        let long = "x".repeat(MAX_ERROR_CHARS + 10);
+        assert_eq!(one_line(&long).len(), MAX_ERROR_CHARS + 3);
     }
 }

@@ -90,12 +90,8 @@ pub fn host_time_us(device: &HipDevice, op: &mut Op, sync_each: bool) -> BenchRe
 /// The median (mean of the middle two for an even count); `times` is not empty.
 fn median(times: &mut [f64]) -> f64 {
     times.sort_by(f64::total_cmp);
-    let mid = times.len() / 2;
-    if times.len() % 2 == 0 {
-        (times[mid - 1] + times[mid]) / 2.0
-    } else {
-        times[mid]
-    }
+    let n = times.len();
+    (times[(n - 1) / 2] + times[n / 2]) / 2.0
 }
 
 #[cfg(test)]
