@@ -32,7 +32,7 @@ pub(crate) fn reduce(
     reduce_dims.sort_unstable();
     reduce_dims.dedup();
     let mut info = ReduceInfo::new(family, layout.dims(), layout.stride(), &reduce_dims)?;
-    if info.red_size >= u64::from(u32::MAX) {
+    if out_dtype == DType::U32 && info.red_size >= u64::from(u32::MAX) {
         return Err(invalid(
             family,
             format!(
