@@ -21,10 +21,14 @@ const ELEMS_PER_THREAD: u64 = 8;
 /// Most blocks of a block-per-output reduction (the blocks loop beyond).
 const MAX_REDUCE_GRID: u64 = 1 << 20;
 
-/// A 1-D launch of `blocks` blocks of `threads` threads.
+/// Most blocks of a 1-D grid on every platform (CUDA's limit for x).
+const MAX_GRID: u64 = (1 << 31) - 1;
+
+/// A 1-D launch of `blocks` blocks of `threads` threads (kernels loop over
+/// what a capped grid does not cover).
 fn config(blocks: u64, threads: u32) -> LaunchConfig {
     LaunchConfig {
-        grid_dim: (u32::try_from(blocks).unwrap_or(u32::MAX), 1, 1),
+        grid_dim: (blocks.clamp(1, MAX_GRID) as u32, 1, 1),
         block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     }
