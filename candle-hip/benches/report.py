@@ -186,7 +186,7 @@ def chart(rows, title, path):
         ax.text(x, yi, f" {x:.2f}", va="center", fontsize=6)
     ax.grid(axis="x", which="both", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return True
 

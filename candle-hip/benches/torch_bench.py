@@ -425,6 +425,22 @@ def compute_cases():
 
     image = (32, 256, 56, 56)
     n = math.prod(image)
+    k, co = 3, 256
+    conv_flops = 2 * image[0] * co * image[2] * image[3] * image[1] * k * k
+    for name, dtype in [("conv2d", "bf16"), ("conv2d", "f32"), ("conv2d_im2col", "bf16")]:
+        # conv2d_im2col is our im2col + GEMM path; PyTorch runs its own conv2d.
+        def conv(t, dtype=dtype):
+            x, w = signed(t, image, dtype), signed(t, (co, image[1], k, k), dtype)
+            return lambda: t.nn.functional.conv2d(x, w, padding=1)
+        cases.append(Case("conv", name, f"{dims(*image)} k{k} p1 o{co}", dtype, ("flops", conv_flops), conv))
+
+    tx, tk, tco = (16, 256, 28, 28), 4, 128
+
+    def conv_t(t):
+        x, w = signed(t, tx, "bf16"), signed(t, (tx[1], tco, tk, tk), "bf16")
+        return lambda: t.nn.functional.conv_transpose2d(x, w, stride=2, padding=1)
+    cases.append(Case("conv", "conv_transpose2d", f"{dims(*tx)} k{tk} s2 p1 o{tco}", "bf16",
+                      ("flops", 2 * math.prod(tx) * tco * tk * tk), conv_t))
     for name, dtype in [("max_pool2d", "bf16"), ("avg_pool2d", "f32")]:
         def pool(t, name=name, dtype=dtype):
             x = signed(t, image, dtype)

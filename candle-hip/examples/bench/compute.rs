@@ -1,8 +1,9 @@
-//! Matrix multiplication (rocBLAS), convolution (MIOpen), pooling and
-//! upsampling cases.
+//! Matrix multiplication (rocBLAS), convolution (MIOpen, and im2col +
+//! GEMM), pooling and upsampling cases.
 
 use candle_core::backend::BackendStorage;
 use candle_core::{DType, Layout};
+use candle_hip::conv::{self, ConvParams, ConvPath};
 
 use crate::cases::{Case, Measure, bytes, dims, op};
 use crate::inputs;
@@ -16,6 +17,10 @@ pub fn cases() -> Vec<Case> {
         attention_scores(DType::BF16),
         attention_scores(DType::F32),
         attention_values(DType::BF16),
+        conv2d("conv2d", DType::BF16, ConvPath::Auto),
+        conv2d("conv2d", DType::F32, ConvPath::Auto),
+        conv2d("conv2d_im2col", DType::BF16, ConvPath::Gemm),
+        conv_transpose2d(DType::BF16),
         pool("max_pool2d", DType::BF16),
         pool("avg_pool2d", DType::F32),
         upsample_nearest2d(),
@@ -75,7 +80,58 @@ fn attention_values(dtype: DType) -> Case {
     })
 }
 
-/// Input of the pooling and upsampling cases (ResNet stage-2 sized).
+/// A ResNet stage-2 convolution: 3 x 3, padding 1, 256 to 256 channels on
+/// 32 x 256 x 56 x 56 (`path` picks MIOpen or im2col + GEMM).
+fn conv2d(name: &'static str, dtype: DType, path: ConvPath) -> Case {
+    let (x, k, co) = (IMAGE, 3, 256);
+    let [n, ci, h, w] = x;
+    let work = Measure::Flops(2 * (n * co * h * w * ci * k * k) as u64);
+    let shape = format!("{} k{k} p1 o{co}", dims(&x));
+    Case::new("conv", name, shape, dtype.as_str(), work, move |dev| {
+        let xs = inputs::signed(dev, &x, dtype)?;
+        let ws = inputs::signed(dev, &[co, ci, k, k], dtype)?;
+        let (xl, wl) = (
+            Layout::contiguous(&x[..]),
+            Layout::contiguous((co, ci, k, k)),
+        );
+        let params = ConvParams::uniform(1, 1, 1);
+        op(move || {
+            conv::conv2d(&xs, &xl, &ws, &wl, &params, path)?;
+            Ok(())
+        })
+    })
+}
+
+/// A UNet-style upsampling: 4 x 4 transposed convolution, stride 2,
+/// padding 1, 256 to 128 channels, 28 x 28 to 56 x 56, batch 16.
+fn conv_transpose2d(dtype: DType) -> Case {
+    let (x, k, co) = ([16, 256, 28, 28], 4, 128);
+    let [n, ci, h, w] = x;
+    let work = Measure::Flops(2 * (n * ci * h * w * co * k * k) as u64);
+    let shape = format!("{} k{k} s2 p1 o{co}", dims(&x));
+    Case::new(
+        "conv",
+        "conv_transpose2d",
+        shape,
+        dtype.as_str(),
+        work,
+        move |dev| {
+            let xs = inputs::signed(dev, &x, dtype)?;
+            let ws = inputs::signed(dev, &[ci, co, k, k], dtype)?;
+            let (xl, wl) = (
+                Layout::contiguous(&x[..]),
+                Layout::contiguous((ci, co, k, k)),
+            );
+            let params = ConvParams::uniform(1, 2, 1);
+            op(move || {
+                conv::conv_transpose2d(&xs, &xl, &ws, &wl, &params, ConvPath::Auto)?;
+                Ok(())
+            })
+        },
+    )
+}
+
+/// Input of the convolution, pooling and upsampling cases (ResNet stage-2 sized).
 const IMAGE: [usize; 4] = [32, 256, 56, 56];
 
 /// 2 x 2 pooling with stride 2.

@@ -13,8 +13,11 @@
 //! bench [--out DIR] [--filter TEXT] [--list]
 //! ```
 //! Results go to `DIR/bench_ours.csv` and `DIR/bench_ours.json` (device
-//! facts). `DIR` defaults to `$HIP_ON_CUDA_OUT`, else `bench-out`. A case
-//! that fails prints `ERROR` with the backend's message and the run goes on.
+//! facts). `DIR` defaults to `$HIP_ON_CUDA_OUT`, else `bench-out`.
+//! `--filter` runs only the cases whose key (`op,shape,dtype`) contains
+//! `TEXT`; `--list` prints the keys and the work each case counts, opening
+//! no device. A case that fails prints `ERROR` with the backend's message
+//! and the run goes on. See `benches/README.md`.
 //! `benches/torch_bench.py` measures the same cases with PyTorch and
 //! `benches/report.py` joins both into one table and a chart.
 
