@@ -7,10 +7,10 @@
 #
 # Steps, each logged to <outdir>/<name>.log: nvidia-smi, the hip-info and
 # runtime-kernel examples, every test executable with --include-ignored
-# --test-threads=1, then the benchmarks (executables, then python3 scripts;
-# they find the output folder in $HIP_ON_CUDA_OUT). Ends with a summary
-# table and a `N passed, M failed` line (also in <outdir>/summary.txt);
-# exits non-zero if anything failed.
+# --test-threads=1, then the benchmarks (executables, then python3 scripts,
+# report*.py last; they find the output folder in $HIP_ON_CUDA_OUT). Ends
+# with a summary table and a `N passed, M failed` line (also in
+# <outdir>/summary.txt); exits non-zero if anything failed.
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -103,11 +103,21 @@ for test in "$here"/tests/*; do
     total_failed=$((total_failed + failed))
 done
 
+# Benchmark executables, then the python scripts; scripts named report*.py
+# summarise the others' results, so they run last.
+benches=()
 for bench in "$here"/bench/*; do
+    [[ "$bench" != *.py && -x "$bench" ]] && benches+=("$bench")
+done
+for bench in "$here"/bench/*.py; do
+    [[ "$(basename "$bench")" != report*.py ]] && benches+=("$bench")
+done
+benches+=("$here"/bench/report*.py)
+for bench in "${benches[@]}"; do
     name="$(basename "$bench")"
     case "$name" in
         *.py) step "$name" python3 "$bench" ;;
-        *) [[ -x "$bench" ]] || continue; step "$name" "$bench" ;;
+        *) step "$name" "$bench" ;;
     esac
     record "$name" $?
 done

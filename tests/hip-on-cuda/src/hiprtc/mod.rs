@@ -124,11 +124,13 @@ fn require_nvrtc() -> RtcResult {
 
 /// `hiprtcVersion`: the hipRTC of HIP 6.4 (see the HIP runtime version).
 pub(crate) unsafe fn hiprtcVersion(major: *mut c_int, minor: *mut c_int) -> RtcResult {
-    non_null(minor, hiprtcResult::HIPRTC_ERROR_INVALID_INPUT)?;
-    // SAFETY: the caller passes valid or null out-pointers.
+    let invalid = hiprtcResult::HIPRTC_ERROR_INVALID_INPUT;
+    non_null(major, invalid)?;
+    non_null(minor, invalid)?;
+    // SAFETY: both out-pointers are non-null and, per the caller, valid.
     unsafe {
-        write_out(major, 6, hiprtcResult::HIPRTC_ERROR_INVALID_INPUT)?;
-        write_out(minor, 4, hiprtcResult::HIPRTC_ERROR_INVALID_INPUT)
+        write_out(major, 6, invalid)?;
+        write_out(minor, 4, invalid)
     }
 }
 
