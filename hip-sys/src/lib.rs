@@ -29,26 +29,9 @@ use std::sync::OnceLock;
 pub use loader::{LoadError, MissingSymbol};
 pub use version::RuntimeVersion;
 
-/// Types and constants generated from the ROCm 6.4 headers.
-#[allow(
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals,
-    missing_docs,
-    clippy::all
-)]
-pub mod types {
-    include!("generated/types.rs");
-}
-
-#[allow(non_camel_case_types, non_snake_case, clippy::all)]
-mod functions {
-    use crate::types::*;
-    include!("generated/functions.rs");
-}
+generated_bindings!();
 
 pub use functions::{HipApi, HiprtcApi};
-pub use types::*;
 
 /// The HIP runtime library: override variable and file names, newest first.
 pub const HIP_LIBRARY: loader::LibrarySpec = loader::LibrarySpec {

@@ -409,3 +409,49 @@ macro_rules! dynamic_api {
         }
     };
 }
+
+/// Declares the `types` module (bindgen types and constants from
+/// `src/generated/types.rs`) and the private `functions` module (the
+/// `dynamic_api!` tables from `src/generated/functions.rs`) of a -sys crate,
+/// and re-exports every type at the crate root.
+#[macro_export]
+macro_rules! generated_bindings {
+    () => {
+        /// Types and constants generated from the ROCm 6.4 headers.
+        #[allow(
+            non_camel_case_types,
+            non_snake_case,
+            non_upper_case_globals,
+            missing_docs,
+            clippy::all
+        )]
+        pub mod types {
+            include!("generated/types.rs");
+        }
+
+        #[allow(non_camel_case_types, non_snake_case, clippy::all)]
+        mod functions {
+            use super::types::*;
+            include!("generated/functions.rs");
+        }
+
+        pub use types::*;
+    };
+}
+
+/// Declares a lazily loaded companion library of the HIP runtime: a function
+/// that loads it once (next to libamdhip64, see [`crate::load_companion`]) and
+/// returns its function table or the load error.
+#[macro_export]
+macro_rules! companion_library {
+    ($(#[$meta:meta])* pub fn $name:ident() -> $api:ty = $spec:expr;) => {
+        $(#[$meta])*
+        pub fn $name() -> ::core::result::Result<&'static $api, $crate::LoadError> {
+            static API: ::std::sync::OnceLock<::core::result::Result<$api, $crate::LoadError>> =
+                ::std::sync::OnceLock::new();
+            API.get_or_init(|| $crate::load_companion(&$spec, <$api>::from_library))
+                .as_ref()
+                .map_err(::core::clone::Clone::clone)
+        }
+    };
+}

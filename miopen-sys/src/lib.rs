@@ -14,30 +14,11 @@
 
 mod layout;
 
-use std::sync::OnceLock;
-
 pub use hip_sys::{LoadError, MissingSymbol};
 
-/// Types and constants generated from the ROCm 6.4 headers.
-#[allow(
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals,
-    missing_docs,
-    clippy::all
-)]
-pub mod types {
-    include!("generated/types.rs");
-}
-
-#[allow(non_camel_case_types, non_snake_case, clippy::all)]
-mod functions {
-    use crate::types::*;
-    include!("generated/functions.rs");
-}
+hip_sys::generated_bindings!();
 
 pub use functions::MiopenApi;
-pub use types::*;
 
 /// MIOpen: override variable and file names, newest first
 /// (`.so.1` in both ROCm 6 and 7).
@@ -51,10 +32,7 @@ pub const MIOPEN_LIBRARY: hip_sys::loader::LibrarySpec = hip_sys::loader::Librar
     },
 };
 
-/// MIOpen, loaded on first use next to the HIP runtime.
-pub fn miopen() -> Result<&'static MiopenApi, LoadError> {
-    static API: OnceLock<Result<MiopenApi, LoadError>> = OnceLock::new();
-    API.get_or_init(|| hip_sys::load_companion(&MIOPEN_LIBRARY, MiopenApi::from_library))
-        .as_ref()
-        .map_err(Clone::clone)
+hip_sys::companion_library! {
+    /// MIOpen, loaded on first use next to the HIP runtime.
+    pub fn miopen() -> MiopenApi = MIOPEN_LIBRARY;
 }

@@ -12,30 +12,11 @@
 //! }
 //! ```
 
-use std::sync::OnceLock;
-
 pub use hip_sys::{LoadError, MissingSymbol};
 
-/// Types and constants generated from the ROCm 6.4 headers.
-#[allow(
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals,
-    missing_docs,
-    clippy::all
-)]
-pub mod types {
-    include!("generated/types.rs");
-}
-
-#[allow(non_camel_case_types, non_snake_case, clippy::all)]
-mod functions {
-    use crate::types::*;
-    include!("generated/functions.rs");
-}
+hip_sys::generated_bindings!();
 
 pub use functions::RocblasApi;
-pub use types::*;
 
 /// rocBLAS: override variable and file names, newest first
 /// (`.so.5` is ROCm 7, `.so.4` ROCm 6).
@@ -49,10 +30,7 @@ pub const ROCBLAS_LIBRARY: hip_sys::loader::LibrarySpec = hip_sys::loader::Libra
     },
 };
 
-/// rocBLAS, loaded on first use next to the HIP runtime.
-pub fn rocblas() -> Result<&'static RocblasApi, LoadError> {
-    static API: OnceLock<Result<RocblasApi, LoadError>> = OnceLock::new();
-    API.get_or_init(|| hip_sys::load_companion(&ROCBLAS_LIBRARY, RocblasApi::from_library))
-        .as_ref()
-        .map_err(Clone::clone)
+hip_sys::companion_library! {
+    /// rocBLAS, loaded on first use next to the HIP runtime.
+    pub fn rocblas() -> RocblasApi = ROCBLAS_LIBRARY;
 }
