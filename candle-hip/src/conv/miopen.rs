@@ -48,7 +48,7 @@ fn convolve<T: DnnType + WithDType>(
 ) -> Result<()> {
     let dnn = handles::dnn(y.device())?;
     let [n, c, h, wd] = prob.x.sizes();
-    let [k_out, _, oh, ow] = prob.y;
+    let [_, k_out, oh, ow] = prob.y;
     let x_len = prob.x.numel();
     let w_len = prob.w.iter().product();
     let xv = Typed::<T>::new(op, x.storage(), x.start(), x_len)?;
