@@ -34,6 +34,8 @@ pub mod conv;
 mod device;
 mod dtype;
 mod error;
+#[cfg(feature = "candle-extension")]
+pub mod extension;
 pub mod fused;
 mod handles;
 mod info;

@@ -7,7 +7,8 @@
 #
 # Steps, each logged to <outdir>/<name>.log: nvidia-smi, the hip-info and
 # runtime-kernel examples, every test executable with --include-ignored
-# --test-threads=1, then the benchmarks (executables, then python3 scripts,
+# --test-threads=1, the candle-app step (Candle's tests and demos on HIP, if
+# staged), then the benchmarks (executables, then python3 scripts,
 # report*.py last; they find the output folder in $HIP_ON_CUDA_OUT). Ends
 # with a summary table and a `N passed, M failed` line (also in
 # <outdir>/summary.txt); exits non-zero if anything failed.
@@ -102,6 +103,22 @@ for test in "$here"/tests/*; do
     total_passed=$((total_passed + passed))
     total_failed=$((total_failed + failed))
 done
+
+# Candle's own tests and the demos on HIP (examples/candle-app): one row per
+# test file and demo.
+if [[ -x "$here/candle-app/run.sh" ]]; then
+    step candle-app "$here/candle-app/run.sh" "$out/candle-app"
+    [[ -s "$out/candle-app/rows.txt" ]] || record candle-app "no results"
+    while IFS='|' read -r name label passed failed ignored; do
+        rows+=("$name|$label|$passed|$failed|$ignored")
+        if [[ "$passed" == - ]]; then
+            [[ "$label" == ok ]] || other_failures=$((other_failures + 1))
+        else
+            total_passed=$((total_passed + passed))
+            total_failed=$((total_failed + failed))
+        fi
+    done < <(cat "$out/candle-app/rows.txt" 2>/dev/null)
+fi
 
 # Benchmark executables, then the python scripts; scripts named report*.py
 # summarise the others' results, so they run last.

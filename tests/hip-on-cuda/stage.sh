@@ -12,6 +12,9 @@
 #   .stage/bin/         the hip-info and runtime-kernel examples
 #   .stage/bench/       benchmark executables (bins/examples named bench* of
 #                       candle-hip) and candle-hip/benches/*.py
+#   .stage/candle-app/  Candle's own tests, the MiniLM and custom-kernel demos
+#                       (examples/candle-app/scripts/stage.sh; their weights stay
+#                       in examples/candle-app/target/minilm, carried separately)
 #   .stage/unbuilt.txt  test targets, examples and benchmarks that did not
 #                       compile (if any): their errors are printed here and
 #                       run.sh reports them as failed steps, so one broken
@@ -128,6 +131,11 @@ shopt -s nullglob
 for script in candle-hip/benches/*.py; do
     cp "$script" "$stage/bench/"
 done
+
+echo "== candle-app (Candle's own tests and demos on HIP; STAGE_CANDLE_APP=0 skips)"
+if [[ "${STAGE_CANDLE_APP:-1}" == 1 ]]; then
+    examples/candle-app/scripts/stage.sh "$stage/candle-app" || unbuilt "candle-app"
+fi
 
 cp tests/hip-on-cuda/run.sh "$stage/run.sh"
 chmod +x "$stage/run.sh"

@@ -1,19 +1,20 @@
 //! A test-only custom backend that delegates every operation to Candle's CPU backend through
-//! [`candle_backend_bridge`], and its fused ops to Candle's own CPU implementations of them.
+//! candle-hip's bridge ([`candle_hip::extension`], the code that also presents HIP as a Candle
+//! device), and its fused ops to Candle's own CPU implementations of them.
 
-use candle_backend_bridge::Backend;
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::cpu_backend::CpuDevice;
 use candle_core::custom_backend::FusedOp;
 use candle_core::op::BackpropOp;
 use candle_core::{CpuStorage, Device, Layout, Result, Storage, Tensor};
+use candle_hip::extension::Backend;
 
 /// The CPU-delegating backend.
 pub struct CpuDelegate;
 
 /// Its (only) device.
 pub fn device() -> Device {
-    candle_backend_bridge::device::<CpuDelegate>(CpuDevice)
+    candle_hip::extension::device::<CpuDelegate>(CpuDevice)
 }
 
 /// A contiguous copy of the elements of `layout` in `storage`.

@@ -6,8 +6,8 @@ use candle_core::backend::BackendDevice;
 use candle_core::custom_backend::{BoxedStorage, CustomDevice};
 use candle_core::{CpuStorage, CpuStorageRef, DType, DeviceLocation, Result, Shape};
 
-use crate::Backend;
-use crate::storage::boxed;
+use super::Backend;
+use super::storage::boxed;
 
 /// A device of backend `B` seen as a Candle custom device.
 pub struct BridgeDevice<B: Backend> {

@@ -10,7 +10,7 @@ use candle_core::op::{self, BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use candle_core::scalar::Scalar;
 use candle_core::{CpuStorage, DType, Layout, Result};
 
-use crate::{Backend, BridgeDevice};
+use super::{Backend, BridgeDevice};
 
 /// A storage of backend `B` seen as a Candle custom storage.
 pub struct BridgeStorage<B: Backend> {

