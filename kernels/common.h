@@ -477,9 +477,10 @@ __device__ __forceinline__ typename R::State block_reduce(typename R::State s, t
 // part-2 kernels; nothing above depends on it.
 
 // Bytes of accumulator values one thread keeps in registers for a row
-// (32 f32 or 16 f64 values): rows of up to RowCache<A>::VALUES * blockDim.x
-// elements are read from memory once.
-#define CH_ROW_CACHE_BYTES 128
+// (16 f32 or 8 f64 values, few enough for 1024-thread blocks on every
+// target): rows of up to RowCache<A>::VALUES * blockDim.x elements are read
+// from memory once.
+#define CH_ROW_CACHE_BYTES 64
 
 template <typename A>
 struct RowCache {
@@ -488,6 +489,10 @@ struct RowCache {
 
 __device__ __forceinline__ float ch_exp(float x) { return expf(x); }
 __device__ __forceinline__ double ch_exp(double x) { return exp(x); }
+// The hardware exponential for f32 (relative error within a few f32 units
+// times |x|, for softmax's moderate arguments x <= 0), exp for f64.
+__device__ __forceinline__ float ch_exp_fast(float x) { return __expf(x); }
+__device__ __forceinline__ double ch_exp_fast(double x) { return exp(x); }
 __device__ __forceinline__ float ch_sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double ch_sqrt(double x) { return sqrt(x); }
 
@@ -505,7 +510,8 @@ __device__ __forceinline__ typename R::State block_allreduce(typename R::State s
   s = block_reduce<R>(s, scratch);
   // One wave: the butterfly already left the result in every lane.
   if (blockDim.x <= CANDLE_HIP_WAVE) return s;
-  __syncthreads();
+  // block_reduce's last reads of scratch are scratch[tid] for tid < waves:
+  // thread 0 may overwrite scratch[0] (which only it read) at once.
   if (threadIdx.x == 0) scratch[0] = s;
   __syncthreads();
   return scratch[0];

@@ -13,7 +13,7 @@
 // a multiple of the wave size, at most CH_REDUCE_MAX_BLOCK. Sums run in f32 (f64 for f64) and each output is
 // rounded once. The variance is computed from the centred values (two
 // reductions), not as E[x^2] - E[x]^2. Rows of up to RowCache<A>::VALUES *
-// blockDim.x elements (32 per thread, 16 for f64) are read from memory once.
+// blockDim.x elements (16 per thread, 8 for f64) are read from memory once.
 
 #include "common.h"
 

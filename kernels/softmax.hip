@@ -6,12 +6,13 @@
 // Launch: one block per row (gridDim.x = rows); blockDim.x a multiple of
 // the wave size, at most CH_REDUCE_MAX_BLOCK.
 //
-// One pass computes the row maximum m and the sum s of exp(x - m) together
-// (the online-softmax recurrence, in f32 for f16/bf16/f32 and f64 for f64);
-// a second pass writes exp(x - m) / s. Rows of up to RowCache<A>::VALUES *
-// blockDim.x elements (32 per thread, 16 for f64) stay in registers between
-// the two passes, so memory is read once. Entries of -inf contribute 0; a
-// row of only -inf gives NaN, as Candle's CPU backend does.
+// Sums in f32 for f16/bf16/f32 and f64 for f64. Rows of up to
+// RowCache<A>::VALUES * blockDim.x elements stay in registers and are read
+// from memory once: maximum m, then exp(x - m) in place and its sum s, then
+// the store of exp(x - m) / s. Longer rows take two passes over memory: the
+// online-softmax recurrence computes m and s together, then the store pass
+// recomputes exp(x - m). Entries of -inf contribute 0; a row of only -inf
+// gives NaN, as Candle's CPU backend does.
 
 #include "common.h"
 
@@ -30,7 +31,7 @@ struct MaxSumExp {
   }
   // s scaled to the maximum m; an empty (or all -inf) part contributes 0.
   __device__ __forceinline__ static A rescale(State a, A m) {
-    return a.m == ch_neg_inf<A>() ? (A)0 : a.s * ch_exp(a.m - m);
+    return a.m == ch_neg_inf<A>() ? (A)0 : a.s * ch_exp_fast(a.m - m);
   }
   __device__ __forceinline__ static State combine(State a, State b) {
     State r;
@@ -43,47 +44,101 @@ struct MaxSumExp {
       st.s = rescale(st, x) + (A)1;
       st.m = x;
     } else if (st.m != ch_neg_inf<A>()) {
-      st.s += ch_exp(x - st.m);
+      st.s += ch_exp_fast(x - st.m);
     }
     return st;
+  }
+};
+
+// Maximum of accumulator values.
+template <typename A>
+struct AccMax {
+  struct State {
+    A v;
+  };
+  __device__ __forceinline__ static State identity() {
+    State s;
+    s.v = ch_neg_inf<A>();
+    return s;
+  }
+  __device__ __forceinline__ static State combine(State a, State b) {
+    a.v = a.v > b.v ? a.v : b.v;
+    return a;
   }
 };
 
 template <typename T>
 struct SoftmaxBody {
   typedef typename Num<T>::acc A;
-  typedef MaxSumExp<A> R;
   const T* src;
   T* dst;
   ch_u32 cols;
-  typename R::State* scratch;
+  ch_u64* scratch;
 
-  template <int V, bool CACHED>
-  __device__ __forceinline__ void row(ch_u64 r) {
-    RowView<T, V, CACHED> x(src + r * cols, cols / V);
+  template <typename R>
+  __device__ __forceinline__ typename R::State allreduce(typename R::State s) {
+    return block_allreduce<R>(s, reinterpret_cast<typename R::State*>(scratch));
+  }
+
+  // Row in registers: maximum, then exp(x - max) kept in place and summed,
+  // then the scaled store (one exp per element).
+  template <int V>
+  __device__ __forceinline__ void softmax(RowView<T, V, true>& x, T* out) {
+    typename AccMax<A>::State m = AccMax<A>::identity();
+    x.visit([&](A (&v)[V], ch_u32) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) m.v = v[k] > m.v ? v[k] : m.v;
+    });
+    m = allreduce<AccMax<A> >(m);
+    typename AccSum<A>::State sum = AccSum<A>::identity();
+    x.visit([&](A (&v)[V], ch_u32) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        v[k] = ch_exp_fast(v[k] - m.v);
+        sum.v += v[k];
+      }
+    });
+    sum = allreduce<AccSum<A> >(sum);
+    const A inv = (A)1 / sum.v;
+    x.visit([&](A (&v)[V], ch_u32 p) {
+      A y[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) y[k] = v[k] * inv;
+      RowView<T, V, true>::store(out, p, y);
+    });
+  }
+
+  // Row in memory: maximum and sum together, then the store pass.
+  template <int V>
+  __device__ __forceinline__ void softmax(RowView<T, V, false>& x, T* out) {
+    typedef MaxSumExp<A> R;
     typename R::State st = R::identity();
     x.visit([&](A (&v)[V], ch_u32) {
 #pragma unroll
       for (int k = 0; k < V; ++k) st = R::push(st, v[k]);
     });
-    st = block_allreduce<R>(st, scratch);
+    st = allreduce<R>(st);
     const A inv = (A)1 / st.s;
-    T* out = dst + r * cols;
     x.visit([&](A (&v)[V], ch_u32 p) {
       A y[V];
 #pragma unroll
-      for (int k = 0; k < V; ++k) y[k] = ch_exp(v[k] - st.m) * inv;
-      RowView<T, V, CACHED>::store(out, p, y);
+      for (int k = 0; k < V; ++k) y[k] = ch_exp_fast(v[k] - st.m) * inv;
+      RowView<T, V, false>::store(out, p, y);
     });
+  }
+
+  template <int V, bool CACHED>
+  __device__ __forceinline__ void row(ch_u64 r) {
+    RowView<T, V, CACHED> x(src + r * cols, cols / V);
+    softmax(x, dst + r * cols);
   }
 };
 
 #define CH_SOFTMAX_KERNEL(NAME, OP, TY)                                                             \
   extern "C" __global__ void __launch_bounds__(CH_REDUCE_MAX_BLOCK)                                \
-      NAME##_##TY(const ch_##TY* src, ch_##TY* dst, ch_u32 cols) {                  \
+      NAME##_##TY(const ch_##TY* src, ch_##TY* dst, ch_u32 cols) {                                 \
     __shared__ ch_u64 scratch[CH_ROW_SCRATCH_WORDS];                                               \
-    SoftmaxBody<ch_##TY> body{src, dst, cols,                                                      \
-                              reinterpret_cast<MaxSumExp<Num<ch_##TY>::acc>::State*>(scratch)};    \
+    SoftmaxBody<ch_##TY> body{src, dst, cols, scratch};                                            \
     const int V = CH_VEC_BYTES / (int)sizeof(ch_##TY);                                             \
     row_of_block<ch_##TY>(cols, rows_vectorizable<V>(cols, src, (const ch_##TY*)dst, src, src), \
                           body);                                                                   \

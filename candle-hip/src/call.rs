@@ -8,11 +8,12 @@ use hip_safe::{KernelArg, LaunchConfig};
 
 use crate::device::HipDevice;
 use crate::error::{Result, hip, invalid};
-use crate::info::{REDUCE_MAX_BLOCK, VEC_BYTES};
+use crate::info::REDUCE_MAX_BLOCK;
 use crate::table::Kernel;
 
-/// Packs of 16 bytes each thread of a row kernel should handle.
-const PACKS_PER_THREAD: usize = 2;
+/// `CH_ROW_CACHE_BYTES`: accumulator bytes a row kernel's thread keeps in
+/// registers (f32 accumulators for f16/bf16/f32, f64 for f64).
+pub(crate) const ROW_CACHE_BYTES: usize = 64;
 
 /// Launches `kernel` on the device's stream with `args` in order.
 ///
@@ -37,8 +38,9 @@ pub(crate) unsafe fn launch(
 }
 
 /// One block per row for `rows` rows of `cols` elements of `elem_bytes`
-/// bytes: whole waves, about [`PACKS_PER_THREAD`] 16-byte packs per thread,
-/// at most `CH_REDUCE_MAX_BLOCK` threads.
+/// bytes: whole waves, enough threads for each to hold its share of the row
+/// in registers ([`ROW_CACHE_BYTES`]), at most `CH_REDUCE_MAX_BLOCK` threads
+/// (longer rows are read twice).
 pub(crate) fn row_config(
     op: &'static str,
     rows: usize,
@@ -55,8 +57,8 @@ pub(crate) fn row_config(
                 format!("{rows} rows exceed the grid limit of 2^31 - 1 blocks"),
             )
         })?;
-    let per_pack = (VEC_BYTES / elem_bytes.max(1)).max(1);
-    let wanted = cols.div_ceil(per_pack * PACKS_PER_THREAD);
+    let acc_bytes = elem_bytes.max(4);
+    let wanted = cols.div_ceil(ROW_CACHE_BYTES / acc_bytes);
     let wave = wave.clamp(1, REDUCE_MAX_BLOCK) as usize;
     let threads = wanted
         .next_multiple_of(wave)
@@ -84,26 +86,35 @@ mod tests {
 
     #[test]
     fn row_blocks_are_whole_waves_sized_to_the_row() {
-        // Vocabulary softmax: 32000 f32 = 8000 packs -> the largest block.
-        let c = row_config("t", 8192, 32000, 4, 64).unwrap();
-        assert_eq!((c.grid_dim.0, c.block_dim.0), (8192, 1024));
-        // rms_norm 4096 bf16 = 512 packs -> 256 threads of 2 packs.
-        assert_eq!(
-            row_config("t", 16384, 4096, 2, 32).unwrap().block_dim.0,
-            256
-        );
+        let threads =
+            |cols, bytes, wave| row_config("t", 3, cols, bytes, wave).unwrap().block_dim.0;
+        // rms_norm over 4096 bf16 or f32: 16 values per thread.
+        assert_eq!(threads(4096, 2, 32), 256);
+        assert_eq!(threads(4096, 4, 64), 256);
+        assert_eq!(threads(4096, 8, 64), 512);
         // Short rows get one wave.
-        assert_eq!(row_config("t", 10, 100, 4, 64).unwrap().block_dim.0, 64);
-        assert_eq!(row_config("t", 10, 1, 8, 32).unwrap().block_dim.0, 32);
-        // Rows that do not divide into packs still fit the register cache
-        // (32 values per thread, 16 for f64) up to 1024 threads.
-        for (cols, bytes) in [(32001, 4), (16001, 8), (1000, 2)] {
-            let t = row_config("t", 1, cols, bytes, 32).unwrap().block_dim.0 as usize;
+        assert_eq!(threads(100, 4, 64), 64);
+        assert_eq!(threads(1, 8, 32), 32);
+        // Rows up to 1024 threads' cache are cached: 16384 f32, 8192 f64.
+        for (cols, bytes) in [(16384, 4), (8192, 8), (1000, 2), (16383, 2)] {
+            let t = threads(cols, bytes, 32) as usize;
             assert!(
-                cols <= t * 128 / bytes.max(4),
+                cols <= t * ROW_CACHE_BYTES / bytes.max(4),
                 "{cols} x {bytes} bytes in {t} threads"
             );
         }
+        // Vocabulary softmax: the largest block, rows read twice.
+        let c = row_config("t", 8192, 32000, 4, 64).unwrap();
+        assert_eq!((c.grid_dim.0, c.block_dim.0), (8192, 1024));
+    }
+
+    #[test]
+    fn the_cache_size_matches_the_kernel_header() {
+        let define = crate::kernels::COMMON_HEADER
+            .lines()
+            .find_map(|l| l.strip_prefix("#define CH_ROW_CACHE_BYTES "))
+            .map(str::trim);
+        assert_eq!(define, Some(ROW_CACHE_BYTES.to_string().as_str()));
     }
 
     #[test]
