@@ -10,8 +10,8 @@
 //!
 //! Candle's `BackendStorage` conv methods get their parameters from
 //! candle's `ParamsConv*` structs, whose fields are private to candle-core:
-//! `conv/params.rs` reads them from the structs' `Debug` text (the one place that
-//! does so), checked against the operands' shapes.
+//! `conv/params.rs` reads them from the structs' `Debug` text (the one
+//! place that does so), checked against the operands' shapes.
 
 mod gemm;
 mod miopen;
