@@ -5,10 +5,11 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::backend::BackendDevice;
 use candle_core::{CpuStorage, DType, DeviceLocation, Shape, WithDType};
-use hip_safe::{Device, Function, Stream};
+use hip_safe::{Blas, Device, Dnn, Function, Stream};
 
 use crate::dtype;
 use crate::error::{HipBackendError, Result, hip};
+use crate::handles::LazyHandle;
 use crate::kernels::Source;
 use crate::random::{self, Distribution, RngState};
 use crate::registry::Registry;
@@ -31,6 +32,8 @@ struct Inner {
     stream: Stream,
     registry: Registry,
     rng: Mutex<RngState>,
+    blas: LazyHandle<Blas>,
+    dnn: LazyHandle<Dnn>,
 }
 
 impl fmt::Debug for HipDevice {
@@ -69,6 +72,16 @@ impl HipDevice {
     /// The kernel function for `kernel`, loading its module if needed.
     pub(crate) fn function(&self, kernel: Kernel) -> Result<Function> {
         self.inner.registry.function(kernel)
+    }
+
+    /// This device's rocBLAS handle slot.
+    pub(crate) fn blas_slot(&self) -> &LazyHandle<Blas> {
+        &self.inner.blas
+    }
+
+    /// This device's MIOpen handle slot.
+    pub(crate) fn dnn_slot(&self) -> &LazyHandle<Dnn> {
+        &self.inner.dnn
     }
 
     /// The device's number of compute units.
@@ -159,6 +172,8 @@ impl BackendDevice for HipDevice {
                 device,
                 stream,
                 rng: Mutex::new(RngState::new()),
+                blas: LazyHandle::new(),
+                dnn: LazyHandle::new(),
             }),
         })
     }
