@@ -33,8 +33,10 @@ json="$(mktemp)"
 trap 'rm -f "$json"' EXIT
 (cd "$app" && cargo build --release -p upstream-tests -p candle-app-demos --tests --bins \
     --message-format=json > "$json")
-# "<target>\t<path>" of every executable built.
+# "<target>\t<path>" of the upstream test harness and the demo programs (not the
+# demos' own test harnesses, which carry the same target names).
 jq -r 'select(.reason == "compiler-artifact" and .executable != null)
+       | select((.target.kind | index("test")) or ((.target.kind | index("bin")) and (.profile.test | not)))
        | [.target.name, .executable] | @tsv' "$json" |
 while IFS=$'\t' read -r target path; do
     case "$target" in
