@@ -54,10 +54,13 @@ fn transfers_round_trip_through_the_custom_device() -> Result<()> {
     let cpu = sample(&Device::Cpu)?;
     let custom = cpu.to_device(&dev())?;
     assert_eq!(custom.device().location(), dev().location());
+    assert_eq!(
+        custom.to_device(&Device::Cpu)?.to_vec3::<f32>()?,
+        cpu.to_vec3::<f32>()?
+    );
     let back = (custom.exp()? + 1.)?.to_device(&Device::Cpu)?;
     assert!(back.device().is_cpu());
-    assert_eq!(back.to_vec3::<f32>()?, (cpu.exp()? + 1.)?.to_vec3::<f32>()?);
-    Ok(())
+    assert_close(&back, &(cpu.exp()? + 1.)?)
 }
 
 #[test]
@@ -177,19 +180,16 @@ fn inplace_ops_reach_the_custom_hooks() -> Result<()> {
     Ok(())
 }
 
-/// Runs `f` on the CPU and on the custom device and compares the results: integers exactly,
-/// floats to within 1e-6 relative (the CPU delegate matches exactly; HIP kernels differ from
-/// Candle's CPU code by rounding).
-fn same_as_cpu(f: impl Fn(&Device) -> Result<Tensor>) -> Result<()> {
-    let on_cpu = f(&Device::Cpu)?;
-    let on_custom = f(&dev())?;
-    assert_eq!(on_custom.device().location(), dev().location());
-    assert_eq!(on_custom.dtype(), on_cpu.dtype());
+/// Compares a result of the custom device with the CPU's: integers exactly, floats to within
+/// 1e-6 relative (the CPU delegate matches exactly; HIP kernels differ from Candle's CPU code
+/// by rounding).
+fn assert_close(got: &Tensor, want: &Tensor) -> Result<()> {
+    assert_eq!(got.dtype(), want.dtype());
     let flat = |t: &Tensor| t.flatten_all()?.to_dtype(DType::F64)?.to_vec1::<f64>();
-    let (got, want) = (flat(&on_custom)?, flat(&on_cpu)?);
-    assert_eq!(got.len(), want.len());
-    let exact = !on_cpu.dtype().is_float();
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+    let (g, w) = (flat(got)?, flat(want)?);
+    assert_eq!(g.len(), w.len());
+    let exact = !want.dtype().is_float();
+    for (i, (g, w)) in g.iter().zip(&w).enumerate() {
         let close = if exact {
             g == w
         } else {
@@ -202,6 +202,14 @@ fn same_as_cpu(f: impl Fn(&Device) -> Result<Tensor>) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Runs `f` on the CPU and on the custom device and compares the results ([`assert_close`]).
+fn same_as_cpu(f: impl Fn(&Device) -> Result<Tensor>) -> Result<()> {
+    let on_cpu = f(&Device::Cpu)?;
+    let on_custom = f(&dev())?;
+    assert_eq!(on_custom.device().location(), dev().location());
+    assert_close(&on_custom, &on_cpu)
 }
 
 #[test]
