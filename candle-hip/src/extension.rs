@@ -199,7 +199,7 @@ pub fn storage_from_buffer(
             ),
         ));
     }
-    if buffer.len() % dtype.size_in_bytes() != 0 {
+    if !buffer.len().is_multiple_of(dtype.size_in_bytes()) {
         return Err(error::invalid(
             OP,
             format!(
