@@ -38,6 +38,8 @@
 #define CH_ELEM_BLOCK 256
 #define CH_REDUCE_MAX_BLOCK 1024
 #define CH_VEC_BYTES 16
+// Bytes reserved per partial state of a split reduction (reduce.hip).
+#define CH_REDUCE_STATE_BYTES 16
 #define CH_MAX_WAVES (CH_REDUCE_MAX_BLOCK / CANDLE_HIP_WAVE)
 
 typedef unsigned char ch_u8;
@@ -311,7 +313,12 @@ struct ElemInfo {
   // 0 when every operand is contiguous (and the strides are unused);
   // otherwise the number of (merged) dimensions.
   ch_u32 rank;
-  ch_u32 pad;
+  // Strided layouts only: 1 when the innermost dimension can be moved in
+  // packs of CH_VEC_BYTES / (widest element): its size and the outer strides
+  // of every operand whose inner stride is 1 are multiples of the pack, and
+  // every inner stride is 0 or 1 (row and column broadcasts, inner-contiguous
+  // permutations). The kernel still checks pointer alignment.
+  ch_u32 inner_vec;
   ch_u64 dims[CH_MAX_DIMS];
   ch_u64 strides[CH_MAX_OPERANDS][CH_MAX_DIMS];
 };
@@ -365,9 +372,21 @@ struct In {
   typedef T type;
   const T* p;
   __device__ __forceinline__ T at(const ch_u64 (&off)[CH_MAX_OPERANDS]) const { return p[off[K]]; }
+  // Pack j of a contiguous operand.
   template <int V>
   __device__ __forceinline__ Pack<T, V> pack(ch_u64 j) const {
     return reinterpret_cast<const Pack<T, V>*>(p)[j];
+  }
+  // The V elements from offset off[K] along the innermost dimension, whose
+  // stride is 1 (one wide load; off[K] is a multiple of V) or 0 (broadcast).
+  template <int V>
+  __device__ __forceinline__ Pack<T, V> inner_pack(const ElemInfo& info, const ch_u64 (&off)[CH_MAX_OPERANDS]) const {
+    if (info.strides[K][info.rank - 1] != 0) return reinterpret_cast<const Pack<T, V>*>(p + off[K])[0];
+    Pack<T, V> r;
+    const T v = p[off[K]];
+#pragma unroll
+    for (int k = 0; k < V; ++k) r.v[k] = v;
+    return r;
   }
   template <int V>
   __device__ __forceinline__ bool aligned() const {
@@ -393,30 +412,69 @@ __device__ __forceinline__ Pack<Out, V> apply_pack(const F& f, const P&... packs
   return r;
 }
 
-// out[i] = f(in0[i], in1[i], ...) for every element, grid-stride. Contiguous
-// operands take 16-byte loads and stores when every pointer is aligned.
+// Work items (16-byte packs) each thread of a contiguous element-wise loop
+// handles per step: their loads are all issued before the first result is
+// stored, so several memory accesses per thread are in flight. The host sizes
+// grids with it (`UNROLL` in candle-hip/src/info.rs).
+#define CH_UNROLL 4
+
+// store(j, compute(j)) for every j < count. A thread takes items j, j +
+// blockDim.x, ... (U of them, coalesced across the block) per step; the grid
+// strides over the rest. Every compute of a step runs before its stores, so
+// compute must only read memory the stores do not write.
+template <int U, typename R, typename Compute, typename Store>
+__device__ __forceinline__ void unrolled_loop(ch_u64 count, const Compute& compute, const Store& store) {
+  const ch_u64 block = blockDim.x;
+  const ch_u64 step = (ch_u64)gridDim.x * block * U;
+  for (ch_u64 base = (ch_u64)blockIdx.x * block * U + threadIdx.x; base < count; base += step) {
+    if (U > 1 && base + (U - 1) * block < count) {
+      R r[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) r[u] = compute(base + u * block);
+#pragma unroll
+      for (int u = 0; u < U; ++u) store(base + u * block, r[u]);
+    } else {
+      for (ch_u64 j = base; j < count && j < base + U * block; j += block) store(j, compute(j));
+    }
+  }
+}
+
+// out[i] = f(in0[i], in1[i], ...) for every element. Three paths:
+// - every operand contiguous: 16-byte packs when every pointer is aligned;
+// - strided with `inner_vec`: packs along the innermost dimension (one index
+//   computation per pack; broadcast operands load one element per pack);
+// - otherwise one element at a time, offsets from the merged dims.
 template <typename Out, typename F, typename... Ins>
 __device__ __forceinline__ void map_elems(const ElemInfo& info, Out* out, const F& f, const Ins&... ins) {
+  const int V = CH_VEC_BYTES / MaxSize<Out, typename Ins::type...>::value;
+  typedef Pack<Out, V> OutPack;
+  OutPack* outv = reinterpret_cast<OutPack*>(out);
   const ch_u64 n = info.numel;
-  const ch_u64 first = global_thread();
-  const ch_u64 step = global_threads();
-  if (info.rank != 0) {
-    for (ch_u64 i = first; i < n; i += step) {
+  const bool vec = V > 1 && all_aligned<V>(out, ins...);
+  if (info.rank == 0) {
+    ch_u64 done = 0;
+    if (vec) {
+      done = n / V * V;
+      unrolled_loop<CH_UNROLL, OutPack>(
+          n / V, [&](ch_u64 j) { return apply_pack<V, Out>(f, ins.template pack<V>(j)...); },
+          [&](ch_u64 j, const OutPack& r) { outv[j] = r; });
+    }
+    for (ch_u64 i = done + global_thread(); i < n; i += global_threads()) out[i] = f(ins.p[i]...);
+    return;
+  }
+  if (vec && info.inner_vec) {
+    for (ch_u64 j = global_thread(); j < n / V; j += global_threads()) {
       ch_u64 off[CH_MAX_OPERANDS];
-      strided_offsets<sizeof...(Ins)>(info, i, off);
-      out[i] = f(ins.at(off)...);
+      strided_offsets<sizeof...(Ins)>(info, j * V, off);
+      outv[j] = apply_pack<V, Out>(f, ins.template inner_pack<V>(info, off)...);
     }
     return;
   }
-  const int V = CH_VEC_BYTES / MaxSize<Out, typename Ins::type...>::value;
-  ch_u64 done = 0;
-  if (V > 1 && all_aligned<V>(out, ins...)) {
-    const ch_u64 nv = n / V;
-    Pack<Out, V>* outv = reinterpret_cast<Pack<Out, V>*>(out);
-    for (ch_u64 j = first; j < nv; j += step) outv[j] = apply_pack<V, Out>(f, ins.template pack<V>(j)...);
-    done = nv * V;
+  for (ch_u64 i = global_thread(); i < n; i += global_threads()) {
+    ch_u64 off[CH_MAX_OPERANDS];
+    strided_offsets<sizeof...(Ins)>(info, i, off);
+    out[i] = f(ins.at(off)...);
   }
-  for (ch_u64 i = done + first; i < n; i += step) out[i] = f(ins.p[i]...);
 }
 
 // ---------------------------------------------------------------------------

@@ -1,20 +1,33 @@
-// Copies and fills: copy2d_<dtype> (Candle's copy2d) and fill_<dtype>
-// (const_set over a strided layout). Strided-to-contiguous copies use ucopy_*
-// from unary.hip.
+// Copies and fills: copy2d_<dtype> (Candle's copy2d), transpose_<dtype> (a
+// strided-to-contiguous copy through shared-memory tiles) and fill_<dtype>
+// (const_set over a strided layout). Other strided-to-contiguous copies use
+// ucopy_* from unary.hip.
 
 #include "common.h"
+
+// A value and the destination offset it goes to.
+template <typename U>
+struct Placed {
+  U v;
+  ch_u64 at;
+};
 
 // dst[r * dst_stride + c] = src[r * src_stride + c] for r < rows, c < cols,
 // in units U (elements or 16-byte packs of them).
 template <typename U>
 __device__ __forceinline__ void copy2d_units(ch_u64 rows, ch_u64 cols, ch_u64 src_stride, ch_u64 dst_stride,
                                              const U* src, U* dst) {
-  const ch_u64 total = rows * cols;
-  for (ch_u64 o = global_thread(); o < total; o += global_threads()) {
-    ch_u64 c;
-    const ch_u64 r = divmod(o, cols, c);
-    dst[r * dst_stride + c] = src[r * src_stride + c];
-  }
+  unrolled_loop<CH_UNROLL, Placed<U> >(
+      rows * cols,
+      [&](ch_u64 o) {
+        ch_u64 c;
+        const ch_u64 r = divmod(o, cols, c);
+        Placed<U> p;
+        p.v = src[r * src_stride + c];
+        p.at = r * dst_stride + c;
+        return p;
+      },
+      [&](ch_u64, const Placed<U>& p) { dst[p.at] = p.v; });
 }
 
 // Signature: (rows, cols, src_stride, dst_stride, src, dst), sizes and strides
@@ -42,32 +55,114 @@ __device__ __forceinline__ void copy2d_body(ch_u64 rows, ch_u64 cols, ch_u64 src
 
 CH_ALL(CH_COPY2D_KERNEL, copy2d, _)
 
+// ---------------------------------------------------------------------------
+// Tiled transpose. The source is operand 0 of `info` (merged dims, rank >= 2)
+// with stride 1 along dimension `k` < rank - 1 and a larger stride along the
+// last dimension; dst is contiguous in the row-major order of the dims. Each
+// block moves EDGE x EDGE tiles of the (k, last) plane through shared memory:
+// reads are coalesced along k, writes along the last dimension. Tile sizes
+// are plain block geometry (CH_ELEM_BLOCK threads, EDGE columns per row of
+// threads), not wave sizes.
+template <typename T>
+struct TransposeTile {
+  // Rows of 64 bytes or more: 64 elements of 1 or 2 bytes, 32 of wider types.
+  static const int EDGE = sizeof(T) <= 2 ? 64 : 32;
+  // Tile rows are padded by 4 bytes (one element for wider types) so that a
+  // column of the tile falls into distinct 4-byte shared-memory banks.
+  static const int PAD = sizeof(T) >= 4 ? 1 : 4 / (int)sizeof(T);
+  // Tile rows each pass of the block covers.
+  static const int ROWS = CH_ELEM_BLOCK / EDGE;
+};
+
+// Must be launched with CH_ELEM_BLOCK threads per block.
+template <typename T>
+__device__ __forceinline__ void transpose_body(const ElemInfo& info, ch_u64 k, const T* src, T* dst) {
+  typedef TransposeTile<T> Tile;
+  const int E = Tile::EDGE;
+  __shared__ T tile[E][E + Tile::PAD];
+  const int last = (int)info.rank - 1;
+  const ch_u64 rows = info.dims[k];
+  const ch_u64 cols = info.dims[last];
+  const ch_u64 col_stride = info.strides[0][last];
+  const ch_u64 row_tiles = (rows + E - 1) / E;
+  const ch_u64 col_tiles = (cols + E - 1) / E;
+  const ch_u64 tiles = info.numel / (rows * cols) * row_tiles * col_tiles;
+  const int tx = (int)(threadIdx.x % E);
+  const int ty = (int)(threadIdx.x / E);
+  for (ch_u64 t = blockIdx.x; t < tiles; t += gridDim.x) {
+    ch_u64 tc, tr;
+    ch_u64 rest = divmod(divmod(t, col_tiles, tc), row_tiles, tr);
+    // Offsets of the tile's plane: `rest` indexes the other dimensions.
+    ch_u64 src_off = 0, dst_off = 0, row_out_stride = 0, out_stride = 1;
+#pragma unroll
+    for (int d = CH_MAX_DIMS - 1; d >= 0; --d) {
+      if (d > last) continue;
+      if (d == (int)k) {
+        row_out_stride = out_stride;
+      } else if (d != last) {
+        ch_u64 c;
+        rest = divmod(rest, info.dims[d], c);
+        src_off += c * info.strides[0][d];
+        dst_off += c * out_stride;
+      }
+      out_stride *= info.dims[d];
+    }
+    const ch_u64 r0 = tr * E, c0 = tc * E;
+    const ch_u64 r_in = r0 + tx;
+#pragma unroll
+    for (int y = 0; y < E; y += Tile::ROWS) {
+      const ch_u64 c = c0 + ty + y;
+      if (r_in < rows && c < cols) tile[ty + y][tx] = src[src_off + r_in + c * col_stride];
+    }
+    __syncthreads();
+    const ch_u64 c_out = c0 + tx;
+#pragma unroll
+    for (int y = 0; y < E; y += Tile::ROWS) {
+      const ch_u64 r = r0 + ty + y;
+      if (r < rows && c_out < cols) dst[dst_off + r * row_out_stride + c_out] = tile[tx][ty + y];
+    }
+    __syncthreads();
+  }
+}
+
+// Signature: (const ElemInfo info, u64 k, const T* src, T* dst).
+#define CH_TRANSPOSE_KERNEL(NAME, OP, TY)                                                         \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                     \
+      NAME##_##TY(const ElemInfo info, ch_u64 k, const ch_##TY* src, ch_##TY* dst) {              \
+    transpose_body(info, k, src, dst);                                                            \
+  }
+
+CH_ALL(CH_TRANSPOSE_KERNEL, transpose, _)
+
+// ---------------------------------------------------------------------------
 // Every element of the layout described by operand 0 of `info` set to v.
 template <typename T>
 __device__ __forceinline__ void fill_body(const ElemInfo& info, T* dst, T v) {
   const ch_u64 n = info.numel;
-  const ch_u64 first = global_thread();
-  const ch_u64 step = global_threads();
   if (info.rank != 0) {
-    for (ch_u64 i = first; i < n; i += step) {
-      ch_u64 off[CH_MAX_OPERANDS];
-      strided_offsets<1>(info, i, off);
-      dst[off[0]] = v;
-    }
+    unrolled_loop<1, T>(
+        n, [&](ch_u64) { return v; },
+        [&](ch_u64 i, const T& x) {
+          ch_u64 off[CH_MAX_OPERANDS];
+          strided_offsets<1>(info, i, off);
+          dst[off[0]] = x;
+        });
     return;
   }
   const int V = CH_VEC_BYTES / (int)sizeof(T);
+  typedef Pack<T, V> P;
   ch_u64 done = 0;
   if (is_aligned<V>(dst)) {
-    Pack<T, V> p;
+    P p;
 #pragma unroll
     for (int k = 0; k < V; ++k) p.v[k] = v;
-    const ch_u64 nv = n / V;
-    Pack<T, V>* dstv = reinterpret_cast<Pack<T, V>*>(dst);
-    for (ch_u64 j = first; j < nv; j += step) dstv[j] = p;
-    done = nv * V;
+    P* dstv = reinterpret_cast<P*>(dst);
+    done = n / V * V;
+    unrolled_loop<CH_UNROLL, P>(
+        n / V, [&](ch_u64) { return p; }, [&](ch_u64 j, const P& x) { dstv[j] = x; });
   }
-  for (ch_u64 i = done + first; i < n; i += step) dst[i] = v;
+  unrolled_loop<1, T>(
+      n - done, [&](ch_u64) { return v; }, [&](ch_u64 j, const T& x) { dst[done + j] = x; });
 }
 
 // Signature: (const ElemInfo info, T* dst, u64 bits): the value is the low

@@ -65,9 +65,10 @@ struct RandGen<T, false> {
       // u1 in (0, 1] keeps the logarithm finite.
       const float u1 = (float)((w[k] >> 8) + 1) * (1.0f / 16777216.0f);
       const float r = sqrtf(-2.0f * logf(u1));
-      const float theta = two_pi * unit_f32(w[k + 1]);
-      out[k] = cast_to<T>((float)mean + (float)std * r * cosf(theta));
-      out[k + 1] = cast_to<T>((float)mean + (float)std * r * sinf(theta));
+      float s, c;
+      sincosf(two_pi * unit_f32(w[k + 1]), &s, &c);
+      out[k] = cast_to<T>((float)mean + (float)std * r * c);
+      out[k + 1] = cast_to<T>((float)mean + (float)std * r * s);
     }
   }
 };
@@ -81,32 +82,45 @@ struct RandGen<T, true> {
   __device__ __forceinline__ static void normal(const ch_u32 (&w)[4], double mean, double std, T (&out)[2]) {
     const double u1 = 1.0 - unit_f64(w[0], w[1]);
     const double r = sqrt(-2.0 * log(u1));
-    const double theta = 6.28318530717958647692 * unit_f64(w[2], w[3]);
-    out[0] = (T)(mean + std * r * cos(theta));
-    out[1] = (T)(mean + std * r * sin(theta));
+    double s, c;
+    sincos(6.28318530717958647692 * unit_f64(w[2], w[3]), &s, &c);
+    out[0] = (T)(mean + std * r * c);
+    out[1] = (T)(mean + std * r * s);
   }
 };
 
+// Philox block `blk` (counter offset + blk) turned into its values; whole
+// blocks are stored with one wide access when `out` is aligned to them.
 template <typename T, bool Normal>
 __device__ __forceinline__ void rand_body(ch_u64 n, ch_u64 seed, ch_u64 offset, double a, double b, T* out) {
   const int P = RandPerBlock<T>::value;
-  const ch_u64 blocks = (n + P - 1) / P;
-  for (ch_u64 blk = global_thread(); blk < blocks; blk += global_threads()) {
-    const ch_u64 counter = offset + blk;
-    ch_u32 w[4] = {(ch_u32)counter, (ch_u32)(counter >> 32), 0u, 0u};
-    philox4x32_10(w, (ch_u32)seed, (ch_u32)(seed >> 32));
-    T vals[P];
-    if (Normal) {
-      RandGen<T>::normal(w, a, b, vals);
-    } else {
-      RandGen<T>::uniform(w, a, b, vals);
-    }
+  typedef Pack<T, P> Vals;
+  const bool packed = is_aligned<P>(out);
+  unrolled_loop<2, Vals>(
+      (n + P - 1) / P,
+      [&](ch_u64 blk) {
+        const ch_u64 counter = offset + blk;
+        ch_u32 w[4] = {(ch_u32)counter, (ch_u32)(counter >> 32), 0u, 0u};
+        philox4x32_10(w, (ch_u32)seed, (ch_u32)(seed >> 32));
+        Vals vals;
+        if (Normal) {
+          RandGen<T>::normal(w, a, b, vals.v);
+        } else {
+          RandGen<T>::uniform(w, a, b, vals.v);
+        }
+        return vals;
+      },
+      [&](ch_u64 blk, const Vals& vals) {
+        if (packed && (blk + 1) * P <= n) {
+          reinterpret_cast<Vals*>(out)[blk] = vals;
+          return;
+        }
 #pragma unroll
-    for (int k = 0; k < P; ++k) {
-      const ch_u64 i = blk * P + k;
-      if (i < n) out[i] = vals[k];
-    }
-  }
+        for (int k = 0; k < P; ++k) {
+          const ch_u64 i = blk * P + k;
+          if (i < n) out[i] = vals.v[k];
+        }
+      });
 }
 
 #define CH_RAND_KERNEL(NAME, NORMAL, TY)                                                            \

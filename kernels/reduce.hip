@@ -1,17 +1,26 @@
 // Reductions over any set of dimensions: reduce_<op>_<dtype> with op one of
 // sum, min, max (output dtype = input dtype) and argmin, argmax (output u32).
 //
-// Signature: (const ReduceInfo info, const T* src, Out* dst). The host splits
-// the source layout into the kept dimensions (out_*, their order is the order
-// of the contiguous output) and the reduced ones (red_*); `src` points at the
-// first element of the source view.
+// Signature: (const ReduceInfo info, const T* src, Out* dst, State* work).
+// The host splits the source layout into the kept dimensions (out_*, their
+// order is the order of the contiguous output) and the reduced ones (red_*);
+// `src` points at the first element of the source view. When the reduced
+// elements of each output are cut into `split` > 1 chunks, the first launch
+// writes one partial state per (output, chunk) to `work` (output-major) and a
+// second launch of the same kernel in a FINISH mode combines them into dst;
+// with split == 1, `work` is unused (may be null).
 //
-// Two launch shapes, chosen by the host (per_thread):
-// - 0: one block per output, the block's threads stride over the reduced
-//   elements (16-byte loads when they are contiguous), then a block reduction;
-// - 1: one thread per output looping over its reduced elements (short
-//   reductions, and reductions over non-innermost dimensions where adjacent
-//   threads read adjacent memory).
+// Modes, chosen by the host (candle-hip/src/launch.rs):
+// - ROWS: one block per (output, chunk); the block's threads stride over the
+//   chunk (16-byte loads when the reduced elements are contiguous), then a
+//   block reduction. For reduced elements with an innermost stride of 1.
+// - COLS: a block holds `tile` adjacent outputs x (blockDim / tile) groups of
+//   reduced positions; adjacent threads read adjacent outputs (coalesced when
+//   the outputs are adjacent in memory), the groups are combined through
+//   shared memory. For reductions over non-innermost dimensions, and with
+//   tile = blockDim (a thread per output) for short reductions.
+// - FINISH_BLOCK / FINISH_THREAD: combine the `split` partial states of each
+//   output with a block / a thread per output.
 //
 // Semantics follow Candle's CPU backend: f16/bf16 sum in f32 (Candle sums in
 // the half type, so results differ by rounding); integer sums wrap; min/max
@@ -20,14 +29,21 @@
 
 #include "common.h"
 
+#define CH_REDUCE_ROWS 0
+#define CH_REDUCE_COLS 1
+#define CH_REDUCE_FINISH_BLOCK 2
+#define CH_REDUCE_FINISH_THREAD 3
+
 // Mirrored by `ReduceInfo` in candle-hip/src/info.rs.
 struct ReduceInfo {
   ch_u64 num_out;
   ch_u64 red_size;
   ch_u32 out_rank;
   ch_u32 red_rank;
-  ch_u32 per_thread;
-  ch_u32 pad;
+  ch_u32 mode;   // CH_REDUCE_*
+  ch_u32 tile;   // COLS: outputs per block (divides blockDim.x)
+  ch_u64 split;  // chunks per output (>= 1)
+  ch_u64 chunk;  // reduced positions per chunk (the last may be shorter)
   ch_u64 out_dims[CH_MAX_DIMS];
   ch_u64 out_strides[CH_MAX_DIMS];
   ch_u64 red_dims[CH_MAX_DIMS];
@@ -121,12 +137,17 @@ struct ExtremumBase {
     if (better(b.v, a.v)) return b;
     return a.i <= b.i ? a : b;
   }
+  // Positions reach one state in increasing order, so an ordinary value
+  // replaces the state only when strictly better; an empty state takes any
+  // value but a NaN past position 0, and nothing beats a NaN at position 0.
   __device__ __forceinline__ static State push(State st, T x, ch_u64 j) {
-    State c;
-    c.v = KeyOf<T>::key(x);
-    c.i = (ch_u32)j;
-    if (c.v != c.v && j != 0) return st;
-    return combine(st, c);
+    const K v = KeyOf<T>::key(x);
+    const bool take = st.i == CH_NO_INDEX ? (v == v || j == 0) : better(v, st.v);
+    if (take) {
+      st.v = v;
+      st.i = (ch_u32)j;
+    }
+    return st;
   }
 };
 
@@ -144,51 +165,169 @@ struct ArgExtremumR : ExtremumBase<T, IsMax> {
   __device__ __forceinline__ static Out finish(typename ExtremumBase<T, IsMax>::State st) { return st.i; }
 };
 
-// This thread's share of a contiguous run of n elements (block mode).
+// Packs of a contiguous run each thread loads before folding them in.
+#define CH_REDUCE_PACKS 2
+
+// This thread's share of the contiguous run row[0..n), whose positions in
+// reduction order start at j0 (block-strided packs, CH_REDUCE_PACKS loads in
+// flight).
 template <typename R, typename T>
-__device__ __forceinline__ typename R::State reduce_contiguous(const T* row, ch_u64 n, typename R::State st) {
+__device__ __forceinline__ typename R::State reduce_contiguous(const T* row, ch_u64 n, ch_u64 j0,
+                                                               typename R::State st) {
   const int V = CH_VEC_BYTES / (int)sizeof(T);
+  const int U = CH_REDUCE_PACKS;
+  typedef Pack<T, V> P;
+  const ch_u64 block = blockDim.x;
   const ch_u64 misaligned = (reinterpret_cast<ch_u64>(row) / sizeof(T)) % V;
   ch_u64 head = misaligned == 0 ? 0 : V - misaligned;
   if (head > n) head = n;
-  for (ch_u64 j = threadIdx.x; j < head; j += blockDim.x) st = R::push(st, row[j], j);
+  for (ch_u64 j = threadIdx.x; j < head; j += block) st = R::push(st, row[j], j0 + j);
   const ch_u64 nv = (n - head) / V;
-  const Pack<T, V>* packs = reinterpret_cast<const Pack<T, V>*>(row + head);
-  for (ch_u64 p = threadIdx.x; p < nv; p += blockDim.x) {
-    const Pack<T, V> pk = packs[p];
+  const P* packs = reinterpret_cast<const P*>(row + head);
+  const ch_u64 first = j0 + head;
+  ch_u64 p = threadIdx.x;
+  for (; p + (U - 1) * block < nv; p += U * block) {
+    P pk[U];
 #pragma unroll
-    for (int k = 0; k < V; ++k) st = R::push(st, pk.v[k], head + p * V + k);
+    for (int u = 0; u < U; ++u) pk[u] = packs[p + u * block];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) st = R::push(st, pk[u].v[k], first + (p + u * block) * V + k);
+    }
   }
-  for (ch_u64 j = head + nv * V + threadIdx.x; j < n; j += blockDim.x) st = R::push(st, row[j], j);
+  for (; p < nv; p += block) {
+    const P pk = packs[p];
+#pragma unroll
+    for (int k = 0; k < V; ++k) st = R::push(st, pk.v[k], first + p * V + k);
+  }
+  for (ch_u64 j = head + nv * V + threadIdx.x; j < n; j += block) st = R::push(st, row[j], j0 + j);
   return st;
 }
 
+// Offset of reduced position j from its output's first element.
+__device__ __forceinline__ ch_u64 red_offset(const ReduceInfo& info, ch_u64 j) {
+  return strided_offset(j, info.red_rank, info.red_dims, info.red_strides);
+}
+
+__device__ __forceinline__ ch_u64 out_offset(const ReduceInfo& info, ch_u64 o) {
+  return strided_offset(o, info.out_rank, info.out_dims, info.out_strides);
+}
+
+// The result of chunk c of output o: the output itself, or a partial state.
+template <typename R>
+__device__ __forceinline__ void emit(const ReduceInfo& info, ch_u64 o, ch_u64 c, typename R::State st,
+                                     typename R::Out* dst, typename R::State* work) {
+  if (info.split == 1) {
+    dst[o] = R::finish(st);
+  } else {
+    work[o * info.split + c] = st;
+  }
+}
+
 template <typename R, typename T>
-__device__ __forceinline__ void reduce_body(const ReduceInfo& info, const T* src, typename R::Out* dst) {
+__device__ __forceinline__ void reduce_rows(const ReduceInfo& info, const T* src, typename R::Out* dst,
+                                            typename R::State* work) {
   __shared__ typename R::State scratch[CH_MAX_WAVES];
   const ch_u64 n = info.red_size;
-  if (info.per_thread) {
+  const bool contiguous = info.red_rank == 1 && info.red_strides[0] == 1;
+  const ch_u64 items = info.num_out * info.split;
+  for (ch_u64 b = blockIdx.x; b < items; b += gridDim.x) {
+    ch_u64 c;
+    const ch_u64 o = divmod(b, info.split, c);
+    const ch_u64 start = c * info.chunk;
+    const ch_u64 end = n - start < info.chunk ? n : start + info.chunk;
+    const T* base = src + out_offset(info, o);
+    typename R::State st = R::identity();
+    if (contiguous) {
+      st = reduce_contiguous<R>(base + start, end - start, start, st);
+    } else {
+      for (ch_u64 j = start + threadIdx.x; j < end; j += blockDim.x) st = R::push(st, base[red_offset(info, j)], j);
+    }
+    st = block_reduce<R>(st, scratch);
+    if (threadIdx.x == 0) emit<R>(info, o, c, st, dst, work);
+  }
+}
+
+// Must be launched with CH_ELEM_BLOCK threads per block.
+template <typename R, typename T>
+__device__ __forceinline__ void reduce_cols(const ReduceInfo& info, const T* src, typename R::Out* dst,
+                                            typename R::State* work) {
+  __shared__ typename R::State part[CH_ELEM_BLOCK];
+  const ch_u64 n = info.red_size;
+  const ch_u32 tile = info.tile;
+  const ch_u64 groups = blockDim.x / tile;
+  const ch_u32 tx = threadIdx.x % tile;
+  const ch_u64 ty = threadIdx.x / tile;
+  const ch_u64 tiles = (info.num_out + tile - 1) / tile;
+  const ch_u64 items = tiles * info.split;
+  for (ch_u64 b = blockIdx.x; b < items; b += gridDim.x) {
+    ch_u64 c;
+    const ch_u64 o = divmod(b, info.split, c) * tile + tx;
+    typename R::State st = R::identity();
+    if (o < info.num_out) {
+      const T* base = src + out_offset(info, o);
+      const ch_u64 start = c * info.chunk;
+      const ch_u64 end = n - start < info.chunk ? n : start + info.chunk;
+      ch_u64 j = start + ty;
+      if (info.red_rank == 1) {
+        // One reduced dimension: CH_UNROLL loads in flight.
+        const ch_u64 stride = info.red_strides[0];
+        for (; j + (CH_UNROLL - 1) * groups < end; j += CH_UNROLL * groups) {
+          T x[CH_UNROLL];
+#pragma unroll
+          for (int u = 0; u < CH_UNROLL; ++u) x[u] = base[(j + u * groups) * stride];
+#pragma unroll
+          for (int u = 0; u < CH_UNROLL; ++u) st = R::push(st, x[u], j + u * groups);
+        }
+      }
+      for (; j < end; j += groups) st = R::push(st, base[red_offset(info, j)], j);
+    }
+    part[threadIdx.x] = st;
+    __syncthreads();
+    if (ty == 0 && o < info.num_out) {
+      for (ch_u64 g = 1; g < groups; ++g) st = R::combine(st, part[g * tile + tx]);
+      emit<R>(info, o, c, st, dst, work);
+    }
+    __syncthreads();
+  }
+}
+
+template <typename R>
+__device__ __forceinline__ void reduce_finish(const ReduceInfo& info, typename R::Out* dst,
+                                              const typename R::State* work) {
+  const ch_u64 split = info.split;
+  if (info.mode == CH_REDUCE_FINISH_THREAD) {
     for (ch_u64 o = global_thread(); o < info.num_out; o += global_threads()) {
-      const T* base = src + strided_offset(o, info.out_rank, info.out_dims, info.out_strides);
       typename R::State st = R::identity();
-      for (ch_u64 j = 0; j < n; ++j)
-        st = R::push(st, base[strided_offset(j, info.red_rank, info.red_dims, info.red_strides)], j);
+      for (ch_u64 c = 0; c < split; ++c) st = R::combine(st, work[o * split + c]);
       dst[o] = R::finish(st);
     }
     return;
   }
-  const bool contiguous = info.red_rank == 1 && info.red_strides[0] == 1;
+  __shared__ typename R::State scratch[CH_MAX_WAVES];
   for (ch_u64 o = blockIdx.x; o < info.num_out; o += gridDim.x) {
-    const T* base = src + strided_offset(o, info.out_rank, info.out_dims, info.out_strides);
     typename R::State st = R::identity();
-    if (contiguous) {
-      st = reduce_contiguous<R>(base, n, st);
-    } else {
-      for (ch_u64 j = threadIdx.x; j < n; j += blockDim.x)
-        st = R::push(st, base[strided_offset(j, info.red_rank, info.red_dims, info.red_strides)], j);
-    }
+    for (ch_u64 c = threadIdx.x; c < split; c += blockDim.x) st = R::combine(st, work[o * split + c]);
     st = block_reduce<R>(st, scratch);
     if (threadIdx.x == 0) dst[o] = R::finish(st);
+  }
+}
+
+template <typename R, typename T>
+__device__ __forceinline__ void reduce_body(const ReduceInfo& info, const T* src, typename R::Out* dst,
+                                            typename R::State* work) {
+  static_assert(sizeof(typename R::State) <= CH_REDUCE_STATE_BYTES, "partial states fit their slots");
+  switch (info.mode) {
+    case CH_REDUCE_ROWS:
+      reduce_rows<R>(info, src, dst, work);
+      break;
+    case CH_REDUCE_COLS:
+      reduce_cols<R>(info, src, dst, work);
+      break;
+    default:
+      reduce_finish<R>(info, dst, work);
+      break;
   }
 }
 
@@ -201,10 +340,11 @@ struct ArgMinR : ArgExtremumR<T, false> {};
 template <typename T>
 struct ArgMaxR : ArgExtremumR<T, true> {};
 
-#define CH_REDUCE_KERNEL(NAME, R, TY)                                                      \
-  extern "C" __global__ void __launch_bounds__(CH_REDUCE_MAX_BLOCK)                        \
-      NAME##_##TY(const ReduceInfo info, const ch_##TY* src, R<ch_##TY>::Out* dst) {       \
-    reduce_body<R<ch_##TY> >(info, src, dst);                                              \
+#define CH_REDUCE_KERNEL(NAME, R, TY)                                                               \
+  extern "C" __global__ void __launch_bounds__(CH_REDUCE_MAX_BLOCK)                                 \
+      NAME##_##TY(const ReduceInfo info, const ch_##TY* src, R<ch_##TY>::Out* dst,                  \
+                  R<ch_##TY>::State* work) {                                                        \
+    reduce_body<R<ch_##TY> >(info, src, dst, work);                                                 \
   }
 
 CH_ALL(CH_REDUCE_KERNEL, reduce_sum, SumR)

@@ -19,6 +19,10 @@ pub(crate) const ELEM_BLOCK: u32 = 256;
 pub(crate) const REDUCE_MAX_BLOCK: u32 = 1024;
 /// `CH_VEC_BYTES`: width of the vectorised loads and stores.
 pub(crate) const VEC_BYTES: usize = 16;
+/// `CH_UNROLL`: work items each thread of an element-wise loop handles per step.
+pub(crate) const UNROLL: u32 = 4;
+/// `CH_REDUCE_STATE_BYTES`: bytes reserved per partial reduction state.
+pub(crate) const REDUCE_STATE_BYTES: usize = 16;
 
 /// Dimensions after merging, outermost first, with each operand's strides.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,7 +118,9 @@ pub(crate) struct ElemInfo {
     pub(crate) numel: u64,
     /// 0 when every operand is contiguous, else the merged rank.
     pub(crate) rank: u32,
-    pad: u32,
+    /// Strided layouts: 1 when the innermost dimension moves in packs (see
+    /// [`ElemInfo::with_inner_packs`]).
+    pub(crate) inner_vec: u32,
     /// Merged sizes, outermost first.
     pub(crate) dims: [u64; MAX_DIMS],
     /// `strides[k][d]` of operand `k`.
@@ -143,7 +149,7 @@ impl ElemInfo {
         let mut info = ElemInfo {
             numel: to_u64(dims.iter().product()),
             rank: 0,
-            pad: 0,
+            inner_vec: 0,
             dims: [0; MAX_DIMS],
             strides: [[0; MAX_DIMS]; MAX_OPERANDS],
         };
@@ -170,6 +176,40 @@ impl ElemInfo {
     pub(crate) fn is_contiguous(&self) -> bool {
         self.rank == 0
     }
+
+    /// Marks a strided layout whose innermost dimension can move in packs of
+    /// `per_pack` elements (`operands` strided inputs): the dimension's size
+    /// is a multiple of the pack, every operand's inner stride is 0
+    /// (broadcast) or 1, and operands with inner stride 1 have outer strides
+    /// that are multiples of the pack, so every pack starts aligned (given
+    /// aligned pointers, which the kernel checks).
+    pub(crate) fn with_inner_packs(mut self, operands: usize, per_pack: usize) -> ElemInfo {
+        let rank = self.rank as usize;
+        if rank == 0 || per_pack <= 1 {
+            return self;
+        }
+        let p = per_pack as u64;
+        let inner = rank - 1;
+        let fits = self.dims[inner].is_multiple_of(p)
+            && self.strides[..operands].iter().all(|s| match s[inner] {
+                0 => true,
+                1 => s[..inner].iter().all(|&outer| outer.is_multiple_of(p)),
+                _ => false,
+            });
+        self.inner_vec = u32::from(fits);
+        self
+    }
+
+    /// The merged dimension with stride 1 in operand 0 that lies before the
+    /// innermost one, when the innermost one is strided: such a copy is a
+    /// (batched) transpose of the plane of the two dimensions.
+    pub(crate) fn transposed_dim(&self) -> Option<usize> {
+        let rank = self.rank as usize;
+        if rank < 2 || self.strides[0][rank - 1] == 1 {
+            return None;
+        }
+        (0..rank - 1).find(|&d| self.strides[0][d] == 1)
+    }
 }
 
 /// `ReduceInfo` of `kernels/reduce.hip`: kept dimensions (output order) and
@@ -185,9 +225,14 @@ pub(crate) struct ReduceInfo {
     pub(crate) out_rank: u32,
     /// Merged reduced rank.
     pub(crate) red_rank: u32,
-    /// 1: one thread per output, 0: one block per output.
-    pub(crate) per_thread: u32,
-    pad: u32,
+    /// How the kernel splits the work ([`ReduceMode`] as u32).
+    pub(crate) mode: u32,
+    /// COLS mode: adjacent outputs per block.
+    pub(crate) tile: u32,
+    /// Chunks the reduced elements of each output are cut into (>= 1).
+    pub(crate) split: u64,
+    /// Reduced positions per chunk.
+    pub(crate) chunk: u64,
     pub(crate) out_dims: [u64; MAX_DIMS],
     pub(crate) out_strides: [u64; MAX_DIMS],
     pub(crate) red_dims: [u64; MAX_DIMS],
@@ -195,9 +240,24 @@ pub(crate) struct ReduceInfo {
 }
 
 // SAFETY: `#[repr(C)]`, u64 and u32 fields in the C order (2 x 8, 4 x 4,
-// then u64 arrays): no padding, every bit pattern valid.
+// 2 x 8, then u64 arrays): no padding, every bit pattern valid.
 unsafe impl DeviceRepr for ReduceInfo {}
-const _: () = assert!(std::mem::size_of::<ReduceInfo>() == 32 + 4 * 8 * MAX_DIMS);
+const _: () = assert!(std::mem::size_of::<ReduceInfo>() == 48 + 4 * 8 * MAX_DIMS);
+
+/// `CH_REDUCE_*` of `kernels/reduce.hip`: the work split of a reduction launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum ReduceMode {
+    /// A block per (output, chunk), threads over the reduced positions.
+    Rows = 0,
+    /// A block per (tile of adjacent outputs, chunk), threads over both
+    /// (a thread per output when the tile is the whole block).
+    Cols = 1,
+    /// Partial states combined with a block per output.
+    FinishBlock = 2,
+    /// Partial states combined with a thread per output.
+    FinishThread = 3,
+}
 
 impl ReduceInfo {
     /// Splits a source of shape `dims` and `strides` into the dimensions
@@ -237,8 +297,10 @@ impl ReduceInfo {
             red_size: to_u64(red_dims.iter().product()),
             out_rank: out.dims.len() as u32,
             red_rank: red.dims.len() as u32,
-            per_thread: 0,
-            pad: 0,
+            mode: ReduceMode::Cols as u32,
+            tile: 1,
+            split: 1,
+            chunk: to_u64(red_dims.iter().product()),
             out_dims: [0; MAX_DIMS],
             out_strides: [0; MAX_DIMS],
             red_dims: [0; MAX_DIMS],
@@ -255,9 +317,10 @@ impl ReduceInfo {
         Ok(info)
     }
 
-    /// Whether the reduced elements of each output are contiguous in memory.
-    pub(crate) fn contiguous_rows(&self) -> bool {
-        self.red_rank == 0 || (self.red_rank == 1 && self.red_strides[0] == 1)
+    /// Whether consecutive reduced positions are adjacent in memory (the
+    /// innermost reduced stride is 1).
+    pub(crate) fn inner_contiguous(&self) -> bool {
+        self.red_rank == 0 || self.red_strides[self.red_rank as usize - 1] == 1
     }
 }
 
@@ -279,11 +342,14 @@ pub(crate) struct IndexInfo {
     pub(crate) ids_stride: u64,
     /// gather: product of the source dimensions after `dim`.
     pub(crate) src_right: u64,
+    /// scatter, scatter_add, index_add: 0 a thread per column, 1 (index_add)
+    /// a block per destination row.
+    pub(crate) mode: u64,
 }
 
-// SAFETY: `#[repr(C)]` of seven u64: no padding, every bit pattern valid.
+// SAFETY: `#[repr(C)]` of eight u64: no padding, every bit pattern valid.
 unsafe impl DeviceRepr for IndexInfo {}
-const _: () = assert!(std::mem::size_of::<IndexInfo>() == 7 * 8);
+const _: () = assert!(std::mem::size_of::<IndexInfo>() == 8 * 8);
 
 /// `(product of dims[..dim], dims[dim], product of dims[dim + 1..])`.
 pub(crate) fn split_at_dim(dims: &[usize], dim: usize) -> (usize, usize, usize) {
@@ -357,6 +423,39 @@ mod tests {
     }
 
     #[test]
+    fn inner_packs_need_aligned_rows_and_unit_or_zero_inner_strides() {
+        let packs = |dims: &[usize], strides: &[&[usize]]| {
+            ElemInfo::new("t", dims, strides)
+                .unwrap()
+                .with_inner_packs(strides.len(), 4)
+                .inner_vec
+        };
+        // Row broadcast (bias add) and column broadcast (per-row scale).
+        assert_eq!(packs(&[8, 16], &[&[16, 1], &[0, 1]]), 1);
+        assert_eq!(packs(&[8, 16], &[&[16, 1], &[1, 0]]), 1);
+        // Inner-contiguous permutation (B, S, H, D) -> (B, H, S, D).
+        assert_eq!(packs(&[2, 4, 3, 8], &[&[96, 8, 32, 1]]), 1);
+        // Rows not a multiple of the pack, misaligned row starts, transposes.
+        assert_eq!(packs(&[8, 6], &[&[6, 1], &[0, 1]]), 0);
+        assert_eq!(packs(&[8, 16], &[&[18, 1]]), 0);
+        assert_eq!(packs(&[8, 16], &[&[1, 8]]), 0);
+        // Contiguous operands need no inner packs; single elements never.
+        assert_eq!(packs(&[8, 16], &[&[16, 1]]), 0);
+        let info = ElemInfo::new("t", &[8, 16], &[&[16, 1], &[0, 1]]).unwrap();
+        assert_eq!(info.with_inner_packs(2, 1).inner_vec, 0);
+    }
+
+    #[test]
+    fn transposed_dims_have_stride_one_before_the_last() {
+        let t =
+            |dims: &[usize], s: &[usize]| ElemInfo::new("t", dims, &[s]).unwrap().transposed_dim();
+        assert_eq!(t(&[6, 4], &[1, 6]), Some(0));
+        assert_eq!(t(&[2, 5, 4], &[20, 1, 5]), Some(1));
+        assert_eq!(t(&[4, 6], &[12, 2]), None);
+        assert_eq!(t(&[4, 6], &[10, 1]), None);
+    }
+
+    #[test]
     fn too_many_dims_is_an_error_not_a_panic() {
         // Every other dimension of a rank-18 tensor is strided: 9 remain.
         let dims = vec![2; 18];
@@ -391,7 +490,7 @@ mod tests {
         assert_eq!((info.out_rank, info.red_rank), (1, 1));
         assert_eq!((info.out_dims[0], info.out_strides[0]), (20, 6));
         assert_eq!((info.red_dims[0], info.red_strides[0]), (6, 1));
-        assert!(info.contiguous_rows());
+        assert!(info.inner_contiguous());
     }
 
     #[test]
@@ -402,7 +501,7 @@ mod tests {
         assert_eq!(&info.out_dims[..2], &[4, 6]);
         assert_eq!(&info.out_strides[..2], &[30, 1]);
         assert_eq!((info.red_dims[0], info.red_strides[0]), (5, 6));
-        assert!(!info.contiguous_rows());
+        assert!(!info.inner_contiguous());
 
         let info = ReduceInfo::new("sum", &[4, 5, 6], &[30, 6, 1], &[0, 2]).unwrap();
         assert_eq!((info.num_out, info.red_size), (5, 24));
@@ -415,7 +514,7 @@ mod tests {
             (info.num_out, info.red_size, info.out_rank, info.red_rank),
             (1, 120, 0, 1)
         );
-        assert!(info.contiguous_rows());
+        assert!(info.inner_contiguous());
     }
 
     #[test]

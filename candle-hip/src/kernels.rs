@@ -29,7 +29,7 @@ pub enum Source {
     Reduce,
     /// `indexing.hip`: index_select, gather, scatter, scatter_add, index_add.
     Indexing,
-    /// `copy.hip`: copy2d and fill.
+    /// `copy.hip`: copy2d, tiled transpose and fill.
     Copy,
     /// `random.hip`: uniform and normal random numbers.
     Random,
@@ -157,6 +157,8 @@ mod tests {
             ("CH_ELEM_BLOCK", info::ELEM_BLOCK as usize),
             ("CH_REDUCE_MAX_BLOCK", info::REDUCE_MAX_BLOCK as usize),
             ("CH_VEC_BYTES", info::VEC_BYTES),
+            ("CH_UNROLL", info::UNROLL as usize),
+            ("CH_REDUCE_STATE_BYTES", info::REDUCE_STATE_BYTES),
         ];
         for (name, value) in expect {
             assert_eq!(
@@ -195,6 +197,7 @@ mod tests {
             "scatter_add_u8_i64",
             "copy2d_u32",
             "fill_f16",
+            "transpose_bf16",
             "rand_normal_bf16",
         ] {
             assert!(all.iter().any(|n| n == name), "{name}");

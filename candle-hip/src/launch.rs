@@ -5,19 +5,27 @@ use hip_safe::{DeviceView, DeviceViewMut, LaunchConfig};
 
 use crate::device::HipDevice;
 use crate::error::{Result, hip};
-use crate::info::{ELEM_BLOCK, ElemInfo, IndexInfo, REDUCE_MAX_BLOCK, ReduceInfo, VEC_BYTES};
+use crate::info::{
+    ELEM_BLOCK, ElemInfo, IndexInfo, REDUCE_MAX_BLOCK, ReduceInfo, ReduceMode, UNROLL, VEC_BYTES,
+};
 use crate::table::Kernel;
 
 /// Grid-stride kernels get at most this many blocks per compute unit: enough
 /// to fill every unit several times over; each thread then loops.
 const BLOCKS_PER_CU: u64 = 16;
+/// Threads a compute unit keeps resident (2048 on NVIDIA's recent GPUs and
+/// 2048 to 2560 on CDNA): the unit of "filling the device" below.
+const THREADS_PER_CU: u64 = 2048;
 /// Reductions of at most this many elements per output use one thread per output.
 const SMALL_REDUCTION: u64 = 16;
-/// A reduction over strided (non-innermost) elements uses one thread per
-/// output once it has this many outputs (adjacent threads read adjacent memory).
-const MANY_OUTPUTS: u64 = 1024;
 /// Elements each thread of a reduction block should handle at least.
 const ELEMS_PER_THREAD: u64 = 8;
+/// Reduced elements each thread of a split ROWS chunk handles at least.
+const ROWS_CHUNK_PER_THREAD: u64 = 64;
+/// Reduced positions each thread of a split COLS chunk handles at least.
+const COLS_CHUNK_PER_THREAD: u64 = 16;
+/// Adjacent outputs of a COLS block (a divisor of `ELEM_BLOCK`).
+const COLS_TILE: u64 = 32;
 /// Most blocks of a block-per-output reduction (the blocks loop beyond).
 const MAX_REDUCE_GRID: u64 = 1 << 20;
 
@@ -42,10 +50,33 @@ pub(crate) fn grid_stride(work: u64, compute_units: u32) -> LaunchConfig {
     config(needed.min(cap), ELEM_BLOCK)
 }
 
-/// Work items of an element-wise kernel: 16-byte packs when every operand is
-/// contiguous (`widest` is the largest element size among them), elements otherwise.
-pub(crate) fn elementwise_work(info: &ElemInfo, widest: usize) -> u64 {
+/// A launch of the unrolled loops (`unrolled_loop` in `kernels/common.h`):
+/// every thread takes `UNROLL` of the `work` items, so that each has several
+/// memory accesses in flight, and the grid covers all of them at once.
+pub(crate) fn unrolled(work: u64) -> LaunchConfig {
+    config(
+        work.div_ceil(u64::from(ELEM_BLOCK) * u64::from(UNROLL)),
+        ELEM_BLOCK,
+    )
+}
+
+/// The launch of an element-wise kernel (`map_elems`, `fill`): contiguous
+/// operands take `UNROLL` packs per thread, strided ones a pack or element
+/// per thread (the kernel loops over what the grid does not cover).
+pub(crate) fn elementwise(info: &ElemInfo, widest: usize) -> LaunchConfig {
+    let work = elementwise_work(info, widest);
     if info.is_contiguous() {
+        unrolled(work)
+    } else {
+        config(work.div_ceil(u64::from(ELEM_BLOCK)), ELEM_BLOCK)
+    }
+}
+
+/// Work items of an element-wise kernel: 16-byte packs when every operand is
+/// contiguous or the innermost dimension moves in packs (`widest` is the
+/// largest element size among them), elements otherwise.
+pub(crate) fn elementwise_work(info: &ElemInfo, widest: usize) -> u64 {
+    if info.is_contiguous() || info.inner_vec != 0 {
         let per_pack = (VEC_BYTES / widest.max(1)).max(1) as u64;
         info.numel.div_ceil(per_pack)
     } else {
@@ -53,22 +84,178 @@ pub(crate) fn elementwise_work(info: &ElemInfo, widest: usize) -> u64 {
     }
 }
 
-/// Chooses the shape of a reduction, records it in `info.per_thread` and
-/// returns the launch configuration.
-pub(crate) fn reduction(info: &mut ReduceInfo, wave_size: u32, compute_units: u32) -> LaunchConfig {
-    let per_thread = info.red_size <= SMALL_REDUCTION
-        || (!info.contiguous_rows() && info.num_out >= MANY_OUTPUTS);
-    info.per_thread = u32::from(per_thread);
-    if per_thread {
-        return grid_stride(info.num_out, compute_units);
+/// Elements of `elem_bytes` bytes per 16-byte pack.
+pub(crate) fn per_pack(elem_bytes: usize) -> usize {
+    (VEC_BYTES / elem_bytes.max(1)).max(1)
+}
+
+/// One launch of a reduction: its info (mode recorded) and shape.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReduceLaunch {
+    pub(crate) info: ReduceInfo,
+    pub(crate) cfg: LaunchConfig,
+}
+
+/// How a reduction runs: one launch, or a launch writing `split` partial
+/// states per output and a second one combining them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReducePlan {
+    pub(crate) main: ReduceLaunch,
+    pub(crate) finish: Option<ReduceLaunch>,
+}
+
+impl ReducePlan {
+    /// Partial states the main launch writes (0 without a finish launch).
+    pub(crate) fn partials(&self) -> u64 {
+        if self.finish.is_some() {
+            self.main.info.num_out * self.main.info.split
+        } else {
+            0
+        }
     }
+}
+
+/// Cuts `n` reduced positions into chunks: at most `wanted` of them and at
+/// least `min_chunk` positions each (rounded to a multiple of `align`);
+/// returns (split, chunk).
+fn chunks(n: u64, wanted: u64, min_chunk: u64, align: u64) -> (u64, u64) {
+    let split = wanted.min(n / min_chunk.max(1)).max(1);
+    let chunk = n.div_ceil(split).next_multiple_of(align.max(1));
+    (n.div_ceil(chunk).max(1), chunk)
+}
+
+/// Chooses how a reduction runs (see the modes in `kernels/reduce.hip`):
+/// - at most `SMALL_REDUCTION` elements per output: COLS with a thread per
+///   output;
+/// - reduced positions adjacent in memory: ROWS, a block per output;
+/// - otherwise COLS: blocks over tiles of adjacent outputs;
+///
+/// and when that leaves too few blocks to fill the device, each output's
+/// positions are cut into chunks whose partial states a FINISH launch combines.
+pub(crate) fn reduction(
+    mut info: ReduceInfo,
+    elem_bytes: usize,
+    wave_size: u32,
+    compute_units: u32,
+) -> ReducePlan {
+    let n = info.red_size;
+    let outs = info.num_out;
+    let fill = u64::from(compute_units.max(1)) * THREADS_PER_CU * 2;
     let wave = u64::from(wave_size.clamp(1, REDUCE_MAX_BLOCK));
-    let threads = info
-        .red_size
-        .div_ceil(ELEMS_PER_THREAD)
+    let main = if n <= SMALL_REDUCTION {
+        info.mode = ReduceMode::Cols as u32;
+        info.tile = ELEM_BLOCK;
+        info.chunk = n;
+        ReduceLaunch {
+            info,
+            cfg: config(outs.div_ceil(u64::from(ELEM_BLOCK)), ELEM_BLOCK),
+        }
+    } else if info.inner_contiguous() {
+        let threads = n
+            .div_ceil(ELEMS_PER_THREAD)
+            .next_power_of_two()
+            .clamp(wave, u64::from(REDUCE_MAX_BLOCK));
+        let wanted = fill.div_ceil(threads).div_ceil(outs);
+        let align = per_pack(elem_bytes) as u64;
+        (info.split, info.chunk) = chunks(n, wanted, threads * ROWS_CHUNK_PER_THREAD, align);
+        info.mode = ReduceMode::Rows as u32;
+        ReduceLaunch {
+            info,
+            cfg: config((outs * info.split).min(MAX_REDUCE_GRID), threads as u32),
+        }
+    } else {
+        let tile = COLS_TILE.min(outs.next_power_of_two());
+        let groups = u64::from(ELEM_BLOCK) / tile;
+        let tiles = outs.div_ceil(tile);
+        let wanted = fill.div_ceil(u64::from(ELEM_BLOCK)).div_ceil(tiles);
+        (info.split, info.chunk) = chunks(n, wanted, groups * COLS_CHUNK_PER_THREAD, 1);
+        info.mode = ReduceMode::Cols as u32;
+        info.tile = tile as u32;
+        ReduceLaunch {
+            info,
+            cfg: config((tiles * info.split).min(MAX_REDUCE_GRID), ELEM_BLOCK),
+        }
+    };
+    let finish = (main.info.split > 1).then(|| {
+        let mut info = main.info;
+        let split = info.split;
+        if outs >= u64::from(compute_units.max(1)) * COLS_TILE {
+            info.mode = ReduceMode::FinishThread as u32;
+            ReduceLaunch {
+                info,
+                cfg: grid_stride(outs, compute_units),
+            }
+        } else {
+            info.mode = ReduceMode::FinishBlock as u32;
+            let threads = split.next_power_of_two().clamp(wave, u64::from(ELEM_BLOCK));
+            ReduceLaunch {
+                info,
+                cfg: config(outs.min(MAX_REDUCE_GRID), threads as u32),
+            }
+        }
+    });
+    ReducePlan { main, finish }
+}
+
+/// Launch shape of a tiled transpose (`transpose_*` in `kernels/copy.hip`):
+/// one block of `ELEM_BLOCK` threads per tile, tiles of 64 elements of 1 or
+/// 2 bytes and 32 of wider types along each side.
+pub(crate) fn transpose(info: &ElemInfo, k: usize, elem_bytes: usize) -> LaunchConfig {
+    let edge = if elem_bytes <= 2 { 64 } else { 32 };
+    let last = info.rank as usize - 1;
+    let (rows, cols) = (info.dims[k], info.dims[last]);
+    let planes = info.numel / (rows * cols).max(1);
+    config(
+        planes * rows.div_ceil(edge) * cols.div_ceil(edge),
+        ELEM_BLOCK,
+    )
+}
+
+/// Threads per block for `columns` independent sequential walks (scatter,
+/// index_add per column): few per block when there are few columns, so
+/// that they spread over every compute unit; whole waves.
+pub(crate) fn column_walks(columns: u64, wave_size: u32, compute_units: u32) -> LaunchConfig {
+    let wave = u64::from(wave_size.clamp(1, ELEM_BLOCK));
+    let per_cu = columns / u64::from(compute_units.max(1));
+    let threads = per_cu
+        .max(1)
         .next_power_of_two()
-        .clamp(wave, u64::from(REDUCE_MAX_BLOCK));
-    config(info.num_out.clamp(1, MAX_REDUCE_GRID), threads as u32)
+        .clamp(wave, u64::from(ELEM_BLOCK));
+    config(columns.div_ceil(threads), threads as u32)
+}
+
+/// Columns of a destination row each thread of index_add's per-row form
+/// keeps (`CH_OWNER_COLS` in `kernels/indexing.hip`).
+pub(crate) const OWNER_COLS: u64 = 4;
+
+/// Whether index_add should give each block a destination row (scanning
+/// every index once per row and column tile) instead of each thread a
+/// column (a sequential walk over every index): per row when the walks are
+/// too few to fill the device and the scans cost less than the walks'
+/// sequential steps. Returns the launch shape of the per-row form.
+pub(crate) fn index_add_rows(
+    left: u64,
+    right: u64,
+    dst_dim: u64,
+    ids: u64,
+    wave_size: u32,
+    compute_units: u32,
+) -> Option<LaunchConfig> {
+    let cus = u64::from(compute_units.max(1));
+    let columns = left * right;
+    let wave = u64::from(wave_size.clamp(1, ELEM_BLOCK));
+    let threads = right
+        .div_ceil(OWNER_COLS)
+        .next_multiple_of(wave)
+        .clamp(wave, u64::from(ELEM_BLOCK));
+    let blocks = left * dst_dim * right.div_ceil(threads * OWNER_COLS);
+    // Scan steps of the per-row form, over the blocks resident at once
+    // (about 8 per unit), against the sequential steps of the longest walk.
+    let resident = cus * (THREADS_PER_CU / threads).clamp(1, 8);
+    let row_steps = blocks.div_ceil(resident) * ids.div_ceil(threads);
+    let walk_steps = ids * columns.div_ceil(cus * THREADS_PER_CU);
+    (columns < cus * THREADS_PER_CU && row_steps < walk_steps)
+        .then(|| config(blocks, threads as u32))
 }
 
 /// One kernel argument, in the order of the kernel's parameters.
@@ -134,6 +321,17 @@ mod tests {
     }
 
     #[test]
+    fn unrolled_grids_cover_every_item_once() {
+        assert_eq!(unrolled(0).grid_dim.0, 1);
+        assert_eq!(unrolled(1).grid_dim.0, 1);
+        let per_block = u64::from(ELEM_BLOCK * UNROLL);
+        assert_eq!(unrolled(per_block).grid_dim.0, 1);
+        assert_eq!(unrolled(per_block + 1).grid_dim.0, 2);
+        assert_eq!(unrolled(1 << 24).grid_dim.0, (1 << 24) / per_block as u32);
+        assert_eq!(unrolled(1 << 50).grid_dim.0, MAX_GRID as u32);
+    }
+
+    #[test]
     fn contiguous_work_counts_packs() {
         let info = ElemInfo::new("t", &[1001], &[&[1]]).unwrap();
         assert_eq!(elementwise_work(&info, 4), 251);
@@ -141,57 +339,150 @@ mod tests {
         assert_eq!(elementwise_work(&info, 8), 501);
         let strided = ElemInfo::new("t", &[4, 3], &[&[1, 4]]).unwrap();
         assert_eq!(elementwise_work(&strided, 4), 12);
+        // A row broadcast moves in packs along the rows.
+        let bcast = ElemInfo::new("t", &[8, 16], &[&[16, 1], &[0, 1]])
+            .unwrap()
+            .with_inner_packs(2, 4);
+        assert_eq!(elementwise_work(&bcast, 4), 32);
+        // 2^26 f32: 2^24 packs, UNROLL per thread; strided: one per thread.
+        let big = ElemInfo::new("t", &[1 << 26], &[&[1]]).unwrap();
+        let per_block = ELEM_BLOCK * UNROLL;
+        assert_eq!(elementwise(&big, 4).grid_dim.0, (1 << 24) / per_block);
+        let t = ElemInfo::new("t", &[1 << 13, 1 << 13], &[&[1, 1 << 13]]).unwrap();
+        assert_eq!(elementwise(&t, 4).grid_dim.0, (1 << 26) / ELEM_BLOCK);
     }
 
-    fn plan(
-        dims: &[usize],
-        strides: &[usize],
-        reduce: &[usize],
-        wave: u32,
-    ) -> (ReduceInfo, LaunchConfig) {
-        let mut info = ReduceInfo::new("t", dims, strides, reduce).unwrap();
-        let cfg = reduction(&mut info, wave, 100);
-        (info, cfg)
+    fn plan(dims: &[usize], strides: &[usize], reduce: &[usize], wave: u32) -> ReducePlan {
+        let info = ReduceInfo::new("t", dims, strides, reduce).unwrap();
+        reduction(info, 4, wave, 100)
+    }
+
+    fn mode(p: &ReducePlan) -> u32 {
+        p.main.info.mode
     }
 
     #[test]
     fn long_rows_get_a_block_each() {
-        let (info, cfg) = plan(&[8192, 32000], &[32000, 1], &[1], 64);
-        assert_eq!(info.per_thread, 0);
-        assert_eq!(cfg.grid_dim.0, 8192);
-        assert_eq!(cfg.block_dim.0, 1024);
-        let (_, cfg) = plan(&[10, 100], &[100, 1], &[1], 64);
-        assert_eq!(cfg.block_dim.0, 64);
-        let (_, cfg) = plan(&[10, 100], &[100, 1], &[1], 32);
-        assert_eq!(cfg.block_dim.0, 32);
-        let (_, cfg) = plan(&[10, 1000], &[1000, 1], &[1], 32);
-        assert_eq!(cfg.block_dim.0, 128);
+        let p = plan(&[8192, 32000], &[32000, 1], &[1], 64);
+        assert_eq!(mode(&p), ReduceMode::Rows as u32);
+        assert_eq!(p.main.info.split, 1);
+        assert!(p.finish.is_none());
+        assert_eq!(p.main.cfg.grid_dim.0, 8192);
+        assert_eq!(p.main.cfg.block_dim.0, 1024);
+        let p = plan(&[10, 100], &[100, 1], &[1], 64);
+        assert_eq!(p.main.cfg.block_dim.0, 64);
+        let p = plan(&[10, 100], &[100, 1], &[1], 32);
+        assert_eq!(p.main.cfg.block_dim.0, 32);
+        let p = plan(&[10, 1000], &[1000, 1], &[1], 32);
+        assert_eq!(p.main.cfg.block_dim.0, 128);
     }
 
     #[test]
-    fn short_rows_and_wide_column_reductions_get_a_thread_each() {
-        let (info, cfg) = plan(&[100_000, 8], &[8, 1], &[1], 64);
-        assert_eq!(info.per_thread, 1);
-        assert_eq!(cfg.block_dim.0, ELEM_BLOCK);
-        // Sum over dim 0 of (512, 4096): strided elements, many outputs.
-        let (info, _) = plan(&[512, 4096], &[4096, 1], &[0], 64);
-        assert_eq!(info.per_thread, 1);
-        // Few outputs: a block each even though the elements are strided.
-        let (info, cfg) = plan(&[100_000, 4], &[4, 1], &[0], 64);
-        assert_eq!(info.per_thread, 0);
-        assert_eq!((cfg.grid_dim.0, cfg.block_dim.0), (4, 1024));
+    fn few_long_rows_are_split_and_finished() {
+        // Sum of all 2^26 elements: one output.
+        let p = plan(&[8192, 8192], &[8192, 1], &[0, 1], 32);
+        assert_eq!(mode(&p), ReduceMode::Rows as u32);
+        let info = p.main.info;
+        assert!(info.split > 100, "{info:?}");
+        assert_eq!(info.chunk % 4, 0);
+        assert!(info.chunk * info.split >= info.red_size);
+        assert!(info.chunk * (info.split - 1) < info.red_size);
+        assert_eq!(p.main.cfg.grid_dim.0 as u64, info.split);
+        let finish = p.finish.unwrap();
+        assert_eq!(finish.info.mode, ReduceMode::FinishBlock as u32);
+        assert_eq!(finish.cfg.grid_dim.0, 1);
+        assert_eq!(p.partials(), info.split);
+    }
+
+    #[test]
+    fn reductions_over_outer_dims_tile_the_outputs() {
+        // Sum over dim 0 of (8192, 8192): columns, split along the rows.
+        let p = plan(&[8192, 8192], &[8192, 1], &[0], 32);
+        let info = p.main.info;
+        assert_eq!(mode(&p), ReduceMode::Cols as u32);
+        assert_eq!(info.tile, 32);
+        assert!(info.split > 1);
+        assert_eq!(p.main.cfg.block_dim.0, ELEM_BLOCK);
+        assert_eq!(p.main.cfg.grid_dim.0 as u64, (8192 / 32) * info.split);
+        assert_eq!(p.finish.unwrap().info.mode, ReduceMode::FinishThread as u32);
+        // Few outputs: a narrow tile.
+        let p = plan(&[100_000, 4], &[4, 1], &[0], 64);
+        assert_eq!(mode(&p), ReduceMode::Cols as u32);
+        assert_eq!(p.main.info.tile, 4);
+        // A transposed source reduced over its (strided) last dim.
+        let p = plan(&[6000, 400], &[1, 6000], &[1], 64);
+        assert_eq!(mode(&p), ReduceMode::Cols as u32);
+        // Reduced positions with an inner contiguous run stay block-per-output.
+        let p = plan(&[40, 5, 60], &[300, 60, 1], &[0, 2], 64);
+        assert_eq!(mode(&p), ReduceMode::Rows as u32);
+    }
+
+    #[test]
+    fn short_reductions_get_a_thread_each() {
+        let p = plan(&[100_000, 8], &[8, 1], &[1], 64);
+        assert_eq!(mode(&p), ReduceMode::Cols as u32);
+        assert_eq!(p.main.info.tile, ELEM_BLOCK);
+        assert_eq!((p.main.info.split, p.main.info.chunk), (1, 8));
+        assert_eq!(p.main.cfg.block_dim.0, ELEM_BLOCK);
+        assert_eq!(p.main.cfg.grid_dim.0, 100_000u32.div_ceil(ELEM_BLOCK));
+        assert!(p.finish.is_none());
     }
 
     #[test]
     fn block_sizes_are_whole_waves() {
         for wave in [32, 64] {
             for red in [17, 100, 513, 5000, 1 << 20] {
-                let (info, cfg) = plan(&[3, red], &[red, 1], &[1], wave);
-                if info.per_thread == 0 {
-                    assert_eq!(cfg.block_dim.0 % wave, 0);
-                    assert!(cfg.block_dim.0 <= REDUCE_MAX_BLOCK);
+                for dims in [[3, red], [red, 3]] {
+                    let strides = [dims[1], 1];
+                    for reduce in [[0], [1]] {
+                        let p = plan(&dims, &strides, &reduce, wave);
+                        for l in [Some(p.main), p.finish].into_iter().flatten() {
+                            assert_eq!(l.cfg.block_dim.0 % wave, 0, "{dims:?} {reduce:?}");
+                            assert!(l.cfg.block_dim.0 <= REDUCE_MAX_BLOCK);
+                            if l.info.mode == ReduceMode::Cols as u32 {
+                                assert_eq!(l.cfg.block_dim.0, ELEM_BLOCK);
+                                assert_eq!(ELEM_BLOCK % l.info.tile, 0);
+                            }
+                        }
+                    }
                 }
             }
         }
+    }
+
+    #[test]
+    fn transposes_are_tiled() {
+        let info = ElemInfo::new("t", &[8192, 8192], &[&[1, 8192]]).unwrap();
+        assert_eq!(info.transposed_dim(), Some(0));
+        assert_eq!(transpose(&info, 0, 4).grid_dim.0, 256 * 256);
+        assert_eq!(transpose(&info, 0, 2).grid_dim.0, 128 * 128);
+        // (4, 33, 65) with dims 1 and 2 swapped: 4 planes of 2 x 3 tiles.
+        let info = ElemInfo::new("t", &[4, 65, 33], &[&[2145, 1, 65]]).unwrap();
+        assert_eq!(info.transposed_dim(), Some(1));
+        assert_eq!(transpose(&info, 1, 4).grid_dim.0, 4 * 3 * 2);
+    }
+
+    #[test]
+    fn column_walks_spread_over_the_device() {
+        let c = column_walks(4096, 32, 128);
+        assert_eq!((c.grid_dim.0, c.block_dim.0), (128, 32));
+        let c = column_walks(4096, 64, 128);
+        assert_eq!((c.grid_dim.0, c.block_dim.0), (64, 64));
+        let c = column_walks(1 << 20, 32, 128);
+        assert_eq!((c.grid_dim.0, c.block_dim.0), (4096, ELEM_BLOCK));
+        assert_eq!(column_walks(0, 32, 128).grid_dim.0, 1);
+    }
+
+    #[test]
+    fn index_add_rows_when_columns_are_few() {
+        // 8192 rows of 4096 into 1024: few columns, cheap scans.
+        let c = index_add_rows(1, 4096, 1024, 8192, 32, 132).unwrap();
+        assert_eq!(c.block_dim.0, ELEM_BLOCK);
+        assert_eq!(c.grid_dim.0, 1024 * 4);
+        // Along the last dim of a tall matrix: many columns.
+        assert!(index_add_rows(1 << 20, 1, 64, 64, 32, 132).is_none());
+        // A short row: one wave of threads.
+        let c = index_add_rows(1, 64, 16, 100_000, 64, 132).unwrap();
+        assert_eq!(c.block_dim.0, 64);
     }
 }

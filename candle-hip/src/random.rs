@@ -83,10 +83,7 @@ pub(crate) fn sample(
         return Ok(out);
     }
     let (seed, offset) = device.reserve_random(n, dtype);
-    let cfg = launch::grid_stride(
-        (n as u64).div_ceil(values_per_block(dtype)),
-        device.compute_units(),
-    );
+    let cfg = launch::unrolled((n as u64).div_ceil(values_per_block(dtype)));
     let args = [
         Arg::U64(n as u64),
         Arg::U64(seed),

@@ -206,6 +206,7 @@ pub(crate) const FAMILIES: &[Family] = &[
     two("scatter_add", Indexing, Index, All),
     two("index_add", Indexing, Index, All),
     one("copy2d", CopySource, All),
+    one("transpose", CopySource, All),
     one("fill", CopySource, All),
     one("rand_uniform", Random, Floats),
     one("rand_normal", Random, Floats),

@@ -7,7 +7,7 @@ use hip_safe::{DeviceView, DeviceViewMut};
 
 use crate::dtype;
 use crate::error::{Result, hip, invalid};
-use crate::info::{ElemInfo, VEC_BYTES, merge_dims, to_u64};
+use crate::info::{ElemInfo, merge_dims, to_u64};
 use crate::launch::{self, Arg};
 use crate::ops::elementwise;
 use crate::storage::HipStorage;
@@ -90,7 +90,48 @@ pub(crate) fn copy_strided(
         return copy2d(src, dst, shape);
     }
     let to = dst.view_range_mut(OP, dst_offset, numel)?;
+    let info = ElemInfo::new(OP, src_l.dims(), &[src_l.stride()])?;
+    if let Some(k) = tiled_transpose(&info) {
+        return transpose(src, src_l, info, k, to);
+    }
     elementwise::copy_into(src, src_l, to)
+}
+
+/// Sides a transposed plane must have (in elements) for the tiled copy.
+const MIN_TILE_SIDE: u64 = 8;
+
+/// The dimension a tiled transpose reads contiguously, when the layout is
+/// a (batched) transpose with planes large enough for tiles.
+fn tiled_transpose(info: &ElemInfo) -> Option<usize> {
+    let k = info.transposed_dim()?;
+    let last = info.rank as usize - 1;
+    (info.dims[k] >= MIN_TILE_SIDE && info.dims[last] >= MIN_TILE_SIDE).then_some(k)
+}
+
+/// Copies the transposed layout `info` of `src` (stride 1 along merged
+/// dimension `k`) to the contiguous `to` through shared-memory tiles.
+fn transpose(
+    src: &HipStorage,
+    src_l: &Layout,
+    info: ElemInfo,
+    k: usize,
+    to: DeviceViewMut<'_, u8>,
+) -> Result<()> {
+    const OP: &str = "copy_strided_src";
+    let kernel = table::kernel("transpose", OP, src.dtype(), None)?;
+    let cfg = launch::transpose(&info, k, src.dtype().size_in_bytes());
+    let args = [
+        Arg::Elem(info),
+        Arg::U64(to_u64(k)),
+        Arg::In(src.view(OP, src_l)?),
+        Arg::Out(to),
+    ];
+    // SAFETY: transpose_T(const ElemInfo, u64 k, const T* src, T* dst) with
+    // CH_ELEM_BLOCK threads per block: it reads the offsets of `info` (the
+    // merged shape and strides of `src_l`, whose reach the source view
+    // covers; k < rank - 1 has stride 1) and writes dst[0..numel), the
+    // length of `to`.
+    unsafe { launch::launch(src.device(), kernel, cfg, &args) }
 }
 
 /// Copies `rows` rows of `cols` elements between two row-strided regions.
@@ -108,13 +149,13 @@ pub(crate) fn copy2d(src: &HipStorage, dst: &mut HipStorage, c: Copy2d) -> Resul
         return memcpy(&from, &mut to, device.stream());
     }
     let kernel = table::kernel("copy2d", OP, src.dtype(), None)?;
-    let per_pack = VEC_BYTES / src.dtype().size_in_bytes();
+    let per_pack = launch::per_pack(src.dtype().size_in_bytes());
     let numel = c.rows * c.cols;
     let packed = [c.cols, c.src_stride, c.dst_stride]
         .iter()
         .all(|v| v % per_pack == 0);
     let work = if packed { numel / per_pack } else { numel };
-    let cfg = launch::grid_stride(to_u64(work), device.compute_units());
+    let cfg = launch::unrolled(to_u64(work));
     let args = [
         Arg::U64(to_u64(c.rows)),
         Arg::U64(to_u64(c.cols)),
@@ -150,10 +191,7 @@ pub(crate) fn const_set(dst: &mut HipStorage, value: Scalar, layout: &Layout) ->
         return device.stream().memset_zeros(&mut view).map_err(hip);
     }
     let kernel = table::kernel("fill", OP, dtype, None)?;
-    let cfg = launch::grid_stride(
-        launch::elementwise_work(&info, dtype.size_in_bytes()),
-        device.compute_units(),
-    );
+    let cfg = launch::elementwise(&info, dtype.size_in_bytes());
     let args = [Arg::Elem(info), Arg::Out(view), Arg::U64(bits)];
     // SAFETY: fill_T(const ElemInfo, T* dst, u64 bits) writes the offsets of
     // `info` (the layout's shape and strides), all inside the view, which
@@ -180,6 +218,23 @@ mod tests {
         let l = Layout::contiguous((4, 6)).transpose(0, 1).unwrap();
         assert_eq!(as_rows(&l), None);
         assert_eq!(as_rows(&Layout::contiguous((2, 3))), None);
+    }
+
+    #[test]
+    fn transposes_take_the_tiled_copy() {
+        let info = |l: &Layout| ElemInfo::new("t", l.dims(), &[l.stride()]).unwrap();
+        let l = Layout::contiguous((64, 48)).transpose(0, 1).unwrap();
+        assert_eq!(tiled_transpose(&info(&l)), Some(0));
+        // (B, H, S, D) -> (B, H, D, S): the plane of the last two dims.
+        let l = Layout::contiguous((2, 4, 32, 16)).transpose(2, 3).unwrap();
+        let i = info(&l);
+        assert_eq!(i.rank, 3);
+        assert_eq!(tiled_transpose(&i), Some(1));
+        // Thin planes and inner-contiguous permutations do not.
+        let l = Layout::contiguous((4, 1030)).transpose(0, 1).unwrap();
+        assert_eq!(tiled_transpose(&info(&l)), None);
+        let l = Layout::contiguous((16, 8, 32)).transpose(0, 1).unwrap();
+        assert_eq!(tiled_transpose(&info(&l)), None);
     }
 
     #[test]

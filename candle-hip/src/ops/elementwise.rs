@@ -48,7 +48,6 @@ pub(crate) fn launch_into(
         }
     }
     let strides: Vec<&[usize]> = inputs.iter().map(|i| i.layout.stride()).collect();
-    let info = ElemInfo::new(op, dims, &strides)?;
     let numel = first.layout.shape().elem_count();
     if out.len() != numel * out_dtype.size_in_bytes() {
         return Err(invalid(
@@ -67,10 +66,9 @@ pub(crate) fn launch_into(
         .iter()
         .map(|i| i.storage.dtype().size_in_bytes())
         .fold(out_dtype.size_in_bytes(), usize::max);
-    let cfg = launch::grid_stride(
-        launch::elementwise_work(&info, widest),
-        device.compute_units(),
-    );
+    let info =
+        ElemInfo::new(op, dims, &strides)?.with_inner_packs(inputs.len(), launch::per_pack(widest));
+    let cfg = launch::elementwise(&info, widest);
     let mut args = Vec::with_capacity(inputs.len() + params.len() + 2);
     args.push(Arg::Elem(info));
     for input in inputs {

@@ -9,7 +9,7 @@ use candle_core::Layout;
 use candle_core::backend::BackendStorage;
 
 use crate::error::{Result, invalid};
-use crate::info::{IndexInfo, VEC_BYTES, split_at_dim, to_u64};
+use crate::info::{IndexInfo, split_at_dim, to_u64};
 use crate::launch::{self, Arg};
 use crate::ops::elementwise;
 use crate::storage::HipStorage;
@@ -54,10 +54,9 @@ unsafe fn launch_indexing(
     work: usize,
     args: [Arg<'_>; 4],
 ) -> Result<()> {
-    let device = src.device();
-    let cfg = launch::grid_stride(to_u64(work), device.compute_units());
+    let cfg = launch::unrolled(to_u64(work));
     // SAFETY: forwarded to the caller.
-    unsafe { launch::launch(device, kernel, cfg, &args) }
+    unsafe { launch::launch(src.device(), kernel, cfg, &args) }
 }
 
 /// Selects `ids` (1-D, any stride) along `dim` of the contiguous `src`.
@@ -94,7 +93,7 @@ pub(crate) fn index_select(
         ids_stride: to_u64(ids_l.stride()[0]),
         ..IndexInfo::default()
     };
-    let per_pack = VEC_BYTES / src.dtype().size_in_bytes();
+    let per_pack = launch::per_pack(src.dtype().size_in_bytes());
     let work = if right % per_pack == 0 {
         numel / per_pack
     } else {
@@ -240,11 +239,12 @@ pub(crate) fn scatter(
         Arg::In(src.view(op, src_l)?),
         Arg::Out(dst.view_mut(op, dst_l)?),
     ];
-    let cfg = launch::grid_stride(to_u64(columns), device.compute_units());
+    let cfg = launch::column_walks(to_u64(columns), device.wave_size(), device.compute_units());
     // SAFETY: scatter*(const IndexInfo, const I* ids, const T* src, T* dst):
     // ids and src hold left * ids_dim * right elements, dst left * dst_dim *
     // right (the destination layout's reach); positions >= dst_dim are
-    // skipped by the kernel. dst is a different storage (exclusive borrow).
+    // skipped by the kernel. dst is a different storage (exclusive borrow),
+    // so the kernel's early loads of ids and src never see its own writes.
     unsafe { launch::launch(&device, kernel, cfg, &args) }
 }
 
@@ -288,14 +288,31 @@ pub(crate) fn index_add(
     if left * right == 0 || n_ids == 0 {
         return Ok(out);
     }
+    let device = dst.device();
+    let rows = launch::index_add_rows(
+        to_u64(left),
+        to_u64(right),
+        to_u64(dst_dim),
+        to_u64(n_ids),
+        device.wave_size(),
+        device.compute_units(),
+    );
     let info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
         src_dim: to_u64(src_dim),
         dst_dim: to_u64(dst_dim),
         ids_dim: to_u64(n_ids),
+        mode: u64::from(rows.is_some()),
         ..IndexInfo::default()
     };
+    let cfg = rows.unwrap_or_else(|| {
+        launch::column_walks(
+            to_u64(left * right),
+            device.wave_size(),
+            device.compute_units(),
+        )
+    });
     let args = [
         Arg::Index(info),
         Arg::In(ids.view(OP, ids_l)?),
@@ -304,7 +321,9 @@ pub(crate) fn index_add(
     ];
     // SAFETY: index_add(const IndexInfo, const I* ids, const T* src, T* dst):
     // ids holds n_ids values, src left * src_dim * right, dst left * dst_dim
-    // * right; positions >= dst_dim are skipped by the kernel.
-    unsafe { launch_indexing(dst, kernel, left * right, args) }?;
+    // * right; positions >= dst_dim are skipped by the kernel. dst is the new
+    // storage `out`, distinct from ids and src. The per-row form (mode 1)
+    // gets whole waves of at most CH_ELEM_BLOCK threads.
+    unsafe { launch::launch(device, kernel, cfg, &args) }?;
     Ok(out)
 }

@@ -5,7 +5,7 @@ use candle_core::op::ReduceOp;
 use candle_core::{DType, Layout};
 
 use crate::error::{Result, invalid};
-use crate::info::ReduceInfo;
+use crate::info::{REDUCE_STATE_BYTES, ReduceInfo};
 use crate::launch::{self, Arg};
 use crate::storage::HipStorage;
 use crate::table;
@@ -31,7 +31,7 @@ pub(crate) fn reduce(
     let mut reduce_dims = dims.to_vec();
     reduce_dims.sort_unstable();
     reduce_dims.dedup();
-    let mut info = ReduceInfo::new(family, layout.dims(), layout.stride(), &reduce_dims)?;
+    let info = ReduceInfo::new(family, layout.dims(), layout.stride(), &reduce_dims)?;
     if out_dtype == DType::U32 && info.red_size >= u64::from(u32::MAX) {
         return Err(invalid(
             family,
@@ -48,16 +48,42 @@ pub(crate) fn reduce(
     if num_out == 0 {
         return Ok(out);
     }
-    let cfg = launch::reduction(&mut info, device.wave_size(), device.compute_units());
-    let args = [
-        Arg::Reduce(info),
-        Arg::In(src.view(family, layout)?),
-        Arg::Out(out.view_all_mut()),
-    ];
-    // SAFETY: reduce_*(const ReduceInfo, const T* src, Out* dst): `info`
-    // splits `layout` (whose reach the source view covers) into kept and
-    // reduced dimensions, dst holds num_out values of the output dtype, and
-    // the block shape is a whole number of waves up to CH_REDUCE_MAX_BLOCK.
-    unsafe { launch::launch(device, kernel, cfg, &args) }?;
+    let plan = launch::reduction(
+        info,
+        src.dtype().size_in_bytes(),
+        device.wave_size(),
+        device.compute_units(),
+    );
+    let partials = usize::try_from(plan.partials())
+        .ok()
+        .and_then(|p| p.checked_mul(REDUCE_STATE_BYTES))
+        .ok_or_else(|| invalid(family, "too many partial states"))?;
+    let mut work = if partials == 0 {
+        None
+    } else {
+        // SAFETY: the main launch writes every partial state before the
+        // finish launch (queued after it on the same stream) reads them.
+        Some(unsafe { device.alloc_storage(DType::U8, partials) }?)
+    };
+    for step in [Some(plan.main), plan.finish].into_iter().flatten() {
+        let work_arg = match work.as_mut() {
+            Some(w) => Arg::Out(w.view_all_mut()),
+            None => Arg::U64(0),
+        };
+        let args = [
+            Arg::Reduce(step.info),
+            Arg::In(src.view(family, layout)?),
+            Arg::Out(out.view_all_mut()),
+            work_arg,
+        ];
+        // SAFETY: reduce_*(const ReduceInfo, const T* src, Out* dst, State*
+        // work): `info` splits `layout` (whose reach the source view covers)
+        // into kept and reduced dimensions, dst holds num_out values of the
+        // output dtype, work holds REDUCE_STATE_BYTES (>= the state size)
+        // per partial state when the plan splits the outputs and is never
+        // touched (null) otherwise; block shapes are whole waves up to
+        // CH_REDUCE_MAX_BLOCK, COLS blocks exactly CH_ELEM_BLOCK threads.
+        unsafe { launch::launch(device, kernel, step.cfg, &args) }?;
+    }
     Ok(out)
 }
