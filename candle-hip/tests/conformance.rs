@@ -296,6 +296,10 @@ fn fixed_shapes() -> Vec<Vec<usize>> {
         vec![33, 65],
         vec![2, 3, 4, 5, 3],
         vec![4, 1030],
+        // Inner dimensions that are whole 16-byte packs for every dtype:
+        // broadcasts and permutations take the packed strided paths.
+        vec![6, 64],
+        vec![3, 5, 48],
     ]
 }
 
@@ -833,6 +837,10 @@ fn reductions(ctx: &mut Ctx) {
     ];
     let mut shapes = ctx.shapes.clone();
     shapes.extend([vec![3, 5000], vec![70, 300], vec![300, 70], vec![2, 40_000]]);
+    // Large enough to be cut into chunks whose partial states a second
+    // launch combines (long rows; reductions over an outer dimension with
+    // few and with many outputs).
+    shapes.extend([vec![3, 200_000], vec![20_000, 33], vec![300, 5000]]);
     for (op, name) in ops {
         for dtype in DTYPES {
             for shape in &shapes {
@@ -921,6 +929,17 @@ fn index_select(ctx: &mut Ctx) {
     }
 }
 
+/// Updates along the indexed dimension of scatter and index_add: mostly a
+/// few, sometimes several batches of the kernels' column walks (with many
+/// repeated positions).
+fn update_count(rng: &mut Rng) -> usize {
+    if rng.chance(0.25) {
+        20 + rng.below(40)
+    } else {
+        rng.below(6)
+    }
+}
+
 /// `shape` with dimension `dim` replaced by `size`.
 fn with_dim(shape: &[usize], dim: usize, size: usize) -> Vec<usize> {
     let mut s = shape.to_vec();
@@ -977,7 +996,7 @@ fn scatter(ctx: &mut Ctx) {
                     for form in DENSE_FORMS {
                         let dim = ctx.rng.below(shape.len());
                         let (dst, ld) = ctx.input(dtype, &shape, form, domain);
-                        let src_shape = with_dim(&shape, dim, ctx.rng.below(5));
+                        let src_shape = with_dim(&shape, dim, update_count(&mut ctx.rng));
                         let (src, ls) = ctx.input(dtype, &src_shape, Form::Contiguous, domain);
                         let n: usize = src_shape.iter().product();
                         let ids = random_ids(&mut ctx.rng, ids_dtype, n, shape[dim]);
@@ -1028,7 +1047,7 @@ fn index_add(ctx: &mut Ctx) {
                 for form in FORMS {
                     let dim = ctx.rng.below(shape.len());
                     let (dst, ld) = ctx.input(dtype, &shape, form, domain);
-                    let n_ids = ctx.rng.below(6);
+                    let n_ids = update_count(&mut ctx.rng);
                     let src_shape = with_dim(&shape, dim, n_ids);
                     let (src, ls) = ctx.input(dtype, &src_shape, Form::Contiguous, domain);
                     let ids = random_ids(&mut ctx.rng, ids_dtype, n_ids, shape[dim]);
@@ -1047,8 +1066,12 @@ fn index_add(ctx: &mut Ctx) {
 }
 
 fn copies(ctx: &mut Ctx) {
+    // Permutations of these are batched transposes with planes of whole and
+    // partial tiles (the tiled copy).
+    let mut shapes = ctx.shapes.clone();
+    shapes.extend([vec![3, 70, 40], vec![130, 67], vec![2, 3, 40, 24]]);
     for dtype in DTYPES {
-        for shape in ctx.shapes.clone() {
+        for shape in shapes.clone() {
             for form in FORMS {
                 // copy_strided_src into the middle of a larger destination.
                 let (src, ls) = ctx.input(dtype, &shape, form, Domain::Special);
