@@ -454,10 +454,23 @@ __device__ __forceinline__ void map_elems(const ElemInfo& info, Out* out, const 
   if (info.rank == 0) {
     ch_u64 done = 0;
     if (vec) {
-      done = n / V * V;
-      unrolled_loop<CH_UNROLL, OutPack>(
-          n / V, [&](ch_u64 j) { return apply_pack<V, Out>(f, ins.template pack<V>(j)...); },
-          [&](ch_u64 j, const OutPack& r) { outv[j] = r; });
+      // unrolled_loop written out: f can be large (8 or 16 calls of a libm
+      // function per pack), and a lambda around it may not be inlined.
+      const ch_u64 nv = n / V;
+      const ch_u64 block = blockDim.x;
+      const ch_u64 step = (ch_u64)gridDim.x * block * CH_UNROLL;
+      for (ch_u64 base = (ch_u64)blockIdx.x * block * CH_UNROLL + threadIdx.x; base < nv; base += step) {
+        if (base + (CH_UNROLL - 1) * block < nv) {
+          OutPack r[CH_UNROLL];
+#pragma unroll
+          for (int u = 0; u < CH_UNROLL; ++u) r[u] = apply_pack<V, Out>(f, ins.template pack<V>(base + u * block)...);
+#pragma unroll
+          for (int u = 0; u < CH_UNROLL; ++u) outv[base + u * block] = r[u];
+        } else {
+          for (ch_u64 j = base; j < nv; j += block) outv[j] = apply_pack<V, Out>(f, ins.template pack<V>(j)...);
+        }
+      }
+      done = nv * V;
     }
     for (ch_u64 i = done + global_thread(); i < n; i += global_threads()) out[i] = f(ins.p[i]...);
     return;

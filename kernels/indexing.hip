@@ -11,14 +11,15 @@
 // scatter, scatter_add and index_add apply the updates of each destination
 // element in increasing index order, so duplicate indices resolve exactly as
 // on the CPU (last write wins, sums in index order), without atomics. Two
-// forms (IndexInfo.mode, chosen by the host):
-// - per column (mode 0): a thread owns one (left, right) column and walks the
+// forms (the host picks the kernel):
+// - per column (scatter, scatter_add, index_add): a thread owns one
+//   (left, right) column and walks the
 //   indices in order, a batch at a time: the batch's indices and values are
 //   loaded together (the next batch's while the current one is applied), the
 //   destination elements of the batch too, and an update whose position
 //   appeared earlier in the batch starts from that earlier result;
-// - per destination row (mode 1, index_add only): a block owns destination
-//   row (left, p) over a tile of columns, keeps it in registers, scans all
+// - per destination row (index_add_rows): a block owns destination row
+//   (left, p) over a tile of columns, keeps it in registers, scans all
 //   indices in order and adds every source row whose index is p. Used when
 //   there are too few columns to fill the device.
 
@@ -33,7 +34,6 @@ struct IndexInfo {
   ch_u64 ids_dim;     // number of indices along `dim`
   ch_u64 ids_stride;  // index_select: distance between consecutive indices
   ch_u64 src_right;   // gather: product of the source dimensions after `dim`
-  ch_u64 mode;        // scatter, scatter_add, index_add: 0 per column, 1 per destination row
 };
 
 // Whether `id` selects a position below `size`; the position goes to `pos`.
@@ -169,6 +169,31 @@ __device__ __forceinline__ void column_updates(ch_u64 count, T* dcol, ch_u64 str
 // Updates per batch of a column walk (two batches live in registers).
 #define CH_SCATTER_BATCH 8
 
+// Update i of scatter's column starting at element `first` of ids and src.
+template <typename I, typename T>
+struct ScatterUpdates {
+  const I* ids;
+  const T* src;
+  ch_u64 first, right, dst_dim;
+  __device__ __forceinline__ bool operator()(ch_u64 i, ch_u64& pos, T& v) const {
+    const ch_u64 k = first + i * right;
+    v = src[k];
+    return index_ok(ids[k], dst_dim, pos);
+  }
+};
+
+// Update i of index_add's column `scol` (every column shares the 1-D ids).
+template <typename I, typename T>
+struct IndexAddUpdates {
+  const I* ids;
+  const T* scol;
+  ch_u64 right, dst_dim;
+  __device__ __forceinline__ bool operator()(ch_u64 i, ch_u64& pos, T& v) const {
+    v = scol[i * right];
+    return index_ok(ids[i], dst_dim, pos);
+  }
+};
+
 // dst[l, ids[l, i, r], r] = (or +=) src[l, i, r]; ids and src have shape
 // [left, ids_dim, right]. One thread per (l, r) column.
 template <bool Add, typename I, typename T>
@@ -177,29 +202,20 @@ __device__ __forceinline__ void scatter_body(const IndexInfo& info, const I* ids
   for (ch_u64 c = global_thread(); c < columns; c += global_threads()) {
     ch_u64 r;
     const ch_u64 l = divmod(c, info.right, r);
-    const ch_u64 first = l * info.ids_dim * info.right + r;
-    column_updates<Add, CH_SCATTER_BATCH>(
-        info.ids_dim, dst + l * info.dst_dim * info.right + r, info.right, [&](ch_u64 i, ch_u64& pos, T& v) {
-          const ch_u64 k = first + i * info.right;
-          v = src[k];
-          return index_ok(ids[k], info.dst_dim, pos);
-        });
+    const ScatterUpdates<I, T> get = {ids, src, l * info.ids_dim * info.right + r, info.right, info.dst_dim};
+    column_updates<Add, CH_SCATTER_BATCH>(info.ids_dim, dst + l * info.dst_dim * info.right + r, info.right, get);
   }
 }
 
 // index_add per column: dst[l, ids[i], r] += src[l, i, r] for i < ids_dim (= src_dim).
 template <typename I, typename T>
-__device__ __forceinline__ void index_add_columns(const IndexInfo& info, const I* ids, const T* src, T* dst) {
+__device__ __forceinline__ void index_add_body(const IndexInfo& info, const I* ids, const T* src, T* dst) {
   const ch_u64 columns = info.left * info.right;
   for (ch_u64 c = global_thread(); c < columns; c += global_threads()) {
     ch_u64 r;
     const ch_u64 l = divmod(c, info.right, r);
-    const T* scol = src + l * info.src_dim * info.right + r;
-    column_updates<true, CH_SCATTER_BATCH>(
-        info.ids_dim, dst + l * info.dst_dim * info.right + r, info.right, [&](ch_u64 i, ch_u64& pos, T& v) {
-          v = scol[i * info.right];
-          return index_ok(ids[i], info.dst_dim, pos);
-        });
+    const IndexAddUpdates<I, T> get = {ids, src + l * info.src_dim * info.right + r, info.right, info.dst_dim};
+    column_updates<true, CH_SCATTER_BATCH>(info.ids_dim, dst + l * info.dst_dim * info.right + r, info.right, get);
   }
 }
 
@@ -211,7 +227,7 @@ __device__ __forceinline__ void index_add_columns(const IndexInfo& info, const I
 // __ballot (converged): hits of CH_ELEM_BLOCK indices become one 64-bit mask
 // per wave, read back in order by every thread.
 template <typename I, typename T>
-__device__ __forceinline__ void index_add_rows(const IndexInfo& info, const I* ids, const T* src, T* dst) {
+__device__ __forceinline__ void index_add_rows_body(const IndexInfo& info, const I* ids, const T* src, T* dst) {
   __shared__ ch_u64 masks[(CH_ELEM_BLOCK + CANDLE_HIP_WAVE - 1) / CANDLE_HIP_WAVE];
   const ch_u64 block = blockDim.x;
   const ch_u64 span = block * CH_OWNER_COLS;
@@ -265,15 +281,6 @@ __device__ __forceinline__ void index_add_rows(const IndexInfo& info, const I* i
   }
 }
 
-template <typename I, typename T>
-__device__ __forceinline__ void index_add_body(const IndexInfo& info, const I* ids, const T* src, T* dst) {
-  if (info.mode == 1) {
-    index_add_rows(info, ids, src, dst);
-  } else {
-    index_add_columns(info, ids, src, dst);
-  }
-}
-
 #define CH_READ_KERNEL(NAME, I, TY)                                                                 \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                       \
       NAME##_##I##_##TY(const IndexInfo info, const ch_##I* ids, const ch_##TY* src, ch_##TY* out) { \
@@ -288,10 +295,11 @@ __device__ __forceinline__ void index_add_body(const IndexInfo& info, const I* i
 #define CH_SCATTER_SET(NAME, I, TY) CH_SCATTER_KERNEL(NAME, I, TY, false)
 #define CH_SCATTER_ADD(NAME, I, TY) CH_SCATTER_KERNEL(NAME, I, TY, true)
 
+// index_add_<I>_<T> walks columns, index_add_rows_<I>_<T> owns destination rows.
 #define CH_INDEX_ADD_KERNEL(NAME, I, TY)                                                            \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                       \
       NAME##_##I##_##TY(const IndexInfo info, const ch_##I* ids, const ch_##TY* src, ch_##TY* dst) { \
-    index_add_body(info, ids, src, dst);                                                            \
+    NAME##_body(info, ids, src, dst);                                                               \
   }
 
 #define CH_INDEX_FAMILIES(I)                   \
@@ -299,7 +307,8 @@ __device__ __forceinline__ void index_add_body(const IndexInfo& info, const I* i
   CH_ALL(CH_READ_KERNEL, gather, I)            \
   CH_ALL(CH_SCATTER_SET, scatter, I)           \
   CH_ALL(CH_SCATTER_ADD, scatter_add, I)       \
-  CH_ALL(CH_INDEX_ADD_KERNEL, index_add, I)
+  CH_ALL(CH_INDEX_ADD_KERNEL, index_add, I)     \
+  CH_ALL(CH_INDEX_ADD_KERNEL, index_add_rows, I)
 
 CH_INDEX_FAMILIES(u8)
 CH_INDEX_FAMILIES(u32)

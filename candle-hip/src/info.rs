@@ -342,14 +342,11 @@ pub(crate) struct IndexInfo {
     pub(crate) ids_stride: u64,
     /// gather: product of the source dimensions after `dim`.
     pub(crate) src_right: u64,
-    /// scatter, scatter_add, index_add: 0 a thread per column, 1 (index_add)
-    /// a block per destination row.
-    pub(crate) mode: u64,
 }
 
-// SAFETY: `#[repr(C)]` of eight u64: no padding, every bit pattern valid.
+// SAFETY: `#[repr(C)]` of seven u64: no padding, every bit pattern valid.
 unsafe impl DeviceRepr for IndexInfo {}
-const _: () = assert!(std::mem::size_of::<IndexInfo>() == 8 * 8);
+const _: () = assert!(std::mem::size_of::<IndexInfo>() == 7 * 8);
 
 /// `(product of dims[..dim], dims[dim], product of dims[dim + 1..])`.
 pub(crate) fn split_at_dim(dims: &[usize], dim: usize) -> (usize, usize, usize) {

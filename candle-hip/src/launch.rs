@@ -224,7 +224,7 @@ pub(crate) fn column_walks(columns: u64, wave_size: u32, compute_units: u32) -> 
     config(columns.div_ceil(threads), threads as u32)
 }
 
-/// Columns of a destination row each thread of index_add's per-row form
+/// Columns of a destination row each thread of `index_add_rows_*`
 /// keeps (`CH_OWNER_COLS` in `kernels/indexing.hip`).
 pub(crate) const OWNER_COLS: u64 = 4;
 
@@ -232,7 +232,7 @@ pub(crate) const OWNER_COLS: u64 = 4;
 /// every index once per row and column tile) instead of each thread a
 /// column (a sequential walk over every index): per row when the walks are
 /// too few to fill the device and the scans cost less than the walks'
-/// sequential steps. Returns the launch shape of the per-row form.
+/// sequential steps. Returns the launch shape of `index_add_rows_*`.
 pub(crate) fn index_add_rows(
     left: u64,
     right: u64,

@@ -205,6 +205,7 @@ pub(crate) const FAMILIES: &[Family] = &[
     two("scatter", Indexing, Index, All),
     two("scatter_add", Indexing, Index, All),
     two("index_add", Indexing, Index, All),
+    two("index_add_rows", Indexing, Index, All),
     one("copy2d", CopySource, All),
     one("transpose", CopySource, All),
     one("fill", CopySource, All),

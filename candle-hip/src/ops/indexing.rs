@@ -280,14 +280,6 @@ pub(crate) fn index_add(
             ),
         ));
     }
-    let kernel = table::kernel("index_add", OP, ids.dtype(), Some(dst.dtype()))?;
-    let numel = dst_l.shape().elem_count();
-    // SAFETY: the copy below writes all numel elements.
-    let mut out = unsafe { dst.device().alloc_storage(dst.dtype(), numel) }?;
-    elementwise::copy_into(dst, dst_l, out.view_all_mut())?;
-    if left * right == 0 || n_ids == 0 {
-        return Ok(out);
-    }
     let device = dst.device();
     let rows = launch::index_add_rows(
         to_u64(left),
@@ -297,13 +289,25 @@ pub(crate) fn index_add(
         device.wave_size(),
         device.compute_units(),
     );
+    let family = if rows.is_some() {
+        "index_add_rows"
+    } else {
+        "index_add"
+    };
+    let kernel = table::kernel(family, OP, ids.dtype(), Some(dst.dtype()))?;
+    let numel = dst_l.shape().elem_count();
+    // SAFETY: the copy below writes all numel elements.
+    let mut out = unsafe { device.alloc_storage(dst.dtype(), numel) }?;
+    elementwise::copy_into(dst, dst_l, out.view_all_mut())?;
+    if left * right == 0 || n_ids == 0 {
+        return Ok(out);
+    }
     let info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
         src_dim: to_u64(src_dim),
         dst_dim: to_u64(dst_dim),
         ids_dim: to_u64(n_ids),
-        mode: u64::from(rows.is_some()),
         ..IndexInfo::default()
     };
     let cfg = rows.unwrap_or_else(|| {
@@ -319,10 +323,10 @@ pub(crate) fn index_add(
         Arg::In(src.view(OP, src_l)?),
         Arg::Out(out.view_all_mut()),
     ];
-    // SAFETY: index_add(const IndexInfo, const I* ids, const T* src, T* dst):
-    // ids holds n_ids values, src left * src_dim * right, dst left * dst_dim
-    // * right; positions >= dst_dim are skipped by the kernel. dst is the new
-    // storage `out`, distinct from ids and src. The per-row form (mode 1)
+    // SAFETY: index_add(_rows)(const IndexInfo, const I* ids, const T* src,
+    // T* dst): ids holds n_ids values, src left * src_dim * right, dst left *
+    // dst_dim * right; positions >= dst_dim are skipped by the kernel. dst is
+    // the new storage `out`, distinct from ids and src. The per-row kernel
     // gets whole waves of at most CH_ELEM_BLOCK threads.
     unsafe { launch::launch(device, kernel, cfg, &args) }?;
     Ok(out)
