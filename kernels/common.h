@@ -455,17 +455,20 @@ __device__ __forceinline__ void map_elems(const ElemInfo& info, Out* out, const 
     ch_u64 done = 0;
     if (vec) {
       // unrolled_loop written out: f can be large (8 or 16 calls of a libm
-      // function per pack), and a lambda around it may not be inlined.
+      // function per pack), and a lambda around it may not be inlined. Packs
+      // of 8 or more elements take half the unroll (the same bytes in flight
+      // per element, half the code).
+      const int U = V <= 4 ? CH_UNROLL : CH_UNROLL / 2;
       const ch_u64 nv = n / V;
       const ch_u64 block = blockDim.x;
-      const ch_u64 step = (ch_u64)gridDim.x * block * CH_UNROLL;
-      for (ch_u64 base = (ch_u64)blockIdx.x * block * CH_UNROLL + threadIdx.x; base < nv; base += step) {
-        if (base + (CH_UNROLL - 1) * block < nv) {
-          OutPack r[CH_UNROLL];
+      const ch_u64 step = (ch_u64)gridDim.x * block * U;
+      for (ch_u64 base = (ch_u64)blockIdx.x * block * U + threadIdx.x; base < nv; base += step) {
+        if (base + (U - 1) * block < nv) {
+          OutPack r[U];
 #pragma unroll
-          for (int u = 0; u < CH_UNROLL; ++u) r[u] = apply_pack<V, Out>(f, ins.template pack<V>(base + u * block)...);
+          for (int u = 0; u < U; ++u) r[u] = apply_pack<V, Out>(f, ins.template pack<V>(base + u * block)...);
 #pragma unroll
-          for (int u = 0; u < CH_UNROLL; ++u) outv[base + u * block] = r[u];
+          for (int u = 0; u < U; ++u) outv[base + u * block] = r[u];
         } else {
           for (ch_u64 j = base; j < nv; j += block) outv[j] = apply_pack<V, Out>(f, ins.template pack<V>(j)...);
         }
@@ -475,18 +478,18 @@ __device__ __forceinline__ void map_elems(const ElemInfo& info, Out* out, const 
     for (ch_u64 i = done + global_thread(); i < n; i += global_threads()) out[i] = f(ins.p[i]...);
     return;
   }
-  if (vec && info.inner_vec) {
-    for (ch_u64 j = global_thread(); j < n / V; j += global_threads()) {
-      ch_u64 off[CH_MAX_OPERANDS];
-      strided_offsets<sizeof...(Ins)>(info, j * V, off);
-      outv[j] = apply_pack<V, Out>(f, ins.template inner_pack<V>(info, off)...);
-    }
-    return;
-  }
-  for (ch_u64 i = global_thread(); i < n; i += global_threads()) {
+  // Strided: one index decomposition per pack (inner_vec) or per element,
+  // in one loop so that the decomposition is compiled once.
+  const bool packs = vec && info.inner_vec;
+  const ch_u64 items = packs ? n / V : n;
+  for (ch_u64 j = global_thread(); j < items; j += global_threads()) {
     ch_u64 off[CH_MAX_OPERANDS];
-    strided_offsets<sizeof...(Ins)>(info, i, off);
-    out[i] = f(ins.at(off)...);
+    strided_offsets<sizeof...(Ins)>(info, packs ? j * V : j, off);
+    if (packs) {
+      outv[j] = apply_pack<V, Out>(f, ins.template inner_pack<V>(info, off)...);
+    } else {
+      out[j] = f(ins.at(off)...);
+    }
   }
 }
 

@@ -61,15 +61,22 @@ pub(crate) fn unrolled(work: u64) -> LaunchConfig {
 }
 
 /// The launch of an element-wise kernel (`map_elems`, `fill`): contiguous
-/// operands take `UNROLL` packs per thread, strided ones a pack or element
-/// per thread (the kernel loops over what the grid does not cover).
+/// operands take `UNROLL` packs per thread (half as many for packs of 8 or
+/// more elements, as `map_elems` does), strided ones a pack or element per
+/// thread (the kernel loops over what the grid does not cover).
 pub(crate) fn elementwise(info: &ElemInfo, widest: usize) -> LaunchConfig {
     let work = elementwise_work(info, widest);
-    if info.is_contiguous() {
-        unrolled(work)
+    let per_thread = if !info.is_contiguous() {
+        1
+    } else if per_pack(widest) <= 4 {
+        UNROLL
     } else {
-        config(work.div_ceil(u64::from(ELEM_BLOCK)), ELEM_BLOCK)
-    }
+        UNROLL / 2
+    };
+    config(
+        work.div_ceil(u64::from(ELEM_BLOCK * per_thread)),
+        ELEM_BLOCK,
+    )
 }
 
 /// Work items of an element-wise kernel: 16-byte packs when every operand is
@@ -344,10 +351,12 @@ mod tests {
             .unwrap()
             .with_inner_packs(2, 4);
         assert_eq!(elementwise_work(&bcast, 4), 32);
-        // 2^26 f32: 2^24 packs, UNROLL per thread; strided: one per thread.
+        // 2^26 f32: 2^24 packs, UNROLL per thread; bf16: 2^23 packs of 8,
+        // half as many per thread; strided: one per thread.
         let big = ElemInfo::new("t", &[1 << 26], &[&[1]]).unwrap();
         let per_block = ELEM_BLOCK * UNROLL;
         assert_eq!(elementwise(&big, 4).grid_dim.0, (1 << 24) / per_block);
+        assert_eq!(elementwise(&big, 2).grid_dim.0, (1 << 23) / (per_block / 2));
         let t = ElemInfo::new("t", &[1 << 13, 1 << 13], &[&[1, 1 << 13]]).unwrap();
         assert_eq!(elementwise(&t, 4).grid_dim.0, (1 << 26) / ELEM_BLOCK);
     }
