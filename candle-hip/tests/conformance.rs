@@ -296,10 +296,6 @@ fn fixed_shapes() -> Vec<Vec<usize>> {
         vec![33, 65],
         vec![2, 3, 4, 5, 3],
         vec![4, 1030],
-        // Inner dimensions that are whole 16-byte packs for every dtype:
-        // broadcasts and permutations take the packed strided paths.
-        vec![6, 64],
-        vec![3, 5, 48],
     ]
 }
 
@@ -512,6 +508,9 @@ struct Ctx {
     rng: Rng,
     report: Report,
     shapes: Vec<Vec<usize>>,
+    /// Updates along the indexed dimension of scatter and index_add, given
+    /// the bound of the usual few.
+    updates: fn(&mut Rng, usize) -> usize,
 }
 
 impl Ctx {
@@ -837,10 +836,6 @@ fn reductions(ctx: &mut Ctx) {
     ];
     let mut shapes = ctx.shapes.clone();
     shapes.extend([vec![3, 5000], vec![70, 300], vec![300, 70], vec![2, 40_000]]);
-    // Large enough to be cut into chunks whose partial states a second
-    // launch combines (long rows; reductions over an outer dimension with
-    // few and with many outputs).
-    shapes.extend([vec![3, 200_000], vec![20_000, 33], vec![300, 5000]]);
     for (op, name) in ops {
         for dtype in DTYPES {
             for shape in &shapes {
@@ -929,15 +924,15 @@ fn index_select(ctx: &mut Ctx) {
     }
 }
 
-/// Updates along the indexed dimension of scatter and index_add: mostly a
-/// few, sometimes several batches of the kernels' column walks (with many
-/// repeated positions).
-fn update_count(rng: &mut Rng) -> usize {
-    if rng.chance(0.25) {
-        20 + rng.below(40)
-    } else {
-        rng.below(6)
-    }
+/// A few scatter / index_add updates (fewer than `bound`).
+fn few_updates(rng: &mut Rng, bound: usize) -> usize {
+    rng.below(bound)
+}
+
+/// Updates that make several batches of the kernels' column walks (with
+/// many repeated positions).
+fn many_updates(rng: &mut Rng, _bound: usize) -> usize {
+    20 + rng.below(40)
 }
 
 /// `shape` with dimension `dim` replaced by `size`.
@@ -996,7 +991,7 @@ fn scatter(ctx: &mut Ctx) {
                     for form in DENSE_FORMS {
                         let dim = ctx.rng.below(shape.len());
                         let (dst, ld) = ctx.input(dtype, &shape, form, domain);
-                        let src_shape = with_dim(&shape, dim, update_count(&mut ctx.rng));
+                        let src_shape = with_dim(&shape, dim, (ctx.updates)(&mut ctx.rng, 5));
                         let (src, ls) = ctx.input(dtype, &src_shape, Form::Contiguous, domain);
                         let n: usize = src_shape.iter().product();
                         let ids = random_ids(&mut ctx.rng, ids_dtype, n, shape[dim]);
@@ -1047,7 +1042,7 @@ fn index_add(ctx: &mut Ctx) {
                 for form in FORMS {
                     let dim = ctx.rng.below(shape.len());
                     let (dst, ld) = ctx.input(dtype, &shape, form, domain);
-                    let n_ids = update_count(&mut ctx.rng);
+                    let n_ids = (ctx.updates)(&mut ctx.rng, 6);
                     let src_shape = with_dim(&shape, dim, n_ids);
                     let (src, ls) = ctx.input(dtype, &src_shape, Form::Contiguous, domain);
                     let ids = random_ids(&mut ctx.rng, ids_dtype, n_ids, shape[dim]);
@@ -1066,12 +1061,8 @@ fn index_add(ctx: &mut Ctx) {
 }
 
 fn copies(ctx: &mut Ctx) {
-    // Permutations of these are batched transposes with planes of whole and
-    // partial tiles (the tiled copy).
-    let mut shapes = ctx.shapes.clone();
-    shapes.extend([vec![3, 70, 40], vec![130, 67], vec![2, 3, 40, 24]]);
     for dtype in DTYPES {
-        for shape in shapes.clone() {
+        for shape in ctx.shapes.clone() {
             for form in FORMS {
                 // copy_strided_src into the middle of a larger destination.
                 let (src, ls) = ctx.input(dtype, &shape, form, Domain::Special);
@@ -1204,10 +1195,11 @@ fn conformance_with_the_cpu_backend() {
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let shapes = shapes(&mut rng);
     let mut ctx = Ctx {
-        dev,
+        dev: dev.clone(),
         rng,
         report: Report::default(),
         shapes,
+        updates: few_updates,
     };
     round_trips(&mut ctx);
     all_unary(&mut ctx);
@@ -1222,11 +1214,40 @@ fn conformance_with_the_cpu_backend() {
     scatter(&mut ctx);
     index_add(&mut ctx);
     copies(&mut ctx);
-    ctx.report.print();
+    // A second pass with its own random stream (the cases above stay as
+    // they were): shapes that reach the kernels' packed, tiled, split and
+    // batched paths. Inner dimensions of whole 16-byte packs for every dtype
+    // (packed broadcasts and permutations), permutations that are batched
+    // transposes with whole and partial tiles, scatter / index_add walks of
+    // several batches, and reductions large enough to be cut into chunks
+    // whose partial states a second launch combines (long rows; outer
+    // dimensions with few and with many outputs).
+    let mut paths = Ctx {
+        dev,
+        rng: Rng(0x5eed_1234_abcd_0002),
+        report: std::mem::take(&mut ctx.report),
+        shapes: vec![
+            vec![6, 64],
+            vec![3, 5, 48],
+            vec![3, 70, 40],
+            vec![130, 67],
+            vec![2, 3, 40, 24],
+        ],
+        updates: many_updates,
+    };
+    all_binary(&mut paths);
+    where_cond(&mut paths);
+    casts(&mut paths);
+    copies(&mut paths);
+    scatter(&mut paths);
+    index_add(&mut paths);
+    paths.shapes = vec![vec![3, 200_000], vec![20_000, 33], vec![300, 5000]];
+    reductions(&mut paths);
+    paths.report.print();
     assert!(
-        ctx.report.failures.is_empty(),
+        paths.report.failures.is_empty(),
         "{} failures",
-        ctx.report.failures.len()
+        paths.report.failures.len()
     );
 }
 
