@@ -5,8 +5,9 @@
 //! trailing unit dimension, with padding 0, stride 1 and dilation 1. Weights
 //! become a filter descriptor and must be packed. The convolution is always
 //! `CUDNN_CROSS_CORRELATION` (MIOpen's convolution); FP32 and FP64 use
-//! `CUDNN_FMA_MATH` so that TF32 is never used, FP16 and BF16 the default
-//! math (tensor cores allowed, as on AMD's matrix cores).
+//! `CUDNN_FMA_MATH` so that TF32 is never used; FP16 and BF16 use
+//! `CUDNN_TENSOR_OP_MATH`, which permits tensor cores (as MIOpen uses AMD's
+//! matrix cores, and as PyTorch configures cuDNN for half types).
 
 use std::ffi::{c_int, c_void};
 use std::mem::MaybeUninit;
@@ -60,7 +61,7 @@ pub(crate) fn uses_double_scalars(dtype: u32) -> bool {
 fn math_type(dtype: u32) -> cudnnMathType_t {
     match miopenDataType_t(dtype) {
         miopenDataType_t::miopenHalf | miopenDataType_t::miopenBFloat16 => {
-            cudnnMathType_t::CUDNN_DEFAULT_MATH
+            cudnnMathType_t::CUDNN_TENSOR_OP_MATH
         }
         _ => cudnnMathType_t::CUDNN_FMA_MATH,
     }
@@ -571,7 +572,7 @@ mod tests {
             Err(miopenStatus_t::miopenStatusNotImplemented)
         );
         assert_eq!(math_type(1), cudnnMathType_t::CUDNN_FMA_MATH);
-        assert_eq!(math_type(0), cudnnMathType_t::CUDNN_DEFAULT_MATH);
+        assert_eq!(math_type(0), cudnnMathType_t::CUDNN_TENSOR_OP_MATH);
         assert_eq!(
             at_least_4d(&[2, 3, 5], &[15, 5, 1]),
             (vec![2, 3, 5, 1], vec![15, 5, 1, 1])
