@@ -556,6 +556,9 @@ __device__ __forceinline__ typename R::State block_reduce(typename R::State s, t
 // from memory once.
 #define CH_ROW_CACHE_BYTES 64
 
+// Packs an uncached row visit loads ahead of their use.
+#define CH_ROW_LOADS 4
+
 template <typename A>
 struct RowCache {
   static const int VALUES = CH_ROW_CACHE_BYTES / (int)sizeof(A);
@@ -655,7 +658,19 @@ struct RowView {
         if (p < np) f(cache[i], p);
       }
     } else {
-      for (ch_u32 p = threadIdx.x; p < np; p += blockDim.x) {
+      // Several packs loaded before any is used, so that more than one
+      // load per thread is in flight (a lone dependent load per iteration
+      // leaves a memory-bound row latency-bound).
+      const ch_u32 step = blockDim.x;
+      ch_u32 p = threadIdx.x;
+      for (; p + (CH_ROW_LOADS - 1) * step < np; p += CH_ROW_LOADS * step) {
+        A v[CH_ROW_LOADS][V];
+#pragma unroll
+        for (int j = 0; j < CH_ROW_LOADS; ++j) load(src, p + (ch_u32)j * step, v[j]);
+#pragma unroll
+        for (int j = 0; j < CH_ROW_LOADS; ++j) f(v[j], p + (ch_u32)j * step);
+      }
+      for (; p < np; p += step) {
         A v[V];
         load(src, p, v);
         f(v, p);
