@@ -6,7 +6,7 @@
 # /usr/local/cuda) and the system library path.
 #
 # Steps, each logged to <outdir>/<name>.log: nvidia-smi, the hip-info and
-# runtime-kernel examples, every test executable with --include-ignored
+# runtime-kernel examples, every test executable with --include-ignored --nocapture
 # --test-threads=1, the candle-app step (Candle's tests and demos on HIP, if
 # staged), then the benchmarks (executables, then python3 scripts,
 # report*.py last; they find the output folder in $HIP_ON_CUDA_OUT). Ends
@@ -85,7 +85,7 @@ done
 shopt -s nullglob
 for test in "$here"/tests/*; do
     name="$(basename "$test")"
-    step "$name" "$test" --include-ignored --test-threads=1
+    step "$name" "$test" --include-ignored --test-threads=1 --nocapture
     status=$?
     result="$(grep -aE '^test result: ' "$out/$name.log" | tail -n 1)"
     if [[ -z "$result" ]]; then
