@@ -11,17 +11,17 @@ use hip_safe::{DevicePtr, DevicePtrMut, DeviceRepr, DeviceView, DeviceViewMut, S
 use crate::error::{Result, invalid};
 use crate::storage::HipStorage;
 
-/// Read access to elements of type `T` of a storage.
-pub(crate) struct Typed<'a, T> {
-    bytes: DeviceView<'a, u8>,
+/// Elements of type `T` of a storage, through the byte view `V`.
+pub(crate) struct TypedView<V, T> {
+    bytes: V,
     _elem: PhantomData<T>,
 }
 
+/// Read access to elements of type `T` of a storage.
+pub(crate) type Typed<'a, T> = TypedView<DeviceView<'a, u8>, T>;
+
 /// Write access to elements of type `T` of a storage.
-pub(crate) struct TypedMut<'a, T> {
-    bytes: DeviceViewMut<'a, u8>,
-    _elem: PhantomData<T>,
-}
+pub(crate) type TypedMut<'a, T> = TypedView<DeviceViewMut<'a, u8>, T>;
 
 /// Errors unless `storage` holds `T`s.
 fn check_dtype<T: WithDType>(op: &'static str, storage: &HipStorage) -> Result<()> {
@@ -68,12 +68,13 @@ impl<'a, T: WithDType> TypedMut<'a, T> {
     }
 }
 
-// SAFETY: the byte view covers exactly `len()` elements of `T` (the storage
-// holds `T`s, checked in `new`, and its ranges are whole elements); device
+// SAFETY: a `TypedView` is only built by `Typed::new` and `TypedMut::new`,
+// whose byte view covers exactly `len()` elements of `T` (the storage holds
+// `T`s, checked in `new`, and its ranges are whole elements); device
 // allocations are aligned far beyond any element type, and element offsets
 // keep that alignment; the view borrows the storage, so the memory stays
 // allocated, on the stream returned.
-unsafe impl<T: DeviceRepr> DevicePtr<T> for Typed<'_, T> {
+unsafe impl<V: DevicePtr<u8>, T: DeviceRepr> DevicePtr<T> for TypedView<V, T> {
     fn device_ptr(&self) -> *mut c_void {
         self.bytes.device_ptr()
     }
@@ -81,20 +82,7 @@ unsafe impl<T: DeviceRepr> DevicePtr<T> for Typed<'_, T> {
         self.bytes.len() / std::mem::size_of::<T>()
     }
     fn stream(&self) -> &Stream {
-        DevicePtr::stream(&self.bytes)
-    }
-}
-
-// SAFETY: as for `Typed`.
-unsafe impl<T: DeviceRepr> DevicePtr<T> for TypedMut<'_, T> {
-    fn device_ptr(&self) -> *mut c_void {
-        self.bytes.device_ptr()
-    }
-    fn len(&self) -> usize {
-        self.bytes.len() / std::mem::size_of::<T>()
-    }
-    fn stream(&self) -> &Stream {
-        DevicePtr::stream(&self.bytes)
+        self.bytes.stream()
     }
 }
 
