@@ -43,20 +43,42 @@ fn check_dim(dim: usize, dims: &[usize], op: &'static str) -> Result<()> {
     }
 }
 
-/// Launches an indexing kernel `(IndexInfo, const I* ids, const T* src, T* out)`.
+/// A new storage of `numel` elements of `src`'s dtype, written by the
+/// lookup kernel `(IndexInfo, const I* ids, const T* src, T* out)` launched
+/// over `work` items (nothing is launched when `numel` is 0).
 ///
 /// # Safety
-/// `info` must keep every access inside the three views (see the kernels in
-/// `kernels/indexing.hip`), and `kernel` must be of the indexing families.
-unsafe fn launch_indexing(
-    src: &HipStorage,
+/// `info` must keep every access inside the views of `ids`, `src` and the
+/// `numel` outputs, the kernel must write all `numel` outputs (see the
+/// kernels in `kernels/indexing.hip`), and `kernel` must be of the indexing
+/// families.
+#[allow(clippy::too_many_arguments)]
+unsafe fn lookup(
+    op: &'static str,
     kernel: table::Kernel,
+    src: &HipStorage,
+    src_l: &Layout,
+    ids: &HipStorage,
+    ids_l: &Layout,
+    info: IndexInfo,
+    numel: usize,
     work: usize,
-    args: [Arg<'_>; 4],
-) -> Result<()> {
+) -> Result<HipStorage> {
+    // SAFETY: the kernel writes all numel outputs (the caller's contract).
+    let mut out = unsafe { src.device().alloc_storage(src.dtype(), numel) }?;
+    if numel == 0 {
+        return Ok(out);
+    }
+    let args = [
+        Arg::Index(info),
+        Arg::In(ids.view(op, ids_l)?),
+        Arg::In(src.view(op, src_l)?),
+        Arg::Out(out.view_all_mut()),
+    ];
     let cfg = launch::unrolled(to_u64(work));
     // SAFETY: forwarded to the caller.
-    unsafe { launch::launch(src.device(), kernel, cfg, &args) }
+    unsafe { launch::launch(src.device(), kernel, cfg, &args) }?;
+    Ok(out)
 }
 
 /// Selects `ids` (1-D, any stride) along `dim` of the contiguous `src`.
@@ -80,11 +102,6 @@ pub(crate) fn index_select(
     let kernel = table::kernel("index_select", OP, ids.dtype(), Some(src.dtype()))?;
     let (left, src_dim, right) = split_at_dim(src_l.dims(), dim);
     let numel = left * n_ids * right;
-    // SAFETY: the kernel writes all numel outputs.
-    let mut out = unsafe { src.device().alloc_storage(src.dtype(), numel) }?;
-    if numel == 0 {
-        return Ok(out);
-    }
     let info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
@@ -99,18 +116,12 @@ pub(crate) fn index_select(
     } else {
         numel
     };
-    let args = [
-        Arg::Index(info),
-        Arg::In(ids.view(OP, ids_l)?),
-        Arg::In(src.view(OP, src_l)?),
-        Arg::Out(out.view_all_mut()),
-    ];
-    // SAFETY: out[(l * ids_dim + i) * right + r] (numel values) and
-    // src[(l * src_dim + id) * right + r] with id < src_dim (checked by the
-    // kernel) stay inside the views; ids[i * ids_stride] for i < n_ids is
-    // inside the index view, which covers the 1-D layout's reach.
-    unsafe { launch_indexing(src, kernel, work, args) }?;
-    Ok(out)
+    // SAFETY: the kernel writes all numel outputs; out[(l * ids_dim + i) *
+    // right + r] (numel values) and src[(l * src_dim + id) * right + r] with
+    // id < src_dim (checked by the kernel) stay inside the views;
+    // ids[i * ids_stride] for i < n_ids is inside the index view, which
+    // covers the 1-D layout's reach.
+    unsafe { lookup(OP, kernel, src, src_l, ids, ids_l, info, numel, work) }
 }
 
 /// `out[l, i, r] = src[l, ids[l, i, r], r]`, the output shaped like `ids`.
@@ -147,11 +158,6 @@ pub(crate) fn gather(
         ));
     }
     let numel = left * ids_dim * right;
-    // SAFETY: the kernel writes all numel outputs.
-    let mut out = unsafe { src.device().alloc_storage(src.dtype(), numel) }?;
-    if numel == 0 {
-        return Ok(out);
-    }
     let info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
@@ -160,18 +166,12 @@ pub(crate) fn gather(
         src_right: to_u64(src_right),
         ..IndexInfo::default()
     };
-    let args = [
-        Arg::Index(info),
-        Arg::In(ids.view(OP, ids_l)?),
-        Arg::In(src.view(OP, src_l)?),
-        Arg::Out(out.view_all_mut()),
-    ];
-    // SAFETY: ids and out hold numel = left * ids_dim * right elements; the
-    // source offset (l * src_dim + id) * src_right + r with l < left <=
-    // src_left, id < src_dim (checked by the kernel) and r < right <=
-    // src_right is below src_left * src_dim * src_right.
-    unsafe { launch_indexing(src, kernel, numel, args) }?;
-    Ok(out)
+    // SAFETY: the kernel writes all numel outputs; ids and out hold numel =
+    // left * ids_dim * right elements; the source offset (l * src_dim + id)
+    // * src_right + r with l < left <= src_left, id < src_dim (checked by the
+    // kernel) and r < right <= src_right is below src_left * src_dim *
+    // src_right.
+    unsafe { lookup(OP, kernel, src, src_l, ids, ids_l, info, numel, numel) }
 }
 
 /// Writes (or adds) `src` into `dst` at the positions `ids` give along `dim`.
