@@ -202,7 +202,9 @@ fn assert_close(got: &[f32], want: &[f32], tolerance: f32, what: &str) {
 // ---------------------------------------------------------------- exports
 
 /// The shim library under test: `HIP_ON_CUDA_SHIM`, else the layout under
-/// `ROCM_PATH`, else the cdylib cargo built next to this test.
+/// `ROCM_PATH`, else the cdylib cargo built for this test (`cargo test`
+/// leaves it in `deps/` next to the test executable; `cargo build` also
+/// copies it one level up).
 fn shim_path() -> PathBuf {
     if let Some(path) = std::env::var_os("HIP_ON_CUDA_SHIM") {
         return PathBuf::from(path);
@@ -214,8 +216,12 @@ fn shim_path() -> PathBuf {
         }
     }
     let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(|deps| deps.parent())
+    let deps = exe.parent().expect("test executable directory");
+    let beside = deps.join("libhip_on_cuda.so");
+    if beside.is_file() {
+        return beside;
+    }
+    deps.parent()
         .expect("target directory")
         .join("libhip_on_cuda.so")
 }
@@ -224,8 +230,14 @@ fn shim_path() -> PathBuf {
 fn exports_every_bound_symbol() {
     let path = shim_path();
     // SAFETY: loading the shim runs no initialisers with preconditions.
-    let lib = unsafe { libloading::Library::new(&path) }
-        .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()));
+    let lib = unsafe { libloading::Library::new(&path) }.unwrap_or_else(|e| {
+        let cause = std::error::Error::source(&e).map(ToString::to_string);
+        panic!(
+            "loading {}: {e}: {}",
+            path.display(),
+            cause.unwrap_or_default()
+        )
+    });
     let tables = [
         HipApi::SYMBOLS,
         HiprtcApi::SYMBOLS,
