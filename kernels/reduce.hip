@@ -72,6 +72,7 @@ template <typename T>
 struct SumR {
   typedef typename SumTraits<T>::A A;
   typedef T Out;
+  static const int LANES = 1;
   struct State {
     A s;
   };
@@ -117,6 +118,7 @@ struct KeyOf<T, false> {
 template <typename T, bool IsMax>
 struct ExtremumBase {
   typedef typename KeyOf<T>::K K;
+  static const int LANES = 4;
   struct State {
     K v;
     ch_u32 i;
@@ -168,6 +170,13 @@ struct ArgExtremumR : ExtremumBase<T, IsMax> {
 // Packs of a contiguous run each thread loads before folding them in.
 #define CH_REDUCE_PACKS 2
 
+// Independent partial states per thread in a contiguous run (`R::LANES`,
+// at most one per element of a pack): element k of each pack goes to state
+// k % lanes, so that many push chains run side by side. A min/max push is a
+// chain of compares and selects on its state (one state made max over bf16
+// latency-bound); a sum is one add, cheaper than the registers more states
+// take. combine is order-independent, so folding the lanes at the end gives
+// the same result.
 // This thread's share of the contiguous run row[0..n), whose positions in
 // reduction order start at j0 (block-strided packs, CH_REDUCE_PACKS loads in
 // flight).
@@ -176,6 +185,7 @@ __device__ __forceinline__ typename R::State reduce_contiguous(const T* row, ch_
                                                                typename R::State st) {
   const int V = CH_VEC_BYTES / (int)sizeof(T);
   const int U = CH_REDUCE_PACKS;
+  const int L = V < R::LANES ? V : R::LANES;
   typedef Pack<T, V> P;
   const ch_u64 block = blockDim.x;
   const ch_u64 misaligned = (reinterpret_cast<ch_u64>(row) / sizeof(T)) % V;
@@ -185,6 +195,9 @@ __device__ __forceinline__ typename R::State reduce_contiguous(const T* row, ch_
   const ch_u64 nv = (n - head) / V;
   const P* packs = reinterpret_cast<const P*>(row + head);
   const ch_u64 first = j0 + head;
+  typename R::State lane[L];
+#pragma unroll
+  for (int l = 0; l < L; ++l) lane[l] = R::identity();
   ch_u64 p = threadIdx.x;
   for (; p + (U - 1) * block < nv; p += U * block) {
     P pk[U];
@@ -193,14 +206,16 @@ __device__ __forceinline__ typename R::State reduce_contiguous(const T* row, ch_
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int k = 0; k < V; ++k) st = R::push(st, pk[u].v[k], first + (p + u * block) * V + k);
+      for (int k = 0; k < V; ++k) lane[k % L] = R::push(lane[k % L], pk[u].v[k], first + (p + u * block) * V + k);
     }
   }
   for (; p < nv; p += block) {
     const P pk = packs[p];
 #pragma unroll
-    for (int k = 0; k < V; ++k) st = R::push(st, pk.v[k], first + p * V + k);
+    for (int k = 0; k < V; ++k) lane[k % L] = R::push(lane[k % L], pk.v[k], first + p * V + k);
   }
+#pragma unroll
+  for (int l = 0; l < L; ++l) st = R::combine(st, lane[l]);
   for (ch_u64 j = head + nv * V + threadIdx.x; j < n; j += block) st = R::push(st, row[j], j0 + j);
   return st;
 }

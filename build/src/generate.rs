@@ -58,6 +58,8 @@ const HIP_FUNCTIONS: &[&str] = &[
     "hipFreeAsync",
     "hipDeviceGetDefaultMemPool",
     "hipMemPoolTrimTo",
+    "hipMemPoolSetAttribute",
+    "hipMemPoolGetAttribute",
     "hipHostMalloc",
     "hipHostFree",
     "hipMemcpy",

@@ -166,6 +166,16 @@ impl BackendDevice for HipDevice {
     fn new(ordinal: usize) -> Result<Self> {
         let device = Device::new(ordinal).map_err(hip)?;
         let stream = device.new_stream().map_err(hip)?;
+        // Every op allocates its output and frees its inputs' temporaries
+        // stream-ordered. With HIP's default release threshold of 0 each
+        // synchronization hands that memory back to the system and the next
+        // op maps it again (measured on the test platform: a 256 MiB output
+        // mapped afresh after each sync cost more than the kernel). Keep it
+        // cached as PyTorch's allocator does; `Device::trim_memory_pool`
+        // releases it.
+        device
+            .set_memory_pool_release_threshold(u64::MAX)
+            .map_err(hip)?;
         Ok(HipDevice {
             inner: Arc::new(Inner {
                 registry: Registry::new(device.clone()),

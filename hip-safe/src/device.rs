@@ -197,18 +197,78 @@ impl Device {
     /// that [`Device::memory_info`] reflects only live buffers). A no-op on
     /// devices without memory pools.
     pub fn trim_memory_pool(&self) -> Result<()> {
-        if !self.supports_memory_pools() {
+        let Some(pool) = self.default_memory_pool()? else {
             return Ok(());
-        }
+        };
         self.synchronize()?;
-        let api = self.inner.api;
+        // SAFETY: `pool` is the device's live default pool.
+        let status = unsafe { self.inner.api.hipMemPoolTrimTo(pool, 0) };
+        hip_check(status, "hipMemPoolTrimTo(0)")
+    }
+
+    /// Sets how many bytes of freed memory the default memory pool may keep
+    /// cached across synchronizations (`hipMemPoolAttrReleaseThreshold`).
+    ///
+    /// HIP's default is 0: every stream, event or device synchronization
+    /// returns the memory of stream-ordered frees to the system, and the
+    /// next allocation maps it again, which costs more than many kernels.
+    /// `u64::MAX` keeps everything for reuse, as PyTorch's caching allocator
+    /// does; [`Device::trim_memory_pool`] still releases it on request. A
+    /// no-op on devices without memory pools.
+    pub fn set_memory_pool_release_threshold(&self, bytes: u64) -> Result<()> {
+        let Some(pool) = self.default_memory_pool()? else {
+            return Ok(());
+        };
+        let mut value = bytes;
+        // SAFETY: live pool; this attribute reads a u64 from `value`.
+        let status = unsafe {
+            self.inner.api.hipMemPoolSetAttribute(
+                pool,
+                hip_sys::hipMemPoolAttr::hipMemPoolAttrReleaseThreshold,
+                (&raw mut value).cast(),
+            )
+        };
+        hip_check(
+            status,
+            format_args!("hipMemPoolSetAttribute(release threshold = {bytes} B)"),
+        )
+    }
+
+    /// Bytes of device memory the default memory pool holds now, live
+    /// buffers and cached frees together (`hipMemPoolAttrReservedMemCurrent`);
+    /// 0 on devices without memory pools.
+    pub fn memory_pool_reserved(&self) -> Result<u64> {
+        let Some(pool) = self.default_memory_pool()? else {
+            return Ok(0);
+        };
+        let mut value = 0u64;
+        // SAFETY: live pool; this attribute writes a u64 to `value`.
+        let status = unsafe {
+            self.inner.api.hipMemPoolGetAttribute(
+                pool,
+                hip_sys::hipMemPoolAttr::hipMemPoolAttrReservedMemCurrent,
+                (&raw mut value).cast(),
+            )
+        };
+        hip_check(status, "hipMemPoolGetAttribute(reserved memory)")?;
+        Ok(value)
+    }
+
+    /// The device's default memory pool, `None` on devices without pools.
+    fn default_memory_pool(&self) -> Result<Option<hip_sys::hipMemPool_t>> {
+        if !self.supports_memory_pools() {
+            return Ok(None);
+        }
+        self.bind_to_thread()?;
         let mut pool: hip_sys::hipMemPool_t = std::ptr::null_mut();
         // SAFETY: valid out-pointer and device ordinal.
-        let status = unsafe { api.hipDeviceGetDefaultMemPool(&mut pool, self.inner.ordinal) };
+        let status = unsafe {
+            self.inner
+                .api
+                .hipDeviceGetDefaultMemPool(&mut pool, self.inner.ordinal)
+        };
         hip_check(status, "hipDeviceGetDefaultMemPool")?;
-        // SAFETY: `pool` is the device's live default pool.
-        let status = unsafe { api.hipMemPoolTrimTo(pool, 0) };
-        hip_check(status, "hipMemPoolTrimTo(0)")
+        Ok(Some(pool))
     }
 
     /// The device's legacy default (null) stream.

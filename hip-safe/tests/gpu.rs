@@ -659,6 +659,59 @@ fn gpu_no_leak_over_10000_alloc_launch_free_cycles() {
     );
 }
 
+#[test]
+#[ignore = "needs a HIP device"]
+fn gpu_memory_pool_release_threshold_keeps_freed_memory() {
+    let _gpu = exclusive();
+    let dev = device();
+    if !dev.supports_memory_pools() {
+        println!("memory pools unsupported: nothing to check");
+        return;
+    }
+    let stream = dev.new_stream().unwrap();
+    let bytes = 256usize << 20;
+    // Device time of one allocation + zero fill + free, queued right after a
+    // synchronization (the GPU idles while the host allocates).
+    let cycle_after_sync = || {
+        stream.synchronize().unwrap();
+        let start = stream.record_event(EventFlags::DEFAULT).unwrap();
+        drop(stream.alloc_zeros::<u8>(bytes).unwrap());
+        let stop = stream.record_event(EventFlags::DEFAULT).unwrap();
+        stop.synchronize().unwrap();
+        stop.elapsed_ms_since(&start).unwrap() * 1000.0
+    };
+    let median = |mut t: Vec<f32>| {
+        t.sort_by(f32::total_cmp);
+        t[t.len() / 2]
+    };
+    dev.trim_memory_pool().unwrap();
+    dev.set_memory_pool_release_threshold(0).unwrap();
+    let released = median((0..9).map(|_| cycle_after_sync()).collect());
+    stream.synchronize().unwrap();
+    let after_release = dev.memory_pool_reserved().unwrap();
+    dev.set_memory_pool_release_threshold(u64::MAX).unwrap();
+    let cached = median((0..9).map(|_| cycle_after_sync()).collect());
+    stream.synchronize().unwrap();
+    let after_cache = dev.memory_pool_reserved().unwrap();
+    dev.trim_memory_pool().unwrap();
+    let after_trim = dev.memory_pool_reserved().unwrap();
+    dev.set_memory_pool_release_threshold(0).unwrap();
+    println!(
+        "pool: 256 MiB alloc+zero+free after a sync: {released:.1} us with release threshold 0, \
+         {cached:.1} us with u64::MAX; reserved after sync {after_release} B (threshold 0), \
+         {after_cache} B (u64::MAX), {after_trim} B after trim"
+    );
+    assert!(
+        after_release < bytes as u64,
+        "threshold 0 kept {after_release} B"
+    );
+    assert!(
+        after_cache >= bytes as u64,
+        "u64::MAX kept only {after_cache} B"
+    );
+    assert!(after_trim < bytes as u64, "trim kept {after_trim} B");
+}
+
 // ---------------------------------------------------------------- hipRTC
 
 #[test]

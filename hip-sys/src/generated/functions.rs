@@ -43,6 +43,16 @@ crate::dynamic_api! {
         mem_pool: hipMemPool_t,
         min_bytes_to_hold: usize,
     ) -> hipError_t;
+    pub fn hipMemPoolSetAttribute(
+        mem_pool: hipMemPool_t,
+        attr: hipMemPoolAttr,
+        value: *mut ::core::ffi::c_void,
+    ) -> hipError_t;
+    pub fn hipMemPoolGetAttribute(
+        mem_pool: hipMemPool_t,
+        attr: hipMemPoolAttr,
+        value: *mut ::core::ffi::c_void,
+    ) -> hipError_t;
     pub fn hipHostMalloc(
         ptr: *mut *mut ::core::ffi::c_void,
         size: usize,

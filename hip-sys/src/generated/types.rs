@@ -1610,6 +1610,49 @@ pub struct ihipEvent_t {
     _unused: [u8; 0],
 }
 pub type hipEvent_t = *mut ihipEvent_t;
+impl hipMemPoolAttr {
+    /** (value type = int)
+    Allow @p hipMemAllocAsync to use memory asynchronously freed
+    in another streams as long as a stream ordering dependency
+    of the allocating stream on the free action exists.
+    hip events and null stream interactions can create the required
+    stream ordered dependencies. (default enabled)*/
+    pub const hipMemPoolReuseFollowEventDependencies: hipMemPoolAttr = hipMemPoolAttr(1);
+    /** (value type = int)
+    Allow reuse of already completed frees when there is no dependency
+    between the free and allocation. (default enabled)*/
+    pub const hipMemPoolReuseAllowOpportunistic: hipMemPoolAttr = hipMemPoolAttr(2);
+    /** (value type = int)
+    Allow @p hipMemAllocAsync to insert new stream dependencies
+    in order to establish the stream ordering required to reuse
+    a piece of memory released by cuFreeAsync (default enabled).*/
+    pub const hipMemPoolReuseAllowInternalDependencies: hipMemPoolAttr = hipMemPoolAttr(3);
+    /** (value type = uint64_t)
+    Amount of reserved memory in bytes to hold onto before trying
+    to release memory back to the OS. When more than the release
+    threshold bytes of memory are held by the memory pool, the
+    allocator will try to release memory back to the OS on the
+    next call to stream, event or context synchronize. (default 0)*/
+    pub const hipMemPoolAttrReleaseThreshold: hipMemPoolAttr = hipMemPoolAttr(4);
+    /** (value type = uint64_t)
+    Amount of backing memory currently allocated for the mempool.*/
+    pub const hipMemPoolAttrReservedMemCurrent: hipMemPoolAttr = hipMemPoolAttr(5);
+    /** (value type = uint64_t)
+    High watermark of backing memory allocated for the mempool since the
+    last time it was reset. High watermark can only be reset to zero.*/
+    pub const hipMemPoolAttrReservedMemHigh: hipMemPoolAttr = hipMemPoolAttr(6);
+    /** (value type = uint64_t)
+    Amount of memory from the pool that is currently in use by the application.*/
+    pub const hipMemPoolAttrUsedMemCurrent: hipMemPoolAttr = hipMemPoolAttr(7);
+    /** (value type = uint64_t)
+    High watermark of the amount of memory from the pool that was in use by the application since
+    the last time it was reset. High watermark can only be reset to zero.*/
+    pub const hipMemPoolAttrUsedMemHigh: hipMemPoolAttr = hipMemPoolAttr(8);
+}
+#[repr(transparent)]
+/// HIP memory pool attributes
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipMemPoolAttr(pub ::core::ffi::c_uint);
 pub type hipHostFn_t =
     ::core::option::Option<unsafe extern "C" fn(userData: *mut ::core::ffi::c_void)>;
 #[repr(C)]

@@ -8,8 +8,11 @@
 
 use std::ffi::{c_int, c_uint, c_ushort, c_void};
 
+use cudarc::driver::sys::CUmemPool_attribute as CuPoolAttr;
 use cudarc::driver::sys::{self as cu_sys, CUdeviceptr, CUstream};
-use hip_sys::{hipDeviceptr_t, hipError_t, hipMemPool_t, hipMemcpyKind, hipStream_t};
+use hip_sys::{
+    hipDeviceptr_t, hipError_t, hipMemPool_t, hipMemPoolAttr, hipMemcpyKind, hipStream_t,
+};
 
 use super::context::{cu_device, ensure_current};
 use super::error::{HipResult, cu};
@@ -196,6 +199,66 @@ pub(crate) unsafe fn hipMemPoolTrimTo(
     cu(unsafe { cu_sys::cuMemPoolTrimTo(mem_pool.cast(), min_bytes_to_hold) })
 }
 
+/// The CUDA pool attribute of the same meaning (the numbering of the two
+/// enums agrees, but every value is mapped explicitly).
+fn cuda_pool_attribute(attr: hipMemPoolAttr) -> HipResult<CuPoolAttr> {
+    Ok(match attr {
+        hipMemPoolAttr::hipMemPoolReuseFollowEventDependencies => {
+            CuPoolAttr::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES
+        }
+        hipMemPoolAttr::hipMemPoolReuseAllowOpportunistic => {
+            CuPoolAttr::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC
+        }
+        hipMemPoolAttr::hipMemPoolReuseAllowInternalDependencies => {
+            CuPoolAttr::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES
+        }
+        hipMemPoolAttr::hipMemPoolAttrReleaseThreshold => {
+            CuPoolAttr::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+        }
+        hipMemPoolAttr::hipMemPoolAttrReservedMemCurrent => {
+            CuPoolAttr::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
+        }
+        hipMemPoolAttr::hipMemPoolAttrReservedMemHigh => {
+            CuPoolAttr::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH
+        }
+        hipMemPoolAttr::hipMemPoolAttrUsedMemCurrent => {
+            CuPoolAttr::CU_MEMPOOL_ATTR_USED_MEM_CURRENT
+        }
+        hipMemPoolAttr::hipMemPoolAttrUsedMemHigh => CuPoolAttr::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+        _ => return Err(INVALID),
+    })
+}
+
+/// `hipMemPoolSetAttribute`: `value` points to an `int` or a `u64`, as the
+/// attribute says; CUDA reads the same types.
+pub(crate) unsafe fn hipMemPoolSetAttribute(
+    mem_pool: hipMemPool_t,
+    attr: hipMemPoolAttr,
+    value: *mut c_void,
+) -> HipResult {
+    non_null(mem_pool, INVALID)?;
+    non_null(value, INVALID)?;
+    let attr = cuda_pool_attribute(attr)?;
+    ensure_current()?;
+    // SAFETY: a pool from hipDeviceGetDefaultMemPool and a value of the
+    // attribute's type, both guaranteed by the caller.
+    cu(unsafe { cu_sys::cuMemPoolSetAttribute(mem_pool.cast(), attr, value) })
+}
+
+/// `hipMemPoolGetAttribute`: writes an `int` or a `u64` to `value`.
+pub(crate) unsafe fn hipMemPoolGetAttribute(
+    mem_pool: hipMemPool_t,
+    attr: hipMemPoolAttr,
+    value: *mut c_void,
+) -> HipResult {
+    non_null(mem_pool, INVALID)?;
+    non_null(value, INVALID)?;
+    let attr = cuda_pool_attribute(attr)?;
+    ensure_current()?;
+    // SAFETY: as for hipMemPoolSetAttribute; `value` is writable.
+    cu(unsafe { cu_sys::cuMemPoolGetAttribute(mem_pool.cast(), attr, value) })
+}
+
 /// `hipHostMallocPortable`, `...Mapped`, `...WriteCombined`.
 const HOST_PORTABLE: c_uint = 0x1;
 const HOST_MAPPED: c_uint = 0x2;
@@ -335,6 +398,24 @@ pub(crate) unsafe fn hipMemGetInfo(free: *mut usize, total: *mut usize) -> HipRe
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pool_attributes_map_by_meaning_and_unknown_ones_are_invalid() {
+        assert_eq!(
+            cuda_pool_attribute(hipMemPoolAttr::hipMemPoolAttrReleaseThreshold),
+            Ok(CuPoolAttr::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+        );
+        assert_eq!(
+            cuda_pool_attribute(hipMemPoolAttr::hipMemPoolAttrReservedMemCurrent),
+            Ok(CuPoolAttr::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+        );
+        for hip in 1..=8 {
+            let cuda = cuda_pool_attribute(hipMemPoolAttr(hip)).unwrap();
+            assert_eq!(cuda as u32, hip, "attribute {hip}");
+        }
+        assert_eq!(cuda_pool_attribute(hipMemPoolAttr(0)), Err(INVALID));
+        assert_eq!(cuda_pool_attribute(hipMemPoolAttr(9)), Err(INVALID));
+    }
 
     #[test]
     fn memcpy_kinds_follow_hip() {
