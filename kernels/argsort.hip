@@ -10,7 +10,8 @@
 // Two launch shapes, chosen by the host from the padded length P:
 // - argsort_{asc,desc}_<dtype>(const T* src, ch_u32* dst, ch_u64 rows,
 //   ch_u32 cols, ch_u32 padded): one block per row (grid-stride), the whole
-//   network in P * 4 bytes of dynamic shared memory, any blockDim.x up to
+//   network on (value, u16 index) pairs in roundup(P * sizeof(T), 8) + 2 * P
+//   bytes of dynamic shared memory (P <= 65536), any blockDim.x up to
 //   CH_REDUCE_MAX_BLOCK;
 // - rows too long for shared memory: one
 //   argsort_step_{asc,desc}_<dtype>(const T* src, ch_u32* idx, ch_u64 rows,
@@ -39,48 +40,59 @@ struct SortKey<T, false> {
   __device__ __forceinline__ static bool is_nan(K) { return false; }
 };
 
-// Whether index a comes before index b in the final order of `row`.
+// Whether element a (value xa) comes before element b (value xb) in the
+// final order of a row of `cols` elements; indices past the row are padding
+// and their values are ignored.
 template <typename T, bool ASC>
-struct SortOrder {
+__device__ __forceinline__ bool comes_before(T xa, ch_u32 a, T xb, ch_u32 b, ch_u32 cols) {
   typedef SortKey<T> S;
-  const T* row;
-  ch_u32 cols;
-
-  __device__ __forceinline__ bool before(ch_u32 a, ch_u32 b) const {
-    const bool pad_a = a >= cols, pad_b = b >= cols;
-    if (pad_a || pad_b) return !pad_a || (pad_b && a < b);
-    const typename S::K va = S::key(row[a]), vb = S::key(row[b]);
-    const bool nan_a = S::is_nan(va), nan_b = S::is_nan(vb);
-    if (nan_a || nan_b) return !nan_a || (nan_b && a < b);
-    if (ASC ? va < vb : vb < va) return true;
-    if (ASC ? vb < va : va < vb) return false;
-    return a < b;
-  }
-};
-
-// Compare-exchange of pair t (0 <= t < P/2) of stage (k, j) on one row.
-template <typename Order>
-__device__ __forceinline__ void bitonic_pair(const Order& order, ch_u32* idx, ch_u32 t, ch_u32 k, ch_u32 j) {
-  const ch_u32 i = ((t & ~(j - 1)) << 1) | (t & (j - 1));
-  const ch_u32 l = i | j;
-  const ch_u32 a = idx[i], b = idx[l];
-  const bool up = (i & k) == 0;
-  if (up ? order.before(b, a) : order.before(a, b)) {
-    idx[i] = b;
-    idx[l] = a;
-  }
+  const bool pad_a = a >= cols, pad_b = b >= cols;
+  if (pad_a || pad_b) return !pad_a || (pad_b && a < b);
+  const typename S::K va = S::key(xa), vb = S::key(xb);
+  const bool nan_a = S::is_nan(va), nan_b = S::is_nan(vb);
+  if (nan_a || nan_b) return !nan_a || (nan_b && a < b);
+  if (ASC ? va < vb : vb < va) return true;
+  if (ASC ? vb < va : va < vb) return false;
+  return a < b;
 }
 
+// The pair (i, l = i | j) compared by pair t (0 <= t < P/2) of stage (k, j),
+// and whether the smaller of the two belongs at i (an ascending run).
+__device__ __forceinline__ bool bitonic_positions(ch_u32 t, ch_u32 k, ch_u32 j, ch_u32& i, ch_u32& l) {
+  i = ((t & ~(j - 1)) << 1) | (t & (j - 1));
+  l = i | j;
+  return (i & k) == 0;
+}
+
+// Sorts each row as (value, index) pairs in shared memory: every compare
+// reads both operands from shared memory, not from the source row.
 template <typename T, bool ASC>
 __device__ __forceinline__ void argsort_shared(const T* src, ch_u32* dst, ch_u64 rows, ch_u32 cols, ch_u32 padded) {
-  extern __shared__ ch_u32 idx[];
+  extern __shared__ ch_u64 pairs_smem[];
+  T* vals = reinterpret_cast<T*>(pairs_smem);
+  // The indices follow the values at the next 8-byte boundary.
+  ch_u16* idx = reinterpret_cast<ch_u16*>(pairs_smem + (padded * sizeof(T) + 7) / 8);
   for (ch_u64 r = blockIdx.x; r < rows; r += gridDim.x) {
-    const SortOrder<T, ASC> order = {src + r * cols, cols};
-    for (ch_u32 i = threadIdx.x; i < padded; i += blockDim.x) idx[i] = i;
+    const T* row = src + r * cols;
+    for (ch_u32 i = threadIdx.x; i < padded; i += blockDim.x) {
+      vals[i] = row[i < cols ? i : 0];
+      idx[i] = (ch_u16)i;
+    }
     __syncthreads();
     for (ch_u32 k = 2; k <= padded; k <<= 1) {
       for (ch_u32 j = k >> 1; j > 0; j >>= 1) {
-        for (ch_u32 t = threadIdx.x; t < padded / 2; t += blockDim.x) bitonic_pair(order, idx, t, k, j);
+        for (ch_u32 t = threadIdx.x; t < padded / 2; t += blockDim.x) {
+          ch_u32 i, l;
+          const bool up = bitonic_positions(t, k, j, i, l);
+          const T xa = vals[i], xb = vals[l];
+          const ch_u32 a = idx[i], b = idx[l];
+          if (up ? comes_before<T, ASC>(xb, b, xa, a, cols) : comes_before<T, ASC>(xa, a, xb, b, cols)) {
+            vals[i] = xb;
+            vals[l] = xa;
+            idx[i] = (ch_u16)b;
+            idx[l] = (ch_u16)a;
+          }
+        }
         __syncthreads();
       }
     }
@@ -97,14 +109,21 @@ __device__ __forceinline__ void argsort_step(const T* src, ch_u32* idx, ch_u64 r
   for (ch_u64 q = global_thread(); q < pairs; q += global_threads()) {
     ch_u64 t;
     const ch_u64 r = divmod(q, half, t);
-    const SortOrder<T, ASC> order = {src + r * cols, cols};
+    const T* values = src + r * cols;
     ch_u32* row = idx + r * padded;
     if (k == 2) {
       // The first stage: nothing has written this pair yet.
       row[2 * t] = (ch_u32)(2 * t);
       row[2 * t + 1] = (ch_u32)(2 * t + 1);
     }
-    bitonic_pair(order, row, (ch_u32)t, k, j);
+    ch_u32 i, l;
+    const bool up = bitonic_positions((ch_u32)t, k, j, i, l);
+    const ch_u32 a = row[i], b = row[l];
+    const T xa = values[a < cols ? a : 0], xb = values[b < cols ? b : 0];
+    if (up ? comes_before<T, ASC>(xb, b, xa, a, cols) : comes_before<T, ASC>(xa, a, xb, b, cols)) {
+      row[i] = b;
+      row[l] = a;
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 //! 2-D pooling and upsampling (`kernels/pool.hip`, `kernels/upsample.hip`):
-//! one thread per output element, strided `(N, C, H, W)` sources,
-//! contiguous outputs. Semantics follow candle's CPU backend.
+//! grid-stride kernels over output elements (output columns for nearest
+//! upsampling), strided `(N, C, H, W)` sources, contiguous outputs.
+//! Semantics follow candle's CPU backend.
 
 use candle_core::Layout;
 use candle_core::backend::BackendStorage;
@@ -14,18 +15,42 @@ use crate::ops::elementwise;
 use crate::storage::HipStorage;
 use crate::table;
 
+/// The work items of a kernel: output elements, or output columns (n, c, x)
+/// for kernels that walk a column's rows.
+#[derive(Clone, Copy)]
+enum Items {
+    Elements,
+    Columns,
+}
+
+/// An image kernel family and what its threads take.
+#[derive(Clone, Copy)]
+struct ImageKernel {
+    family: &'static str,
+    items: Items,
+}
+
+impl ImageKernel {
+    const fn per_element(family: &'static str) -> Self {
+        ImageKernel {
+            family,
+            items: Items::Elements,
+        }
+    }
+}
+
 /// Runs image kernel `family` with arguments `(src, x, y, extra...)` into a
-/// new contiguous `(N, C, out_h, out_w)` storage.
+/// new contiguous `(N, C, out_h, out_w)` storage, one thread per item.
 fn run(
     op: &'static str,
-    family: &str,
+    kernel: ImageKernel,
     x: &HipStorage,
     layout: &Layout,
     src: &Nchw,
     out_hw: (usize, usize),
     extra: &[&dyn KernelArg],
 ) -> Result<HipStorage> {
-    let kernel = table::kernel(family, op, x.dtype(), None)?;
+    let function = table::kernel(kernel.family, op, x.dtype(), None)?;
     let [n, c, _, _] = src.sizes();
     let len = n * c * out_hw.0 * out_hw.1;
     let device = x.device();
@@ -47,13 +72,17 @@ fn run(
     let dst = out.view_all_mut();
     let mut args: Vec<&dyn KernelArg> = vec![src, &xs, &dst];
     args.extend_from_slice(extra);
-    let cfg = grid_stride(len as u64, device.compute_units());
+    let work = match kernel.items {
+        Items::Elements => len,
+        Items::Columns => n * c * out_hw.1,
+    };
+    let cfg = grid_stride(work as u64, device.compute_units());
     // SAFETY: the pooling and upsampling kernels take (const Nchw src,
     // const T* x, T* y, ...) followed by `extra` (kernels/pool.hip,
     // kernels/upsample.hip); `x` spans every element `src` describes and the
     // kernels read only inside the windows / positions the callers checked;
     // `y` holds N * C * out_h * out_w elements.
-    unsafe { call::launch(device, kernel, cfg, &args) }?;
+    unsafe { call::launch(device, function, cfg, &args) }?;
     Ok(out)
 }
 
@@ -73,7 +102,7 @@ fn pooled(op: &'static str, size: usize, k: usize, stride: usize) -> Result<usiz
 /// Shared by both poolings: `kernel` and `stride` are (height, width).
 fn pool(
     op: &'static str,
-    family: &str,
+    family: &'static str,
     x: &HipStorage,
     layout: &Layout,
     kernel: (usize, usize),
@@ -103,7 +132,7 @@ fn pool(
     let (oh, ow) = (out.0 as u64, out.1 as u64);
     run(
         op,
-        family,
+        ImageKernel::per_element(family),
         x,
         layout,
         &src,
@@ -156,7 +185,10 @@ fn nearest(
     let (oh, ow) = (out.0 as u64, out.1 as u64);
     run(
         op,
-        "upsample_nearest2d",
+        ImageKernel {
+            family: "upsample_nearest2d",
+            items: Items::Columns,
+        },
         x,
         layout,
         &src,
@@ -229,7 +261,7 @@ pub(crate) fn upsample_bilinear2d(
     let (oh, ow, align) = (out_h as u64, out_w as u64, u32::from(align_corners));
     run(
         OP,
-        "upsample_bilinear2d",
+        ImageKernel::per_element("upsample_bilinear2d"),
         x,
         layout,
         &src,

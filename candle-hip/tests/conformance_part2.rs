@@ -1064,14 +1064,17 @@ fn argsort_matches_cpu() {
     let dev = device();
     let mut t = Tally::default();
     let mut rng = Rng(0x5eed_0006);
-    // Rows up to the shared-memory limit, just past it, and a vocabulary.
+    // Rows up to the shared-memory limits (4096 for 8-byte types, 8192,
+    // 16384 for u8), just past them, and a vocabulary.
     let shapes: &[&[usize]] = &[
         &[3, 1],
         &[4, 7],
         &[2, 100],
         &[2, 3, 64],
+        &[2, 4097],
         &[5, 8192],
         &[2, 8193],
+        &[1, 16384],
         &[1, 32000],
         &[3, 1000],
     ];

@@ -1,8 +1,8 @@
 //! Argsort along the last dimension (`kernels/argsort.hip`): a bitonic sort
 //! of each row's indices, padded to the next power of two `P`.
 //!
-//! Rows of up to [`SHARED_SORT_MAX_COLS`] elements sort in one launch, one
-//! block per row, in `P * 4` bytes of shared memory. Longer rows (up to
+//! Rows of up to [`shared_sort_max_cols`] elements sort in one launch, one
+//! block per row, as (value, u16 index) pairs in shared memory. Longer rows (up to
 //! 2^31 elements) sort in global memory: a `rows × P` index matrix and one
 //! launch per stage of the network (`log2(P) * (log2(P) + 1) / 2` launches,
 //! 120 for a 32000-entry vocabulary), then a copy of the first `cols`
@@ -22,9 +22,26 @@ use crate::table;
 
 const OP: &str = "arg_sort_last_dim";
 
-/// The longest row sorted in shared memory (32 KiB of indices, within
-/// every supported GPU's limit per block).
-pub const SHARED_SORT_MAX_COLS: usize = 8192;
+/// Shared memory one block of the in-shared-memory sort may use (the
+/// smallest per-block limit without opt-in among supported GPUs).
+const SHARED_SORT_BYTES: usize = 48 * 1024;
+
+/// Shared memory of the in-shared-memory sort of rows padded to `padded`:
+/// the values (rounded up to 8 bytes), then a u16 index per value.
+fn shared_bytes(padded: usize, elem_bytes: usize) -> usize {
+    (padded * elem_bytes).next_multiple_of(8) + 2 * padded
+}
+
+/// The longest row of `dtype` sorted in shared memory: the largest power of
+/// two whose values and indices fit [`SHARED_SORT_BYTES`] (16384 for u8,
+/// 8192 for 2- and 4-byte types, 4096 for 8-byte types).
+pub fn shared_sort_max_cols(dtype: DType) -> usize {
+    let mut padded = 1usize;
+    while shared_bytes(padded * 2, dtype.size_in_bytes()) <= SHARED_SORT_BYTES {
+        padded *= 2;
+    }
+    padded
+}
 
 /// The longest row sorted at all (indices are u32, `P` at most 2^31).
 const MAX_COLS: usize = 1 << 31;
@@ -32,13 +49,13 @@ const MAX_COLS: usize = 1 << 31;
 /// How one row length is sorted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Plan {
-    /// One launch: `threads` per block, `P * 4` bytes of shared memory.
+    /// One launch: `threads` per block, `shared_bytes(padded, ..)` of shared memory.
     Shared { padded: usize, threads: u32 },
     /// One launch per stage on a `rows × padded` index matrix.
     Global { padded: usize },
 }
 
-fn plan(cols: usize) -> Result<Plan> {
+fn plan(cols: usize, dtype: DType) -> Result<Plan> {
     if cols > MAX_COLS {
         return Err(invalid(
             OP,
@@ -46,7 +63,7 @@ fn plan(cols: usize) -> Result<Plan> {
         ));
     }
     let padded = cols.next_power_of_two();
-    if padded <= SHARED_SORT_MAX_COLS {
+    if padded <= shared_sort_max_cols(dtype) {
         let threads = (padded / 2).clamp(1, REDUCE_MAX_BLOCK as usize) as u32;
         Ok(Plan::Shared { padded, threads })
     } else {
@@ -85,19 +102,20 @@ pub fn arg_sort_last_dim(
     let n_rows = rows.rows as u64;
     let cols = call::to_u32(OP, "the last dimension", rows.cols)?;
     let src = x.view_range(OP, rows.start, rows.rows * rows.cols)?;
-    match plan(rows.cols)? {
+    match plan(rows.cols, dtype)? {
         Plan::Shared { padded, threads } => {
             let kernel = table::kernel(&format!("argsort_{dir}"), OP, dtype, None)?;
             let padded32 = padded as u32;
             let cfg = LaunchConfig {
                 grid_dim: (rows.rows.min(i32::MAX as usize) as u32, 1, 1),
                 block_dim: (threads, 1, 1),
-                shared_mem_bytes: padded32 * 4,
+                shared_mem_bytes: shared_bytes(padded, dtype.size_in_bytes()) as u32,
             };
             let dst = out.view_all_mut();
             // SAFETY: argsort_{asc,desc}_T takes (const T* src, u32* dst,
-            // u64 rows, u32 cols, u32 padded) with padded * 4 bytes of dynamic
-            // shared memory; src and dst hold rows x cols elements.
+            // u64 rows, u32 cols, u32 padded) with shared_bytes(padded, size of
+            // T) bytes of dynamic shared memory; src and dst hold rows x cols
+            // elements.
             unsafe {
                 call::launch(
                     device,
@@ -142,36 +160,54 @@ mod tests {
 
     #[test]
     fn short_rows_sort_in_shared_memory() {
+        let f32 = DType::F32;
         assert_eq!(
-            plan(1).unwrap(),
+            plan(1, f32).unwrap(),
             Plan::Shared {
                 padded: 1,
                 threads: 1
             }
         );
         assert_eq!(
-            plan(5).unwrap(),
+            plan(5, f32).unwrap(),
             Plan::Shared {
                 padded: 8,
                 threads: 4
             }
         );
         assert_eq!(
-            plan(8192).unwrap(),
+            plan(8192, f32).unwrap(),
             Plan::Shared {
                 padded: 8192,
                 threads: 1024
             }
         );
-        assert_eq!(plan(8193).unwrap(), Plan::Global { padded: 16384 });
-        assert_eq!(plan(32000).unwrap(), Plan::Global { padded: 32768 });
+        assert_eq!(plan(8193, f32).unwrap(), Plan::Global { padded: 16384 });
+        assert_eq!(plan(32000, f32).unwrap(), Plan::Global { padded: 32768 });
+        assert_eq!(plan(8192, DType::F64).unwrap(), Plan::Global { padded: 8192 });
         assert!(
-            plan(MAX_COLS + 1)
+            plan(MAX_COLS + 1, f32)
                 .unwrap_err()
                 .to_string()
                 .contains("exceed")
         );
     }
+
+    #[test]
+    fn shared_sorts_fit_48_kib_with_aligned_indices() {
+        for dtype in crate::dtype::SUPPORTED {
+            let max = shared_sort_max_cols(dtype);
+            assert!(shared_bytes(max, dtype.size_in_bytes()) <= SHARED_SORT_BYTES);
+            assert!(max <= 1 << 16, "u16 indices");
+        }
+        assert_eq!(shared_sort_max_cols(DType::U8), 16384);
+        assert_eq!(shared_sort_max_cols(DType::BF16), 8192);
+        assert_eq!(shared_sort_max_cols(DType::F32), 8192);
+        assert_eq!(shared_sort_max_cols(DType::F64), 4096);
+        // One u8 value: the indices start at byte 8.
+        assert_eq!(shared_bytes(1, 1), 10);
+    }
+
 
     #[test]
     fn the_network_has_every_stage_once_in_order() {

@@ -25,7 +25,7 @@ mod argsort;
 mod rope;
 mod rows;
 
-pub use argsort::{SHARED_SORT_MAX_COLS, arg_sort_last_dim};
+pub use argsort::{arg_sort_last_dim, shared_sort_max_cols};
 pub use rope::{rope, rope_i, rope_thd};
 pub use rows::{layer_norm, rms_norm, softmax_last_dim};
 
