@@ -233,8 +233,44 @@ fn overhead() -> Vec<Case> {
             Ok(())
         })
     };
+    // The parts of an op's host cost, ours only: a stream-ordered allocation
+    // and free of an output, and a kernel launch into an existing buffer (a
+    // transposing copy, which is a kernel, not a memcpy).
+    let alloc_free = |dev: &HipDevice| -> BenchResult<crate::cases::Op> {
+        let stream = dev.stream().clone();
+        op(move || {
+            // SAFETY: the buffer is never read; it is freed in stream order.
+            drop(unsafe { stream.alloc::<f32>(TINY) }?);
+            Ok(())
+        })
+    };
+    let copy_into = |dev: &HipDevice| -> BenchResult<crate::cases::Op> {
+        let x = inputs::signed(dev, &[32, 32], DType::F32)?;
+        let mut y = inputs::signed(dev, &[32, 32], DType::F32)?;
+        let l = Layout::contiguous((32, 32)).transpose(0, 1)?;
+        op(move || {
+            x.copy_strided_src(&mut y, 0, &l)?;
+            Ok(())
+        })
+    };
     let tiny = dims(&[TINY]);
     vec![
+        Case::new(
+            "overhead",
+            "alloc_free_queued",
+            tiny.clone(),
+            "f32",
+            Measure::HostAsync,
+            alloc_free,
+        ),
+        Case::new(
+            "overhead",
+            "copy_into_queued",
+            dims(&[32, 32]),
+            "f32",
+            Measure::HostAsync,
+            copy_into,
+        ),
         Case::new(
             "overhead",
             "add_queued",

@@ -184,7 +184,10 @@ mod tests {
         );
         assert_eq!(plan(8193, f32).unwrap(), Plan::Global { padded: 16384 });
         assert_eq!(plan(32000, f32).unwrap(), Plan::Global { padded: 32768 });
-        assert_eq!(plan(8192, DType::F64).unwrap(), Plan::Global { padded: 8192 });
+        assert_eq!(
+            plan(8192, DType::F64).unwrap(),
+            Plan::Global { padded: 8192 }
+        );
         assert!(
             plan(MAX_COLS + 1, f32)
                 .unwrap_err()
@@ -207,7 +210,6 @@ mod tests {
         // One u8 value: the indices start at byte 8.
         assert_eq!(shared_bytes(1, 1), 10);
     }
-
 
     #[test]
     fn the_network_has_every_stage_once_in_order() {
