@@ -229,20 +229,38 @@ fn cuda_pool_attribute(attr: hipMemPoolAttr) -> HipResult<CuPoolAttr> {
     })
 }
 
-/// `hipMemPoolSetAttribute`: `value` points to an `int` or a `u64`, as the
-/// attribute says; CUDA reads the same types.
-pub(crate) unsafe fn hipMemPoolSetAttribute(
+/// `cuMemPoolSetAttribute` or `cuMemPoolGetAttribute`.
+type CuPoolAttrFn = unsafe fn(cu_sys::CUmemoryPool, CuPoolAttr, *mut c_void) -> cu_sys::CUresult;
+
+/// Checks the arguments of a pool-attribute call, maps the attribute and
+/// calls `cuda_fn` with the pool, the CUDA attribute and `value`.
+///
+/// # Safety
+/// `mem_pool` comes from hipDeviceGetDefaultMemPool and `value` points to
+/// the attribute's type (`int` or `u64`; CUDA uses the same ones), readable
+/// and writable.
+unsafe fn pool_attribute(
     mem_pool: hipMemPool_t,
     attr: hipMemPoolAttr,
     value: *mut c_void,
+    cuda_fn: CuPoolAttrFn,
 ) -> HipResult {
     non_null(mem_pool, INVALID)?;
     non_null(value, INVALID)?;
     let attr = cuda_pool_attribute(attr)?;
     ensure_current()?;
-    // SAFETY: a pool from hipDeviceGetDefaultMemPool and a value of the
-    // attribute's type, both guaranteed by the caller.
-    cu(unsafe { cu_sys::cuMemPoolSetAttribute(mem_pool.cast(), attr, value) })
+    // SAFETY: guaranteed by the caller (see above).
+    cu(unsafe { cuda_fn(mem_pool.cast(), attr, value) })
+}
+
+/// `hipMemPoolSetAttribute`: reads an `int` or a `u64` from `value`.
+pub(crate) unsafe fn hipMemPoolSetAttribute(
+    mem_pool: hipMemPool_t,
+    attr: hipMemPoolAttr,
+    value: *mut c_void,
+) -> HipResult {
+    // SAFETY: the caller's contract is pool_attribute's.
+    unsafe { pool_attribute(mem_pool, attr, value, cu_sys::cuMemPoolSetAttribute) }
 }
 
 /// `hipMemPoolGetAttribute`: writes an `int` or a `u64` to `value`.
@@ -251,12 +269,8 @@ pub(crate) unsafe fn hipMemPoolGetAttribute(
     attr: hipMemPoolAttr,
     value: *mut c_void,
 ) -> HipResult {
-    non_null(mem_pool, INVALID)?;
-    non_null(value, INVALID)?;
-    let attr = cuda_pool_attribute(attr)?;
-    ensure_current()?;
-    // SAFETY: as for hipMemPoolSetAttribute; `value` is writable.
-    cu(unsafe { cu_sys::cuMemPoolGetAttribute(mem_pool.cast(), attr, value) })
+    // SAFETY: the caller's contract is pool_attribute's.
+    unsafe { pool_attribute(mem_pool, attr, value, cu_sys::cuMemPoolGetAttribute) }
 }
 
 /// `hipHostMallocPortable`, `...Mapped`, `...WriteCombined`.
