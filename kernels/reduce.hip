@@ -216,6 +216,9 @@ struct ExtremumR : ValueRun<T, IsMax> {
 
 template <typename T, bool IsMax>
 struct ArgExtremumR : ExactRun<ExtremumBase<T, IsMax>, T> {
+  // Two (value, index) lanes: four spilled registers for 16-bit types on
+  // gfx942 (wave64, 1024-thread blocks).
+  static const int LANES = 2;
   typedef ch_u32 Out;
   __device__ __forceinline__ static Out finish(typename ExtremumBase<T, IsMax>::State st) { return st.i; }
 };
