@@ -64,6 +64,14 @@ __device__ __forceinline__ bool bitonic_positions(ch_u32 t, ch_u32 k, ch_u32 j, 
   return (i & k) == 0;
 }
 
+// Whether the compare-exchange at positions (i, l) of a stage swaps the
+// elements a (value xa, at i) and b (value xb, at l): when the one at l
+// belongs first in an ascending run (`up`), or the one at i in a descending one.
+template <typename T, bool ASC>
+__device__ __forceinline__ bool bitonic_swaps(bool up, T xa, ch_u32 a, T xb, ch_u32 b, ch_u32 cols) {
+  return up ? comes_before<T, ASC>(xb, b, xa, a, cols) : comes_before<T, ASC>(xa, a, xb, b, cols);
+}
+
 // Sorts each row as (value, index) pairs in shared memory: every compare
 // reads both operands from shared memory, not from the source row.
 template <typename T, bool ASC>
@@ -86,7 +94,7 @@ __device__ __forceinline__ void argsort_shared(const T* src, ch_u32* dst, ch_u64
           const bool up = bitonic_positions(t, k, j, i, l);
           const T xa = vals[i], xb = vals[l];
           const ch_u32 a = idx[i], b = idx[l];
-          if (up ? comes_before<T, ASC>(xb, b, xa, a, cols) : comes_before<T, ASC>(xa, a, xb, b, cols)) {
+          if (bitonic_swaps<T, ASC>(up, xa, a, xb, b, cols)) {
             vals[i] = xb;
             vals[l] = xa;
             idx[i] = (ch_u16)b;
@@ -120,7 +128,7 @@ __device__ __forceinline__ void argsort_step(const T* src, ch_u32* idx, ch_u64 r
     const bool up = bitonic_positions((ch_u32)t, k, j, i, l);
     const ch_u32 a = row[i], b = row[l];
     const T xa = values[a < cols ? a : 0], xb = values[b < cols ? b : 0];
-    if (up ? comes_before<T, ASC>(xb, b, xa, a, cols) : comes_before<T, ASC>(xa, a, xb, b, cols)) {
+    if (bitonic_swaps<T, ASC>(up, xa, a, xb, b, cols)) {
       row[i] = b;
       row[l] = a;
     }

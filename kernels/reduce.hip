@@ -216,8 +216,8 @@ struct ExtremumR : ValueRun<T, IsMax> {
 
 template <typename T, bool IsMax>
 struct ArgExtremumR : ExactRun<ExtremumBase<T, IsMax>, T> {
-  // Two (value, index) lanes: four spilled registers for 16-bit types on
-  // gfx942 (wave64, 1024-thread blocks).
+  // Two (value, index) lanes: with four, the f16/bf16 arg-reductions
+  // spilled 3 vector registers each on gfx942 (wave64, 1024-thread blocks).
   static const int LANES = 2;
   typedef ch_u32 Out;
   __device__ __forceinline__ static Out finish(typename ExtremumBase<T, IsMax>::State st) { return st.i; }
@@ -226,16 +226,15 @@ struct ArgExtremumR : ExactRun<ExtremumBase<T, IsMax>, T> {
 // Packs of a contiguous run each thread loads before folding them in.
 #define CH_REDUCE_PACKS 2
 
-// Independent partial states per thread in a contiguous run (`R::LANES`,
-// at most one per element of a pack): element k of each pack goes to state
-// k % lanes, so that many push chains run side by side. A min/max push is a
-// chain of compares and selects on its state (one state made max over bf16
-// latency-bound); a sum is one add, cheaper than the registers more states
-// take. combine is order-independent, so folding the lanes at the end gives
-// the same result.
 // This thread's share of the contiguous run row[0..n), whose positions in
 // reduction order start at j0 (block-strided packs, CH_REDUCE_PACKS loads in
-// flight).
+// flight). The packs fold into `R::LANES` independent partial states (at
+// most one per element of a pack; element k goes to state k % lanes), so
+// that several push chains run side by side: a min/max push is a chain of
+// compares and selects on its state (one state made max over bf16
+// latency-bound), a sum one add, cheaper than the registers more states
+// take. combine is order-independent, so folding the lanes at the end gives
+// the same result.
 template <typename R, typename T>
 __device__ __forceinline__ typename R::State reduce_contiguous(const T* row, ch_u64 n, ch_u64 j0,
                                                                typename R::State st) {

@@ -171,9 +171,8 @@ impl BackendDevice for HipDevice {
         // synchronization hands that memory back to the system and the next
         // op maps it again (H200 test platform: a 256 MiB allocation after a
         // sync took 314 us of device time instead of 68 us, more than an
-        // element-wise kernel over those 256 MiB). Keep it
-        // cached as PyTorch's allocator does; `Device::trim_memory_pool`
-        // releases it.
+        // element-wise kernel over those 256 MiB). Keep it cached as
+        // PyTorch's allocator does; `Device::trim_memory_pool` releases it.
         device
             .set_memory_pool_release_threshold(u64::MAX)
             .map_err(hip)?;
