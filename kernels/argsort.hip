@@ -11,8 +11,9 @@
 // - argsort_{asc,desc}_<dtype>(const T* src, ch_u32* dst, ch_u64 rows,
 //   ch_u32 cols, ch_u32 padded): one block per row (grid-stride), the whole
 //   network on (value, u16 index) pairs in roundup(P * sizeof(T), 8) + 2 * P
-//   bytes of dynamic shared memory (P <= 65536), any blockDim.x up to
-//   CH_REDUCE_MAX_BLOCK;
+//   bytes of dynamic shared memory (CH_SORT_SPAN <= P <= 65536: the host
+//   pads short rows further), blockDim.x = min(P / CH_SORT_RUN,
+//   CH_REDUCE_MAX_BLOCK);
 // - rows too long for shared memory: one
 //   argsort_step_{asc,desc}_<dtype>(const T* src, ch_u32* idx, ch_u64 rows,
 //   ch_u32 cols, ch_u32 padded, ch_u32 k, ch_u32 j) launch per network stage
@@ -72,8 +73,83 @@ __device__ __forceinline__ bool bitonic_swaps(bool up, T xa, ch_u32 a, T xb, ch_
   return up ? comes_before<T, ASC>(xb, b, xa, a, cols) : comes_before<T, ASC>(xa, a, xb, b, cols);
 }
 
-// Sorts each row as (value, index) pairs in shared memory: every compare
-// reads both operands from shared memory, not from the source row.
+// Positions of a row each thread holds in registers in a register pass
+// (mirrored by `RUN` in candle-hip/src/fused/argsort.rs).
+#define CH_SORT_RUN 4
+
+// Stages whose distance j is below CH_SORT_SPAN run in registers: j below
+// CH_SORT_RUN within a thread, the rest between lanes of one wave.
+#define CH_SORT_SPAN (CH_SORT_RUN * CANDLE_HIP_WAVE)
+
+// One element of a row in registers: its value and its index in the row.
+template <typename T>
+struct SortItem {
+  T v;
+  ch_u32 i;
+};
+
+// Compare-exchange of the thread's items e and e + J (e & J == 0) at row
+// positions base + e, base + e + J, in a stage of run length k.
+template <int J, typename T, bool ASC>
+__device__ __forceinline__ void exchange_in_thread(SortItem<T> (&it)[CH_SORT_RUN], ch_u32 base, ch_u32 k,
+                                                   ch_u32 cols) {
+#pragma unroll
+  for (int e = 0; e < CH_SORT_RUN; ++e) {
+    if ((e & J) != 0) continue;
+    const SortItem<T> a = it[e], b = it[e + J];
+    if (bitonic_swaps<T, ASC>(((base + e) & k) == 0, a.v, a.i, b.v, b.i, cols)) {
+      it[e] = b;
+      it[e + J] = a;
+    }
+  }
+}
+
+// Stages (k, j) for k from k_first to k_last (doubling) and j from
+// min(k / 2, CH_SORT_SPAN / 2) down to 1, on CH_SORT_RUN consecutive
+// positions per group (group g holds positions g * CH_SORT_RUN ...), loaded
+// from and stored back to shared memory. blockDim.x is a whole number of
+// waves that divides the padded / CH_SORT_RUN groups, so every lane takes
+// part in every shuffle and lane partners are groups g ^ (j / CH_SORT_RUN).
+template <typename T, bool ASC>
+__device__ __forceinline__ void register_pass(T* vals, ch_u16* idx, ch_u32 cols, ch_u32 padded, ch_u32 k_first,
+                                              ch_u32 k_last) {
+  const ch_u32 groups = padded / CH_SORT_RUN;
+  for (ch_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
+    const ch_u32 base = g * CH_SORT_RUN;
+    SortItem<T> it[CH_SORT_RUN];
+#pragma unroll
+    for (int e = 0; e < CH_SORT_RUN; ++e) {
+      it[e].v = vals[base + e];
+      it[e].i = idx[base + e];
+    }
+    for (ch_u32 k = k_first; k <= k_last; k <<= 1) {
+      for (ch_u32 j = (k < CH_SORT_SPAN ? k : CH_SORT_SPAN) >> 1; j >= CH_SORT_RUN; j >>= 1) {
+        const ch_u32 lanes = j / CH_SORT_RUN;
+        const bool lower = (g & lanes) == 0;
+        const bool up = (base & k) == 0;
+#pragma unroll
+        for (int e = 0; e < CH_SORT_RUN; ++e) {
+          const SortItem<T> other = shfl_xor_state(it[e], (int)lanes);
+          const SortItem<T>& lo = lower ? it[e] : other;
+          const SortItem<T>& hi = lower ? other : it[e];
+          if (bitonic_swaps<T, ASC>(up, lo.v, lo.i, hi.v, hi.i, cols)) it[e] = other;
+        }
+      }
+      static_assert(CH_SORT_RUN == 4, "the in-thread stages below are j = 2 and j = 1");
+      if (k >= 4) exchange_in_thread<2, T, ASC>(it, base, k, cols);
+      exchange_in_thread<1, T, ASC>(it, base, k, cols);
+    }
+#pragma unroll
+    for (int e = 0; e < CH_SORT_RUN; ++e) {
+      vals[base + e] = it[e].v;
+      idx[base + e] = (ch_u16)it[e].i;
+    }
+  }
+}
+
+// Sorts each row as (value, index) pairs in shared memory (padded >=
+// CH_SORT_SPAN): stages with j >= CH_SORT_SPAN compare pairs in shared
+// memory between block barriers, the others run in register passes.
 template <typename T, bool ASC>
 __device__ __forceinline__ void argsort_shared(const T* src, ch_u32* dst, ch_u64 rows, ch_u32 cols, ch_u32 padded) {
   extern __shared__ ch_u64 pairs_smem[];
@@ -87,8 +163,10 @@ __device__ __forceinline__ void argsort_shared(const T* src, ch_u32* dst, ch_u64
       idx[i] = (ch_u16)i;
     }
     __syncthreads();
-    for (ch_u32 k = 2; k <= padded; k <<= 1) {
-      for (ch_u32 j = k >> 1; j > 0; j >>= 1) {
+    register_pass<T, ASC>(vals, idx, cols, padded, 2, CH_SORT_SPAN);
+    __syncthreads();
+    for (ch_u32 k = 2 * CH_SORT_SPAN; k <= padded; k <<= 1) {
+      for (ch_u32 j = k >> 1; j >= CH_SORT_SPAN; j >>= 1) {
         for (ch_u32 t = threadIdx.x; t < padded / 2; t += blockDim.x) {
           ch_u32 i, l;
           const bool up = bitonic_positions(t, k, j, i, l);
@@ -103,6 +181,8 @@ __device__ __forceinline__ void argsort_shared(const T* src, ch_u32* dst, ch_u64
         }
         __syncthreads();
       }
+      register_pass<T, ASC>(vals, idx, cols, padded, k, k);
+      __syncthreads();
     }
     for (ch_u32 i = threadIdx.x; i < cols; i += blockDim.x) dst[r * cols + i] = idx[i];
     __syncthreads();

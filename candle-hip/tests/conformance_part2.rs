@@ -1065,12 +1065,18 @@ fn argsort_matches_cpu() {
     let mut t = Tally::default();
     let mut rng = Rng(0x5eed_0006);
     // Rows up to the shared-memory limits (4096 for 8-byte types, 8192,
-    // 16384 for u8), just past them, and a vocabulary.
+    // 16384 for u8), just past them, and a vocabulary; rows around the
+    // register-pass span (128 positions at wave 32, 256 at wave 64).
     let shapes: &[&[usize]] = &[
         &[3, 1],
         &[4, 7],
         &[2, 100],
         &[2, 3, 64],
+        &[3, 128],
+        &[2, 129],
+        &[2, 256],
+        &[2, 257],
+        &[2, 511],
         &[2, 4097],
         &[5, 8192],
         &[2, 8193],
@@ -1087,8 +1093,19 @@ fn argsort_matches_cpu() {
             } else {
                 rng.ints(n, 50)
             };
-            let values = if shape[1] == 1000 {
+            let values: Vec<f64> = if shape[1] == 1000 {
                 values.iter().map(|v| v.round()).collect()
+            } else {
+                values
+            };
+            // NaNs (sorted after every number, by index) in some float rows.
+            let values = if FLOATS.contains(&dtype) && matches!(shape[1], 129 | 257) {
+                let nan_at = |i: usize| i % 13 == 5;
+                values
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| if nan_at(i) { f64::NAN } else { v })
+                    .collect()
             } else {
                 values
             };

@@ -2,7 +2,10 @@
 //! of each row's indices, padded to the next power of two `P`.
 //!
 //! Rows of up to [`shared_sort_max_cols`] elements sort in one launch, one
-//! block per row, as (value, u16 index) pairs in shared memory. Longer rows (up to
+//! block per row, as (value, u16 index) pairs in shared memory; stages
+//! that compare positions less than `RUN` × wave size apart run in
+//! registers (within a thread or between the lanes of a wave), without
+//! block barriers. Longer rows (up to
 //! 2^31 elements) sort in global memory: a `rows × P` index matrix and one
 //! launch per stage of the network (`log2(P) * (log2(P) + 1) / 2` launches,
 //! 120 for a 32000-entry vocabulary), then a copy of the first `cols`
@@ -55,7 +58,15 @@ enum Plan {
     Global { padded: usize },
 }
 
-fn plan(cols: usize, dtype: DType) -> Result<Plan> {
+/// Positions of a row each thread of the in-shared-memory sort holds in
+/// registers (`CH_SORT_RUN` in `kernels/argsort.hip`).
+const RUN: usize = 4;
+
+/// How rows of `cols` elements of `dtype` are sorted on a device with waves
+/// of `wave` lanes. Shared sorts pad rows to at least `RUN` positions per
+/// lane of a wave (register passes need whole waves) and run a thread per
+/// `RUN` positions, at most `REDUCE_MAX_BLOCK`.
+fn plan(cols: usize, dtype: DType, wave: usize) -> Result<Plan> {
     if cols > MAX_COLS {
         return Err(invalid(
             OP,
@@ -64,7 +75,8 @@ fn plan(cols: usize, dtype: DType) -> Result<Plan> {
     }
     let padded = cols.next_power_of_two();
     if padded <= shared_sort_max_cols(dtype) {
-        let threads = (padded / 2).clamp(1, REDUCE_MAX_BLOCK as usize) as u32;
+        let padded = padded.max(RUN * wave.next_power_of_two());
+        let threads = (padded / RUN).min(REDUCE_MAX_BLOCK as usize) as u32;
         Ok(Plan::Shared { padded, threads })
     } else {
         Ok(Plan::Global { padded })
@@ -102,7 +114,7 @@ pub fn arg_sort_last_dim(
     let n_rows = rows.rows as u64;
     let cols = call::to_u32(OP, "the last dimension", rows.cols)?;
     let src = x.view_range(OP, rows.start, rows.rows * rows.cols)?;
-    match plan(rows.cols, dtype)? {
+    match plan(rows.cols, dtype, device.wave_size() as usize)? {
         Plan::Shared { padded, threads } => {
             let kernel = table::kernel(&format!("argsort_{dir}"), OP, dtype, None)?;
             let padded32 = padded as u32;
@@ -161,35 +173,24 @@ mod tests {
     #[test]
     fn short_rows_sort_in_shared_memory() {
         let f32 = DType::F32;
+        let shared = |padded, threads| Plan::Shared { padded, threads };
+        // Short rows pad to RUN positions per lane of a wave.
+        assert_eq!(plan(1, f32, 32).unwrap(), shared(128, 32));
+        assert_eq!(plan(5, f32, 64).unwrap(), shared(256, 64));
+        assert_eq!(plan(129, f32, 32).unwrap(), shared(256, 64));
+        assert_eq!(plan(1000, f32, 64).unwrap(), shared(1024, 256));
+        assert_eq!(plan(8192, f32, 32).unwrap(), shared(8192, 1024));
+        assert_eq!(plan(8193, f32, 32).unwrap(), Plan::Global { padded: 16384 });
         assert_eq!(
-            plan(1, f32).unwrap(),
-            Plan::Shared {
-                padded: 1,
-                threads: 1
-            }
+            plan(32000, f32, 64).unwrap(),
+            Plan::Global { padded: 32768 }
         );
         assert_eq!(
-            plan(5, f32).unwrap(),
-            Plan::Shared {
-                padded: 8,
-                threads: 4
-            }
-        );
-        assert_eq!(
-            plan(8192, f32).unwrap(),
-            Plan::Shared {
-                padded: 8192,
-                threads: 1024
-            }
-        );
-        assert_eq!(plan(8193, f32).unwrap(), Plan::Global { padded: 16384 });
-        assert_eq!(plan(32000, f32).unwrap(), Plan::Global { padded: 32768 });
-        assert_eq!(
-            plan(8192, DType::F64).unwrap(),
+            plan(8192, DType::F64, 32).unwrap(),
             Plan::Global { padded: 8192 }
         );
         assert!(
-            plan(MAX_COLS + 1, f32)
+            plan(MAX_COLS + 1, f32, 32)
                 .unwrap_err()
                 .to_string()
                 .contains("exceed")
