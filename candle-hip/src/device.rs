@@ -16,6 +16,10 @@ use crate::registry::Registry;
 use crate::storage::HipStorage;
 use crate::table::Kernel;
 
+/// Bytes of freed small buffers each device's stream keeps for reuse
+/// (`Stream::set_allocation_cache_limit`).
+const ALLOCATION_CACHE_BYTES: usize = 64 << 20;
+
 /// A HIP device as a Candle backend device.
 ///
 /// Cheap to clone: clones share one stream (all work of the device is
@@ -175,6 +179,12 @@ impl BackendDevice for HipDevice {
         // PyTorch's allocator does; `Device::trim_memory_pool` releases it.
         device
             .set_memory_pool_release_threshold(u64::MAX)
+            .map_err(hip)?;
+        // Small tensors (up to 1 MiB) are recycled on the host without a
+        // HIP call each: hipMallocAsync + hipFreeAsync cost 1.3 us per op
+        // on the H200 test platform, a sixth of a tiny op's host time.
+        stream
+            .set_allocation_cache_limit(ALLOCATION_CACHE_BYTES)
             .map_err(hip)?;
         Ok(HipDevice {
             inner: Arc::new(Inner {

@@ -3,8 +3,11 @@
 use std::ffi::c_void;
 use std::marker::PhantomData;
 
-use crate::buffer::DeviceBuffer;
-use crate::error::{Error, Result, discard_drop_error, hip_check};
+use hip_sys::hipError_t;
+
+use crate::buffer::{DeviceBuffer, Release};
+use crate::cache;
+use crate::error::{Error, Result, discard_drop_error, hip_check, hip_error};
 use crate::repr::{DeviceRepr, ValidAsZeroBits};
 use crate::stream::Stream;
 
@@ -13,8 +16,11 @@ impl Stream {
     ///
     /// Uses `hipMallocAsync` on this stream when the device supports memory
     /// pools (falling back to `hipMalloc` when the runtime lacks the symbol),
-    /// `hipMalloc` otherwise. A request the device cannot satisfy returns
-    /// [`crate::HipError::OutOfMemory`] and leaves the device usable.
+    /// `hipMalloc` otherwise; small requests reuse memory from the stream's
+    /// allocation cache when it is on ([`Stream::set_allocation_cache_limit`]).
+    /// A request the device cannot satisfy returns
+    /// [`crate::HipError::OutOfMemory`] (after the cache's memory was freed
+    /// and the request retried) and leaves the device usable.
     ///
     /// # Safety
     /// The contents are unspecified until written; reading them (copying
@@ -32,40 +38,74 @@ impl Stream {
             ptr: std::ptr::null_mut(),
             len,
             stream: self.clone(),
-            stream_ordered: false,
+            release: Release::Free,
             _marker: PhantomData,
         };
         if bytes == 0 {
             return Ok(buffer);
         }
         self.bind()?;
-        let api = self.api();
-        let mut ptr: *mut c_void = std::ptr::null_mut();
+        let what = || format!("{bytes} bytes ({len} x {dtype})");
         if self.stream_ordered_alloc() {
-            // SAFETY: valid out-pointer and live stream.
-            match unsafe { api.hipMallocAsync(&mut ptr, bytes, self.raw()) } {
-                Ok(status) => {
-                    hip_check(
-                        Ok(status),
-                        format_args!("hipMallocAsync of {bytes} bytes ({len} x {dtype})"),
-                    )?;
-                    buffer.stream_ordered = true;
+            let mut size = bytes;
+            buffer.release = Release::FreeAsync;
+            if let Some((class, cached)) = self.allocation_cache().take(bytes) {
+                buffer.release = Release::Cache(class);
+                if let Some(ptr) = cached {
+                    buffer.ptr = ptr;
+                    return Ok(buffer);
                 }
-                Err(_missing) => ptr = std::ptr::null_mut(),
+                size = cache::class_bytes(class);
+            }
+            match self.malloc_async(size) {
+                Ok(ptr) => {
+                    buffer.ptr = ptr;
+                    return Ok(buffer);
+                }
+                Err(AsyncAlloc::Missing) => buffer.release = Release::Free,
+                Err(AsyncAlloc::Failed(status)) => {
+                    return Err(
+                        hip_error(status, format_args!("hipMallocAsync of {}", what())).into(),
+                    );
+                }
             }
         }
-        if !buffer.stream_ordered {
-            // SAFETY: valid out-pointer.
-            let status = unsafe { api.hipMalloc(&mut ptr, bytes) };
-            hip_check(
-                status,
-                format_args!("hipMalloc of {bytes} bytes ({len} x {dtype})"),
-            )?;
-        }
+        let api = self.api();
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        let status = unsafe { api.hipMalloc(&mut ptr, bytes) };
+        hip_check(status, format_args!("hipMalloc of {}", what()))?;
         buffer.ptr = ptr;
         Ok(buffer)
     }
 
+    /// `hipMallocAsync` of `bytes` on this stream; when the device is out
+    /// of memory and the allocation cache holds some, the cache is freed
+    /// and the request retried once.
+    fn malloc_async(&self, bytes: usize) -> std::result::Result<*mut c_void, AsyncAlloc> {
+        let api = self.api();
+        let attempt = || {
+            let mut ptr: *mut c_void = std::ptr::null_mut();
+            // SAFETY: valid out-pointer and live stream.
+            match unsafe { api.hipMallocAsync(&mut ptr, bytes, self.raw()) } {
+                Ok(hipError_t::hipSuccess) => Ok(ptr),
+                Ok(status) => Err(AsyncAlloc::Failed(status)),
+                Err(_missing) => Err(AsyncAlloc::Missing),
+            }
+        };
+        match attempt() {
+            Err(AsyncAlloc::Failed(hipError_t::hipErrorOutOfMemory))
+                if self.allocation_cache().held() > 0 =>
+            {
+                // SAFETY: no arguments; only resets the calling thread's
+                // error slot, whose entry is the failure handled here.
+                let _ = unsafe { api.hipGetLastError() };
+                self.free_cached(self.allocation_cache().drain());
+                attempt()
+            }
+            result => result,
+        }
+    }
     /// Allocates `len` elements set to zero (queued on this stream).
     pub fn alloc_zeros<T: ValidAsZeroBits>(&self, len: usize) -> Result<DeviceBuffer<T>> {
         // SAFETY: the buffer is zero-filled before it is handed out, and
@@ -76,10 +116,24 @@ impl Stream {
     }
 }
 
+/// Why a stream-ordered allocation did not happen.
+enum AsyncAlloc {
+    /// The runtime lacks `hipMallocAsync`.
+    Missing,
+    /// HIP returned this status.
+    Failed(hipError_t),
+}
+
 impl<T: DeviceRepr> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         if self.ptr.is_null() {
             return;
+        }
+        if let Release::Cache(class) = self.release {
+            match self.stream.allocation_cache().put(class, self.ptr) {
+                Ok(()) => return,
+                Err(_full) => self.release = Release::FreeAsync,
+            }
         }
         // Drop cannot return errors; see `discard_drop_error`. If the device
         // cannot even be selected the memory is leaked, which is safe.
@@ -87,15 +141,15 @@ impl<T: DeviceRepr> Drop for DeviceBuffer<T> {
             return;
         }
         let api = self.stream.api();
-        let status = if self.stream_ordered {
+        let status = if self.release == Release::Free {
+            // SAFETY: allocated by hipMalloc and freed once; hipFree waits
+            // for the device, so no queued work still uses the memory.
+            unsafe { api.hipFree(self.ptr) }
+        } else {
             // SAFETY: allocated by hipMallocAsync; freed once, in order after
             // all work queued on the owning stream (other streams that used
             // the buffer were joined into it by the operations of this crate).
             unsafe { api.hipFreeAsync(self.ptr, self.stream.raw()) }
-        } else {
-            // SAFETY: allocated by hipMalloc and freed once; hipFree waits
-            // for the device, so no queued work still uses the memory.
-            unsafe { api.hipFree(self.ptr) }
         };
         discard_drop_error(api, status);
     }

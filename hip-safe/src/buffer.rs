@@ -50,8 +50,9 @@ pub unsafe trait DevicePtrMut<T: DeviceRepr>: DevicePtr<T> {
 ///
 /// Allocated in stream order (`hipMallocAsync`) when the device supports
 /// memory pools, with `hipMalloc` otherwise; freed the same way on drop, on
-/// the stream that allocated it. Dropping never panics and never leaves an
-/// error behind for later calls.
+/// the stream that allocated it, or kept for reuse by that stream's
+/// allocation cache (see [`Stream::set_allocation_cache_limit`]). Dropping
+/// never panics and never leaves an error behind for later calls.
 ///
 /// ```no_run
 /// let stream = hip_safe::Device::new(0)?.new_stream()?;
@@ -65,9 +66,22 @@ pub struct DeviceBuffer<T: DeviceRepr> {
     pub(crate) ptr: hipDeviceptr_t,
     pub(crate) len: usize,
     pub(crate) stream: Stream,
-    /// Freed with `hipFreeAsync` (allocated with `hipMallocAsync`).
-    pub(crate) stream_ordered: bool,
+    /// How the memory goes back on drop.
+    pub(crate) release: Release,
     pub(crate) _marker: PhantomData<T>,
+}
+
+/// How a [`DeviceBuffer`]'s memory goes back when it is dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// `hipFree` (allocated with `hipMalloc`).
+    Free,
+    /// `hipFreeAsync` on the owning stream (allocated with `hipMallocAsync`).
+    FreeAsync,
+    /// To the owning stream's allocation cache, in this size class
+    /// (allocated with `hipMallocAsync` at the class size); freed with
+    /// `hipFreeAsync` when the cache is full or off.
+    Cache(u8),
 }
 
 // SAFETY: the buffer uniquely owns its allocation; device memory is not tied

@@ -39,6 +39,7 @@
 mod alloc;
 mod blas;
 mod buffer;
+mod cache;
 mod device;
 mod dnn;
 mod error;

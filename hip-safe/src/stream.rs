@@ -3,8 +3,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use hip_sys::hipStream_t;
+use hip_sys::{hipDeviceptr_t, hipStream_t};
 
+use crate::cache::{AllocationCache, MAX_CACHED_BYTES};
 use crate::device::Device;
 use crate::error::{Result, discard_drop_error, hip_check};
 use crate::event::{Event, EventFlags};
@@ -40,6 +41,8 @@ struct StreamInner {
     device: Device,
     handle: hipStream_t,
     kind: StreamKind,
+    /// Small freed allocations kept for reuse (off until given a limit).
+    cache: AllocationCache,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +114,7 @@ impl Stream {
                 device,
                 handle,
                 kind,
+                cache: AllocationCache::default(),
             }),
         }
     }
@@ -170,6 +174,42 @@ impl Stream {
         self.inner.kind != StreamKind::PerThread && self.inner.device.supports_memory_pools()
     }
 
+    /// Keeps up to `bytes` of freed allocations of at most
+    /// [`Stream::MAX_CACHED_ALLOCATION`] bytes (1 MiB) each for reuse by later allocations on this stream,
+    /// which then skip `hipMallocAsync` and `hipFreeAsync` (what a
+    /// framework's caching allocator does for eager workloads of small
+    /// tensors). Requests the cache serves are allocated at their size
+    /// class, a power of two from 256 bytes. Reuse is in stream order, as
+    /// with `hipFreeAsync`. 0 (the default) turns the cache off; lowering
+    /// the limit frees what no longer fits. A no-op on streams that do not
+    /// allocate in stream order (the per-thread stream, devices without
+    /// memory pools).
+    pub fn set_allocation_cache_limit(&self, bytes: usize) -> Result<()> {
+        if !self.stream_ordered_alloc() {
+            return Ok(());
+        }
+        self.free_cached(self.inner.cache.set_limit(bytes));
+        Ok(())
+    }
+
+    /// Bytes of freed allocations the allocation cache holds now.
+    pub fn allocation_cache_bytes(&self) -> usize {
+        self.inner.cache.held()
+    }
+
+    /// The largest request the allocation cache serves.
+    pub const MAX_CACHED_ALLOCATION: usize = MAX_CACHED_BYTES;
+
+    pub(crate) fn allocation_cache(&self) -> &AllocationCache {
+        &self.inner.cache
+    }
+
+    /// Frees addresses the allocation cache gave up (`hipFreeAsync` on
+    /// this stream). A failure (a lost device) leaks them, which is safe.
+    pub(crate) fn free_cached(&self, ptrs: Vec<hipDeviceptr_t>) {
+        self.inner.free_cached(ptrs);
+    }
+
     pub(crate) fn bind(&self) -> Result<()> {
         self.inner.device.bind_to_thread()
     }
@@ -179,8 +219,25 @@ impl Stream {
     }
 }
 
+impl StreamInner {
+    /// See [`Stream::free_cached`].
+    fn free_cached(&self, ptrs: Vec<hipDeviceptr_t>) {
+        if ptrs.is_empty() || self.device.bind_to_thread().is_err() {
+            return;
+        }
+        let api = self.device.api();
+        for ptr in ptrs {
+            // SAFETY: a cached address came from hipMallocAsync on this
+            // stream and is owned by nobody else; freed once, in stream order.
+            let status = unsafe { api.hipFreeAsync(ptr, self.handle) };
+            discard_drop_error(api, status);
+        }
+    }
+}
+
 impl Drop for StreamInner {
     fn drop(&mut self) {
+        self.free_cached(self.cache.drain());
         if self.kind != StreamKind::Owned {
             return;
         }
