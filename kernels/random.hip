@@ -59,14 +59,14 @@ struct RandGen<T, false> {
     for (int k = 0; k < 4; ++k) out[k] = uniform_value<T, float>((float)low, (float)high, unit_f32(w[k]));
   }
   __device__ __forceinline__ static void normal(const ch_u32 (&w)[4], double mean, double std, T (&out)[4]) {
-    const float two_pi = 6.28318530717958647692f;
 #pragma unroll
     for (int k = 0; k < 4; k += 2) {
       // u1 in (0, 1] keeps the logarithm finite.
       const float u1 = (float)((w[k] >> 8) + 1) * (1.0f / 16777216.0f);
       const float r = sqrtf(-2.0f * logf(u1));
+      // The angle 2 pi u as sincospi(2u): exact argument, no range reduction.
       float s, c;
-      sincosf(two_pi * unit_f32(w[k + 1]), &s, &c);
+      sincospif(2.0f * unit_f32(w[k + 1]), &s, &c);
       out[k] = cast_to<T>((float)mean + (float)std * r * c);
       out[k + 1] = cast_to<T>((float)mean + (float)std * r * s);
     }
@@ -83,7 +83,7 @@ struct RandGen<T, true> {
     const double u1 = 1.0 - unit_f64(w[0], w[1]);
     const double r = sqrt(-2.0 * log(u1));
     double s, c;
-    sincos(6.28318530717958647692 * unit_f64(w[2], w[3]), &s, &c);
+    sincospi(2.0 * unit_f64(w[2], w[3]), &s, &c);
     out[0] = (T)(mean + std * r * c);
     out[1] = (T)(mean + std * r * s);
   }
