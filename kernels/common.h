@@ -548,18 +548,19 @@ __device__ __forceinline__ typename R::State block_reduce(typename R::State s, t
 // Part 2 (fused row kernels: softmax, rms_norm, layer_norm). Added by the
 // part-2 kernels; nothing above depends on it.
 
-// Bytes of accumulator values one thread keeps in registers for a row
-// (16 f32 or 8 f64 values, few enough for 1024-thread blocks on every
-// target): rows of up to RowCache<A>::VALUES * blockDim.x elements are read
-// from memory once.
+// Row kernels keep up to RowCache<T>::VALUES elements of a row per thread
+// in registers (as accumulators), so that rows of up to VALUES * blockDim.x
+// elements are read from memory once: as many as CH_ROW_CACHE_BYTES of
+// accumulators hold (16, 8 for f64), few enough registers for 1024-thread
+// blocks on every target. A kernel may cache more (softmax does).
 #define CH_ROW_CACHE_BYTES 64
 
 // Packs an uncached row visit loads ahead of their use.
 #define CH_ROW_LOADS 4
 
-template <typename A>
+template <typename T>
 struct RowCache {
-  static const int VALUES = CH_ROW_CACHE_BYTES / (int)sizeof(A);
+  static const int VALUES = CH_ROW_CACHE_BYTES / (int)sizeof(typename Num<T>::acc);
 };
 
 __device__ __forceinline__ float ch_exp(float x) { return expf(x); }
@@ -614,11 +615,12 @@ struct AccSum {
 
 // One row of `np` packs of V elements, as this thread sees it: packs
 // threadIdx.x, threadIdx.x + blockDim.x, ... Cached rows keep their packs in
-// registers after init(); uncached rows read memory on every visit.
-template <typename T, int V, bool CACHED>
+// registers (VALUES elements per thread, as accumulators) after
+// construction; uncached rows read memory on every visit.
+template <typename T, int V, bool CACHED, int VALUES = RowCache<T>::VALUES>
 struct RowView {
   typedef typename Num<T>::acc A;
-  static const int PACKS = CACHED ? RowCache<A>::VALUES / V : 1;
+  static const int PACKS = CACHED ? VALUES / V : 1;
   const T* src;
   ch_u32 np;
   A cache[PACKS][V];
@@ -686,11 +688,12 @@ __device__ __forceinline__ bool rows_vectorizable(ch_u32 cols, const T* a, const
 
 // Runs body.template row<V, CACHED>(blockIdx.x) (one block per row, the grid
 // covers every row), choosing 16-byte packs when `vec` and keeping the row in
-// registers when it fits.
-template <typename T, typename Body>
+// registers when it fits VALUES elements per thread (the body's cached
+// RowView must hold as many).
+template <typename T, int VALUES = RowCache<T>::VALUES, typename Body>
 __device__ __forceinline__ void row_of_block(ch_u32 cols, bool vec, Body& body) {
   const int VMAX = CH_VEC_BYTES / (int)sizeof(T);
-  const ch_u32 cap = (ch_u32)RowCache<typename Num<T>::acc>::VALUES * blockDim.x;
+  const ch_u32 cap = (ch_u32)VALUES * blockDim.x;
   const ch_u64 r = blockIdx.x;
   if (vec) {
     if (cols <= cap) body.template row<VMAX, true>(r);

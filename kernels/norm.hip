@@ -12,7 +12,7 @@
 // `cols` elements. Launch: one block per row (gridDim.x = rows); blockDim.x
 // a multiple of the wave size, at most CH_REDUCE_MAX_BLOCK. Sums run in f32 (f64 for f64) and each output is
 // rounded once. The variance is computed from the centred values (two
-// reductions), not as E[x^2] - E[x]^2. Rows of up to RowCache<A>::VALUES *
+// reductions), not as E[x^2] - E[x]^2. Rows of up to RowCache<T>::VALUES *
 // blockDim.x elements (16 per thread, 8 for f64) are read from memory once.
 
 #include "common.h"

@@ -7,14 +7,23 @@
 // the wave size, at most CH_REDUCE_MAX_BLOCK.
 //
 // Sums in f32 for f16/bf16/f32 and f64 for f64. Rows of up to
-// RowCache<A>::VALUES * blockDim.x elements stay in registers and are read
-// from memory once: maximum m, then exp(x - m) in place and its sum s, then
-// the store of exp(x - m) / s. Longer rows take two passes over memory: the
-// online-softmax recurrence computes m and s together, then the store pass
-// recomputes exp(x - m). Entries of -inf contribute 0; a row of only -inf
+// SoftmaxCache<T>::VALUES * blockDim.x elements stay in registers and are read
+// from memory once: maximum m, then the sum s of exp(x - m), then the store
+// of exp(x - m) / s (the exponential computed again). Longer rows take two
+// passes over memory: the online-softmax recurrence computes m and s
+// together, then the store pass. Entries of -inf contribute 0; a row of only -inf
 // gives NaN, as Candle's CPU backend does.
 
 #include "common.h"
+
+// Softmax caches twice the default for f16/bf16 (32 values per thread, as
+// many registers as the row's 64 bytes of 16-bit values take twice), so
+// that a 32000-entry vocabulary of a 16-bit model is read once by 1024
+// threads: CH_ROW_CACHE_BYTES of the row as stored.
+template <typename T>
+struct SoftmaxCache {
+  static const int VALUES = CH_ROW_CACHE_BYTES / (int)sizeof(T);
+};
 
 // (running maximum, sum of exp(x - maximum)).
 template <typename A>
@@ -80,37 +89,26 @@ struct SoftmaxBody {
     return block_allreduce<R>(s, reinterpret_cast<typename R::State*>(scratch));
   }
 
-  // Row in registers: maximum, then exp(x - max) kept in place and summed,
-  // then the scaled store (one exp per element).
+  // Row in registers: the maximum m, then the sum s of exp(x - m).
   template <int V>
-  __device__ __forceinline__ void softmax(RowView<T, V, true>& x, T* out) {
-    typename AccMax<A>::State m = AccMax<A>::identity();
+  __device__ __forceinline__ void max_and_sum(RowView<T, V, true, SoftmaxCache<T>::VALUES>& x, A& m, A& s) {
+    typename AccMax<A>::State mx = AccMax<A>::identity();
     x.visit([&](A (&v)[V], ch_u32) {
 #pragma unroll
-      for (int k = 0; k < V; ++k) m.v = v[k] > m.v ? v[k] : m.v;
+      for (int k = 0; k < V; ++k) mx.v = v[k] > mx.v ? v[k] : mx.v;
     });
-    m = allreduce<AccMax<A> >(m);
+    m = allreduce<AccMax<A> >(mx).v;
     typename AccSum<A>::State sum = AccSum<A>::identity();
     x.visit([&](A (&v)[V], ch_u32) {
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        v[k] = ch_exp_fast(v[k] - m.v);
-        sum.v += v[k];
-      }
+      for (int k = 0; k < V; ++k) sum.v += ch_exp_fast(v[k] - m);
     });
-    sum = allreduce<AccSum<A> >(sum);
-    const A inv = (A)1 / sum.v;
-    x.visit([&](A (&v)[V], ch_u32 p) {
-      A y[V];
-#pragma unroll
-      for (int k = 0; k < V; ++k) y[k] = v[k] * inv;
-      RowView<T, V, true>::store(out, p, y);
-    });
+    s = allreduce<AccSum<A> >(sum).v;
   }
 
-  // Row in memory: maximum and sum together, then the store pass.
+  // Row in memory: m and s together (one pass of the online recurrence).
   template <int V>
-  __device__ __forceinline__ void softmax(RowView<T, V, false>& x, T* out) {
+  __device__ __forceinline__ void max_and_sum(RowView<T, V, false, SoftmaxCache<T>::VALUES>& x, A& m, A& s) {
     typedef MaxSumExp<A> R;
     typename R::State st = R::identity();
     x.visit([&](A (&v)[V], ch_u32) {
@@ -118,18 +116,27 @@ struct SoftmaxBody {
       for (int k = 0; k < V; ++k) st = R::push(st, v[k]);
     });
     st = allreduce<R>(st);
-    const A inv = (A)1 / st.s;
+    m = st.m;
+    s = st.s;
+  }
+
+  // exp(x - m) / s, stored.
+  template <int V, bool CACHED>
+  __device__ __forceinline__ void softmax(RowView<T, V, CACHED, SoftmaxCache<T>::VALUES>& x, T* out) {
+    A m, s;
+    max_and_sum(x, m, s);
+    const A inv = (A)1 / s;
     x.visit([&](A (&v)[V], ch_u32 p) {
       A y[V];
 #pragma unroll
-      for (int k = 0; k < V; ++k) y[k] = ch_exp_fast(v[k] - st.m) * inv;
-      RowView<T, V, false>::store(out, p, y);
+      for (int k = 0; k < V; ++k) y[k] = ch_exp_fast(v[k] - m) * inv;
+      RowView<T, V, CACHED, SoftmaxCache<T>::VALUES>::store(out, p, y);
     });
   }
 
   template <int V, bool CACHED>
   __device__ __forceinline__ void row(ch_u64 r) {
-    RowView<T, V, CACHED> x(src + r * cols, cols / V);
+    RowView<T, V, CACHED, SoftmaxCache<T>::VALUES> x(src + r * cols, cols / V);
     softmax(x, dst + r * cols);
   }
 };
@@ -140,8 +147,8 @@ struct SoftmaxBody {
     __shared__ ch_u64 scratch[CH_ROW_SCRATCH_WORDS];                                               \
     SoftmaxBody<ch_##TY> body{src, dst, cols, scratch};                                            \
     const int V = CH_VEC_BYTES / (int)sizeof(ch_##TY);                                             \
-    row_of_block<ch_##TY>(cols, rows_vectorizable<V>(cols, src, (const ch_##TY*)dst, src, src), \
-                          body);                                                                   \
+    row_of_block<ch_##TY, SoftmaxCache<ch_##TY>::VALUES>(                                          \
+        cols, rows_vectorizable<V>(cols, src, (const ch_##TY*)dst, src, src), body);               \
   }
 
 CH_FLOATS(CH_SOFTMAX_KERNEL, softmax, _)

@@ -40,7 +40,8 @@ pub(crate) unsafe fn launch(
 /// One block per row for `rows` rows of `cols` elements of `elem_bytes`
 /// bytes: whole waves, enough threads for each to hold its share of the row
 /// in registers ([`ROW_CACHE_BYTES`]), at most `CH_REDUCE_MAX_BLOCK` threads
-/// (longer rows are read twice).
+/// (longer rows are read twice, except 16-bit softmax rows of up to twice
+/// that, which softmax caches).
 pub(crate) fn row_config(
     op: &'static str,
     rows: usize,
@@ -103,9 +104,13 @@ mod tests {
                 "{cols} x {bytes} bytes in {t} threads"
             );
         }
-        // Vocabulary softmax: the largest block, rows read twice.
+        // Vocabulary softmax: the largest block; f32 rows are read twice,
+        // 16-bit ones fit softmax's doubled cache (SoftmaxCache in
+        // kernels/softmax.hip: 32 values per thread).
         let c = row_config("t", 8192, 32000, 4, 64).unwrap();
         assert_eq!((c.grid_dim.0, c.block_dim.0), (8192, 1024));
+        let c = row_config("t", 8192, 32000, 2, 32).unwrap();
+        assert!(32000 <= c.block_dim.0 as usize * 2 * ROW_CACHE_BYTES / 4);
     }
 
     #[test]

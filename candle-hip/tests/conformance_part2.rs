@@ -873,7 +873,9 @@ fn row_ops_match_candle_nn() {
     let mut t = Tally::default();
     let mut rng = Rng(0x5eed_0004);
     // Rows: single elements, odd sizes (no 16-byte packs), attention rows,
-    // the 32000 vocabulary, 4096 hidden, and rows beyond the register cache.
+    // the 32000 vocabulary, 4096 hidden, and rows beyond the register cache
+    // (16 values per thread of 1024; softmax keeps 32 of f16/bf16: an odd
+    // row and one of exactly 32 x 1024 reach that cache's limits).
     let shapes: &[&[usize]] = &[
         &[1, 1],
         &[3, 7],
@@ -881,6 +883,8 @@ fn row_ops_match_candle_nn() {
         &[2, 32, 16, 128],
         &[4, 1000],
         &[8, 32000],
+        &[2, 20001],
+        &[2, 32768],
         &[16, 4096],
         &[3, 5120],
         &[2, 40000],
