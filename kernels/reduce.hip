@@ -6,9 +6,10 @@
 // order is the order of the contiguous output) and the reduced ones (red_*);
 // `src` points at the first element of the source view. When the reduced
 // elements of each output are cut into `split` > 1 chunks, the first launch
-// writes one partial state per (output, chunk) to `work` (output-major) and a
-// second launch of the same kernel in a FINISH mode combines them into dst;
-// with split == 1, `work` is unused (may be null).
+// writes one partial state per (output, chunk) to `work` (chunk-major:
+// work[chunk * num_out + output], so that adjacent outputs' partials are
+// adjacent) and a second launch of the same kernel in a FINISH mode combines
+// them into dst; with split == 1, `work` is unused (may be null).
 //
 // Modes, chosen by the host (candle-hip/src/launch.rs):
 // - ROWS: one block per (output, chunk); the block's threads stride over the
@@ -19,6 +20,13 @@
 //   the outputs are adjacent in memory), the groups are combined through
 //   shared memory. For reductions over non-innermost dimensions, and with
 //   tile = blockDim (a thread per output) for short reductions.
+// - COLS_PACKED: COLS where each thread owns a 16-byte pack of V adjacent
+//   outputs (V independent states), so a wave reads whole 16-byte packs of
+//   a row per reduced position. For one reduced dimension whose stride, like
+//   every outer output stride, is a multiple of V, and outputs adjacent in
+//   memory (innermost output stride 1); `tile` counts threads. The rows of
+//   outputs are cut into packs from the aligned address at or before their
+//   start, so the first and last pack of a row may be partial (masked loads).
 // - FINISH_BLOCK / FINISH_THREAD: combine the `split` partial states of each
 //   output with a block / a thread per output.
 //
@@ -33,6 +41,7 @@
 #define CH_REDUCE_COLS 1
 #define CH_REDUCE_FINISH_BLOCK 2
 #define CH_REDUCE_FINISH_THREAD 3
+#define CH_REDUCE_COLS_PACKED 4
 
 // Mirrored by `ReduceInfo` in candle-hip/src/info.rs.
 struct ReduceInfo {
@@ -41,7 +50,7 @@ struct ReduceInfo {
   ch_u32 out_rank;
   ch_u32 red_rank;
   ch_u32 mode;   // CH_REDUCE_*
-  ch_u32 tile;   // COLS: outputs per block (divides blockDim.x)
+  ch_u32 tile;   // COLS / COLS_PACKED: outputs / packs per block (divides blockDim.x)
   ch_u64 split;  // chunks per output (>= 1)
   ch_u64 chunk;  // reduced positions per chunk (the last may be shorter)
   ch_u64 out_dims[CH_MAX_DIMS];
@@ -292,7 +301,7 @@ __device__ __forceinline__ void emit(const ReduceInfo& info, ch_u64 o, ch_u64 c,
   if (info.split == 1) {
     dst[o] = R::finish(st);
   } else {
-    work[o * info.split + c] = st;
+    work[c * info.num_out + o] = st;
   }
 }
 
@@ -320,11 +329,49 @@ __device__ __forceinline__ void reduce_rows(const ReduceInfo& info, const T* src
   }
 }
 
+// COLS_PACKED's shared scratch: CH_REDUCE_STATE_BYTES per thread, so one
+// pass of combine_groups moves PER of each thread's states.
+template <typename R>
+struct ColsScratch {
+  static const int PER = CH_REDUCE_STATE_BYTES / (int)sizeof(typename R::State);
+  static const int STATES = CH_ELEM_BLOCK * PER;
+};
+
+// Folds the states of the block's groups (thread = group * tile + column)
+// into group 0, column by column: st[k] of a group-0 thread becomes the
+// combination of st[k] of every group in increasing group order. Passes of
+// PER states per thread go through `part` (CH_ELEM_BLOCK * PER states of
+// shared memory). Every thread must call it.
+template <typename R, int PER, int S>
+__device__ __forceinline__ void combine_groups(typename R::State (&st)[S], typename R::State* part, ch_u32 tile,
+                                               ch_u64 groups) {
+  const ch_u32 tx = threadIdx.x % tile;
+  const bool lead = threadIdx.x < tile;
+#pragma unroll
+  for (int k0 = 0; k0 < S; k0 += PER) {
+    if (!lead) {
+#pragma unroll
+      for (int kk = 0; kk < PER; ++kk) {
+        if (k0 + kk < S) part[threadIdx.x * PER + kk] = st[k0 + kk];
+      }
+    }
+    __syncthreads();
+    if (lead) {
+      for (ch_u64 g = 1; g < groups; ++g) {
+#pragma unroll
+        for (int kk = 0; kk < PER; ++kk) {
+          if (k0 + kk < S) st[k0 + kk] = R::combine(st[k0 + kk], part[(g * tile + tx) * PER + kk]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // Must be launched with CH_ELEM_BLOCK threads per block.
 template <typename R, typename T>
 __device__ __forceinline__ void reduce_cols(const ReduceInfo& info, const T* src, typename R::Out* dst,
-                                            typename R::State* work) {
-  __shared__ typename R::State part[CH_ELEM_BLOCK];
+                                            typename R::State* work, typename R::State* part) {
   const ch_u64 n = info.red_size;
   const ch_u32 tile = info.tile;
   const ch_u64 groups = blockDim.x / tile;
@@ -335,7 +382,7 @@ __device__ __forceinline__ void reduce_cols(const ReduceInfo& info, const T* src
   for (ch_u64 b = blockIdx.x; b < items; b += gridDim.x) {
     ch_u64 c;
     const ch_u64 o = divmod(b, info.split, c) * tile + tx;
-    typename R::State st = R::identity();
+    typename R::State st[1] = {R::identity()};
     if (o < info.num_out) {
       const T* base = src + out_offset(info, o);
       const ch_u64 start = c * info.chunk;
@@ -349,18 +396,114 @@ __device__ __forceinline__ void reduce_cols(const ReduceInfo& info, const T* src
 #pragma unroll
           for (int u = 0; u < CH_UNROLL; ++u) x[u] = base[(j + u * groups) * stride];
 #pragma unroll
-          for (int u = 0; u < CH_UNROLL; ++u) st = R::push(st, x[u], j + u * groups);
+          for (int u = 0; u < CH_UNROLL; ++u) st[0] = R::push(st[0], x[u], j + u * groups);
         }
       }
-      for (; j < end; j += groups) st = R::push(st, base[red_offset(info, j)], j);
+      for (; j < end; j += groups) st[0] = R::push(st[0], base[red_offset(info, j)], j);
     }
-    part[threadIdx.x] = st;
-    __syncthreads();
-    if (ty == 0 && o < info.num_out) {
-      for (ch_u64 g = 1; g < groups; ++g) st = R::combine(st, part[g * tile + tx]);
-      emit<R>(info, o, c, st, dst, work);
+    combine_groups<R, 1>(st, part, tile, groups);
+    if (ty == 0 && o < info.num_out) emit<R>(info, o, c, st[0], dst, work);
+  }
+}
+
+// Lanes [lo, hi) of the V elements at p (a 16-byte aligned address), with
+// one wide load when FULL (lo == 0, hi == V); other lanes are zero.
+template <bool FULL, typename T, int V>
+__device__ __forceinline__ Pack<T, V> load_lanes(const T* p, int lo, int hi) {
+  if (FULL) return *reinterpret_cast<const Pack<T, V>*>(p);
+  Pack<T, V> r;
+#pragma unroll
+  for (int k = 0; k < V; ++k) r.v[k] = k >= lo && k < hi ? p[k] : zero_bits<T>();
+  return r;
+}
+
+// COLS_PACKED's main loop: the pack of lanes [lo, hi) at `lane0` (the
+// address of lane 0 at reduced position j) for positions j, j + groups, ...
+// while U of them fit before `end`, U loads in flight; j and lane0 are left
+// at the first position not done. Lanes outside [lo, hi) fold zeros into
+// states that never reach an output.
+template <bool FULL, int U, typename R, typename T, int V>
+__device__ __forceinline__ void fold_packs(typename R::State (&st)[V], const T*& lane0, ch_u64& j, ch_u64 end,
+                                           ch_u64 groups, ch_u64 step, int lo, int hi) {
+  for (; j + (U - 1) * groups < end; j += U * groups, lane0 += U * step) {
+    Pack<T, V> pk[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) pk[u] = load_lanes<FULL, T, V>(lane0 + u * step, lo, hi);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) st[k] = R::push(st[k], pk[u].v[k], j + u * groups);
     }
-    __syncthreads();
+  }
+}
+
+// COLS_PACKED; must be launched with CH_ELEM_BLOCK threads per block.
+template <typename R, typename T>
+__device__ __forceinline__ void reduce_cols_packed(const ReduceInfo& info, const T* src, typename R::Out* dst,
+                                                   typename R::State* work) {
+  const int V = CH_VEC_BYTES / (int)sizeof(T);
+  // Packs in flight per thread: as map_elems, half as many for packs of 8
+  // or more elements (their states take twice the registers).
+  const int U = V <= 4 ? CH_UNROLL : CH_UNROLL / 2;
+  __shared__ typename R::State part[ColsScratch<R>::STATES];
+  const ch_u64 n = info.red_size;
+  const ch_u64 stride = info.red_strides[0];
+  const ch_u64 width = info.out_dims[info.out_rank - 1];
+  // Elements between the aligned address at or before src and src: every
+  // row of outputs starts this far past an aligned address.
+  const ch_u64 head = (reinterpret_cast<ch_u64>(src) / sizeof(T)) % V;
+  const ch_u64 row_packs = (head + width + V - 1) / V;
+  const ch_u64 packs = info.num_out / width * row_packs;
+  const ch_u32 tile = info.tile;
+  const ch_u64 groups = blockDim.x / tile;
+  const ch_u32 tx = threadIdx.x % tile;
+  const ch_u64 ty = threadIdx.x / tile;
+  const ch_u64 items = (packs + tile - 1) / tile * info.split;
+  for (ch_u64 b = blockIdx.x; b < items; b += gridDim.x) {
+    ch_u64 c;
+    const ch_u64 q = divmod(b, info.split, c) * tile + tx;
+    typename R::State st[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) st[k] = R::identity();
+    // Lane k of pack q holds output o0 + k for lo <= k < hi.
+    ch_u64 o0 = 0;
+    int lo = 0;
+    int hi = 0;
+    if (q < packs) {
+      ch_u64 qi;
+      const ch_u64 r = divmod(q, row_packs, qi);
+      const ch_u64 first = qi * V;
+      lo = qi == 0 ? (int)head : 0;
+      hi = head + width - first < (ch_u64)V ? (int)(head + width - first) : V;
+      o0 = r * width + first - head;
+      const ch_u64 start = c * info.chunk;
+      const ch_u64 end = n - start < info.chunk ? n : start + info.chunk;
+      const ch_u64 step = groups * stride;
+      ch_u64 j = start + ty;
+      // Lane 0 of the pack at reduced position j: 16-byte aligned, and
+      // before the row's first output when lo > 0 (only lanes from lo on
+      // are read).
+      const T* lane0 = src + out_offset(info, r * width) + j * stride + first - head;
+      if (lo == 0 && hi == V) {
+        fold_packs<true, U, R>(st, lane0, j, end, groups, step, lo, hi);
+      } else {
+        // The partial packs at the ends of a row.
+        fold_packs<false, U, R>(st, lane0, j, end, groups, step, lo, hi);
+      }
+      for (; j < end; j += groups, lane0 += step) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          if (k >= lo && k < hi) st[k] = R::push(st[k], lane0[k], j);
+        }
+      }
+    }
+    combine_groups<R, ColsScratch<R>::PER>(st, part, tile, groups);
+    if (ty == 0) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        if (k >= lo && k < hi) emit<R>(info, o0 + k, c, st[k], dst, work);
+      }
+    }
   }
 }
 
@@ -371,7 +514,7 @@ __device__ __forceinline__ void reduce_finish(const ReduceInfo& info, typename R
   if (info.mode == CH_REDUCE_FINISH_THREAD) {
     for (ch_u64 o = global_thread(); o < info.num_out; o += global_threads()) {
       typename R::State st = R::identity();
-      for (ch_u64 c = 0; c < split; ++c) st = R::combine(st, work[o * split + c]);
+      for (ch_u64 c = 0; c < split; ++c) st = R::combine(st, work[c * info.num_out + o]);
       dst[o] = R::finish(st);
     }
     return;
@@ -379,7 +522,7 @@ __device__ __forceinline__ void reduce_finish(const ReduceInfo& info, typename R
   __shared__ typename R::State scratch[CH_MAX_WAVES];
   for (ch_u64 o = blockIdx.x; o < info.num_out; o += gridDim.x) {
     typename R::State st = R::identity();
-    for (ch_u64 c = threadIdx.x; c < split; c += blockDim.x) st = R::combine(st, work[o * split + c]);
+    for (ch_u64 c = threadIdx.x; c < split; c += blockDim.x) st = R::combine(st, work[c * info.num_out + o]);
     st = block_reduce<R>(st, scratch);
     if (threadIdx.x == 0) dst[o] = R::finish(st);
   }
@@ -389,12 +532,13 @@ template <typename R, typename T>
 __device__ __forceinline__ void reduce_body(const ReduceInfo& info, const T* src, typename R::Out* dst,
                                             typename R::State* work) {
   static_assert(sizeof(typename R::State) <= CH_REDUCE_STATE_BYTES, "partial states fit their slots");
+  __shared__ typename R::State part[CH_ELEM_BLOCK];
   switch (info.mode) {
     case CH_REDUCE_ROWS:
       reduce_rows<R>(info, src, dst, work);
       break;
     case CH_REDUCE_COLS:
-      reduce_cols<R>(info, src, dst, work);
+      reduce_cols<R>(info, src, dst, work, part);
       break;
     default:
       reduce_finish<R>(info, dst, work);
@@ -418,8 +562,24 @@ struct ArgMaxR : ArgExtremumR<T, true> {};
     reduce_body<R<ch_##TY> >(info, src, dst, work);                                                 \
   }
 
+// COLS_PACKED has kernels of its own (reduce_cols_<op>_<dtype>, same
+// signature): its V states per thread would raise the register count of
+// every mode if it shared the kernel (reduce_sum_f32 went from 32 to 58
+// registers on sm_90, halving the occupancy of its ROWS blocks).
+#define CH_REDUCE_PACKED_KERNEL(NAME, R, TY)                                                        \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                       \
+      NAME##_##TY(const ReduceInfo info, const ch_##TY* src, R<ch_##TY>::Out* dst,                  \
+                  R<ch_##TY>::State* work) {                                                        \
+    reduce_cols_packed<R<ch_##TY> >(info, src, dst, work);                                          \
+  }
+
 CH_ALL(CH_REDUCE_KERNEL, reduce_sum, SumR)
 CH_ALL(CH_REDUCE_KERNEL, reduce_min, MinR)
 CH_ALL(CH_REDUCE_KERNEL, reduce_max, MaxR)
 CH_ALL(CH_REDUCE_KERNEL, reduce_argmin, ArgMinR)
 CH_ALL(CH_REDUCE_KERNEL, reduce_argmax, ArgMaxR)
+CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_sum, SumR)
+CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_min, MinR)
+CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_max, MaxR)
+CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmin, ArgMinR)
+CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmax, ArgMaxR)

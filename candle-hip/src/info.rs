@@ -227,7 +227,7 @@ pub(crate) struct ReduceInfo {
     pub(crate) red_rank: u32,
     /// How the kernel splits the work ([`ReduceMode`] as u32).
     pub(crate) mode: u32,
-    /// COLS mode: adjacent outputs per block.
+    /// COLS mode: adjacent outputs per block; COLS_PACKED: adjacent packs.
     pub(crate) tile: u32,
     /// Chunks the reduced elements of each output are cut into (>= 1).
     pub(crate) split: u64,
@@ -257,6 +257,10 @@ pub(crate) enum ReduceMode {
     FinishBlock = 2,
     /// Partial states combined with a thread per output.
     FinishThread = 3,
+    /// A block per (tile of adjacent packs of outputs, chunk): each thread
+    /// owns a 16-byte pack of adjacent outputs. Runs in the `reduce_cols_*`
+    /// kernels.
+    ColsPacked = 4,
 }
 
 impl ReduceInfo {
@@ -321,6 +325,25 @@ impl ReduceInfo {
     /// innermost reduced stride is 1).
     pub(crate) fn inner_contiguous(&self) -> bool {
         self.red_rank == 0 || self.red_strides[self.red_rank as usize - 1] == 1
+    }
+
+    /// The packs of `vec` adjacent outputs COLS_PACKED cuts the outputs
+    /// into, when it applies: one reduced dimension whose stride, like every
+    /// outer output stride, is a multiple of `vec`, and an innermost output
+    /// dimension of stride 1 and at least `vec` outputs. Each row of that
+    /// dimension is cut from the aligned element at or before its start,
+    /// `head` elements before it (the view's start offset modulo `vec`).
+    pub(crate) fn column_packs(&self, vec: u64, head: u64) -> Option<u64> {
+        if vec < 2 || self.red_rank != 1 || self.out_rank == 0 {
+            return None;
+        }
+        let last = self.out_rank as usize - 1;
+        let width = self.out_dims[last];
+        let packed = self.out_strides[last] == 1
+            && width >= vec
+            && self.red_strides[0].is_multiple_of(vec)
+            && self.out_strides[..last].iter().all(|s| s.is_multiple_of(vec));
+        packed.then(|| self.num_out / width * (head % vec + width).div_ceil(vec))
     }
 }
 
@@ -522,6 +545,36 @@ mod tests {
         assert_eq!((info.out_dims[0], info.out_strides[0]), (6, 1));
         assert_eq!((info.red_dims[0], info.red_strides[0]), (4, 6));
         assert!(ReduceInfo::new("max", &[6, 4], &[1, 6], &[2]).is_err());
+    }
+
+    #[test]
+    fn column_packs_need_aligned_strides_and_unit_output_stride() {
+        // (300, 8192) over dim 0: 2048 packs of 4 f32, 2049 from offset 1.
+        let info = ReduceInfo::new("sum", &[300, 8192], &[8192, 1], &[0]).unwrap();
+        assert_eq!(info.column_packs(4, 0), Some(2048));
+        assert_eq!(info.column_packs(4, 5), Some(2049));
+        assert_eq!(info.column_packs(1, 0), None);
+        // (3, 40, 50) over dim 1 within rows of 52: 3 rows of 13 packs
+        // (14 from offset 3: 3 + 50 elements).
+        let info = ReduceInfo::new("sum", &[3, 40, 50], &[2080, 52, 1], &[1]).unwrap();
+        assert_eq!(info.column_packs(4, 0), Some(39));
+        assert_eq!(info.column_packs(4, 3), Some(42));
+        // A reduced stride or an outer output stride off the pack grid.
+        assert_eq!(info.column_packs(8, 0), None);
+        let info = ReduceInfo::new("sum", &[3, 40, 48], &[1922, 48, 1], &[1]).unwrap();
+        assert_eq!(info.column_packs(4, 0), None);
+        // Rows narrower than a pack, strided outputs, two reduced dims.
+        let info = ReduceInfo::new("sum", &[100, 2], &[4, 1], &[0]).unwrap();
+        assert_eq!(info.column_packs(4, 0), None);
+        let info = ReduceInfo::new("sum", &[6, 4], &[2, 12], &[1]).unwrap();
+        assert_eq!(info.column_packs(2, 0), None);
+        // A transposed matrix over its last dim: adjacent outputs.
+        let info = ReduceInfo::new("sum", &[6, 4], &[1, 6], &[1]).unwrap();
+        assert_eq!(info.column_packs(2, 0), Some(3));
+        let info = ReduceInfo::new("sum", &[4, 5, 8], &[40, 8, 1], &[0, 1]).unwrap();
+        assert_eq!(info.column_packs(4, 0), Some(2));
+        let info = ReduceInfo::new("sum", &[4, 5, 8], &[48, 8, 1], &[0, 1]).unwrap();
+        assert_eq!(info.column_packs(4, 0), None);
     }
 
     #[test]

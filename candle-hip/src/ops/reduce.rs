@@ -5,10 +5,24 @@ use candle_core::op::ReduceOp;
 use candle_core::{DType, Layout};
 
 use crate::error::{Result, invalid};
-use crate::info::{REDUCE_STATE_BYTES, ReduceInfo};
+use crate::info::{REDUCE_STATE_BYTES, ReduceInfo, ReduceMode};
 use crate::launch::{self, Arg};
 use crate::storage::HipStorage;
-use crate::table;
+use crate::table::{self, Kernel};
+
+/// The `reduce_cols_<op>` kernel of `kernel`'s family: COLS_PACKED runs in
+/// kernels of its own (same source and signature; see `kernels/reduce.hip`),
+/// launched only from here.
+fn packed_kernel(kernel: Kernel, op: ReduceOp) -> Kernel {
+    let family = match op {
+        ReduceOp::Sum => "reduce_cols_sum",
+        ReduceOp::Min => "reduce_cols_min",
+        ReduceOp::Max => "reduce_cols_max",
+        ReduceOp::ArgMin => "reduce_cols_argmin",
+        ReduceOp::ArgMax => "reduce_cols_argmax",
+    };
+    Kernel { family, ..kernel }
+}
 
 /// Reduces `src` over `dims`. The output is contiguous in the order of the
 /// kept dimensions (candle's keepdim shape); argmin/argmax give u32
@@ -51,6 +65,7 @@ pub(crate) fn reduce(
     let plan = launch::reduction(
         info,
         src.dtype().size_in_bytes(),
+        layout.start_offset() as u64,
         device.wave_size(),
         device.compute_units(),
     );
@@ -70,6 +85,11 @@ pub(crate) fn reduce(
             Some(w) => Arg::Out(w.view_all_mut()),
             None => Arg::U64(0),
         };
+        let step_kernel = if step.info.mode == ReduceMode::ColsPacked as u32 {
+            packed_kernel(kernel, op)
+        } else {
+            kernel
+        };
         let args = [
             Arg::Reduce(step.info),
             Arg::In(src.view(family, layout)?),
@@ -82,8 +102,9 @@ pub(crate) fn reduce(
         // output dtype, work holds REDUCE_STATE_BYTES (>= the state size)
         // per partial state when the plan splits the outputs and is never
         // touched (null) otherwise; block shapes are whole waves up to
-        // CH_REDUCE_MAX_BLOCK, COLS blocks exactly CH_ELEM_BLOCK threads.
-        unsafe { launch::launch(device, kernel, step.cfg, &args) }?;
+        // CH_REDUCE_MAX_BLOCK, COLS and COLS_PACKED blocks exactly
+        // CH_ELEM_BLOCK threads; reduce_cols_* take the same arguments.
+        unsafe { launch::launch(device, step_kernel, step.cfg, &args) }?;
     }
     Ok(out)
 }
