@@ -10,7 +10,7 @@
 // Two launch shapes, chosen by the host from the padded length P:
 // - argsort_{asc,desc}_<dtype>(const T* src, ch_u32* dst, ch_u64 rows,
 //   ch_u32 cols, ch_u32 padded): one block per row (grid-stride), the whole
-//   network on (value, u16 index) pairs in roundup(P * sizeof(T), 8) + 2 * P
+//   network on (order key, u16 index) pairs in roundup(P * sizeof(T), 8) + 2 * P
 //   bytes of dynamic shared memory (CH_SORT_SPAN <= P <= 65536: the host
 //   pads short rows further), blockDim.x = min(P / CH_SORT_RUN,
 //   CH_REDUCE_MAX_BLOCK);
@@ -24,37 +24,79 @@
 
 #include "common.h"
 
+// Unsigned integers of 1, 2, 4 and 8 bytes: the order keys of T.
+template <int BYTES>
+struct KeyBits;
+template <>
+struct KeyBits<1> {
+  typedef ch_u8 type;
+};
+template <>
+struct KeyBits<2> {
+  typedef ch_u16 type;
+};
+template <>
+struct KeyBits<4> {
+  typedef ch_u32 type;
+};
+template <>
+struct KeyBits<8> {
+  typedef ch_u64 type;
+};
+
+// A value's ascending order key: an unsigned integer of T's size whose
+// order is the value order. Floats flip their sign bit (negative ones every
+// bit), with -0 taken as +0; `ordered` is false for NaN (no key).
 template <typename T, bool F = Num<T>::is_float>
-struct SortKey;
-
-template <typename T>
-struct SortKey<T, true> {
-  typedef typename Num<T>::acc K;
-  __device__ __forceinline__ static K key(T v) { return Num<T>::to_acc(v); }
-  __device__ __forceinline__ static bool is_nan(K k) { return k != k; }
+struct OrderKey {
+  typedef typename KeyBits<sizeof(T)>::type K;
+  static const K SIGN = (K)((K)1 << (8 * sizeof(K) - 1));
+  __device__ __forceinline__ static bool ordered(T v, K& k) {
+    const typename Num<T>::acc x = Num<T>::to_acc(v);
+    if (x != x) return false;
+    if (x == 0) {
+      k = SIGN;
+      return true;
+    }
+    union {
+      T value;
+      K bits;
+    } u;
+    u.value = v;
+    k = (u.bits & SIGN) != 0 ? (K)~u.bits : (K)(u.bits | SIGN);
+    return true;
+  }
 };
 
+// Integers: unsigned ones as they are, i64 with its sign bit flipped.
 template <typename T>
-struct SortKey<T, false> {
-  typedef T K;
-  __device__ __forceinline__ static K key(T v) { return v; }
-  __device__ __forceinline__ static bool is_nan(K) { return false; }
+struct OrderKey<T, false> {
+  typedef typename KeyBits<sizeof(T)>::type K;
+  __device__ __forceinline__ static bool ordered(T v, K& k) {
+    k = (K)v;
+    if ((T)-1 < (T)0) k ^= (K)((K)1 << (8 * sizeof(K) - 1));
+    return true;
+  }
 };
 
-// Whether element a (value xa) comes before element b (value xb) in the
-// final order of a row of `cols` elements; indices past the row are padding
-// and their values are ignored.
+// The sort key of element `i` (value v) of a row of `cols` elements: the
+// order key (inverted for a descending sort); NaN and padding (i >= cols)
+// take the largest key. Keys are compared with the index breaking ties, so
+// equal values keep their order, NaN comes after every number and padding
+// after everything (its indices are the largest).
 template <typename T, bool ASC>
-__device__ __forceinline__ bool comes_before(T xa, ch_u32 a, T xb, ch_u32 b, ch_u32 cols) {
-  typedef SortKey<T> S;
-  const bool pad_a = a >= cols, pad_b = b >= cols;
-  if (pad_a || pad_b) return !pad_a || (pad_b && a < b);
-  const typename S::K va = S::key(xa), vb = S::key(xb);
-  const bool nan_a = S::is_nan(va), nan_b = S::is_nan(vb);
-  if (nan_a || nan_b) return !nan_a || (nan_b && a < b);
-  if (ASC ? va < vb : vb < va) return true;
-  if (ASC ? vb < va : va < vb) return false;
-  return a < b;
+__device__ __forceinline__ typename OrderKey<T>::K sort_key(T v, ch_u32 i, ch_u32 cols) {
+  typedef typename OrderKey<T>::K K;
+  K k;
+  if (i >= cols || !OrderKey<T>::ordered(v, k)) return (K)~(K)0;
+  return ASC ? k : (K)~k;
+}
+
+// Whether the element with key ka and index a comes before the one with
+// key kb and index b.
+template <typename K>
+__device__ __forceinline__ bool comes_before(K ka, ch_u32 a, K kb, ch_u32 b) {
+  return ka < kb || (ka == kb && a < b);
 }
 
 // The pair (i, l = i | j) compared by pair t (0 <= t < P/2) of stage (k, j),
@@ -66,11 +108,11 @@ __device__ __forceinline__ bool bitonic_positions(ch_u32 t, ch_u32 k, ch_u32 j, 
 }
 
 // Whether the compare-exchange at positions (i, l) of a stage swaps the
-// elements a (value xa, at i) and b (value xb, at l): when the one at l
-// belongs first in an ascending run (`up`), or the one at i in a descending one.
-template <typename T, bool ASC>
-__device__ __forceinline__ bool bitonic_swaps(bool up, T xa, ch_u32 a, T xb, ch_u32 b, ch_u32 cols) {
-  return up ? comes_before<T, ASC>(xb, b, xa, a, cols) : comes_before<T, ASC>(xa, a, xb, b, cols);
+// elements a (key ka, at i) and b (key kb, at l): when the one at l belongs
+// first in an ascending run (`up`), or the one at i in a descending one.
+template <typename K>
+__device__ __forceinline__ bool bitonic_swaps(bool up, K ka, ch_u32 a, K kb, ch_u32 b) {
+  return up ? comes_before(kb, b, ka, a) : comes_before(ka, a, kb, b);
 }
 
 // Positions of a row each thread holds in registers in a register pass
@@ -81,23 +123,22 @@ __device__ __forceinline__ bool bitonic_swaps(bool up, T xa, ch_u32 a, T xb, ch_
 // CH_SORT_RUN within a thread, the rest between lanes of one wave.
 #define CH_SORT_SPAN (CH_SORT_RUN * CANDLE_HIP_WAVE)
 
-// One element of a row in registers: its value and its index in the row.
-template <typename T>
+// One element of a row in registers: its sort key and its index in the row.
+template <typename K>
 struct SortItem {
-  T v;
+  K k;
   ch_u32 i;
 };
 
 // Compare-exchange of the thread's items e and e + J (e & J == 0) at row
 // positions base + e, base + e + J, in a stage of run length k.
-template <int J, typename T, bool ASC>
-__device__ __forceinline__ void exchange_in_thread(SortItem<T> (&it)[CH_SORT_RUN], ch_u32 base, ch_u32 k,
-                                                   ch_u32 cols) {
+template <int J, typename K>
+__device__ __forceinline__ void exchange_in_thread(SortItem<K> (&it)[CH_SORT_RUN], ch_u32 base, ch_u32 k) {
 #pragma unroll
   for (int e = 0; e < CH_SORT_RUN; ++e) {
     if ((e & J) != 0) continue;
-    const SortItem<T> a = it[e], b = it[e + J];
-    if (bitonic_swaps<T, ASC>(((base + e) & k) == 0, a.v, a.i, b.v, b.i, cols)) {
+    const SortItem<K> a = it[e], b = it[e + J];
+    if (bitonic_swaps(((base + e) & k) == 0, a.k, a.i, b.k, b.i)) {
       it[e] = b;
       it[e + J] = a;
     }
@@ -110,16 +151,15 @@ __device__ __forceinline__ void exchange_in_thread(SortItem<T> (&it)[CH_SORT_RUN
 // from and stored back to shared memory. blockDim.x is a whole number of
 // waves that divides the padded / CH_SORT_RUN groups, so every lane takes
 // part in every shuffle and lane partners are groups g ^ (j / CH_SORT_RUN).
-template <typename T, bool ASC>
-__device__ __forceinline__ void register_pass(T* vals, ch_u16* idx, ch_u32 cols, ch_u32 padded, ch_u32 k_first,
-                                              ch_u32 k_last) {
+template <typename K>
+__device__ __forceinline__ void register_pass(K* keys, ch_u16* idx, ch_u32 padded, ch_u32 k_first, ch_u32 k_last) {
   const ch_u32 groups = padded / CH_SORT_RUN;
   for (ch_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
     const ch_u32 base = g * CH_SORT_RUN;
-    SortItem<T> it[CH_SORT_RUN];
+    SortItem<K> it[CH_SORT_RUN];
 #pragma unroll
     for (int e = 0; e < CH_SORT_RUN; ++e) {
-      it[e].v = vals[base + e];
+      it[e].k = keys[base + e];
       it[e].i = idx[base + e];
     }
     for (ch_u32 k = k_first; k <= k_last; k <<= 1) {
@@ -129,59 +169,60 @@ __device__ __forceinline__ void register_pass(T* vals, ch_u16* idx, ch_u32 cols,
         const bool up = (base & k) == 0;
 #pragma unroll
         for (int e = 0; e < CH_SORT_RUN; ++e) {
-          const SortItem<T> other = shfl_xor_state(it[e], (int)lanes);
-          const SortItem<T>& lo = lower ? it[e] : other;
-          const SortItem<T>& hi = lower ? other : it[e];
-          if (bitonic_swaps<T, ASC>(up, lo.v, lo.i, hi.v, hi.i, cols)) it[e] = other;
+          const SortItem<K> other = shfl_xor_state(it[e], (int)lanes);
+          const SortItem<K>& lo = lower ? it[e] : other;
+          const SortItem<K>& hi = lower ? other : it[e];
+          if (bitonic_swaps(up, lo.k, lo.i, hi.k, hi.i)) it[e] = other;
         }
       }
       static_assert(CH_SORT_RUN == 4, "the in-thread stages below are j = 2 and j = 1");
-      if (k >= 4) exchange_in_thread<2, T, ASC>(it, base, k, cols);
-      exchange_in_thread<1, T, ASC>(it, base, k, cols);
+      if (k >= 4) exchange_in_thread<2>(it, base, k);
+      exchange_in_thread<1>(it, base, k);
     }
 #pragma unroll
     for (int e = 0; e < CH_SORT_RUN; ++e) {
-      vals[base + e] = it[e].v;
+      keys[base + e] = it[e].k;
       idx[base + e] = (ch_u16)it[e].i;
     }
   }
 }
 
-// Sorts each row as (value, index) pairs in shared memory (padded >=
+// Sorts each row as (key, u16 index) pairs in shared memory (padded >=
 // CH_SORT_SPAN): stages with j >= CH_SORT_SPAN compare pairs in shared
 // memory between block barriers, the others run in register passes.
 template <typename T, bool ASC>
 __device__ __forceinline__ void argsort_shared(const T* src, ch_u32* dst, ch_u64 rows, ch_u32 cols, ch_u32 padded) {
+  typedef typename OrderKey<T>::K K;
   extern __shared__ ch_u64 pairs_smem[];
-  T* vals = reinterpret_cast<T*>(pairs_smem);
-  // The indices follow the values at the next 8-byte boundary.
-  ch_u16* idx = reinterpret_cast<ch_u16*>(pairs_smem + (padded * sizeof(T) + 7) / 8);
+  K* keys = reinterpret_cast<K*>(pairs_smem);
+  // The indices follow the keys at the next 8-byte boundary.
+  ch_u16* idx = reinterpret_cast<ch_u16*>(pairs_smem + (padded * sizeof(K) + 7) / 8);
   for (ch_u64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* row = src + r * cols;
     for (ch_u32 i = threadIdx.x; i < padded; i += blockDim.x) {
-      vals[i] = row[i < cols ? i : 0];
+      keys[i] = sort_key<T, ASC>(row[i < cols ? i : 0], i, cols);
       idx[i] = (ch_u16)i;
     }
     __syncthreads();
-    register_pass<T, ASC>(vals, idx, cols, padded, 2, CH_SORT_SPAN);
+    register_pass(keys, idx, padded, 2, CH_SORT_SPAN);
     __syncthreads();
     for (ch_u32 k = 2 * CH_SORT_SPAN; k <= padded; k <<= 1) {
       for (ch_u32 j = k >> 1; j >= CH_SORT_SPAN; j >>= 1) {
         for (ch_u32 t = threadIdx.x; t < padded / 2; t += blockDim.x) {
           ch_u32 i, l;
           const bool up = bitonic_positions(t, k, j, i, l);
-          const T xa = vals[i], xb = vals[l];
+          const K ka = keys[i], kb = keys[l];
           const ch_u32 a = idx[i], b = idx[l];
-          if (bitonic_swaps<T, ASC>(up, xa, a, xb, b, cols)) {
-            vals[i] = xb;
-            vals[l] = xa;
+          if (bitonic_swaps(up, ka, a, kb, b)) {
+            keys[i] = kb;
+            keys[l] = ka;
             idx[i] = (ch_u16)b;
             idx[l] = (ch_u16)a;
           }
         }
         __syncthreads();
       }
-      register_pass<T, ASC>(vals, idx, cols, padded, k, k);
+      register_pass(keys, idx, padded, k, k);
       __syncthreads();
     }
     for (ch_u32 i = threadIdx.x; i < cols; i += blockDim.x) dst[r * cols + i] = idx[i];
@@ -208,7 +249,7 @@ __device__ __forceinline__ void argsort_step(const T* src, ch_u32* idx, ch_u64 r
     const bool up = bitonic_positions((ch_u32)t, k, j, i, l);
     const ch_u32 a = row[i], b = row[l];
     const T xa = values[a < cols ? a : 0], xb = values[b < cols ? b : 0];
-    if (bitonic_swaps<T, ASC>(up, xa, a, xb, b, cols)) {
+    if (bitonic_swaps(up, sort_key<T, ASC>(xa, a, cols), a, sort_key<T, ASC>(xb, b, cols), b)) {
       row[i] = b;
       row[l] = a;
     }

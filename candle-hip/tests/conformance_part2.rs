@@ -1102,17 +1102,6 @@ fn argsort_matches_cpu() {
             } else {
                 values
             };
-            // NaNs (sorted after every number, by index) in some float rows.
-            let values = if FLOATS.contains(&dtype) && matches!(shape[1], 129 | 257) {
-                let nan_at = |i: usize| i % 13 == 5;
-                values
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &v)| if nan_at(i) { f64::NAN } else { v })
-                    .collect()
-            } else {
-                values
-            };
             let xt = cpu(&values, shape, dtype);
             for asc in [true, false] {
                 let want = to_f64(&xt.arg_sort_last_dim(asc).unwrap());
@@ -1130,6 +1119,46 @@ fn argsort_matches_cpu() {
                         || fused::arg_sort_last_dim(&xs, &l, asc),
                     );
                 }
+            }
+        }
+    }
+    // NaN (after every number, by index, in both directions) and signed
+    // zeros (equal, by index), which candle's CPU argsort cannot order:
+    // against a host stable sort.
+    for cols in [7, 129, 300, 1000] {
+        let values: Vec<f64> = (0..cols)
+            .map(|i| match i % 11 {
+                3 => f64::NAN,
+                5 => -0.0,
+                7 => 0.0,
+                _ => ((i * 37) % 19) as f64 - 9.0,
+            })
+            .collect();
+        for asc in [true, false] {
+            let mut order: Vec<usize> = (0..cols).collect();
+            order.sort_by(|&a, &b| {
+                let (x, y) = (values[a], values[b]);
+                match (x.is_nan(), y.is_nan()) {
+                    (true, true) => std::cmp::Ordering::Equal,
+                    (true, false) => std::cmp::Ordering::Greater,
+                    (false, true) => std::cmp::Ordering::Less,
+                    _ if asc => x.partial_cmp(&y).unwrap(),
+                    _ => y.partial_cmp(&x).unwrap(),
+                }
+            });
+            let want: Vec<f64> = order.iter().map(|&i| i as f64).collect();
+            for dtype in FLOATS {
+                let l = layout(&[1, cols], Arrange::Contiguous);
+                let xs = upload(&dev, &values, &l, dtype);
+                record(
+                    &mut t,
+                    "arg_sort_last_dim",
+                    dtype,
+                    &format!("NaN and signed zeros, {cols} asc {asc}"),
+                    &want,
+                    Tol::EXACT,
+                    || fused::arg_sort_last_dim(&xs, &l, asc),
+                );
             }
         }
     }

@@ -2,7 +2,7 @@
 //! of each row's indices, padded to the next power of two `P`.
 //!
 //! Rows of up to [`shared_sort_max_cols`] elements sort in one launch, one
-//! block per row, as (value, u16 index) pairs in shared memory; stages
+//! block per row, as (order key, u16 index) pairs in shared memory; stages
 //! that compare positions less than `RUN` × wave size apart run in
 //! registers (within a thread or between the lanes of a wave), without
 //! block barriers. Longer rows (up to
@@ -30,7 +30,8 @@ const OP: &str = "arg_sort_last_dim";
 const SHARED_SORT_BYTES: usize = 48 * 1024;
 
 /// Shared memory of the in-shared-memory sort of rows padded to `padded`:
-/// the values (rounded up to 8 bytes), then a u16 index per value.
+/// an order key of the value's size per position (rounded up to 8 bytes),
+/// then a u16 index per position.
 fn shared_bytes(padded: usize, elem_bytes: usize) -> usize {
     (padded * elem_bytes).next_multiple_of(8) + 2 * padded
 }
