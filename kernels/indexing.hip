@@ -21,7 +21,13 @@
 // - per destination row (index_add_rows): a block owns destination row
 //   (left, p) over a tile of columns, keeps it in registers, scans all
 //   indices in order and adds every source row whose index is p. Used when
-//   there are too few columns to fill the device.
+//   there are too few columns to fill the device;
+// - per destination tile (scatter_tiles, scatter_add_tiles,
+//   index_add_tiles): a one-wave block keeps a tile of the destination (up to
+//   CH_TILE_ROWS rows of CH_TILE_ROW_BYTES) in shared memory and walks the
+//   indices of the tile's columns in order, so that each update is a
+//   shared-memory round trip instead of a global one (see tile_walk). Used
+//   when the destination dimension needs few tiles.
 
 #include "common.h"
 
@@ -281,6 +287,260 @@ __device__ __forceinline__ void index_add_rows_body(const IndexInfo& info, const
   }
 }
 
+// ---------------------------------------------------------------------------
+// Destination tiles in shared memory.
+
+// Bytes of one tile row: the tile's CH_TILE_ROW_BYTES / sizeof(T) adjacent
+// columns, a whole 32-byte memory sector of every source and destination row.
+#define CH_TILE_ROW_BYTES 32
+// Destination rows of one tile (a power of two; with the row bytes, the
+// block's static shared memory: 32 KiB).
+#define CH_TILE_ROWS 1024
+// Updates a thread applies per shared-memory round trip.
+#define CH_TILE_BATCH 4
+// Updates of a column that one unrolled step of the walk covers: the loads of
+// the next step's updates are in flight while this step's are applied.
+#define CH_TILE_STEP 64
+// Most loads per thread in flight in the walk (bounds its registers).
+#define CH_TILE_MAX_LOADS 16
+// Tile position of an update that falls outside the tile.
+#define CH_TILE_NONE 0xffffffffu
+
+// Lane layout of the tile form for value type T: lane = group * cols + col.
+// The `groups` lanes of a column share the column's loads (each loads one
+// update of every `groups` consecutive ones and shuffles hand them round)
+// and split the tile's rows: group g applies the updates of rows congruent
+// to g modulo `groups`, so every tile element has exactly one owner and
+// the lanes of a wave hit distinct banks.
+template <typename T>
+struct TileLanes {
+  static const int cols = CH_TILE_ROW_BYTES / (int)sizeof(T);
+  static const int groups = CANDLE_HIP_WAVE / cols;
+  // Loads in flight per thread and updates per unrolled walk step.
+  static const int loads = CH_TILE_STEP / groups < CH_TILE_MAX_LOADS ? CH_TILE_STEP / groups : CH_TILE_MAX_LOADS;
+  static const int step = loads * groups;
+  static_assert(cols >= 1 && cols <= CANDLE_HIP_WAVE, "a tile row fits one wave");
+  static_assert(sizeof(T) <= 2 * sizeof(int), "values move as at most two words");
+  static_assert(step % CH_TILE_BATCH == 0, "walk steps are whole batches");
+};
+
+// `v` of lane `lane` (every lane of the wave calls this), moved as one or
+// two 32-bit words.
+template <typename T>
+__device__ __forceinline__ T shfl_value(const T& v, int lane) {
+  T out;
+  if (sizeof(T) <= sizeof(int)) {
+    int w = 0;
+    __builtin_memcpy(&w, &v, sizeof(T));
+    w = __shfl(w, lane, CANDLE_HIP_WAVE);
+    __builtin_memcpy(&out, &w, sizeof(T));
+  } else {
+    int w[2];
+    __builtin_memcpy(w, &v, sizeof(w));
+    w[0] = __shfl(w[0], lane, CANDLE_HIP_WAVE);
+    w[1] = __shfl(w[1], lane, CANDLE_HIP_WAVE);
+    __builtin_memcpy(&out, w, sizeof(w));
+  }
+  return out;
+}
+
+// Copies the first `rows` rows of a tile between shared memory and the
+// destination (rows `stride` units apart) in units U, UPR units per tile
+// row, of which the first `used` exist in the destination. Each thread
+// moves CH_UNROLL units at a time, their loads issued together (a unit past
+// the end loads the last one again and is not stored).
+template <bool ToShared, int UPR, typename U>
+__device__ __forceinline__ void tile_copy(U* tile, U* drows, ch_u64 stride, int rows, int used) {
+  const int total = rows * UPR;
+  for (int e0 = 0; e0 < total; e0 += CANDLE_HIP_WAVE * CH_UNROLL) {
+    U tmp[CH_UNROLL];
+#pragma unroll
+    for (int k = 0; k < CH_UNROLL; ++k) {
+      int e = e0 + k * CANDLE_HIP_WAVE + (int)threadIdx.x;
+      e = e < total ? e : total - 1;
+      const int j = e % UPR < used ? e % UPR : used - 1;
+      tmp[k] = ToShared ? drows[(ch_u64)(e / UPR) * stride + j] : tile[e];
+    }
+#pragma unroll
+    for (int k = 0; k < CH_UNROLL; ++k) {
+      const int e = e0 + k * CANDLE_HIP_WAVE + (int)threadIdx.x;
+      if (e < total && e % UPR < used) {
+        if (ToShared) {
+          tile[e] = tmp[k];
+        } else {
+          drows[(ch_u64)(e / UPR) * stride + e % UPR] = tmp[k];
+        }
+      }
+    }
+  }
+}
+
+// Tile copy in 16-byte packs where the tile spans whole rows of packs,
+// element by element otherwise.
+template <bool ToShared, typename T>
+__device__ __forceinline__ void tile_move(T* tile, T* drows, ch_u64 right, int rows, int used) {
+  const int C = TileLanes<T>::cols;
+  const int V = CH_VEC_BYTES / (int)sizeof(T);
+  typedef Pack<T, V> P;
+  if (used == C && right % V == 0 && is_aligned<V>(drows)) {
+    tile_copy<ToShared, C / V>(reinterpret_cast<P*>(tile), reinterpret_cast<P*>(drows), right / V, rows, C / V);
+  } else {
+    tile_copy<ToShared, C>(tile, drows, right, rows, used);
+  }
+}
+
+// How many tile rows from p0 on an index of type I can select: positions
+// below dst_dim, at most CH_TILE_ROWS, never the "no index" marker (the
+// largest value of I, so excluding it only shortens the span).
+template <typename I>
+__device__ __forceinline__ ch_u64 tile_span(ch_u64 dst_dim, ch_u64 p0) {
+  const ch_u64 marker = (ch_u64)Num<I>::max_value;
+  if (p0 >= marker) return 0;
+  ch_u64 span = dst_dim - p0;
+  if (span > CH_TILE_ROWS) span = CH_TILE_ROWS;
+  return span < marker - p0 ? span : marker - p0;
+}
+
+// Tile row of index `id` (the tile starts at p0 and spans `span` rows, see
+// tile_span), or CH_TILE_NONE. Computed in the index's wrapping type: p0 and
+// span fit it whenever span > 0, and negative i64 indices wrap past it.
+template <typename I>
+__device__ __forceinline__ ch_u32 tile_row(I id, ch_u64 p0, ch_u64 span) {
+  typedef typename Num<I>::wide W;
+  const W row = (W)id - (W)p0;
+  return row < (W)span ? (ch_u32)row : CH_TILE_NONE;
+}
+
+// Applies updates j < CH_TILE_BATCH of one column in order: key[j] is the
+// tile row for this lane's updates, a value >= CH_TILE_ROWS for the others
+// (distinct from every tile row). Add: the rows are read together and an
+// update whose row appeared earlier in the batch starts from that earlier
+// result.
+template <bool Add, typename T>
+__device__ __forceinline__ void tile_batch(T* tcol, const ch_u32 (&key)[CH_TILE_BATCH], T (&val)[CH_TILE_BATCH]) {
+  const int C = TileLanes<T>::cols;
+  if (Add) {
+    T old[CH_TILE_BATCH];
+#pragma unroll
+    for (int j = 0; j < CH_TILE_BATCH; ++j) old[j] = key[j] < CH_TILE_ROWS ? tcol[key[j] * C] : val[j];
+#pragma unroll
+    for (int j = 0; j < CH_TILE_BATCH; ++j) {
+      T base = old[j];
+#pragma unroll
+      for (int a = 0; a < j; ++a) {
+        if (key[a] == key[j]) base = val[a];
+      }
+      val[j] = Accumulate<T>::add(base, val[j]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < CH_TILE_BATCH; ++j) {
+    if (key[j] < CH_TILE_ROWS) tcol[key[j] * C] = val[j];
+  }
+}
+
+// The loads of one lane's walk, in order: update `next` of the column (of
+// `n`; none past it) at `sp` and `ip`, then every `g`-th one.
+template <typename I, typename T>
+struct TileLoads {
+  const I* ip;
+  const T* sp;
+  ch_u64 next, n, s_step, i_step, g;
+  __device__ __forceinline__ void load(I& id, T& val) {
+    const bool ok = next < n;
+    id = ok ? *ip : Num<I>::max_value;
+    val = ok ? *sp : zero_bits<T>();
+    next += g;
+    sp += s_step;
+    ip += i_step;
+  }
+};
+
+// Walks the n updates of the wave's columns in order, applying those of
+// tile rows [p0, p0 + span) to the tile (see TileLanes). Update s of the
+// lane's column: value src[first + s * right], index ids[ColumnIds ? first +
+// s * right : s]; `col_ok`: whether the lane's column exists. Every lane
+// runs every step (the shuffles need the whole wave).
+template <bool Add, bool ColumnIds, typename I, typename T>
+__device__ __forceinline__ void tile_walk(const IndexInfo& info, const I* ids, const T* src, T* tile, ch_u64 first,
+                                          bool col_ok, ch_u64 p0, ch_u64 span) {
+  typedef TileLanes<T> L;
+  const int C = L::cols, G = L::groups, D = L::loads, B = CH_TILE_BATCH;
+  const int lane = (int)threadIdx.x;
+  const int col = lane % C, group = lane / C;
+  T* tcol = tile + col;
+  const ch_u64 k = first + (ch_u64)group * info.right;
+  const ch_u64 s_step = G * info.right;
+  TileLoads<I, T> loads = {ids + (ColumnIds ? k : (ch_u64)group),
+                           src + k,
+                           (ch_u64)group,
+                           col_ok ? info.ids_dim : 0,
+                           s_step,
+                           ColumnIds ? s_step : (ch_u64)G,
+                           (ch_u64)G};
+  // Slot r holds update s0 + r * G + group of the walk step starting at s0.
+  I id[D];
+  T val[D];
+#pragma unroll
+  for (int r = 0; r < D; ++r) loads.load(id[r], val[r]);
+  for (ch_u64 s0 = 0; s0 < info.ids_dim; s0 += L::step) {
+    ch_u32 row[D];
+#pragma unroll
+    for (int b = 0; b < L::step / B; ++b) {
+      ch_u32 key[B];
+      T v[B];
+#pragma unroll
+      for (int j = 0; j < B; ++j) {
+        const int t = b * B + j;
+        const int r = t / G;
+        if (t % G == 0) row[r] = tile_row(id[r], p0, span);
+        const int from = (t % G) * C + col;
+        const ch_u32 p = G == 1 ? row[r] : (ch_u32)__shfl((int)row[r], from, CANDLE_HIP_WAVE);
+        v[j] = G == 1 ? val[r] : shfl_value(val[r], from);
+        // CH_TILE_NONE may pass as this lane's (for the last group): it
+        // stays >= CH_TILE_ROWS, so it is neither applied nor equal to a row.
+        key[j] = (int)(p % G) == group ? p : CH_TILE_NONE - (ch_u32)(j + 1);
+      }
+      tile_batch<Add>(tcol, key, v);
+#pragma unroll
+      for (int r = 0; r < D; ++r) {
+        if ((r * G + G - 1) / B == b) loads.load(id[r], val[r]);
+      }
+    }
+  }
+}
+
+// Tile form of scatter (ColumnIds: ids shaped like src) and index_add (1-D
+// ids): one block of one wave per (left, column tile, row range), the row
+// ranges of a column tile adjacent so that their reads of ids and src meet
+// in the cache. blockDim.x == CANDLE_HIP_WAVE.
+template <bool Add, bool ColumnIds, typename I, typename T>
+__device__ __forceinline__ void tiles_body(const IndexInfo& info, const I* ids, const T* src, T* dst) {
+  __shared__ ch_u64 words[CH_TILE_ROWS * CH_TILE_ROW_BYTES / sizeof(ch_u64)];
+  T* tile = reinterpret_cast<T*>(words);
+  const ch_u64 C = TileLanes<T>::cols;
+  const ch_u64 tiles = (info.right + C - 1) / C;
+  const ch_u64 ranges = (info.dst_dim + CH_TILE_ROWS - 1) / CH_TILE_ROWS;
+  const ch_u64 items = info.left * tiles * ranges;
+  for (ch_u64 item = blockIdx.x; item < items; item += gridDim.x) {
+    ch_u64 range, t;
+    const ch_u64 l = divmod(divmod(item, ranges, range), tiles, t);
+    const ch_u64 p0 = range * CH_TILE_ROWS, c0 = t * C;
+    const ch_u64 rest = info.dst_dim - p0;
+    const int rows = rest < CH_TILE_ROWS ? (int)rest : CH_TILE_ROWS;
+    const int used = info.right - c0 < C ? (int)(info.right - c0) : (int)C;
+    T* drows = dst + (l * info.dst_dim + p0) * info.right + c0;
+    tile_move<true>(tile, drows, info.right, rows, used);
+    __syncthreads();
+    const ch_u64 col = threadIdx.x % C;
+    const ch_u64 first = l * info.ids_dim * info.right + c0 + col;
+    tile_walk<Add, ColumnIds>(info, ids, src, tile, first, col < (ch_u64)used, p0, tile_span<I>(info.dst_dim, p0));
+    __syncthreads();
+    tile_move<false>(tile, drows, info.right, rows, used);
+    __syncthreads();
+  }
+}
+
 #define CH_READ_KERNEL(NAME, I, TY)                                                                 \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                       \
       NAME##_##I##_##TY(const IndexInfo info, const ch_##I* ids, const ch_##TY* src, ch_##TY* out) { \
@@ -302,13 +562,26 @@ __device__ __forceinline__ void index_add_rows_body(const IndexInfo& info, const
     NAME##_body(info, ids, src, dst);                                                               \
   }
 
-#define CH_INDEX_FAMILIES(I)                   \
-  CH_ALL(CH_READ_KERNEL, index_select, I)      \
-  CH_ALL(CH_READ_KERNEL, gather, I)            \
-  CH_ALL(CH_SCATTER_SET, scatter, I)           \
-  CH_ALL(CH_SCATTER_ADD, scatter_add, I)       \
-  CH_ALL(CH_INDEX_ADD_KERNEL, index_add, I)     \
-  CH_ALL(CH_INDEX_ADD_KERNEL, index_add_rows, I)
+// *_tiles_<I>_<T>: the tile form (one wave per block).
+#define CH_TILES_KERNEL(NAME, I, TY, ADD, COLUMN_IDS)                                                      \
+  extern "C" __global__ void __launch_bounds__(CANDLE_HIP_WAVE)                                              \
+      NAME##_##I##_##TY(const IndexInfo info, const ch_##I* ids, const ch_##TY* src, ch_##TY* dst) { \
+    tiles_body<ADD, COLUMN_IDS>(info, ids, src, dst);                                                      \
+  }
+#define CH_SCATTER_SET_TILES(NAME, I, TY) CH_TILES_KERNEL(NAME, I, TY, false, true)
+#define CH_SCATTER_ADD_TILES(NAME, I, TY) CH_TILES_KERNEL(NAME, I, TY, true, true)
+#define CH_INDEX_ADD_TILES(NAME, I, TY) CH_TILES_KERNEL(NAME, I, TY, true, false)
+
+#define CH_INDEX_FAMILIES(I)                          \
+  CH_ALL(CH_READ_KERNEL, index_select, I)             \
+  CH_ALL(CH_READ_KERNEL, gather, I)                   \
+  CH_ALL(CH_SCATTER_SET, scatter, I)                  \
+  CH_ALL(CH_SCATTER_ADD, scatter_add, I)              \
+  CH_ALL(CH_INDEX_ADD_KERNEL, index_add, I)           \
+  CH_ALL(CH_INDEX_ADD_KERNEL, index_add_rows, I)      \
+  CH_ALL(CH_SCATTER_SET_TILES, scatter_tiles, I)      \
+  CH_ALL(CH_SCATTER_ADD_TILES, scatter_add_tiles, I)  \
+  CH_ALL(CH_INDEX_ADD_TILES, index_add_tiles, I)
 
 CH_INDEX_FAMILIES(u8)
 CH_INDEX_FAMILIES(u32)

@@ -312,6 +312,91 @@ pub(crate) fn index_add_rows(
         .then(|| config(blocks, threads as u32))
 }
 
+/// Bytes of one destination tile row of the `*_tiles` kernels
+/// (`CH_TILE_ROW_BYTES` in `kernels/indexing.hip`): the tile's columns.
+pub(crate) const TILE_ROW_BYTES: u64 = 32;
+/// Destination rows of one tile of the `*_tiles` kernels (`CH_TILE_ROWS`).
+pub(crate) const TILE_ROWS: u64 = 1024;
+/// Most row ranges of the tile form: every range reads all indices and
+/// source values again.
+const MAX_TILE_RANGES: u64 = 4;
+/// The tile form loads and stores whole tiles: it takes at least one update
+/// per this many destination rows.
+const TILE_ROWS_PER_UPDATE: u64 = 8;
+
+/// How scatter, scatter_add and index_add apply their updates, with the
+/// launch shape of the chosen kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UpdateForm {
+    /// `<family>_tiles_*`: destination tiles in shared memory.
+    Tiles(LaunchConfig),
+    /// `index_add_rows_*`: a block per destination row.
+    Rows(LaunchConfig),
+    /// `<family>_*`: a thread per column walking global memory.
+    Columns(LaunchConfig),
+}
+
+/// The launch shape of the tile form (`*_tiles_*` in
+/// `kernels/indexing.hip`) for `ids` updates per column of `left * right`
+/// columns into `dst_dim` destination rows of `elem_bytes`-byte values: a
+/// one-wave block per (left, tile of columns, range of `TILE_ROWS` rows).
+/// `None` where another form does better: more than `MAX_TILE_RANGES`
+/// ranges, fewer columns than half a tile row, or too few updates to pay
+/// for moving whole tiles.
+pub(crate) fn update_tiles(
+    left: u64,
+    right: u64,
+    dst_dim: u64,
+    ids: u64,
+    elem_bytes: usize,
+    wave_size: u32,
+) -> Option<LaunchConfig> {
+    let cols = TILE_ROW_BYTES / (elem_bytes as u64).clamp(1, TILE_ROW_BYTES);
+    let ranges = dst_dim.div_ceil(TILE_ROWS);
+    let fits = ranges <= MAX_TILE_RANGES
+        && right * 2 >= cols
+        && dst_dim <= ids.saturating_mul(TILE_ROWS_PER_UPDATE);
+    fits.then(|| config(left * right.div_ceil(cols) * ranges, wave_size))
+}
+
+/// The form of scatter and scatter_add: tiles where they fit, otherwise a
+/// walk per column.
+pub(crate) fn scatter_form(
+    left: u64,
+    right: u64,
+    dst_dim: u64,
+    ids: u64,
+    elem_bytes: usize,
+    wave_size: u32,
+    compute_units: u32,
+) -> UpdateForm {
+    match update_tiles(left, right, dst_dim, ids, elem_bytes, wave_size) {
+        Some(cfg) => UpdateForm::Tiles(cfg),
+        None => UpdateForm::Columns(column_walks(left * right, wave_size, compute_units)),
+    }
+}
+
+/// The form of index_add: tiles where they fit and either fill the device
+/// (a block per compute unit at least) or the per-row form does not apply;
+/// then rows (see [`index_add_rows`]); otherwise a walk per column.
+pub(crate) fn index_add_form(
+    left: u64,
+    right: u64,
+    dst_dim: u64,
+    ids: u64,
+    elem_bytes: usize,
+    wave_size: u32,
+    compute_units: u32,
+) -> UpdateForm {
+    let tiles = update_tiles(left, right, dst_dim, ids, elem_bytes, wave_size);
+    let rows = index_add_rows(left, right, dst_dim, ids, wave_size, compute_units);
+    match (tiles, rows) {
+        (Some(t), r) if r.is_none() || t.grid_dim.0 >= compute_units => UpdateForm::Tiles(t),
+        (_, Some(r)) => UpdateForm::Rows(r),
+        _ => UpdateForm::Columns(column_walks(left * right, wave_size, compute_units)),
+    }
+}
+
 /// One kernel argument, in the order of the kernel's parameters.
 pub(crate) enum Arg<'a> {
     /// A read-only device pointer (`const T*`).
@@ -589,6 +674,61 @@ mod tests {
         let c = column_walks(1 << 20, 32, 128);
         assert_eq!((c.grid_dim.0, c.block_dim.0), (4096, ELEM_BLOCK));
         assert_eq!(column_walks(0, 32, 128).grid_dim.0, 1);
+    }
+
+    /// Reads `#define NAME value` from `kernels/indexing.hip`.
+    fn indexing_define(name: &str) -> Option<&'static str> {
+        crate::kernels::Source::Indexing
+            .code()
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix("#define ")?
+                    .strip_prefix(name)?
+                    .strip_prefix(' ')
+            })
+            .map(str::trim)
+    }
+
+    #[test]
+    fn tile_constants_match_the_kernels() {
+        let rows = TILE_ROWS.to_string();
+        let row_bytes = TILE_ROW_BYTES.to_string();
+        assert_eq!(indexing_define("CH_TILE_ROWS"), Some(rows.as_str()));
+        assert_eq!(
+            indexing_define("CH_TILE_ROW_BYTES"),
+            Some(row_bytes.as_str())
+        );
+    }
+
+    #[test]
+    fn tiles_when_the_destination_needs_few_ranges() {
+        // The bench case: 8192 updates of 4096 columns into 1024 rows.
+        let c = update_tiles(1, 4096, 1024, 8192, 4, 32).unwrap();
+        assert_eq!((c.grid_dim.0, c.block_dim.0), (512, 32));
+        let c = update_tiles(1, 4096, 1024, 8192, 8, 64).unwrap();
+        assert_eq!((c.grid_dim.0, c.block_dim.0), (1024, 64));
+        // Three ranges of 1024 rows per tile of 32 one-byte columns, twice.
+        let c = update_tiles(2, 33, 2500, 400, 1, 32).unwrap();
+        assert_eq!(c.grid_dim.0, 2 * 2 * 3);
+        // Too many ranges, too few columns, too few updates.
+        assert!(update_tiles(1, 4096, 5000, 8192, 4, 32).is_none());
+        assert!(update_tiles(1000, 3, 64, 64, 4, 32).is_none());
+        assert!(update_tiles(1, 4096, 1024, 100, 4, 32).is_none());
+        assert!(matches!(
+            scatter_form(1, 4096, 5000, 8192, 4, 32, 132),
+            UpdateForm::Columns(_)
+        ));
+    }
+
+    #[test]
+    fn index_add_takes_tiles_when_they_fill_the_device() {
+        let form = index_add_form(1, 4096, 1024, 8192, 4, 32, 132);
+        assert!(matches!(form, UpdateForm::Tiles(c) if c.grid_dim.0 == 512));
+        // 8 tiles cannot fill 132 units: a block per destination row.
+        let form = index_add_form(1, 64, 16, 100_000, 4, 32, 132);
+        assert!(matches!(form, UpdateForm::Rows(_)));
+        let form = index_add_form(1 << 20, 1, 64, 64, 4, 32, 132);
+        assert!(matches!(form, UpdateForm::Columns(_)));
     }
 
     #[test]

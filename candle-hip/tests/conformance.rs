@@ -1140,8 +1140,7 @@ fn scatter(ctx: &mut Ctx) {
                         });
                         let desc =
                             || format!("{} dim {dim} src {src_shape:?}", describe(&shape, &[&ld]));
-                        ctx.report
-                            .check(&name, dtype, desc, want, got, tolerance(dtype));
+                        ctx.report.check(&name, dtype, desc, want, got, EXACT);
                     }
                 }
             }
@@ -1175,9 +1174,117 @@ fn index_add(ctx: &mut Ctx) {
                     let got = dst.hip.index_add(&ld, &ids.hip, &lids, &src.hip, &ls, dim);
                     let desc =
                         || format!("{} dim {dim} ids {:?}", describe(&shape, &[&ld]), ids.cpu);
-                    ctx.report
-                        .check(&name, dtype, desc, want, got, tolerance(dtype));
+                    ctx.report.check(&name, dtype, desc, want, got, EXACT);
                 }
+            }
+        }
+    }
+}
+
+/// Scatter and index_add apply the updates of each element in index order,
+/// rounding after each: results equal the CPU backend's bit for bit.
+const EXACT: Tol = Tol {
+    atol: 0.0,
+    rtol: 0.0,
+};
+
+/// Indices of `dtype` into a dimension of `size` for the device and the CPU:
+/// mostly among the first `distinct` positions (many updates of the same
+/// element), some the "no index" marker, some past the dimension (the CPU
+/// backend rejects those; the device skips them, so the CPU gets the marker
+/// in their place), for i64 some negative.
+fn ids_with_edges(
+    rng: &mut Rng,
+    dtype: DType,
+    n: usize,
+    size: usize,
+    distinct: usize,
+) -> (CpuStorage, CpuStorage) {
+    let max = match dtype {
+        DType::U8 => u64::from(u8::MAX),
+        DType::U32 => u64::from(u32::MAX),
+        _ => i64::MAX as u64,
+    };
+    let (mut dev, mut host) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        let id = match rng.below(10) {
+            0 => max,
+            1 if (size as u64) < max => (size as u64 + rng.below(1000) as u64).min(max - 1),
+            2 if dtype == DType::I64 => (-1 - rng.below(5) as i64) as u64,
+            _ => rng.below(distinct.min(size).min(max as usize).max(1)) as u64,
+        };
+        dev.push(id);
+        host.push(if id < size as u64 { id } else { max });
+    }
+    let storage = |ids: Vec<u64>| match dtype {
+        DType::U8 => CpuStorage::U8(ids.iter().map(|&v| v as u8).collect()),
+        DType::U32 => CpuStorage::U32(ids.iter().map(|&v| v as u32).collect()),
+        _ => CpuStorage::I64(ids.iter().map(|&v| v as i64).collect()),
+    };
+    (storage(dev), storage(host))
+}
+
+/// Cases of the shared-memory tile form of scatter, scatter_add and
+/// index_add (and of the forms next to it): destinations of several row
+/// ranges (not whole ones), column counts that are not whole tiles, left >
+/// 1, many updates of the same element, the marker and indices past the
+/// dimension; every value and index dtype; exact equality.
+fn update_tiles(ctx: &mut Ctx) {
+    // (destination shape, dim, updates, distinct positions)
+    let cases: [(&[usize], usize, usize, usize); 5] = [
+        (&[2, 2500, 20], 1, 3000, 2500),
+        (&[300, 70], 0, 500, 6),
+        (&[100, 40], 0, 300, 100),
+        (&[3, 40, 9], 1, 600, 3),
+        (&[2, 200, 1024], 1, 400, 200),
+    ];
+    for (shape, dim, n, distinct) in cases {
+        for ids_dtype in INDEX {
+            for dtype in DTYPES {
+                let domain = if FLOATS.contains(&dtype) {
+                    Domain::Signed
+                } else {
+                    Domain::Ints(0, 3)
+                };
+                let (dst, ld) = ctx.input(dtype, shape, Form::Contiguous, domain);
+                let src_shape = with_dim(shape, dim, n);
+                let (src, ls) = ctx.input(dtype, &src_shape, Form::Contiguous, domain);
+                let desc = || format!("dst {shape:?} dim {dim} src {src_shape:?}");
+                for add in [false, true] {
+                    let count: usize = src_shape.iter().product();
+                    let (dev_ids, cpu_ids) =
+                        ids_with_edges(&mut ctx.rng, ids_dtype, count, shape[dim], distinct);
+                    let hip_ids = ctx.dev.storage_from_cpu_storage(&dev_ids).expect("upload");
+                    let lids = Layout::contiguous(src_shape.as_slice());
+                    let want = cpu(|| {
+                        let mut d = dst.cpu.try_clone(&ld)?;
+                        if add {
+                            d.scatter_add_set(&ld, &cpu_ids, &lids, &src.cpu, &ls, dim)?;
+                        } else {
+                            d.scatter_set(&ld, &cpu_ids, &lids, &src.cpu, &ls, dim)?;
+                        }
+                        Ok(d)
+                    });
+                    let got = dst.hip.try_clone(&ld).and_then(|mut d| {
+                        if add {
+                            d.scatter_add_set(&ld, &hip_ids, &lids, &src.hip, &ls, dim)?;
+                        } else {
+                            d.scatter_set(&ld, &hip_ids, &lids, &src.hip, &ls, dim)?;
+                        }
+                        Ok(d)
+                    });
+                    let op = if add { "scatter_add" } else { "scatter" };
+                    let name = format!("{op} tiles (ids {})", ids_dtype.as_str());
+                    ctx.report.check(&name, dtype, desc, want, got, EXACT);
+                }
+                let (dev_ids, cpu_ids) =
+                    ids_with_edges(&mut ctx.rng, ids_dtype, n, shape[dim], distinct);
+                let hip_ids = ctx.dev.storage_from_cpu_storage(&dev_ids).expect("upload");
+                let lids = Layout::contiguous(n);
+                let want = cpu(|| dst.cpu.index_add(&ld, &cpu_ids, &lids, &src.cpu, &ls, dim));
+                let got = dst.hip.index_add(&ld, &hip_ids, &lids, &src.hip, &ls, dim);
+                let name = format!("index_add tiles (ids {})", ids_dtype.as_str());
+                ctx.report.check(&name, dtype, desc, want, got, EXACT);
             }
         }
     }
@@ -1364,6 +1471,7 @@ fn conformance_with_the_cpu_backend() {
     copies(&mut paths);
     scatter(&mut paths);
     index_add(&mut paths);
+    update_tiles(&mut paths);
     paths.shapes = vec![vec![3, 200_000], vec![20_000, 33], vec![300, 5000]];
     reductions(&mut paths);
     paths.report.print();

@@ -10,7 +10,7 @@ use candle_core::backend::BackendStorage;
 
 use crate::error::{Result, invalid};
 use crate::info::{IndexInfo, split_at_dim, to_u64};
-use crate::launch::{self, Arg};
+use crate::launch::{self, Arg, UpdateForm};
 use crate::ops::elementwise;
 use crate::storage::HipStorage;
 use crate::table;
@@ -186,9 +186,9 @@ pub(crate) fn scatter(
     dim: usize,
     mode: Scatter,
 ) -> Result<()> {
-    let (op, family) = match mode {
-        Scatter::Set => ("scatter", "scatter"),
-        Scatter::Add => ("scatter-add", "scatter_add"),
+    let (op, columns_family, tiles_family) = match mode {
+        Scatter::Set => ("scatter", "scatter", "scatter_tiles"),
+        Scatter::Add => ("scatter-add", "scatter_add", "scatter_add_tiles"),
     };
     dst.check_device(ids, op)?;
     dst.check_device(src, op)?;
@@ -220,9 +220,22 @@ pub(crate) fn scatter(
             ),
         ));
     }
+    let device = dst.device().clone();
+    let form = launch::scatter_form(
+        to_u64(left),
+        to_u64(right),
+        to_u64(dst_dim),
+        to_u64(ids_dim),
+        dst.dtype().size_in_bytes(),
+        device.wave_size(),
+        device.compute_units(),
+    );
+    let (family, cfg) = match form {
+        UpdateForm::Tiles(cfg) => (tiles_family, cfg),
+        UpdateForm::Rows(cfg) | UpdateForm::Columns(cfg) => (columns_family, cfg),
+    };
     let kernel = table::kernel(family, op, ids.dtype(), Some(dst.dtype()))?;
-    let columns = left * right;
-    if columns == 0 || ids_dim == 0 {
+    if left * right == 0 || ids_dim == 0 {
         return Ok(());
     }
     let info = IndexInfo {
@@ -232,19 +245,18 @@ pub(crate) fn scatter(
         ids_dim: to_u64(ids_dim),
         ..IndexInfo::default()
     };
-    let device = dst.device().clone();
     let args = [
         Arg::Index(info),
         Arg::In(ids.view(op, ids_l)?),
         Arg::In(src.view(op, src_l)?),
         Arg::Out(dst.view_mut(op, dst_l)?),
     ];
-    let cfg = launch::column_walks(to_u64(columns), device.wave_size(), device.compute_units());
     // SAFETY: scatter*(const IndexInfo, const I* ids, const T* src, T* dst):
     // ids and src hold left * ids_dim * right elements, dst left * dst_dim *
     // right (the destination layout's reach); positions >= dst_dim are
     // skipped by the kernel. dst is a different storage (exclusive borrow),
     // so the kernel's early loads of ids and src never see its own writes.
+    // The tile form gets blocks of one wave (its kernels' launch bound).
     unsafe { launch::launch(&device, kernel, cfg, &args) }
 }
 
@@ -281,18 +293,19 @@ pub(crate) fn index_add(
         ));
     }
     let device = dst.device();
-    let rows = launch::index_add_rows(
+    let form = launch::index_add_form(
         to_u64(left),
         to_u64(right),
         to_u64(dst_dim),
         to_u64(n_ids),
+        dst.dtype().size_in_bytes(),
         device.wave_size(),
         device.compute_units(),
     );
-    let family = if rows.is_some() {
-        "index_add_rows"
-    } else {
-        "index_add"
+    let (family, cfg) = match form {
+        UpdateForm::Tiles(cfg) => ("index_add_tiles", cfg),
+        UpdateForm::Rows(cfg) => ("index_add_rows", cfg),
+        UpdateForm::Columns(cfg) => ("index_add", cfg),
     };
     let kernel = table::kernel(family, OP, ids.dtype(), Some(dst.dtype()))?;
     let numel = dst_l.shape().elem_count();
@@ -310,24 +323,18 @@ pub(crate) fn index_add(
         ids_dim: to_u64(n_ids),
         ..IndexInfo::default()
     };
-    let cfg = rows.unwrap_or_else(|| {
-        launch::column_walks(
-            to_u64(left * right),
-            device.wave_size(),
-            device.compute_units(),
-        )
-    });
     let args = [
         Arg::Index(info),
         Arg::In(ids.view(OP, ids_l)?),
         Arg::In(src.view(OP, src_l)?),
         Arg::Out(out.view_all_mut()),
     ];
-    // SAFETY: index_add(_rows)(const IndexInfo, const I* ids, const T* src,
-    // T* dst): ids holds n_ids values, src left * src_dim * right, dst left *
-    // dst_dim * right; positions >= dst_dim are skipped by the kernel. dst is
-    // the new storage `out`, distinct from ids and src. The per-row kernel
-    // gets whole waves of at most CH_ELEM_BLOCK threads.
+    // SAFETY: index_add(_rows, _tiles)(const IndexInfo, const I* ids, const
+    // T* src, T* dst): ids holds n_ids values, src left * src_dim * right,
+    // dst left * dst_dim * right; positions >= dst_dim are skipped by the
+    // kernel. dst is the new storage `out`, distinct from ids and src. The
+    // per-row kernel gets whole waves of at most CH_ELEM_BLOCK threads, the
+    // tile form blocks of one wave.
     unsafe { launch::launch(device, kernel, cfg, &args) }?;
     Ok(out)
 }
