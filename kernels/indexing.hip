@@ -10,7 +10,7 @@
 //
 // scatter, scatter_add and index_add apply the updates of each destination
 // element in increasing index order, so duplicate indices resolve exactly as
-// on the CPU (last write wins, sums in index order), without atomics. Two
+// on the CPU (last write wins, sums in index order), without atomics. Three
 // forms (the host picks the kernel):
 // - per column (scatter, scatter_add, index_add): a thread owns one
 //   (left, right) column and walks the
