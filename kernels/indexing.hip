@@ -328,20 +328,18 @@ struct TileLanes {
 // two 32-bit words.
 template <typename T>
 __device__ __forceinline__ T shfl_value(const T& v, int lane) {
-  T out;
-  if (sizeof(T) <= sizeof(int)) {
-    int w = 0;
-    __builtin_memcpy(&w, &v, sizeof(T));
-    w = __shfl(w, lane, CANDLE_HIP_WAVE);
-    __builtin_memcpy(&out, &w, sizeof(T));
-  } else {
-    int w[2];
-    __builtin_memcpy(w, &v, sizeof(w));
-    w[0] = __shfl(w[0], lane, CANDLE_HIP_WAVE);
-    w[1] = __shfl(w[1], lane, CANDLE_HIP_WAVE);
-    __builtin_memcpy(&out, w, sizeof(w));
-  }
-  return out;
+  const int words = (int)((sizeof(T) + sizeof(int) - 1) / sizeof(int));
+  union {
+    T v;
+    int w[(sizeof(T) + sizeof(int) - 1) / sizeof(int)];
+  } in, out;
+  // Bytes past a value narrower than a word are shuffled too: define them.
+#pragma unroll
+  for (int k = 0; k < words; ++k) in.w[k] = 0;
+  in.v = v;
+#pragma unroll
+  for (int k = 0; k < words; ++k) out.w[k] = __shfl(in.w[k], lane, CANDLE_HIP_WAVE);
+  return out.v;
 }
 
 // Copies the first `rows` rows of a tile between shared memory and the

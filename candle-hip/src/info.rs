@@ -342,7 +342,9 @@ impl ReduceInfo {
         let packed = self.out_strides[last] == 1
             && width >= vec
             && self.red_strides[0].is_multiple_of(vec)
-            && self.out_strides[..last].iter().all(|s| s.is_multiple_of(vec));
+            && self.out_strides[..last]
+                .iter()
+                .all(|s| s.is_multiple_of(vec));
         packed.then(|| self.num_out / width * (head % vec + width).div_ceil(vec))
     }
 }

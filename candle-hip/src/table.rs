@@ -200,6 +200,11 @@ pub(crate) const FAMILIES: &[Family] = &[
     one("reduce_max", Reduce, All),
     one("reduce_argmin", Reduce, All),
     one("reduce_argmax", Reduce, All),
+    one("reduce_cols_sum", Reduce, All),
+    one("reduce_cols_min", Reduce, All),
+    one("reduce_cols_max", Reduce, All),
+    one("reduce_cols_argmin", Reduce, All),
+    one("reduce_cols_argmax", Reduce, All),
     two("index_select", Indexing, Index, All),
     two("gather", Indexing, Index, All),
     two("scatter", Indexing, Index, All),
@@ -265,14 +270,20 @@ pub(crate) fn cmp_family(op: CmpOp) -> &'static str {
     }
 }
 
-/// The reduction family of `op`.
-pub(crate) fn reduce_family(op: ReduceOp) -> &'static str {
-    match op {
-        ReduceOp::Sum => "reduce_sum",
-        ReduceOp::Min => "reduce_min",
-        ReduceOp::Max => "reduce_max",
-        ReduceOp::ArgMin => "reduce_argmin",
-        ReduceOp::ArgMax => "reduce_argmax",
+/// The reduction family of `op`: the general kernels, or (`packed`) those
+/// of the COLS_PACKED mode (`reduce_cols_*`, outputs adjacent in memory).
+pub(crate) fn reduce_family(op: ReduceOp, packed: bool) -> &'static str {
+    match (op, packed) {
+        (ReduceOp::Sum, false) => "reduce_sum",
+        (ReduceOp::Min, false) => "reduce_min",
+        (ReduceOp::Max, false) => "reduce_max",
+        (ReduceOp::ArgMin, false) => "reduce_argmin",
+        (ReduceOp::ArgMax, false) => "reduce_argmax",
+        (ReduceOp::Sum, true) => "reduce_cols_sum",
+        (ReduceOp::Min, true) => "reduce_cols_min",
+        (ReduceOp::Max, true) => "reduce_cols_max",
+        (ReduceOp::ArgMin, true) => "reduce_cols_argmin",
+        (ReduceOp::ArgMax, true) => "reduce_cols_argmax",
     }
 }
 
@@ -344,7 +355,8 @@ mod tests {
             ReduceOp::ArgMin,
             ReduceOp::ArgMax,
         ] {
-            assert!(family(reduce_family(op), "reduce").is_ok());
+            assert!(family(reduce_family(op, false), "reduce").is_ok());
+            assert!(family(reduce_family(op, true), "reduce").is_ok());
         }
     }
 

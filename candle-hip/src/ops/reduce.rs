@@ -8,21 +8,7 @@ use crate::error::{Result, invalid};
 use crate::info::{REDUCE_STATE_BYTES, ReduceInfo, ReduceMode};
 use crate::launch::{self, Arg};
 use crate::storage::HipStorage;
-use crate::table::{self, Kernel};
-
-/// The `reduce_cols_<op>` kernel of `kernel`'s family: COLS_PACKED runs in
-/// kernels of its own (same source and signature; see `kernels/reduce.hip`),
-/// launched only from here.
-fn packed_kernel(kernel: Kernel, op: ReduceOp) -> Kernel {
-    let family = match op {
-        ReduceOp::Sum => "reduce_cols_sum",
-        ReduceOp::Min => "reduce_cols_min",
-        ReduceOp::Max => "reduce_cols_max",
-        ReduceOp::ArgMin => "reduce_cols_argmin",
-        ReduceOp::ArgMax => "reduce_cols_argmax",
-    };
-    Kernel { family, ..kernel }
-}
+use crate::table;
 
 /// Reduces `src` over `dims`. The output is contiguous in the order of the
 /// kept dimensions (candle's keepdim shape); argmin/argmax give u32
@@ -33,7 +19,7 @@ pub(crate) fn reduce(
     layout: &Layout,
     dims: &[usize],
 ) -> Result<HipStorage> {
-    let family = table::reduce_family(op);
+    let family = table::reduce_family(op, false);
     let kernel = table::kernel(family, family, src.dtype(), None)?;
     let out_dtype = match op {
         ReduceOp::ArgMin | ReduceOp::ArgMax => DType::U32,
@@ -86,7 +72,7 @@ pub(crate) fn reduce(
             None => Arg::U64(0),
         };
         let step_kernel = if step.info.mode == ReduceMode::ColsPacked as u32 {
-            packed_kernel(kernel, op)
+            table::kernel(table::reduce_family(op, true), family, src.dtype(), None)?
         } else {
             kernel
         };
