@@ -7,8 +7,10 @@
 //!
 //! The shape follows cudarc's safe layer:
 //! - [`Device`] (by ordinal, with properties) hands out [`Stream`]s;
-//! - a stream allocates [`DeviceBuffer`]s, copies to and from the host, and
-//!   launches kernels through [`Stream::launch_builder`];
+//! - a stream allocates [`DeviceBuffer`]s (in stream order, optionally
+//!   recycling small ones: [`Stream::set_allocation_cache_limit`]), copies to
+//!   and from the host, and launches kernels through
+//!   [`Stream::launch_builder`];
 //! - [`Module`]/[`Function`] load code objects, and [`Program`] compiles
 //!   HIP C++ at run time with hipRTC, caching code objects on disk;
 //! - [`Blas`] runs rocBLAS GEMMs and [`Dnn`] MIOpen convolutions.
