@@ -141,10 +141,10 @@ impl ReducePlan {
 
 /// Cuts `n` reduced positions into chunks: at most `wanted` of them and at
 /// least `min_chunk` positions each (rounded to a multiple of `align`);
-/// returns (split, chunk).
+/// returns (split, chunk). Nothing to reduce (`n` = 0) is one empty chunk.
 fn chunks(n: u64, wanted: u64, min_chunk: u64, align: u64) -> (u64, u64) {
     let split = wanted.min(n / min_chunk.max(1)).max(1);
-    let chunk = n.div_ceil(split).next_multiple_of(align.max(1));
+    let chunk = n.div_ceil(split).next_multiple_of(align.max(1)).max(1);
     (n.div_ceil(chunk).max(1), chunk)
 }
 
@@ -511,6 +511,25 @@ mod tests {
 
     fn mode(p: &ReducePlan) -> u32 {
         p.main.info.mode
+    }
+
+    #[test]
+    fn empty_reductions_plan_one_empty_chunk() {
+        // A sum over a dimension of size 0, in every mode.
+        for (dims, strides, reduce) in [
+            (&[0usize, 8][..], &[8usize, 1][..], &[0usize][..]),
+            (&[8, 0], &[1, 8], &[1]),
+            (&[3, 0, 64], &[0, 64, 1], &[1]),
+            (&[0], &[1], &[0]),
+        ] {
+            for bytes in [1, 2, 4, 8] {
+                let p = plan_at(dims, strides, reduce, 32, bytes, 0);
+                assert_eq!(p.main.info.red_size, 0, "{dims:?}");
+                assert_eq!(p.main.info.split, 1, "{dims:?}");
+                assert!(p.finish.is_none(), "{dims:?}");
+            }
+        }
+        assert_eq!(chunks(0, 7, 16, 4), (1, 1));
     }
 
     #[test]
