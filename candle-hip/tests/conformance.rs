@@ -919,6 +919,43 @@ fn reductions(ctx: &mut Ctx) {
         }
     }
     packed_column_reductions(ctx);
+    whole_tensor_reductions(ctx);
+}
+
+/// Reductions to a single output long enough to be cut into chunks, whose
+/// last block combines the partial states (ROWS_LAST): every op and dtype,
+/// contiguous and offset views, an odd length, and a 2-D sum over both
+/// dimensions. Its own random stream leaves the other tests' data as it was.
+fn whole_tensor_reductions(ctx: &mut Ctx) {
+    let saved = std::mem::replace(&mut ctx.rng, Rng(0x5eed_1234_abcd_0003));
+    let cases: [(&[usize], &[usize]); 3] = [
+        (&[300_000], &[0]),
+        (&[1_000_003], &[0]),
+        (&[4, 250_000], &[0, 1]),
+    ];
+    for op in REDUCE_OPS {
+        for dtype in DTYPES {
+            for (shape, dims) in cases {
+                if dims.len() > 1 && op.0 != ReduceOp::Sum {
+                    continue;
+                }
+                let red: usize = dims.iter().map(|&d| shape[d]).product();
+                let pick = if op.0 == ReduceOp::Sum {
+                    Domain::Signed
+                } else {
+                    Domain::Special
+                };
+                let Some(domain) = reduce_domain(op.0, dtype, red, pick) else {
+                    continue;
+                };
+                for form in [Form::Contiguous, Form::Offset] {
+                    let (x, l) = ctx.input(dtype, shape, form, domain);
+                    check_reduction(ctx, op, dtype, &x, &l, dims);
+                }
+            }
+        }
+    }
+    ctx.rng = saved;
 }
 
 /// A reduction over outer dimensions of a view into a contiguous base.
