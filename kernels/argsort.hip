@@ -123,25 +123,68 @@ __device__ __forceinline__ bool bitonic_swaps(bool up, K ka, ch_u32 a, K kb, ch_
 // CH_SORT_RUN within a thread, the rest between lanes of one wave.
 #define CH_SORT_SPAN (CH_SORT_RUN * CANDLE_HIP_WAVE)
 
-// One element of a row in registers: its sort key and its index in the row.
-template <typename K>
-struct SortItem {
-  K k;
-  ch_u32 i;
+// One element of a row in registers, (key, index) as a single word whose
+// order is the order of the pairs (key first, then index): key << 16 | index
+// for keys of up to 2 bytes, key << 32 | index for 4-byte keys, so that a
+// compare-exchange is one min and one max; 8-byte keys keep a pair.
+template <typename K, int BYTES = sizeof(K)>
+struct SortWord {
+  typedef ch_u32 W;
+  __device__ __forceinline__ static W make(K k, ch_u32 i) { return ((W)k << 16) | i; }
+  __device__ __forceinline__ static ch_u32 index(W w) { return w & 0xffffu; }
+  __device__ __forceinline__ static K key(W w) { return (K)(w >> 16); }
 };
 
-// Compare-exchange of the thread's items e and e + J (e & J == 0) at row
-// positions base + e, base + e + J, in a stage of run length k.
-template <int J, typename K>
-__device__ __forceinline__ void exchange_in_thread(SortItem<K> (&it)[CH_SORT_RUN], ch_u32 base, ch_u32 k) {
+template <typename K>
+struct SortWord<K, 4> {
+  typedef ch_u64 W;
+  __device__ __forceinline__ static W make(K k, ch_u32 i) { return ((W)k << 32) | i; }
+  __device__ __forceinline__ static ch_u32 index(W w) { return (ch_u32)w; }
+  __device__ __forceinline__ static K key(W w) { return (K)(w >> 32); }
+};
+
+// An 8-byte key and its index, ordered as a pair.
+struct KeyIndex {
+  ch_u64 k;
+  ch_u32 i;
+  __device__ __forceinline__ bool operator<(const KeyIndex& o) const { return comes_before(k, i, o.k, o.i); }
+};
+
+template <typename K>
+struct SortWord<K, 8> {
+  typedef KeyIndex W;
+  __device__ __forceinline__ static W make(K k, ch_u32 i) {
+    W w;
+    w.k = k;
+    w.i = i;
+    return w;
+  }
+  __device__ __forceinline__ static ch_u32 index(W w) { return w.i; }
+  __device__ __forceinline__ static K key(W w) { return w.k; }
+};
+
+template <typename W>
+__device__ __forceinline__ W word_min(const W& a, const W& b) {
+  return b < a ? b : a;
+}
+
+template <typename W>
+__device__ __forceinline__ W word_max(const W& a, const W& b) {
+  return b < a ? a : b;
+}
+
+// Compare-exchange of the thread's words e and e + J (e & J == 0) at row
+// positions base + e, base + e + J, in a stage of run length k: the smaller
+// first in an ascending run, last in a descending one.
+template <int J, typename W>
+__device__ __forceinline__ void exchange_in_thread(W (&w)[CH_SORT_RUN], ch_u32 base, ch_u32 k) {
 #pragma unroll
   for (int e = 0; e < CH_SORT_RUN; ++e) {
     if ((e & J) != 0) continue;
-    const SortItem<K> a = it[e], b = it[e + J];
-    if (bitonic_swaps(((base + e) & k) == 0, a.k, a.i, b.k, b.i)) {
-      it[e] = b;
-      it[e + J] = a;
-    }
+    const W lo = word_min(w[e], w[e + J]), hi = word_max(w[e], w[e + J]);
+    const bool up = ((base + e) & k) == 0;
+    w[e] = up ? lo : hi;
+    w[e + J] = up ? hi : lo;
   }
 }
 
@@ -153,36 +196,34 @@ __device__ __forceinline__ void exchange_in_thread(SortItem<K> (&it)[CH_SORT_RUN
 // part in every shuffle and lane partners are groups g ^ (j / CH_SORT_RUN).
 template <typename K>
 __device__ __forceinline__ void register_pass(K* keys, ch_u16* idx, ch_u32 padded, ch_u32 k_first, ch_u32 k_last) {
+  typedef SortWord<K> S;
+  typedef typename S::W W;
   const ch_u32 groups = padded / CH_SORT_RUN;
   for (ch_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
     const ch_u32 base = g * CH_SORT_RUN;
-    SortItem<K> it[CH_SORT_RUN];
+    W w[CH_SORT_RUN];
 #pragma unroll
-    for (int e = 0; e < CH_SORT_RUN; ++e) {
-      it[e].k = keys[base + e];
-      it[e].i = idx[base + e];
-    }
+    for (int e = 0; e < CH_SORT_RUN; ++e) w[e] = S::make(keys[base + e], idx[base + e]);
     for (ch_u32 k = k_first; k <= k_last; k <<= 1) {
       for (ch_u32 j = (k < CH_SORT_SPAN ? k : CH_SORT_SPAN) >> 1; j >= CH_SORT_RUN; j >>= 1) {
         const ch_u32 lanes = j / CH_SORT_RUN;
-        const bool lower = (g & lanes) == 0;
-        const bool up = (base & k) == 0;
+        // The lower position of an ascending run or the upper one of a
+        // descending run keeps the smaller word.
+        const bool keeps_min = ((g & lanes) == 0) == ((base & k) == 0);
 #pragma unroll
         for (int e = 0; e < CH_SORT_RUN; ++e) {
-          const SortItem<K> other = shfl_xor_state(it[e], (int)lanes);
-          const SortItem<K>& lo = lower ? it[e] : other;
-          const SortItem<K>& hi = lower ? other : it[e];
-          if (bitonic_swaps(up, lo.k, lo.i, hi.k, hi.i)) it[e] = other;
+          const W other = shfl_xor_state(w[e], (int)lanes);
+          w[e] = keeps_min ? word_min(w[e], other) : word_max(w[e], other);
         }
       }
       static_assert(CH_SORT_RUN == 4, "the in-thread stages below are j = 2 and j = 1");
-      if (k >= 4) exchange_in_thread<2>(it, base, k);
-      exchange_in_thread<1>(it, base, k);
+      if (k >= 4) exchange_in_thread<2>(w, base, k);
+      exchange_in_thread<1>(w, base, k);
     }
 #pragma unroll
     for (int e = 0; e < CH_SORT_RUN; ++e) {
-      keys[base + e] = it[e].k;
-      idx[base + e] = (ch_u16)it[e].i;
+      keys[base + e] = S::key(w[e]);
+      idx[base + e] = (ch_u16)S::index(w[e]);
     }
   }
 }
