@@ -1,8 +1,7 @@
 // Reductions over any set of dimensions: reduce_<op>_<dtype> with op one of
 // sum, min, max (output dtype = input dtype) and argmin, argmax (output u32).
 //
-// Signature: (const ReduceInfo info, const T* src, Out* dst, State* work,
-// ch_u32* ticket).
+// Signature: (const ReduceInfo info, const T* src, Out* dst, State* work).
 // The host splits the source layout into the kept dimensions (out_*, their
 // order is the order of the contiguous output) and the reduced ones (red_*);
 // `src` points at the first element of the source view. When the reduced
@@ -30,12 +29,6 @@
 //   start, so the first and last pack of a row may be partial (masked loads).
 // - FINISH_BLOCK / FINISH_THREAD: combine the `split` partial states of each
 //   output with a block / a thread per output.
-// - ROWS_LAST: ROWS for a single output cut into chunks, without a finish
-//   launch: each block stores its partial state, then takes a ticket from
-//   the zeroed counter `ticket` (a fence before, so the state is visible
-//   first); the block with the last ticket combines every partial state, as
-//   FINISH_BLOCK does, and sets the counter back to 0. `ticket` is unused
-//   (may be null) in the other modes.
 //
 // Semantics follow Candle's CPU backend: f16/bf16 sum in f32 (Candle sums in
 // the half type, so results differ by rounding); integer sums wrap; min/max
@@ -49,7 +42,6 @@
 #define CH_REDUCE_FINISH_BLOCK 2
 #define CH_REDUCE_FINISH_THREAD 3
 #define CH_REDUCE_COLS_PACKED 4
-#define CH_REDUCE_ROWS_LAST 5
 
 // Mirrored by `ReduceInfo` in candle-hip/src/info.rs.
 struct ReduceInfo {
@@ -313,42 +305,9 @@ __device__ __forceinline__ void emit(const ReduceInfo& info, ch_u64 o, ch_u64 c,
   }
 }
 
-// dst[o] from the `split` partial states of output o (a whole block).
-template <typename R>
-__device__ __forceinline__ void combine_partials(const ReduceInfo& info, ch_u64 o, typename R::Out* dst,
-                                                 const typename R::State* work, typename R::State* scratch) {
-  typename R::State st = R::identity();
-  for (ch_u64 c = threadIdx.x; c < info.split; c += blockDim.x) st = R::combine(st, work[c * info.num_out + o]);
-  st = block_reduce<R>(st, scratch);
-  if (threadIdx.x == 0) dst[o] = R::finish(st);
-}
-
-// ROWS_LAST, after chunk c of the single output: stores the block's partial
-// state `st` (valid in thread 0) and, in the block holding the last ticket,
-// combines them all (see the top of the file).
-template <typename R>
-__device__ __forceinline__ void store_or_finish(const ReduceInfo& info, ch_u64 c, typename R::State st,
-                                                typename R::Out* dst, typename R::State* work, ch_u32* ticket,
-                                                typename R::State* scratch) {
-  __shared__ bool last;
-  if (threadIdx.x == 0) {
-    work[c] = st;
-    __threadfence();
-    last = atomicAdd(ticket, 1u) == (ch_u32)(info.split - 1);
-  }
-  __syncthreads();
-  const bool finishes = last;
-  __syncthreads();
-  if (!finishes) return;
-  // The other blocks' states, each written before its ticket was taken.
-  __threadfence();
-  combine_partials<R>(info, 0, dst, work, scratch);
-  if (threadIdx.x == 0) *ticket = 0;
-}
-
 template <typename R, typename T>
 __device__ __forceinline__ void reduce_rows(const ReduceInfo& info, const T* src, typename R::Out* dst,
-                                            typename R::State* work, ch_u32* ticket) {
+                                            typename R::State* work) {
   __shared__ typename R::State scratch[CH_MAX_WAVES];
   const ch_u64 n = info.red_size;
   const bool contiguous = info.red_rank == 1 && info.red_strides[0] == 1;
@@ -366,11 +325,7 @@ __device__ __forceinline__ void reduce_rows(const ReduceInfo& info, const T* src
       for (ch_u64 j = start + threadIdx.x; j < end; j += blockDim.x) st = R::push(st, base[red_offset(info, j)], j);
     }
     st = block_reduce<R>(st, scratch);
-    if (info.mode == CH_REDUCE_ROWS_LAST) {
-      store_or_finish<R>(info, c, st, dst, work, ticket, scratch);
-    } else if (threadIdx.x == 0) {
-      emit<R>(info, o, c, st, dst, work);
-    }
+    if (threadIdx.x == 0) emit<R>(info, o, c, st, dst, work);
   }
 }
 
@@ -565,18 +520,22 @@ __device__ __forceinline__ void reduce_finish(const ReduceInfo& info, typename R
     return;
   }
   __shared__ typename R::State scratch[CH_MAX_WAVES];
-  for (ch_u64 o = blockIdx.x; o < info.num_out; o += gridDim.x) combine_partials<R>(info, o, dst, work, scratch);
+  for (ch_u64 o = blockIdx.x; o < info.num_out; o += gridDim.x) {
+    typename R::State st = R::identity();
+    for (ch_u64 c = threadIdx.x; c < split; c += blockDim.x) st = R::combine(st, work[c * info.num_out + o]);
+    st = block_reduce<R>(st, scratch);
+    if (threadIdx.x == 0) dst[o] = R::finish(st);
+  }
 }
 
 template <typename R, typename T>
 __device__ __forceinline__ void reduce_body(const ReduceInfo& info, const T* src, typename R::Out* dst,
-                                            typename R::State* work, ch_u32* ticket) {
+                                            typename R::State* work) {
   static_assert(sizeof(typename R::State) <= CH_REDUCE_STATE_BYTES, "partial states fit their slots");
   __shared__ typename R::State part[CH_ELEM_BLOCK];
   switch (info.mode) {
     case CH_REDUCE_ROWS:
-    case CH_REDUCE_ROWS_LAST:
-      reduce_rows<R>(info, src, dst, work, ticket);
+      reduce_rows<R>(info, src, dst, work);
       break;
     case CH_REDUCE_COLS:
       reduce_cols<R>(info, src, dst, work, part);
@@ -599,8 +558,8 @@ struct ArgMaxR : ArgExtremumR<T, true> {};
 #define CH_REDUCE_KERNEL(NAME, R, TY)                                                               \
   extern "C" __global__ void __launch_bounds__(CH_REDUCE_MAX_BLOCK)                                 \
       NAME##_##TY(const ReduceInfo info, const ch_##TY* src, R<ch_##TY>::Out* dst,                  \
-                  R<ch_##TY>::State* work, ch_u32* ticket) {                                        \
-    reduce_body<R<ch_##TY> >(info, src, dst, work, ticket);                                         \
+                  R<ch_##TY>::State* work) {                                                        \
+    reduce_body<R<ch_##TY> >(info, src, dst, work);                                                 \
   }
 
 // COLS_PACKED has kernels of its own (reduce_cols_<op>_<dtype>, same
@@ -610,7 +569,7 @@ struct ArgMaxR : ArgExtremumR<T, true> {};
 #define CH_REDUCE_PACKED_KERNEL(NAME, R, TY)                                                        \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                       \
       NAME##_##TY(const ReduceInfo info, const ch_##TY* src, R<ch_##TY>::Out* dst,                  \
-                  R<ch_##TY>::State* work, ch_u32*) {                                               \
+                  R<ch_##TY>::State* work) {                                                        \
     reduce_cols_packed<R<ch_##TY> >(info, src, dst, work);                                          \
   }
 

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::backend::BackendDevice;
 use candle_core::{CpuStorage, DType, DeviceLocation, Shape, WithDType};
-use hip_safe::{Blas, Device, DeviceBuffer, Dnn, Function, Stream};
+use hip_safe::{Blas, Device, Dnn, Function, Stream};
 
 use crate::dtype;
 use crate::error::{HipBackendError, Result, hip};
@@ -34,9 +34,6 @@ pub struct HipDevice {
 struct Inner {
     device: Device,
     stream: Stream,
-    /// The zeroed u32 counter of whole-tensor reductions (see
-    /// `reduce_ticket`); locked while a reduction is queued.
-    reduce_ticket: Mutex<DeviceBuffer<u8>>,
     registry: Registry,
     rng: Mutex<RngState>,
     blas: LazyHandle<Blas>,
@@ -127,18 +124,6 @@ impl HipDevice {
         Ok(HipStorage::new(buffer, dtype, self.clone()))
     }
 
-    /// The counter that the blocks of a whole-tensor reduction take tickets
-    /// from, so that the last one combines the partial results (ROWS_LAST
-    /// in `kernels/reduce.hip`): one u32, zero between reductions (the last
-    /// block resets it). Held while such a reduction is queued.
-    pub(crate) fn reduce_ticket(&self) -> std::sync::MutexGuard<'_, DeviceBuffer<u8>> {
-        // The counter is device memory, valid whatever a panicking holder did.
-        self.inner
-            .reduce_ticket
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     /// Reserves random-stream blocks for `n` values of `dtype`.
     pub(crate) fn reserve_random(&self, n: usize, dtype: DType) -> (u64, u64) {
         self.rng().reserve(n, dtype)
@@ -204,7 +189,6 @@ impl BackendDevice for HipDevice {
         Ok(HipDevice {
             inner: Arc::new(Inner {
                 registry: Registry::new(device.clone()),
-                reduce_ticket: Mutex::new(stream.alloc_zeros::<u8>(4).map_err(hip)?),
                 device,
                 stream,
                 rng: Mutex::new(RngState::new()),

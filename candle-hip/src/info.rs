@@ -261,10 +261,6 @@ pub(crate) enum ReduceMode {
     /// owns a 16-byte pack of adjacent outputs. Runs in the `reduce_cols_*`
     /// kernels.
     ColsPacked = 4,
-    /// ROWS for a single output cut into chunks: the block that writes the
-    /// last partial state (by the device's reduce ticket) combines them all,
-    /// without a finish launch.
-    RowsLast = 5,
 }
 
 impl ReduceInfo {

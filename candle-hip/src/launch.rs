@@ -129,19 +129,13 @@ pub(crate) struct ReducePlan {
 }
 
 impl ReducePlan {
-    /// Partial states the main launch writes (0 for an unsplit reduction).
+    /// Partial states the main launch writes (0 without a finish launch).
     pub(crate) fn partials(&self) -> u64 {
-        if self.main.info.split > 1 {
+        if self.finish.is_some() {
             self.main.info.num_out * self.main.info.split
         } else {
             0
         }
-    }
-
-    /// Whether the main launch takes tickets from the device's reduce
-    /// ticket (ROWS_LAST).
-    pub(crate) fn takes_tickets(&self) -> bool {
-        self.main.info.mode == ReduceMode::RowsLast as u32
     }
 }
 
@@ -165,8 +159,7 @@ fn chunks(n: u64, wanted: u64, min_chunk: u64, align: u64) -> (u64, u64) {
 ///
 /// and when that leaves too few blocks to fill the device, each output's
 /// positions are cut into chunks whose partial states a FINISH launch
-/// combines (for a single output cut into ROWS chunks, its last block:
-/// ROWS_LAST). `offset` is the source view's start offset in elements.
+/// combines. `offset` is the source view's start offset in elements.
 pub(crate) fn reduction(
     mut info: ReduceInfo,
     elem_bytes: usize,
@@ -218,14 +211,7 @@ pub(crate) fn reduction(
         }
         let wanted = fill.div_ceil(threads).div_ceil(outs);
         (info.split, info.chunk) = chunks(n, wanted, threads * ROWS_CHUNK_PER_THREAD, vec);
-        // One output in chunks: its last block finishes it (no second
-        // launch, 3-4 us of a 70 us sum over 64 Mi f32 on the H200 test
-        // platform).
-        info.mode = if outs == 1 && info.split > 1 {
-            ReduceMode::RowsLast as u32
-        } else {
-            ReduceMode::Rows as u32
-        };
+        info.mode = ReduceMode::Rows as u32;
         ReduceLaunch {
             info,
             cfg: config((outs * info.split).min(MAX_REDUCE_GRID), threads as u32),
@@ -242,8 +228,7 @@ pub(crate) fn reduction(
             cfg: config((tiles * info.split).min(MAX_REDUCE_GRID), ELEM_BLOCK),
         }
     };
-    let separate_finish = main.info.split > 1 && main.info.mode != ReduceMode::RowsLast as u32;
-    let finish = separate_finish.then(|| {
+    let finish = (main.info.split > 1).then(|| {
         let mut info = main.info;
         let split = info.split;
         if outs >= u64::from(compute_units.max(1)) * COLS_TILE {
@@ -575,28 +560,19 @@ mod tests {
     fn few_long_rows_are_split_and_finished() {
         // Sum of all 2^26 elements: one output, 2 x 2048 x 100 threads of
         // 124 elements each.
-        // The last block combines the partials (no finish launch).
         let p = plan(&[8192, 8192], &[8192, 1], &[0, 1], 32);
-        assert_eq!(mode(&p), ReduceMode::RowsLast as u32);
-        assert!(p.takes_tickets());
+        assert_eq!(mode(&p), ReduceMode::Rows as u32);
         let info = p.main.info;
         assert_eq!(p.main.cfg.block_dim.0, ELEM_BLOCK);
         assert_eq!((info.split, info.chunk), (1600, 41944));
         assert!(info.chunk * info.split >= info.red_size);
         assert!(info.chunk * (info.split - 1) < info.red_size);
         assert_eq!(p.main.cfg.grid_dim.0 as u64, info.split);
-        assert!(p.finish.is_none());
-        assert_eq!(p.partials(), info.split);
-        // Two long rows: split, then a finish launch with a block per row.
-        let p = plan(&[2, 1 << 24], &[1 << 24, 1], &[1], 32);
-        assert_eq!(mode(&p), ReduceMode::Rows as u32);
-        assert!(!p.takes_tickets());
-        let info = p.main.info;
-        assert!(info.split > 1);
         let finish = p.finish.unwrap();
         assert_eq!(finish.info.mode, ReduceMode::FinishBlock as u32);
-        assert_eq!(finish.cfg.grid_dim.0, 2);
-        assert_eq!(p.partials(), 2 * info.split);
+        assert_eq!(finish.cfg.grid_dim.0, 1);
+        assert_eq!(finish.cfg.block_dim.0, REDUCE_MAX_BLOCK);
+        assert_eq!(p.partials(), info.split);
     }
 
     #[test]

@@ -491,7 +491,7 @@ impl Report {
                 .collect();
             println!("{op:<28}{cells}");
         }
-        for f in self.failures.iter().take(40) {
+        for f in self.failures.iter().take(200) {
             println!("FAIL {f}");
         }
         println!(
@@ -922,10 +922,10 @@ fn reductions(ctx: &mut Ctx) {
     whole_tensor_reductions(ctx);
 }
 
-/// Reductions to a single output long enough to be cut into chunks, whose
-/// last block combines the partial states (ROWS_LAST): every op and dtype,
-/// contiguous and offset views, an odd length, and a 2-D sum over both
-/// dimensions. Its own random stream leaves the other tests' data as it was.
+/// Reductions to a single output long enough to be cut into chunks whose
+/// partial states a finish launch combines: every op and dtype, contiguous
+/// and offset views, an odd length, and a 2-D sum over both dimensions. Its
+/// own random stream leaves the other tests' data as it was.
 fn whole_tensor_reductions(ctx: &mut Ctx) {
     let saved = std::mem::replace(&mut ctx.rng, Rng(0x5eed_1234_abcd_0003));
     let cases: [(&[usize], &[usize]); 3] = [
@@ -1023,6 +1023,10 @@ fn packed_column_reductions(ctx: &mut Ctx) {
         let red: usize = case.dims.iter().map(|&d| l.dims()[d]).product();
         let big = len > 1 << 20;
         for op in REDUCE_OPS {
+            // Candle reduces min, max and their args over one dimension.
+            if case.dims.len() > 1 && op.0 != ReduceOp::Sum {
+                continue;
+            }
             for dtype in DTYPES {
                 let picks = if big {
                     vec![rng.pick(&[Domain::Special, Domain::Ints(0, 5)])]

@@ -66,14 +66,9 @@ pub(crate) fn reduce(
         // finish launch (queued after it on the same stream) reads them.
         Some(unsafe { device.alloc_storage(DType::U8, partials) }?)
     };
-    let mut ticket = plan.takes_tickets().then(|| device.reduce_ticket());
     for step in [Some(plan.main), plan.finish].into_iter().flatten() {
         let work_arg = match work.as_mut() {
             Some(w) => Arg::Out(w.view_all_mut()),
-            None => Arg::U64(0),
-        };
-        let ticket_arg = match ticket.as_mut() {
-            Some(t) => Arg::Out(t.as_view_mut()),
             None => Arg::U64(0),
         };
         let step_kernel = if step.info.mode == ReduceMode::ColsPacked as u32 {
@@ -86,18 +81,15 @@ pub(crate) fn reduce(
             Arg::In(src.view(family, layout)?),
             Arg::Out(out.view_all_mut()),
             work_arg,
-            ticket_arg,
         ];
         // SAFETY: reduce_*(const ReduceInfo, const T* src, Out* dst, State*
-        // work, u32* ticket): `info` splits `layout` (whose reach the source
-        // view covers) into kept and reduced dimensions, dst holds num_out
-        // values of the output dtype, work holds REDUCE_STATE_BYTES (>= the
-        // state size) per partial state when the plan splits the outputs and
-        // is never touched (null) otherwise, ticket is the device's zeroed
-        // counter in ROWS_LAST (which leaves it zero) and null otherwise;
-        // block shapes are whole waves up to CH_REDUCE_MAX_BLOCK, COLS and
-        // COLS_PACKED blocks exactly CH_ELEM_BLOCK threads; reduce_cols_*
-        // take the same arguments.
+        // work): `info` splits `layout` (whose reach the source view covers)
+        // into kept and reduced dimensions, dst holds num_out values of the
+        // output dtype, work holds REDUCE_STATE_BYTES (>= the state size)
+        // per partial state when the plan splits the outputs and is never
+        // touched (null) otherwise; block shapes are whole waves up to
+        // CH_REDUCE_MAX_BLOCK, COLS and COLS_PACKED blocks exactly
+        // CH_ELEM_BLOCK threads; reduce_cols_* take the same arguments.
         unsafe { launch::launch(device, step_kernel, step.cfg, &args) }?;
     }
     Ok(out)
