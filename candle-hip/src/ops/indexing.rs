@@ -10,7 +10,7 @@ use candle_core::backend::BackendStorage;
 
 use crate::error::{Result, invalid};
 use crate::info::{IndexInfo, split_at_dim, to_u64};
-use crate::launch::{self, Arg, UpdateForm};
+use crate::launch::{self, Arg, UpdateForm, Updates};
 use crate::ops::elementwise;
 use crate::storage::HipStorage;
 use crate::table;
@@ -221,15 +221,14 @@ pub(crate) fn scatter(
         ));
     }
     let device = dst.device().clone();
-    let form = launch::scatter_form(
-        to_u64(left),
-        to_u64(right),
-        to_u64(dst_dim),
-        to_u64(ids_dim),
-        dst.dtype().size_in_bytes(),
-        device.wave_size(),
-        device.compute_units(),
-    );
+    let updates = Updates {
+        left: to_u64(left),
+        right: to_u64(right),
+        dst_dim: to_u64(dst_dim),
+        ids: to_u64(ids_dim),
+        elem_bytes: dst.dtype().size_in_bytes(),
+    };
+    let form = launch::update_form(updates, false, device.wave_size(), device.compute_units());
     let (family, cfg) = match form {
         UpdateForm::Tiles(cfg) => (tiles_family, cfg),
         UpdateForm::Rows(cfg) | UpdateForm::Columns(cfg) => (columns_family, cfg),
@@ -293,15 +292,14 @@ pub(crate) fn index_add(
         ));
     }
     let device = dst.device();
-    let form = launch::index_add_form(
-        to_u64(left),
-        to_u64(right),
-        to_u64(dst_dim),
-        to_u64(n_ids),
-        dst.dtype().size_in_bytes(),
-        device.wave_size(),
-        device.compute_units(),
-    );
+    let updates = Updates {
+        left: to_u64(left),
+        right: to_u64(right),
+        dst_dim: to_u64(dst_dim),
+        ids: to_u64(n_ids),
+        elem_bytes: dst.dtype().size_in_bytes(),
+    };
+    let form = launch::update_form(updates, true, device.wave_size(), device.compute_units());
     let (family, cfg) = match form {
         UpdateForm::Tiles(cfg) => ("index_add_tiles", cfg),
         UpdateForm::Rows(cfg) => ("index_add_rows", cfg),
