@@ -11,8 +11,7 @@
 //! the convolution with the same weights, and the other way round.)
 //!
 //! Find semantics are kept: `miopenFind*Algorithm` runs cuDNN's Find on the
-//! caller's buffers and workspace (a warm-up and three timed rounds, see
-//! `steady_find`), reports each algorithm family (GEMM,
+//! caller's buffers and workspace, reports each algorithm family (GEMM,
 //! direct, FFT, Winograd, implicit GEMM) once, fastest first, and records on
 //! the handle which cuDNN algorithm each reported family stands for, keyed by
 //! the problem. Running a convolution with an algorithm that Find did not
@@ -23,14 +22,13 @@
 
 use std::ffi::{c_int, c_void};
 
-use cudarc::cudnn::sys::cudnnHandle_t;
 use miopen_sys::{
     miopenConvAlgoPerf_t, miopenConvBwdDataAlgorithm_t, miopenConvFwdAlgorithm_t,
     miopenConvolutionDescriptor_t, miopenConvolutionMode_t, miopenHandle_t, miopenStatus_t,
     miopenTensorDescriptor_t,
 };
 
-use super::cudnn::{AlgoPerf, Buffers, Op, Problem, family, uses_double_scalars};
+use super::cudnn::{Buffers, Op, Problem, family, uses_double_scalars};
 use super::descriptor::{convolution, tensor};
 use super::{FindKey, Handle, MiopenResult, handle};
 use crate::ffi::{non_null, write_out};
@@ -127,42 +125,6 @@ fn workspace_size(h: &Handle, call: &Call) -> MiopenResult<usize> {
         .unwrap_or(0))
 }
 
-/// Timed Finds (after a warm-up one) whose best time per algorithm ranks it.
-const FIND_ROUNDS: usize = 3;
-
-/// cuDNN's Find, made steady: cuDNN loads an algorithm's kernels on first
-/// use (lazy module loading) and its Find times each algorithm once, so a
-/// first Find mostly times loading and single timings of close algorithms
-/// trade places from run to run (benchmark runs C and D kept a
-/// conv_transpose2d algorithm 1.7x slower than the best; with one warm Find
-/// two runs kept 62 and 90 us ones). After a warm-up Find, each algorithm's
-/// best time over `FIND_ROUNDS` Finds ranks it, fastest first: a ranking by
-/// run time, which is what MIOpen's Find reports.
-///
-/// # Safety
-/// Buffers must be valid for the described problem.
-unsafe fn steady_find(
-    problem: &Problem,
-    cudnn: cudnnHandle_t,
-    buffers: &Buffers,
-) -> MiopenResult<Vec<AlgoPerf>> {
-    // SAFETY: per the contract (every call).
-    unsafe { problem.find(cudnn, buffers) }?;
-    let mut best: Vec<AlgoPerf> = Vec::new();
-    for _ in 0..FIND_ROUNDS {
-        // SAFETY: as above.
-        for perf in unsafe { problem.find(cudnn, buffers) }? {
-            match best.iter_mut().find(|b| b.algo == perf.algo) {
-                Some(b) if perf.time < b.time => *b = perf,
-                Some(_) => {}
-                None => best.push(perf),
-            }
-        }
-    }
-    best.sort_by(|a, b| a.time.total_cmp(&b.time));
-    Ok(best)
-}
-
 /// Runs Find, records the families on the handle and writes the results.
 ///
 /// # Safety
@@ -183,7 +145,7 @@ unsafe fn find(
         return Err(BAD_PARM);
     }
     // SAFETY: per the contract.
-    let perfs = unsafe { steady_find(&call.problem, h.cudnn, buffers) }?;
+    let perfs = unsafe { call.problem.find(h.cudnn, buffers) }?;
     let mut chosen: Vec<(u32, super::cudnn::AlgoPerf)> = Vec::new();
     for perf in perfs {
         let fam = family(call.problem.op, perf.algo);
