@@ -102,8 +102,8 @@ CH_ROUNDING_OP(FloorOp, floor)
 CH_ROUNDING_OP(RoundOp, round)
 
 // How f16 and bf16 compute an op: in f32 like f32, except the ops
-// specialised below, which use the f32 hardware approximations __expf and
-// __fdividef. Their error (a few f32 ulps, growing to ~1e-5 relative for
+// specialised below, which use the f32 hardware approximations __expf,
+// __fdividef and rsqrtf. Their error (a few f32 ulps, growing to ~1e-5 relative for
 // |exp argument| near 88) is far below half a step of a 16-bit float (2^-9
 // relative for bf16, 2^-12 for f16), so a rounded result can differ from
 // the exactly computed one only by one step, in rare near-ties. With exact
@@ -133,6 +133,17 @@ struct HalfFn<GeluOp> {
     const float two_sqrt_two_over_pi = 1.5957691216057307f;
     const float u2 = two_sqrt_two_over_pi * x * (1.0f + 0.044715f * x * x);
     return __fdividef(x, 1.0f + __expf(-u2));
+  }
+};
+
+// x * rsqrt(x) with the hardware reciprocal square root (a few f32 ulps),
+// instead of sqrtf's IEEE sequence, which branches to a special-case path
+// per element. Negative x and NaN give NaN through rsqrt; zeros and +inf,
+// whose product would be NaN, are their own roots.
+template <>
+struct HalfFn<SqrtOp> {
+  __device__ __forceinline__ static float apply(float x) {
+    return x == 0.0f || x == __builtin_huge_valf() ? x : x * rsqrtf(x);
   }
 };
 
