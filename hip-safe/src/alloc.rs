@@ -106,6 +106,7 @@ impl Stream {
             result => result,
         }
     }
+
     /// Allocates `len` elements set to zero (queued on this stream).
     pub fn alloc_zeros<T: ValidAsZeroBits>(&self, len: usize) -> Result<DeviceBuffer<T>> {
         // SAFETY: the buffer is zero-filled before it is handed out, and

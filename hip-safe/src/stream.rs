@@ -175,21 +175,20 @@ impl Stream {
     }
 
     /// Keeps up to `bytes` of freed allocations of at most
-    /// [`Stream::MAX_CACHED_ALLOCATION`] bytes (1 MiB) each for reuse by later allocations on this stream,
-    /// which then skip `hipMallocAsync` and `hipFreeAsync` (what a
-    /// framework's caching allocator does for eager workloads of small
-    /// tensors). Requests the cache serves are allocated at their size
-    /// class, a power of two from 256 bytes. Reuse is in stream order, as
-    /// with `hipFreeAsync`. 0 (the default) turns the cache off; lowering
-    /// the limit frees what no longer fits. A no-op on streams that do not
-    /// allocate in stream order (the per-thread stream, devices without
+    /// [`Stream::MAX_CACHED_ALLOCATION`] bytes (1 MiB) each for reuse by
+    /// later allocations on this stream, which then skip `hipMallocAsync`
+    /// and `hipFreeAsync` (what a framework's caching allocator does for
+    /// eager workloads of small tensors). Requests the cache serves are
+    /// allocated at their size class, a power of two from 256 bytes. Reuse
+    /// is in stream order, as with `hipFreeAsync`. 0 (the default) turns the
+    /// cache off; lowering the limit frees what no longer fits (a failure to
+    /// free, on a lost device, leaks the memory). A no-op on streams that do
+    /// not allocate in stream order (the per-thread stream, devices without
     /// memory pools).
-    pub fn set_allocation_cache_limit(&self, bytes: usize) -> Result<()> {
-        if !self.stream_ordered_alloc() {
-            return Ok(());
+    pub fn set_allocation_cache_limit(&self, bytes: usize) {
+        if self.stream_ordered_alloc() {
+            self.free_cached(self.inner.cache.set_limit(bytes));
         }
-        self.free_cached(self.inner.cache.set_limit(bytes));
-        Ok(())
     }
 
     /// Bytes of freed allocations the allocation cache holds now.
