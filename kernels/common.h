@@ -492,23 +492,42 @@ __device__ __forceinline__ void map_elems(const ElemInfo& info, Out* out, const 
 }
 
 // ---------------------------------------------------------------------------
-// Wave and block reductions over plain-data states (sizeof a multiple of 4).
-// R provides: typedef State; static State identity(); static State combine(State, State).
-// combine must be associative and commutative.
+// Moving plain-data values between the lanes of a wave (converged code only:
+// every lane of the wave calls these), as whole 32-bit words.
 
-template <typename S>
-__device__ __forceinline__ S shfl_xor_state(const S& s, int lane_mask) {
-  static_assert(sizeof(S) % sizeof(int) == 0, "reduction states are whole 32-bit words");
-  const int words = (int)(sizeof(S) / sizeof(int));
+// `s` moved word by word with `move(word)` (a __shfl or __shfl_xor); bytes
+// past a value narrower than a word are defined (zero) before they move.
+template <typename S, typename Move>
+__device__ __forceinline__ S shfl_words(const S& s, const Move& move) {
+  const int words = (int)((sizeof(S) + sizeof(int) - 1) / sizeof(int));
   union {
     S s;
-    int w[sizeof(S) / sizeof(int)];
+    int w[(sizeof(S) + sizeof(int) - 1) / sizeof(int)];
   } in, out;
+#pragma unroll
+  for (int k = 0; k < words; ++k) in.w[k] = 0;
   in.s = s;
 #pragma unroll
-  for (int k = 0; k < words; ++k) out.w[k] = __shfl_xor(in.w[k], lane_mask, CANDLE_HIP_WAVE);
+  for (int k = 0; k < words; ++k) out.w[k] = move(in.w[k]);
   return out.s;
 }
+
+// `s` of lane (this lane ^ lane_mask).
+template <typename S>
+__device__ __forceinline__ S shfl_xor_state(const S& s, int lane_mask) {
+  return shfl_words(s, [&](int w) { return __shfl_xor(w, lane_mask, CANDLE_HIP_WAVE); });
+}
+
+// `s` of lane `lane`.
+template <typename S>
+__device__ __forceinline__ S shfl_from(const S& s, int lane) {
+  return shfl_words(s, [&](int w) { return __shfl(w, lane, CANDLE_HIP_WAVE); });
+}
+
+// ---------------------------------------------------------------------------
+// Wave and block reductions over plain-data states.
+// R provides: typedef State; static State identity(); static State combine(State, State).
+// combine must be associative and commutative.
 
 // Every lane of the wave must call this; each lane gets the reduction of the wave.
 template <typename R>

@@ -324,24 +324,6 @@ struct TileLanes {
   static_assert(step % CH_TILE_BATCH == 0, "walk steps are whole batches");
 };
 
-// `v` of lane `lane` (every lane of the wave calls this), moved as one or
-// two 32-bit words.
-template <typename T>
-__device__ __forceinline__ T shfl_value(const T& v, int lane) {
-  const int words = (int)((sizeof(T) + sizeof(int) - 1) / sizeof(int));
-  union {
-    T v;
-    int w[(sizeof(T) + sizeof(int) - 1) / sizeof(int)];
-  } in, out;
-  // Bytes past a value narrower than a word are shuffled too: define them.
-#pragma unroll
-  for (int k = 0; k < words; ++k) in.w[k] = 0;
-  in.v = v;
-#pragma unroll
-  for (int k = 0; k < words; ++k) out.w[k] = __shfl(in.w[k], lane, CANDLE_HIP_WAVE);
-  return out.v;
-}
-
 // Copies the first `rows` rows of a tile between shared memory and the
 // destination (rows `stride` units apart) in units U, UPR units per tile
 // row, of which the first `used` exist in the destination. Each thread
@@ -494,7 +476,7 @@ __device__ __forceinline__ void tile_walk(const IndexInfo& info, const I* ids, c
         if (t % G == 0) row[r] = tile_row(id[r], p0, span);
         const int from = (t % G) * C + col;
         const ch_u32 p = G == 1 ? row[r] : (ch_u32)__shfl((int)row[r], from, CANDLE_HIP_WAVE);
-        v[j] = G == 1 ? val[r] : shfl_value(val[r], from);
+        v[j] = G == 1 ? val[r] : shfl_from(val[r], from);
         // CH_TILE_NONE may pass as this lane's (for the last group): it
         // stays >= CH_TILE_ROWS, so it is neither applied nor equal to a row.
         key[j] = (int)(p % G) == group ? p : CH_TILE_NONE - (ch_u32)(j + 1);
