@@ -5,16 +5,14 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::backend::BackendDevice;
 use candle_core::{CpuStorage, DType, DeviceLocation, Shape, WithDType};
-use hip_safe::{Blas, Device, Dnn, Function, Stream};
+use hip_safe::{Blas, Device, Dnn, Stream};
 
 use crate::dtype;
 use crate::error::{HipBackendError, Result, hip};
 use crate::handles::LazyHandle;
-use crate::kernels::Source;
-use crate::random::{self, Distribution, RngState};
-use crate::registry::Registry;
+use crate::kernel::launch::Launcher;
+use crate::ops::random::{self, Distribution, RngState};
 use crate::storage::HipStorage;
-use crate::table::Kernel;
 
 /// Bytes of freed small buffers each device's stream keeps for reuse
 /// (`Stream::set_allocation_cache_limit`).
@@ -32,9 +30,7 @@ pub struct HipDevice {
 }
 
 struct Inner {
-    device: Device,
-    stream: Stream,
-    registry: Registry,
+    kernels: Launcher,
     rng: Mutex<RngState>,
     blas: LazyHandle<Blas>,
     dnn: LazyHandle<Dnn>,
@@ -42,7 +38,7 @@ struct Inner {
 
 impl fmt::Debug for HipDevice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let d = &self.inner.device;
+        let d = self.hip_device();
         write!(f, "HipDevice({}: {}, {})", d.ordinal(), d.name(), d.arch())
     }
 }
@@ -50,32 +46,29 @@ impl fmt::Debug for HipDevice {
 impl HipDevice {
     /// The underlying hip-safe device.
     pub fn hip_device(&self) -> &Device {
-        &self.inner.device
+        self.inner.kernels.device()
     }
 
     /// The stream all operations of this device run on.
     pub fn stream(&self) -> &Stream {
-        &self.inner.stream
+        self.inner.kernels.stream()
     }
 
     /// The device ordinal.
     pub fn ordinal(&self) -> usize {
-        self.inner.device.ordinal()
+        self.hip_device().ordinal()
     }
 
     /// Compiles (or takes from the code-object cache) and loads every kernel
     /// source now instead of on first use, e.g. to warm up or to measure the
     /// compile cost.
     pub fn load_all_kernels(&self) -> Result<()> {
-        for source in Source::ALL {
-            self.inner.registry.module(source)?;
-        }
-        Ok(())
+        self.inner.kernels.load_all()
     }
 
-    /// The kernel function for `kernel`, loading its module if needed.
-    pub(crate) fn function(&self, kernel: Kernel) -> Result<Function> {
-        self.inner.registry.function(kernel)
+    /// The launcher of this device's kernels (on its stream).
+    pub(crate) fn kernels(&self) -> &Launcher {
+        &self.inner.kernels
     }
 
     /// This device's rocBLAS handle slot.
@@ -86,16 +79,6 @@ impl HipDevice {
     /// This device's MIOpen handle slot.
     pub(crate) fn dnn_slot(&self) -> &LazyHandle<Dnn> {
         &self.inner.dnn
-    }
-
-    /// The device's number of compute units.
-    pub(crate) fn compute_units(&self) -> u32 {
-        self.inner.device.compute_units()
-    }
-
-    /// The device's wave size.
-    pub(crate) fn wave_size(&self) -> u32 {
-        self.inner.device.wave_size()
     }
 
     /// Errors unless `other` is this device.
@@ -173,22 +156,20 @@ impl BackendDevice for HipDevice {
         // Every op allocates its output and frees its inputs' temporaries
         // stream-ordered. With HIP's default release threshold of 0 each
         // synchronization hands that memory back to the system and the next
-        // op maps it again (H200 test platform: a 256 MiB allocation after a
-        // sync took 314 us of device time instead of 68 us, more than an
-        // element-wise kernel over those 256 MiB). Keep it cached as
-        // PyTorch's allocator does; `Device::trim_memory_pool` releases it.
+        // op maps it again, which can cost more device time than an
+        // element-wise kernel over the same bytes (PERF_NOTES.md). Keep it
+        // cached as PyTorch's allocator does; `Device::trim_memory_pool`
+        // releases it.
         device
             .set_memory_pool_release_threshold(u64::MAX)
             .map_err(hip)?;
         // Small tensors (up to 1 MiB) are recycled on the host without a
-        // HIP call each: hipMallocAsync + hipFreeAsync cost 1.3 us per op
-        // on the H200 test platform, a sixth of a tiny op's host time.
+        // HIP call each: an allocation and a free per op are a large part of
+        // a tiny op's host time (PERF_NOTES.md).
         stream.set_allocation_cache_limit(ALLOCATION_CACHE_BYTES);
         Ok(HipDevice {
             inner: Arc::new(Inner {
-                registry: Registry::new(device.clone()),
-                device,
-                stream,
+                kernels: Launcher::new(stream),
                 rng: Mutex::new(RngState::new()),
                 blas: LazyHandle::new(),
                 dnn: LazyHandle::new(),

@@ -4,9 +4,10 @@
 //! [`BackendDevice`](candle_core::backend::BackendDevice) and
 //! [`BackendStorage`](candle_core::backend::BackendStorage) traits on top of
 //! `hip-safe`. Nothing from ROCm is needed to build: the HIP runtime and
-//! hipRTC are loaded when a device is opened, and the kernels (HIP C++ in
-//! `kernels/`, embedded as text, see [`kernels`]) are compiled for the
-//! device's architecture on first use and cached on disk by `hip-safe`.
+//! hipRTC are loaded when a device is opened, and the kernels (HIP C++ of
+//! the `candle-hip-kernels` crate, re-exported as [`kernels`]) are compiled
+//! for the device's architecture on first use ([`kernel::program`]) and
+//! cached on disk by `hip-safe`.
 //!
 //! Supported dtypes: u8, u32, i64, f16, bf16, f32, f64; any other dtype gets
 //! candle's `UnsupportedDTypeForOp` error. Element-wise ops, casts,
@@ -29,8 +30,6 @@
 //! # Ok::<(), candle_core::Error>(())
 //! ```
 
-mod call;
-pub mod conv;
 mod device;
 mod dtype;
 mod error;
@@ -38,19 +37,13 @@ mod error;
 pub mod extension;
 pub mod fused;
 mod handles;
-mod info;
-pub mod kernels;
-mod launch;
-mod matmul;
-mod nchw;
+pub mod kernel;
 mod ops;
-mod pool;
-mod random;
-mod registry;
 mod storage;
-mod table;
 mod typed;
 
+pub use candle_hip_kernels as kernels;
 pub use device::HipDevice;
 pub use error::HipBackendError;
+pub use ops::conv;
 pub use storage::HipStorage;

@@ -12,8 +12,9 @@ use hip_safe::{DeviceBuffer, DevicePtr, DeviceView, DeviceViewMut};
 use crate::device::HipDevice;
 use crate::dtype;
 use crate::error::{HipBackendError, Result, hip};
-use crate::info;
-use crate::ops::{copy, elementwise, indexing, reduce};
+use crate::kernel::catalogue as cat;
+use crate::kernel::info;
+use crate::ops::{conv, copy, elementwise, indexing, matmul, pool, reduce};
 
 /// Tensor data on a HIP device: an untyped device buffer and its dtype.
 ///
@@ -175,11 +176,11 @@ impl BackendStorage for HipStorage {
     }
 
     fn powf(&self, layout: &Layout, e: f64) -> Result<Self> {
-        elementwise::with_param(self, layout, "powf", e)
+        elementwise::with_param(self, layout, &cat::POWF, "powf", e)
     }
 
     fn elu(&self, layout: &Layout, alpha: f64) -> Result<Self> {
-        elementwise::with_param(self, layout, "elu", alpha)
+        elementwise::with_param(self, layout, &cat::ELU, "elu", alpha)
     }
 
     fn reduce_op(&self, op: ReduceOp, layout: &Layout, dims: &[usize]) -> Result<Self> {
@@ -195,7 +196,12 @@ impl BackendStorage for HipStorage {
     }
 
     fn unary_impl<B: UnaryOpT>(&self, layout: &Layout) -> Result<Self> {
-        elementwise::unary(self, layout, B::KERNEL, B::NAME)
+        elementwise::unary(
+            self,
+            layout,
+            elementwise::candle_family(B::KERNEL, B::NAME)?,
+            B::NAME,
+        )
     }
 
     fn binary_impl<B: BinaryOpT>(
@@ -204,7 +210,8 @@ impl BackendStorage for HipStorage {
         lhs_l: &Layout,
         rhs_l: &Layout,
     ) -> Result<Self> {
-        elementwise::binary(self, rhs, lhs_l, rhs_l, B::KERNEL, B::NAME)
+        let family = elementwise::candle_family(B::KERNEL, B::NAME)?;
+        elementwise::binary(self, rhs, lhs_l, rhs_l, family, B::NAME)
     }
 
     fn where_cond(
@@ -225,7 +232,7 @@ impl BackendStorage for HipStorage {
         kernel_l: &Layout,
         params: &ParamsConv1D,
     ) -> Result<Self> {
-        crate::conv::params::conv1d(self, layout, kernel, kernel_l, params)
+        conv::params::conv1d(self, layout, kernel, kernel_l, params)
     }
 
     fn conv_transpose1d(
@@ -235,7 +242,7 @@ impl BackendStorage for HipStorage {
         kernel_l: &Layout,
         params: &ParamsConvTranspose1D,
     ) -> Result<Self> {
-        crate::conv::params::conv_transpose1d(self, layout, kernel, kernel_l, params)
+        conv::params::conv_transpose1d(self, layout, kernel, kernel_l, params)
     }
 
     fn conv2d(
@@ -245,7 +252,7 @@ impl BackendStorage for HipStorage {
         kernel_l: &Layout,
         params: &ParamsConv2D,
     ) -> Result<Self> {
-        crate::conv::params::conv2d(self, layout, kernel, kernel_l, params)
+        conv::params::conv2d(self, layout, kernel, kernel_l, params)
     }
 
     fn conv_transpose2d(
@@ -255,7 +262,7 @@ impl BackendStorage for HipStorage {
         kernel_l: &Layout,
         params: &ParamsConvTranspose2D,
     ) -> Result<Self> {
-        crate::conv::params::conv_transpose2d(self, layout, kernel, kernel_l, params)
+        conv::params::conv_transpose2d(self, layout, kernel, kernel_l, params)
     }
 
     fn avg_pool2d(
@@ -264,7 +271,7 @@ impl BackendStorage for HipStorage {
         kernel: (usize, usize),
         stride: (usize, usize),
     ) -> Result<Self> {
-        crate::pool::avg_pool2d(self, layout, kernel, stride)
+        pool::avg_pool2d(self, layout, kernel, stride)
     }
 
     fn max_pool2d(
@@ -273,15 +280,15 @@ impl BackendStorage for HipStorage {
         kernel: (usize, usize),
         stride: (usize, usize),
     ) -> Result<Self> {
-        crate::pool::max_pool2d(self, layout, kernel, stride)
+        pool::max_pool2d(self, layout, kernel, stride)
     }
 
     fn upsample_nearest1d(&self, layout: &Layout, size: usize) -> Result<Self> {
-        crate::pool::upsample_nearest1d(self, layout, size)
+        pool::upsample_nearest1d(self, layout, size)
     }
 
     fn upsample_nearest2d(&self, layout: &Layout, h: usize, w: usize) -> Result<Self> {
-        crate::pool::upsample_nearest2d(self, layout, h, w)
+        pool::upsample_nearest2d(self, layout, h, w)
     }
 
     fn upsample_bilinear2d(
@@ -293,7 +300,7 @@ impl BackendStorage for HipStorage {
         scale_h: Option<f64>,
         scale_w: Option<f64>,
     ) -> Result<Self> {
-        crate::pool::upsample_bilinear2d(self, layout, h, w, align_corners, scale_h, scale_w)
+        pool::upsample_bilinear2d(self, layout, h, w, align_corners, scale_h, scale_w)
     }
 
     fn gather(&self, layout: &Layout, ids: &Self, ids_l: &Layout, dim: usize) -> Result<Self> {
@@ -371,7 +378,7 @@ impl BackendStorage for HipStorage {
         lhs_l: &Layout,
         rhs_l: &Layout,
     ) -> Result<Self> {
-        crate::matmul::matmul(self, rhs, bmnk, lhs_l, rhs_l)
+        matmul::matmul(self, rhs, bmnk, lhs_l, rhs_l)
     }
 
     fn copy_strided_src(&self, dst: &mut Self, dst_offset: usize, src_l: &Layout) -> Result<()> {

@@ -1,4 +1,4 @@
-//! Argsort along the last dimension (`kernels/argsort.hip`): a bitonic sort
+//! Argsort along the last dimension (`argsort.hip`): a bitonic sort
 //! of each row's indices, padded to the next power of two `P`.
 //!
 //! Rows of up to [`shared_sort_max_cols`] elements sort in one launch, one
@@ -15,13 +15,13 @@ use candle_core::backend::BackendStorage;
 use candle_core::{DType, Layout};
 use hip_safe::LaunchConfig;
 
-use crate::call;
 use crate::error::{Result, invalid};
 use crate::fused::rows::Rows;
-use crate::info::REDUCE_MAX_BLOCK;
-use crate::launch::grid_stride;
+use crate::kernel::catalogue as cat;
+use crate::kernel::grid::grid_stride;
+use crate::kernel::header::{REDUCE_MAX_BLOCK, SORT_RUN as RUN};
+use crate::kernel::launch::to_u32;
 use crate::storage::HipStorage;
-use crate::table;
 
 const OP: &str = "arg_sort_last_dim";
 
@@ -58,10 +58,6 @@ enum Plan {
     /// One launch per stage on a `rows × padded` index matrix.
     Global { padded: usize },
 }
-
-/// Positions of a row each thread of the in-shared-memory sort holds in
-/// registers (`CH_SORT_RUN` in `kernels/argsort.hip`).
-const RUN: usize = 4;
 
 /// How rows of `cols` elements of `dtype` are sorted on a device with waves
 /// of `wave` lanes. Shared sorts pad rows to at least `RUN` positions per
@@ -105,7 +101,11 @@ pub fn arg_sort_last_dim(
 ) -> candle_core::Result<HipStorage> {
     let rows = Rows::of(OP, layout)?;
     let dtype = x.dtype();
-    let dir = if ascending { "asc" } else { "desc" };
+    let (shared_family, step_family) = if ascending {
+        (&cat::ARGSORT_ASC, &cat::ARGSORT_STEP_ASC)
+    } else {
+        (&cat::ARGSORT_DESC, &cat::ARGSORT_STEP_DESC)
+    };
     let device = x.device();
     // SAFETY: every index of every row is written below (or an error returned).
     let mut out = unsafe { device.alloc_storage(DType::U32, rows.rows * rows.cols) }?;
@@ -113,11 +113,12 @@ pub fn arg_sort_last_dim(
         return Ok(out);
     }
     let n_rows = rows.rows as u64;
-    let cols = call::to_u32(OP, "the last dimension", rows.cols)?;
+    let cols = to_u32(OP, "the last dimension", rows.cols)?;
+    let launcher = device.kernels();
     let src = x.view_range(OP, rows.start, rows.rows * rows.cols)?;
-    match plan(rows.cols, dtype, device.wave_size() as usize)? {
+    match plan(rows.cols, dtype, launcher.wave_size() as usize)? {
         Plan::Shared { padded, threads } => {
-            let kernel = table::kernel(&format!("argsort_{dir}"), OP, dtype, None)?;
+            let kernel = shared_family.kernel(OP, dtype)?;
             let padded32 = padded as u32;
             let cfg = LaunchConfig {
                 grid_dim: (rows.rows.min(i32::MAX as usize) as u32, 1, 1),
@@ -129,21 +130,14 @@ pub fn arg_sort_last_dim(
             // u64 rows, u32 cols, u32 padded) with shared_bytes(padded, size of
             // T) bytes of dynamic shared memory; src and dst hold rows x cols
             // elements.
-            unsafe {
-                call::launch(
-                    device,
-                    kernel,
-                    cfg,
-                    &[&src, &dst, &n_rows, &cols, &padded32],
-                )
-            }?;
+            unsafe { launcher.launch(kernel, cfg, &[&src, &dst, &n_rows, &cols, &padded32]) }?;
         }
         Plan::Global { padded } => {
-            let kernel = table::kernel(&format!("argsort_step_{dir}"), OP, dtype, None)?;
-            let padded32 = call::to_u32(OP, "the padded row length", padded)?;
+            let kernel = step_family.kernel(OP, dtype)?;
+            let padded32 = to_u32(OP, "the padded row length", padded)?;
             // SAFETY: the first stage writes every index (kernels/argsort.hip).
             let mut idx = unsafe { device.alloc_storage(DType::U32, rows.rows * padded) }?;
-            let cfg = grid_stride(n_rows * padded as u64 / 2, device.compute_units());
+            let cfg = grid_stride(n_rows * padded as u64 / 2, launcher.compute_units());
             {
                 let idx_view = idx.view_all_mut();
                 for (k, j) in stages(padded) {
@@ -152,8 +146,7 @@ pub fn arg_sort_last_dim(
                     // u32* idx, u64 rows, u32 cols, u32 padded, u32 k, u32 j);
                     // src holds rows x cols elements and idx rows x padded.
                     unsafe {
-                        call::launch(
-                            device,
+                        launcher.launch(
                             kernel,
                             cfg,
                             &[&src, &idx_view, &n_rows, &cols, &padded32, &k, &j],

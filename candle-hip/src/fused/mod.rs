@@ -31,11 +31,12 @@ pub use rows::{layer_norm, rms_norm, softmax_last_dim};
 
 use candle_core::Layout;
 
+use crate::kernel::catalogue as cat;
 use crate::ops::elementwise;
 use crate::storage::HipStorage;
 
 /// `1 / (1 + exp(-x))` element-wise over any layout
 /// (`candle_nn::ops::sigmoid`).
 pub fn sigmoid(x: &HipStorage, layout: &Layout) -> candle_core::Result<HipStorage> {
-    elementwise::unary(x, layout, "sigmoid", "sigmoid")
+    elementwise::unary(x, layout, &cat::SIGMOID, "sigmoid")
 }

@@ -4,11 +4,11 @@
 use candle_core::Layout;
 use candle_core::backend::BackendStorage;
 
-use crate::call;
 use crate::error::{Result, invalid};
-use crate::launch::grid_stride;
+use crate::kernel::catalogue::{self as cat, Family};
+use crate::kernel::grid::grid_stride;
+use crate::kernel::launch::to_u32;
 use crate::storage::HipStorage;
-use crate::table;
 
 /// Which of candle's three layouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,12 +22,16 @@ enum Variant {
 }
 
 impl Variant {
-    fn op(self) -> &'static str {
+    fn family(self) -> &'static Family {
         match self {
-            Variant::Interleaved => "rope_i",
-            Variant::Halves => "rope",
-            Variant::Thd => "rope_thd",
+            Variant::Interleaved => &cat::ROPE_I,
+            Variant::Halves => &cat::ROPE,
+            Variant::Thd => &cat::ROPE_THD,
         }
+    }
+
+    fn op(self) -> &'static str {
+        self.family().name
     }
 }
 
@@ -112,7 +116,7 @@ fn run(
         x.check_dtype(other, op)?;
     }
     let s = sizes(variant, x_l, cos_l, sin_l)?;
-    let kernel = table::kernel(op, op, x.dtype(), None)?;
+    let kernel = variant.family().kernel(op, x.dtype())?;
     let device = x.device();
     let len = s.b * s.h * s.t * s.d;
     // SAFETY: the kernel writes both elements of every pair, i.e. all of them.
@@ -120,7 +124,7 @@ fn run(
     if len == 0 {
         return Ok(out);
     }
-    let u32_of = |what, v| call::to_u32(op, what, v);
+    let u32_of = |what, v| to_u32(op, what, v);
     let (b, h, t, d) = (
         u32_of("b", s.b)?,
         u32_of("h", s.h)?,
@@ -132,13 +136,12 @@ fn run(
     let cs = cos.view(op, cos_l)?;
     let sn = sin.view(op, sin_l)?;
     let dst = out.view_all_mut();
-    let cfg = grid_stride((len / 2) as u64, device.compute_units());
+    let cfg = grid_stride((len / 2) as u64, device.kernels().compute_units());
     // SAFETY: rope*_T take (const T* x, const T* cos, const T* sin, T* y,
     // u32 b, h, t, d, batched); x and y hold b*h*t*d elements, cos and sin
     // at least t*d/2 (or b*t*d/2 when batched), as checked in `sizes`.
     unsafe {
-        call::launch(
-            device,
+        device.kernels().launch(
             kernel,
             cfg,
             &[&xs, &cs, &sn, &dst, &b, &h, &t, &d, &batched],

@@ -1,14 +1,15 @@
 //! Row kernels over the last dimension: softmax, rms_norm, layer_norm
-//! (`kernels/softmax.hip`, `kernels/norm.hip`): one block per row.
+//! (`softmax.hip`, `norm.hip`): one block per row.
 
 use candle_core::Layout;
 use candle_core::backend::BackendStorage;
-use hip_safe::KernelArg;
+use hip_safe::{KernelArg, LaunchConfig};
 
-use crate::call;
 use crate::error::{Result, invalid};
+use crate::kernel::catalogue::{self as cat, Family};
+use crate::kernel::header::{REDUCE_MAX_BLOCK, ROW_CACHE_BYTES};
+use crate::kernel::launch::to_u32;
 use crate::storage::HipStorage;
-use crate::table;
 
 /// Where the rows of a contiguous input are: first element, rows, columns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,11 +71,45 @@ struct Param<'a> {
     start: usize,
 }
 
+/// One block per row for `rows` rows of `cols` elements of `elem_bytes`
+/// bytes: whole waves, enough threads for each to hold its share of the row
+/// in registers ([`ROW_CACHE_BYTES`]), at most `CH_REDUCE_MAX_BLOCK` threads
+/// (longer rows are read twice, except 16-bit softmax rows of up to twice
+/// that, which softmax caches).
+fn row_config(
+    op: &'static str,
+    rows: usize,
+    cols: usize,
+    elem_bytes: usize,
+    wave: u32,
+) -> Result<LaunchConfig> {
+    let blocks = u32::try_from(rows)
+        .ok()
+        .filter(|&r| r <= i32::MAX as u32)
+        .ok_or_else(|| {
+            invalid(
+                op,
+                format!("{rows} rows exceed the grid limit of 2^31 - 1 blocks"),
+            )
+        })?;
+    let acc_bytes = elem_bytes.max(4);
+    let wanted = cols.div_ceil(ROW_CACHE_BYTES / acc_bytes);
+    let wave = wave.clamp(1, REDUCE_MAX_BLOCK) as usize;
+    let threads = wanted
+        .next_multiple_of(wave)
+        .clamp(wave, REDUCE_MAX_BLOCK as usize);
+    Ok(LaunchConfig {
+        grid_dim: (blocks.max(1), 1, 1),
+        block_dim: (threads as u32, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
 /// Launches row kernel `family` on `x`: arguments `(x, params..., out,
 /// cols[, eps])`.
 fn run(
     op: &'static str,
-    family: &str,
+    family: &'static Family,
     x: &HipStorage,
     layout: &Layout,
     params: &[Param<'_>],
@@ -82,21 +117,22 @@ fn run(
 ) -> Result<HipStorage> {
     let rows = Rows::of(op, layout)?;
     let dtype = x.dtype();
-    let kernel = table::kernel(family, op, dtype, None)?;
+    let kernel = family.kernel(op, dtype)?;
     let device = x.device();
     // SAFETY: the kernel writes every element of every row (or fails).
     let mut out = unsafe { device.alloc_storage(dtype, rows.len()) }?;
     if rows.len() == 0 {
         return Ok(out);
     }
-    let cfg = call::row_config(
+    let launcher = device.kernels();
+    let cfg = row_config(
         op,
         rows.rows,
         rows.cols,
         dtype.size_in_bytes(),
-        device.wave_size(),
+        launcher.wave_size(),
     )?;
-    let cols = call::to_u32(op, "the last dimension", rows.cols)?;
+    let cols = to_u32(op, "the last dimension", rows.cols)?;
     let src = x.view_range(op, rows.start, rows.len())?;
     let param_views = params
         .iter()
@@ -114,14 +150,14 @@ fn run(
     // (src, alpha, dst, cols, float eps), layer_norm_* (src, alpha, beta,
     // dst, cols, float eps); src and dst hold rows x cols elements, the
     // parameters cols elements, and the grid has one block per row.
-    unsafe { call::launch(device, kernel, cfg, &args) }?;
+    unsafe { launcher.launch(kernel, cfg, &args) }?;
     Ok(out)
 }
 
 /// Softmax over the last dimension of a contiguous `x`
 /// (`candle_nn::ops::softmax_last_dim`).
 pub fn softmax_last_dim(x: &HipStorage, layout: &Layout) -> candle_core::Result<HipStorage> {
-    run("softmax_last_dim", "softmax", x, layout, &[], None)
+    run("softmax_last_dim", &cat::SOFTMAX, x, layout, &[], None)
 }
 
 /// `x / sqrt(mean(x²) + eps) * alpha` over the last dimension of a
@@ -139,7 +175,7 @@ pub fn rms_norm(
     let a = vector(OP, "alpha", x, alpha, alpha_layout, cols)?;
     run(
         OP,
-        "rms_norm",
+        &cat::RMS_NORM,
         x,
         layout,
         &[Param {
@@ -176,7 +212,7 @@ pub fn layer_norm(
             start: b,
         },
     ];
-    run(OP, "layer_norm", x, layout, &params, Some(eps))
+    run(OP, &cat::LAYER_NORM, x, layout, &params, Some(eps))
 }
 
 #[cfg(test)]
@@ -203,5 +239,41 @@ mod tests {
             "{err}"
         );
         assert!(Rows::of("t", &Layout::contiguous(())).is_err());
+    }
+
+    #[test]
+    fn row_blocks_are_whole_waves_sized_to_the_row() {
+        let threads =
+            |cols, bytes, wave| row_config("t", 3, cols, bytes, wave).unwrap().block_dim.0;
+        // rms_norm over 4096 bf16 or f32: 16 values per thread.
+        assert_eq!(threads(4096, 2, 32), 256);
+        assert_eq!(threads(4096, 4, 64), 256);
+        assert_eq!(threads(4096, 8, 64), 512);
+        // Short rows get one wave.
+        assert_eq!(threads(100, 4, 64), 64);
+        assert_eq!(threads(1, 8, 32), 32);
+        // Rows up to 1024 threads' cache are cached: 16384 f32, 8192 f64.
+        for (cols, bytes) in [(16384, 4), (8192, 8), (1000, 2), (16383, 2)] {
+            let t = threads(cols, bytes, 32) as usize;
+            assert!(
+                cols <= t * ROW_CACHE_BYTES / bytes.max(4),
+                "{cols} x {bytes} bytes in {t} threads"
+            );
+        }
+        // Vocabulary softmax: the largest block; f32 rows are read twice,
+        // 16-bit ones fit softmax's doubled cache (SoftmaxCache in
+        // kernels/softmax.hip: 32 values per thread).
+        let c = row_config("t", 8192, 32000, 4, 64).unwrap();
+        assert_eq!((c.grid_dim.0, c.block_dim.0), (8192, 1024));
+        let c = row_config("t", 8192, 32000, 2, 32).unwrap();
+        assert!(32000 <= c.block_dim.0 as usize * 2 * ROW_CACHE_BYTES / 4);
+    }
+
+    #[test]
+    fn huge_grids_are_refused() {
+        let err = row_config("softmax", 1 << 31, 5, 4, 32)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("softmax") && err.contains("grid"), "{err}");
     }
 }

@@ -3,15 +3,16 @@
 use candle_core::Layout;
 use candle_core::backend::BackendStorage;
 use candle_core::scalar::Scalar;
-use hip_safe::{DeviceView, DeviceViewMut};
+use hip_safe::{DeviceView, DeviceViewMut, LaunchConfig};
 
 use crate::dtype;
 use crate::error::{Result, hip, invalid};
-use crate::info::{ElemInfo, merge_dims, to_u64};
-use crate::launch::{self, Arg};
+use crate::kernel::catalogue as cat;
+use crate::kernel::grid::{linear, per_pack, unrolled};
+use crate::kernel::header::ELEM_BLOCK;
+use crate::kernel::info::{ElemInfo, merge_dims, to_u64};
 use crate::ops::elementwise;
 use crate::storage::HipStorage;
-use crate::table;
 
 /// The arguments of candle's `copy2d`, in elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,20 +119,34 @@ fn transpose(
     to: DeviceViewMut<'_, u8>,
 ) -> Result<()> {
     const OP: &str = "copy_strided_src";
-    let kernel = table::kernel("transpose", OP, src.dtype(), None)?;
-    let cfg = launch::transpose(&info, k, src.dtype().size_in_bytes());
-    let args = [
-        Arg::Elem(info),
-        Arg::U64(to_u64(k)),
-        Arg::In(src.view(OP, src_l)?),
-        Arg::Out(to),
-    ];
+    let kernel = cat::TRANSPOSE.kernel(OP, src.dtype())?;
+    let cfg = transpose_shape(&info, k, src.dtype().size_in_bytes());
+    let k = to_u64(k);
+    let from = src.view(OP, src_l)?;
     // SAFETY: transpose_T(const ElemInfo, u64 k, const T* src, T* dst) with
     // CH_ELEM_BLOCK threads per block: it reads the offsets of `info` (the
     // merged shape and strides of `src_l`, whose reach the source view
     // covers; k < rank - 1 has stride 1) and writes dst[0..numel), the
     // length of `to`.
-    unsafe { launch::launch(src.device(), kernel, cfg, &args) }
+    unsafe {
+        src.device()
+            .kernels()
+            .launch(kernel, cfg, &[&info, &k, &from, &to])
+    }
+}
+
+/// Launch shape of a tiled transpose (`transpose_*` in `kernels/copy.hip`):
+/// one block of `ELEM_BLOCK` threads per tile, tiles of 64 elements of 1 or
+/// 2 bytes and 32 of wider types along each side.
+fn transpose_shape(info: &ElemInfo, k: usize, elem_bytes: usize) -> LaunchConfig {
+    let edge = if elem_bytes <= 2 { 64 } else { 32 };
+    let last = info.rank as usize - 1;
+    let (rows, cols) = (info.dims[k], info.dims[last]);
+    let planes = info.numel / (rows * cols).max(1);
+    linear(
+        planes * rows.div_ceil(edge) * cols.div_ceil(edge),
+        ELEM_BLOCK,
+    )
 }
 
 /// Copies `rows` rows of `cols` elements between two row-strided regions.
@@ -148,26 +163,26 @@ pub(crate) fn copy2d(src: &HipStorage, dst: &mut HipStorage, c: Copy2d) -> Resul
     if c.is_contiguous() {
         return memcpy(&from, &mut to, device.stream());
     }
-    let kernel = table::kernel("copy2d", OP, src.dtype(), None)?;
-    let per_pack = launch::per_pack(src.dtype().size_in_bytes());
+    let kernel = cat::COPY2D.kernel(OP, src.dtype())?;
+    let per_pack = per_pack(src.dtype().size_in_bytes());
     let numel = c.rows * c.cols;
     let packed = [c.cols, c.src_stride, c.dst_stride]
         .iter()
         .all(|v| v % per_pack == 0);
     let work = if packed { numel / per_pack } else { numel };
-    let cfg = launch::unrolled(to_u64(work));
-    let args = [
-        Arg::U64(to_u64(c.rows)),
-        Arg::U64(to_u64(c.cols)),
-        Arg::U64(to_u64(c.src_stride)),
-        Arg::U64(to_u64(c.dst_stride)),
-        Arg::In(from),
-        Arg::Out(to),
-    ];
+    let cfg = unrolled(to_u64(work));
+    let sizes = [c.rows, c.cols, c.src_stride, c.dst_stride].map(to_u64);
+    let [rows, cols, src_stride, dst_stride] = &sizes;
     // SAFETY: copy2d_T(rows, cols, src_stride, dst_stride, const T*, T*)
     // touches element r * stride + c for r < rows, c < cols on each side,
     // which is below the reach each view was cut to.
-    unsafe { launch::launch(device, kernel, cfg, &args) }
+    unsafe {
+        device.kernels().launch(
+            kernel,
+            cfg,
+            &[rows, cols, src_stride, dst_stride, &from, &to],
+        )
+    }
 }
 
 /// Sets every element `layout` selects in `dst` to `value`.
@@ -190,13 +205,12 @@ pub(crate) fn const_set(dst: &mut HipStorage, value: Scalar, layout: &Layout) ->
     if info.is_contiguous() && bits == 0 {
         return device.stream().memset_zeros(&mut view).map_err(hip);
     }
-    let kernel = table::kernel("fill", OP, dtype, None)?;
-    let cfg = launch::elementwise(&info, dtype.size_in_bytes());
-    let args = [Arg::Elem(info), Arg::Out(view), Arg::U64(bits)];
+    let kernel = cat::FILL.kernel(OP, dtype)?;
+    let cfg = elementwise::launch_shape(&info, dtype.size_in_bytes());
     // SAFETY: fill_T(const ElemInfo, T* dst, u64 bits) writes the offsets of
     // `info` (the layout's shape and strides), all inside the view, which
     // spans the layout's reach.
-    unsafe { launch::launch(&device, kernel, cfg, &args) }
+    unsafe { device.kernels().launch(kernel, cfg, &[&info, &view, &bits]) }
 }
 
 #[cfg(test)]
@@ -253,5 +267,17 @@ mod tests {
         assert!(Copy2d { src_stride: 4, ..c }.is_contiguous());
         assert!(Copy2d { rows: 1, ..c }.is_contiguous());
         assert_eq!(Copy2d { rows: 0, ..c }.reach(10), 0);
+    }
+
+    #[test]
+    fn transposes_are_tiled() {
+        let info = ElemInfo::new("t", &[8192, 8192], &[&[1, 8192]]).unwrap();
+        assert_eq!(info.transposed_dim(), Some(0));
+        assert_eq!(transpose_shape(&info, 0, 4).grid_dim.0, 256 * 256);
+        assert_eq!(transpose_shape(&info, 0, 2).grid_dim.0, 128 * 128);
+        // (4, 33, 65) with dims 1 and 2 swapped: 4 planes of 2 x 3 tiles.
+        let info = ElemInfo::new("t", &[4, 65, 33], &[&[2145, 1, 65]]).unwrap();
+        assert_eq!(info.transposed_dim(), Some(1));
+        assert_eq!(transpose_shape(&info, 1, 4).grid_dim.0, 4 * 3 * 2);
     }
 }

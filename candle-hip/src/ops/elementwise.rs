@@ -5,14 +5,15 @@
 use candle_core::backend::BackendStorage;
 use candle_core::op::CmpOp;
 use candle_core::{DType, Layout};
-use hip_safe::DeviceViewMut;
+use hip_safe::{DeviceViewMut, KernelArg, LaunchConfig};
 
 use crate::dtype;
 use crate::error::{Result, invalid};
-use crate::info::ElemInfo;
-use crate::launch::{self, Arg};
+use crate::kernel::catalogue::{self as cat, Family, Kernel};
+use crate::kernel::grid::{linear, per_pack};
+use crate::kernel::header::{ELEM_BLOCK, UNROLL, VEC_BYTES};
+use crate::kernel::info::ElemInfo;
 use crate::storage::HipStorage;
-use crate::table::{self, Kernel};
 
 /// One input operand: a storage and the layout to read it with.
 pub(crate) struct Input<'a> {
@@ -66,21 +67,22 @@ pub(crate) fn launch_into(
         .iter()
         .map(|i| i.storage.dtype().size_in_bytes())
         .fold(out_dtype.size_in_bytes(), usize::max);
-    let info =
-        ElemInfo::new(op, dims, &strides)?.with_inner_packs(inputs.len(), launch::per_pack(widest));
-    let cfg = launch::elementwise(&info, widest);
-    let mut args = Vec::with_capacity(inputs.len() + params.len() + 2);
-    args.push(Arg::Elem(info));
-    for input in inputs {
-        args.push(Arg::In(input.storage.view(op, input.layout)?));
-    }
-    args.push(Arg::Out(out));
-    args.extend(params.iter().map(|&p| Arg::F64(p)));
+    let info = ElemInfo::new(op, dims, &strides)?.with_inner_packs(inputs.len(), per_pack(widest));
+    let cfg = launch_shape(&info, widest);
+    let views = inputs
+        .iter()
+        .map(|input| input.storage.view(op, input.layout))
+        .collect::<Result<Vec<_>>>()?;
+    let mut args: Vec<&dyn KernelArg> = Vec::with_capacity(inputs.len() + params.len() + 2);
+    args.push(&info);
+    args.extend(views.iter().map(|v| v as &dyn KernelArg));
+    args.push(&out);
+    args.extend(params.iter().map(|p| p as &dyn KernelArg));
     // SAFETY: the element-wise kernels take (const ElemInfo, const In*...,
     // Out*, double...) in this order (kernels/*.hip, table families); `info`
     // describes the inputs' shape and strides, every input view spans all
     // the elements its layout reaches, and `out` holds numel elements.
-    unsafe { launch::launch(device, kernel, cfg, &args) }
+    unsafe { device.kernels().launch(kernel, cfg, &args) }
 }
 
 /// Runs an element-wise kernel into a new contiguous storage of `out_dtype`.
@@ -105,45 +107,57 @@ fn input<'a>(storage: &'a HipStorage, layout: &'a Layout) -> Input<'a> {
     Input { storage, layout }
 }
 
-/// A unary op by candle's `UnaryOpT::KERNEL` (`kernel`) and `NAME` (`op`).
+/// A unary op of `family`, reported as `op`.
 pub(crate) fn unary(
     src: &HipStorage,
     layout: &Layout,
-    kernel: &str,
+    family: &'static Family,
     op: &'static str,
 ) -> Result<HipStorage> {
-    let k = table::kernel(kernel, op, src.dtype(), None)?;
+    let k = family.kernel(op, src.dtype())?;
     run(op, k, &[input(src, layout)], src.dtype(), &[])
+}
+
+/// The family of candle's `UnaryOpT::KERNEL` / `BinaryOpT::KERNEL` name,
+/// or an error naming `op`.
+pub(crate) fn candle_family(kernel: &str, op: &'static str) -> Result<&'static Family> {
+    cat::candle_op(kernel).ok_or_else(|| {
+        candle_core::Error::Msg(format!(
+            "candle-hip has no kernel `{kernel}` for {op} (not yet supported on HIP)"
+        ))
+        .bt()
+    })
 }
 
 /// `x * mul + add`.
 pub(crate) fn affine(src: &HipStorage, layout: &Layout, mul: f64, add: f64) -> Result<HipStorage> {
-    let k = table::kernel("affine", "affine", src.dtype(), None)?;
+    let k = cat::AFFINE.kernel("affine", src.dtype())?;
     run("affine", k, &[input(src, layout)], src.dtype(), &[mul, add])
 }
 
-/// A unary op with one scalar parameter (`powf`, `elu`).
+/// A unary op with one scalar parameter (`powf`, `elu`), reported as `op`.
 pub(crate) fn with_param(
     src: &HipStorage,
     layout: &Layout,
+    family: &'static Family,
     op: &'static str,
     param: f64,
 ) -> Result<HipStorage> {
-    let k = table::kernel(op, op, src.dtype(), None)?;
+    let k = family.kernel(op, src.dtype())?;
     run(op, k, &[input(src, layout)], src.dtype(), &[param])
 }
 
-/// A binary op by candle's `BinaryOpT::KERNEL` (`kernel`) and `NAME` (`op`).
+/// A binary op of `family`, reported as `op`.
 pub(crate) fn binary(
     lhs: &HipStorage,
     rhs: &HipStorage,
     lhs_l: &Layout,
     rhs_l: &Layout,
-    kernel: &str,
+    family: &'static Family,
     op: &'static str,
 ) -> Result<HipStorage> {
     lhs.check_dtype(rhs, op)?;
-    let k = table::kernel(kernel, op, lhs.dtype(), None)?;
+    let k = family.kernel(op, lhs.dtype())?;
     run(
         op,
         k,
@@ -162,7 +176,7 @@ pub(crate) fn cmp(
     rhs_l: &Layout,
 ) -> Result<HipStorage> {
     lhs.check_dtype(rhs, "cmp")?;
-    let k = table::kernel(table::cmp_family(op), "cmp", lhs.dtype(), None)?;
+    let k = cat::cmp_family(op).kernel("cmp", lhs.dtype())?;
     run(
         "cmp",
         k,
@@ -175,7 +189,7 @@ pub(crate) fn cmp(
 /// A conversion to `dtype`.
 pub(crate) fn cast(src: &HipStorage, layout: &Layout, dtype: DType) -> Result<HipStorage> {
     dtype::check(dtype, "to_dtype")?;
-    let k = table::kernel("cast", "to_dtype", src.dtype(), Some(dtype))?;
+    let k = cat::CAST.pair("to_dtype", src.dtype(), dtype)?;
     run("to_dtype", k, &[input(src, layout)], dtype, &[])
 }
 
@@ -189,7 +203,7 @@ pub(crate) fn where_cond(
     false_l: &Layout,
 ) -> Result<HipStorage> {
     on_true.check_dtype(on_false, "where_cond")?;
-    let k = table::kernel("where", "where_cond", pred.dtype(), Some(on_true.dtype()))?;
+    let k = cat::WHERE.pair("where_cond", pred.dtype(), on_true.dtype())?;
     let inputs = [
         input(pred, pred_l),
         input(on_true, true_l),
@@ -205,7 +219,7 @@ pub(crate) fn copy_into(
     layout: &Layout,
     out: DeviceViewMut<'_, u8>,
 ) -> Result<()> {
-    let k = table::kernel("ucopy", "copy_strided_src", src.dtype(), None)?;
+    let k = cat::UCOPY.kernel("copy_strided_src", src.dtype())?;
     launch_into(
         "copy_strided_src",
         k,
@@ -214,4 +228,66 @@ pub(crate) fn copy_into(
         src.dtype(),
         &[],
     )
+}
+
+/// The launch shape of an element-wise kernel (`map_elems`, `fill`): contiguous
+/// operands take `UNROLL` packs per thread (half as many for packs of 8 or
+/// more elements, as `map_elems` does), strided ones a pack or element per
+/// thread (the kernel loops over what the grid does not cover).
+pub(crate) fn launch_shape(info: &ElemInfo, widest: usize) -> LaunchConfig {
+    let work = work(info, widest);
+    let per_thread = if !info.is_contiguous() {
+        1
+    } else if per_pack(widest) <= 4 {
+        UNROLL
+    } else {
+        UNROLL / 2
+    };
+    linear(
+        work.div_ceil(u64::from(ELEM_BLOCK * per_thread)),
+        ELEM_BLOCK,
+    )
+}
+
+/// Work items of an element-wise kernel: 16-byte packs when every operand is
+/// contiguous or the innermost dimension moves in packs (`widest` is the
+/// largest element size among them), elements otherwise.
+fn work(info: &ElemInfo, widest: usize) -> u64 {
+    if info.is_contiguous() || info.inner_vec != 0 {
+        let per_pack = (VEC_BYTES / widest.max(1)).max(1) as u64;
+        info.numel.div_ceil(per_pack)
+    } else {
+        info.numel
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contiguous_work_counts_packs() {
+        let info = ElemInfo::new("t", &[1001], &[&[1]]).unwrap();
+        assert_eq!(work(&info, 4), 251);
+        assert_eq!(work(&info, 1), 63);
+        assert_eq!(work(&info, 8), 501);
+        let strided = ElemInfo::new("t", &[4, 3], &[&[1, 4]]).unwrap();
+        assert_eq!(work(&strided, 4), 12);
+        // A row broadcast moves in packs along the rows.
+        let bcast = ElemInfo::new("t", &[8, 16], &[&[16, 1], &[0, 1]])
+            .unwrap()
+            .with_inner_packs(2, 4);
+        assert_eq!(work(&bcast, 4), 32);
+        // 2^26 f32: 2^24 packs, UNROLL per thread; bf16: 2^23 packs of 8,
+        // half as many per thread; strided: one per thread.
+        let big = ElemInfo::new("t", &[1 << 26], &[&[1]]).unwrap();
+        let per_block = ELEM_BLOCK * UNROLL;
+        assert_eq!(launch_shape(&big, 4).grid_dim.0, (1 << 24) / per_block);
+        assert_eq!(
+            launch_shape(&big, 2).grid_dim.0,
+            (1 << 23) / (per_block / 2)
+        );
+        let t = ElemInfo::new("t", &[1 << 13, 1 << 13], &[&[1, 1 << 13]]).unwrap();
+        assert_eq!(launch_shape(&t, 4).grid_dim.0, (1 << 26) / ELEM_BLOCK);
+    }
 }

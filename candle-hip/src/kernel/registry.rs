@@ -5,11 +5,11 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
+use candle_hip_kernels::Source;
 use hip_safe::{Device, Function, Module};
 
 use crate::error::{Result, hip};
-use crate::kernels::Source;
-use crate::table::Kernel;
+use crate::kernel::catalogue::{Kernel, program};
 
 /// Loaded modules and functions of one device.
 pub(crate) struct Registry {
@@ -41,12 +41,19 @@ impl Registry {
         if let Some(m) = modules.get(&source) {
             return Ok(m.clone());
         }
-        let module = source
-            .program(self.device.wave_size())
+        let module = program(source, self.device.wave_size())
             .compile_for(&self.device)
             .map_err(hip)?;
         modules.insert(source, module.clone());
         Ok(module)
+    }
+
+    /// Compiles and loads every source that is not loaded yet.
+    pub(crate) fn load_all(&self) -> Result<()> {
+        for source in candle_hip_kernels::ALL {
+            self.module(source)?;
+        }
+        Ok(())
     }
 
     /// The function of `kernel`.
@@ -54,7 +61,7 @@ impl Registry {
         if let Some(f) = lock(&self.functions).get(&kernel) {
             return Ok(f.clone());
         }
-        let module = self.module(kernel.source)?;
+        let module = self.module(kernel.source())?;
         let function = module.function(&kernel.name()).map_err(hip)?;
         lock(&self.functions).insert(kernel, function.clone());
         Ok(function)

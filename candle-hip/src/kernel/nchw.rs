@@ -5,7 +5,7 @@ use candle_core::Layout;
 use hip_safe::DeviceRepr;
 
 use crate::error::{Result, invalid};
-use crate::info::to_u64;
+use crate::kernel::info::to_u64;
 
 /// A strided `(N, C, H, W)` source: sizes and strides in elements.
 #[repr(C)]

@@ -21,7 +21,7 @@ use candle_core::Layout;
 use candle_core::backend::BackendStorage;
 
 use crate::error::{Result, invalid};
-use crate::nchw::Nchw;
+use crate::kernel::nchw::Nchw;
 use crate::storage::HipStorage;
 
 /// Which implementation runs a convolution.

@@ -1,4 +1,4 @@
-//! 2-D pooling and upsampling (`kernels/pool.hip`, `kernels/upsample.hip`):
+//! 2-D pooling and upsampling (`pool.hip`, `upsample.hip`):
 //! grid-stride kernels over output elements (output columns for nearest
 //! upsampling), strided `(N, C, H, W)` sources, contiguous outputs.
 //! Semantics follow candle's CPU backend.
@@ -7,13 +7,13 @@ use candle_core::Layout;
 use candle_core::backend::BackendStorage;
 use hip_safe::KernelArg;
 
-use crate::call;
 use crate::error::{Result, invalid};
-use crate::launch::grid_stride;
-use crate::nchw::Nchw;
+use crate::kernel::catalogue::{self as cat, Family};
+use crate::kernel::grid::grid_stride;
+use crate::kernel::launch::to_u32;
+use crate::kernel::nchw::Nchw;
 use crate::ops::elementwise;
 use crate::storage::HipStorage;
-use crate::table;
 
 /// The work items of a kernel: output elements, or output columns (n, c, x)
 /// for kernels that walk a column's rows.
@@ -26,12 +26,12 @@ enum Items {
 /// An image kernel family and what its threads take.
 #[derive(Clone, Copy)]
 struct ImageKernel {
-    family: &'static str,
+    family: &'static Family,
     items: Items,
 }
 
 impl ImageKernel {
-    const fn per_element(family: &'static str) -> Self {
+    const fn per_element(family: &'static Family) -> Self {
         ImageKernel {
             family,
             items: Items::Elements,
@@ -50,7 +50,7 @@ fn run(
     out_hw: (usize, usize),
     extra: &[&dyn KernelArg],
 ) -> Result<HipStorage> {
-    let function = table::kernel(kernel.family, op, x.dtype(), None)?;
+    let function = kernel.family.kernel(op, x.dtype())?;
     let [n, c, _, _] = src.sizes();
     let len = n * c * out_hw.0 * out_hw.1;
     let device = x.device();
@@ -76,13 +76,14 @@ fn run(
         Items::Elements => len,
         Items::Columns => n * c * out_hw.1,
     };
-    let cfg = grid_stride(work as u64, device.compute_units());
+    let launcher = device.kernels();
+    let cfg = grid_stride(work as u64, launcher.compute_units());
     // SAFETY: the pooling and upsampling kernels take (const Nchw src,
-    // const T* x, T* y, ...) followed by `extra` (kernels/pool.hip,
-    // kernels/upsample.hip); `x` spans every element `src` describes and the
+    // const T* x, T* y, ...) followed by `extra` (pool.hip,
+    // upsample.hip); `x` spans every element `src` describes and the
     // kernels read only inside the windows / positions the callers checked;
     // `y` holds N * C * out_h * out_w elements.
-    unsafe { call::launch(device, function, cfg, &args) }?;
+    unsafe { launcher.launch(function, cfg, &args) }?;
     Ok(out)
 }
 
@@ -102,7 +103,7 @@ fn pooled(op: &'static str, size: usize, k: usize, stride: usize) -> Result<usiz
 /// Shared by both poolings: `kernel` and `stride` are (height, width).
 fn pool(
     op: &'static str,
-    family: &'static str,
+    family: &'static Family,
     x: &HipStorage,
     layout: &Layout,
     kernel: (usize, usize),
@@ -120,7 +121,7 @@ fn pool(
         pooled(op, h, kernel.0, stride.0)?,
         pooled(op, w, kernel.1, stride.1)?,
     );
-    let u32_of = |what, v| call::to_u32(op, what, v);
+    let u32_of = |what, v| to_u32(op, what, v);
     let (kh, kw) = (
         u32_of("kernel height", kernel.0)?,
         u32_of("kernel width", kernel.1)?,
@@ -149,7 +150,7 @@ pub(crate) fn avg_pool2d(
     kernel: (usize, usize),
     stride: (usize, usize),
 ) -> Result<HipStorage> {
-    pool("avg_pool2d", "avg_pool2d", x, layout, kernel, stride)
+    pool("avg_pool2d", &cat::AVG_POOL2D, x, layout, kernel, stride)
 }
 
 /// candle's `max_pool2d`: the maximum of each `kernel` window every
@@ -160,7 +161,7 @@ pub(crate) fn max_pool2d(
     kernel: (usize, usize),
     stride: (usize, usize),
 ) -> Result<HipStorage> {
-    pool("max_pool2d", "max_pool2d", x, layout, kernel, stride)
+    pool("max_pool2d", &cat::MAX_POOL2D, x, layout, kernel, stride)
 }
 
 /// Nearest-neighbour upsampling of `(N, C, L)` or `(N, C, H, W)` to
@@ -186,7 +187,7 @@ fn nearest(
     run(
         op,
         ImageKernel {
-            family: "upsample_nearest2d",
+            family: &cat::UPSAMPLE_NEAREST2D,
             items: Items::Columns,
         },
         x,
@@ -253,15 +254,15 @@ pub(crate) fn upsample_bilinear2d(
     if (h, w) == (out_h, out_w) {
         // Candle returns the input unchanged (here as a contiguous copy);
         // the lookup only reports dtypes without a bilinear kernel.
-        table::kernel("upsample_bilinear2d", OP, x.dtype(), None)?;
-        return elementwise::unary(x, layout, "ucopy", OP);
+        cat::UPSAMPLE_BILINEAR2D.kernel(OP, x.dtype())?;
+        return elementwise::unary(x, layout, &cat::UCOPY, OP);
     }
     let sh = bilinear_scale(h, out_h, align_corners, scale_h);
     let sw = bilinear_scale(w, out_w, align_corners, scale_w);
     let (oh, ow, align) = (out_h as u64, out_w as u64, u32::from(align_corners));
     run(
         OP,
-        ImageKernel::per_element("upsample_bilinear2d"),
+        ImageKernel::per_element(&cat::UPSAMPLE_BILINEAR2D),
         x,
         layout,
         &src,

@@ -1,14 +1,18 @@
 //! Reductions: sum, min, max, argmin, argmax over any set of dimensions.
 
+mod plan;
+
 use candle_core::backend::BackendStorage;
 use candle_core::op::ReduceOp;
 use candle_core::{DType, Layout};
 
+use hip_safe::KernelArg;
+
 use crate::error::{Result, invalid};
-use crate::info::{REDUCE_STATE_BYTES, ReduceInfo, ReduceMode};
-use crate::launch::{self, Arg};
+use crate::kernel::catalogue::reduce_family;
+use crate::kernel::header::REDUCE_STATE_BYTES;
+use crate::kernel::info::{ReduceInfo, ReduceMode};
 use crate::storage::HipStorage;
-use crate::table;
 
 /// Reduces `src` over `dims`. The output is contiguous in the order of the
 /// kept dimensions (candle's keepdim shape); argmin/argmax give u32
@@ -19,8 +23,9 @@ pub(crate) fn reduce(
     layout: &Layout,
     dims: &[usize],
 ) -> Result<HipStorage> {
-    let family = table::reduce_family(op, false);
-    let kernel = table::kernel(family, family, src.dtype(), None)?;
+    let family = reduce_family(op, false);
+    let name = family.name;
+    let kernel = family.kernel(name, src.dtype())?;
     let out_dtype = match op {
         ReduceOp::ArgMin | ReduceOp::ArgMax => DType::U32,
         ReduceOp::Sum | ReduceOp::Min | ReduceOp::Max => src.dtype(),
@@ -31,10 +36,10 @@ pub(crate) fn reduce(
     let mut reduce_dims = dims.to_vec();
     reduce_dims.sort_unstable();
     reduce_dims.dedup();
-    let info = ReduceInfo::new(family, layout.dims(), layout.stride(), &reduce_dims)?;
+    let info = ReduceInfo::new(name, layout.dims(), layout.stride(), &reduce_dims)?;
     if out_dtype == DType::U32 && info.red_size >= u64::from(u32::MAX) {
         return Err(invalid(
-            family,
+            name,
             format!(
                 "{} elements per output exceed the u32 positions",
                 info.red_size
@@ -48,17 +53,17 @@ pub(crate) fn reduce(
     if num_out == 0 {
         return Ok(out);
     }
-    let plan = launch::reduction(
+    let plan = plan::reduction(
         info,
         src.dtype().size_in_bytes(),
         layout.start_offset() as u64,
-        device.wave_size(),
-        device.compute_units(),
+        device.kernels().wave_size(),
+        device.kernels().compute_units(),
     );
     let partials = usize::try_from(plan.partials())
         .ok()
         .and_then(|p| p.checked_mul(REDUCE_STATE_BYTES))
-        .ok_or_else(|| invalid(family, "too many partial states"))?;
+        .ok_or_else(|| invalid(name, "too many partial states"))?;
     let mut work = if partials == 0 {
         None
     } else {
@@ -66,31 +71,37 @@ pub(crate) fn reduce(
         // finish launch (queued after it on the same stream) reads them.
         Some(unsafe { device.alloc_storage(DType::U8, partials) }?)
     };
-    for step in [Some(plan.main), plan.finish].into_iter().flatten() {
-        let work_arg = match work.as_mut() {
-            Some(w) => Arg::Out(w.view_all_mut()),
-            None => Arg::U64(0),
+    {
+        let src_view = src.view(name, layout)?;
+        let out_view = out.view_all_mut();
+        let work_view = work.as_mut().map(|w| w.view_all_mut());
+        let no_work = 0u64;
+        let work_arg: &dyn KernelArg = match &work_view {
+            Some(w) => w,
+            None => &no_work,
         };
-        let step_kernel = if step.info.mode == ReduceMode::ColsPacked as u32 {
-            table::kernel(table::reduce_family(op, true), family, src.dtype(), None)?
-        } else {
-            kernel
-        };
-        let args = [
-            Arg::Reduce(step.info),
-            Arg::In(src.view(family, layout)?),
-            Arg::Out(out.view_all_mut()),
-            work_arg,
-        ];
-        // SAFETY: reduce_*(const ReduceInfo, const T* src, Out* dst, State*
-        // work): `info` splits `layout` (whose reach the source view covers)
-        // into kept and reduced dimensions, dst holds num_out values of the
-        // output dtype, work holds REDUCE_STATE_BYTES (>= the state size)
-        // per partial state when the plan splits the outputs and is never
-        // touched (null) otherwise; block shapes are whole waves up to
-        // CH_REDUCE_MAX_BLOCK, COLS and COLS_PACKED blocks exactly
-        // CH_ELEM_BLOCK threads; reduce_cols_* take the same arguments.
-        unsafe { launch::launch(device, step_kernel, step.cfg, &args) }?;
+        for step in [Some(plan.main), plan.finish].into_iter().flatten() {
+            let step_kernel = if step.info.mode == ReduceMode::ColsPacked as u32 {
+                reduce_family(op, true).kernel(name, src.dtype())?
+            } else {
+                kernel
+            };
+            // SAFETY: reduce_*(const ReduceInfo, const T* src, Out* dst, State*
+            // work): `info` splits `layout` (whose reach the source view covers)
+            // into kept and reduced dimensions, dst holds num_out values of the
+            // output dtype, work holds REDUCE_STATE_BYTES (>= the state size)
+            // per partial state when the plan splits the outputs and is never
+            // touched (null) otherwise; block shapes are whole waves up to
+            // CH_REDUCE_MAX_BLOCK, COLS and COLS_PACKED blocks exactly
+            // CH_ELEM_BLOCK threads; reduce_cols_* take the same arguments.
+            unsafe {
+                device.kernels().launch(
+                    step_kernel,
+                    step.cfg,
+                    &[&step.info, &src_view, &out_view, work_arg],
+                )
+            }?;
+        }
     }
     Ok(out)
 }

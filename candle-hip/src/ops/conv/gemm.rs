@@ -1,5 +1,5 @@
 //! The GEMM path: im2col + rocBLAS for convolutions, rocBLAS + col2im for
-//! transposed ones (`kernels/im2col.hip`, [`crate::matmul`]).
+//! transposed ones (`im2col.hip`, `ops::matmul`).
 //!
 //! Forward, per image and group g: `y[g] (K/G × M) = W[g] (K/G × C/G·kh·kw)
 //! · col[g] (C/G·kh·kw × M)`, M = out_h·out_w, written straight into the
@@ -14,13 +14,13 @@ use candle_core::backend::BackendStorage;
 use hip_safe::KernelArg;
 
 use super::{Dense, Problem};
-use crate::call;
 use crate::error::Result;
-use crate::launch::grid_stride;
-use crate::matmul::matmul_into;
-use crate::nchw::{ConvGeom, Nchw};
+use crate::kernel::catalogue as cat;
+use crate::kernel::grid::grid_stride;
+use crate::kernel::launch::to_u32;
+use crate::kernel::nchw::{ConvGeom, Nchw};
+use crate::ops::matmul::matmul_into;
 use crate::storage::HipStorage;
-use crate::table;
 
 /// The most bytes of columns materialised at once.
 pub(crate) const COL_BUDGET_BYTES: usize = 256 << 20;
@@ -33,7 +33,7 @@ fn images_per_chunk(per_image: usize, elem_bytes: usize, images: usize) -> usize
 /// The kernel geometry of `prob`: for im2col, `in` is the image and `out`
 /// the output; col2im (transposed) uses the same fields the same way.
 fn geom(op: &'static str, prob: &Problem) -> Result<ConvGeom> {
-    let u = |what, v| call::to_u32(op, what, v);
+    let u = |what, v| to_u32(op, what, v);
     let [_, _, h, w] = prob.x.sizes();
     Ok(ConvGeom {
         in_h: h as u64,
@@ -112,7 +112,8 @@ fn forward(
     // SAFETY: im2col writes every column element of the images it is given
     // before the GEMM reads them.
     let mut col = unsafe { device.alloc_storage(x.dtype(), chunk * per_image) }?;
-    let kernel = table::kernel("im2col", op, x.dtype(), None)?;
+    let kernel = cat::IM2COL.kernel(op, x.dtype())?;
+    let launcher = device.kernels();
     let g_info = geom(op, prob)?;
     let xs = x.view(op, x_l)?;
     for n0 in (0..n).step_by(chunk) {
@@ -121,12 +122,12 @@ fn forward(
             let dst = col.view_range_mut(op, 0, nb * per_image)?;
             let (first, count) = (n0 as u64, nb as u64);
             let args: [&dyn KernelArg; 6] = [&prob.x, &xs, &dst, &first, &count, &g_info];
-            let cfg = grid_stride((nb * per_image) as u64, device.compute_units());
+            let cfg = grid_stride((nb * per_image) as u64, launcher.compute_units());
             // SAFETY: im2col_T takes (const Nchw src, const T* x, T* col,
             // u64 n0, u64 nb, const ConvGeom g); `xs` spans every element
             // of the source layout, positions outside the image are not
             // read, and `col` holds nb * C * kh * kw * out_h * out_w elements.
-            unsafe { call::launch(device, kernel, cfg, &args) }?;
+            unsafe { launcher.launch(kernel, cfg, &args) }?;
         }
         let cols = Layout::new(
             (nb, g, red, m).into(),
@@ -183,7 +184,8 @@ fn transposed(
     // SAFETY: the GEMM writes every column element of the images it is
     // given before col2im reads them.
     let mut col = unsafe { device.alloc_storage(x.dtype(), chunk * per_image) }?;
-    let kernel = table::kernel("col2im", op, x.dtype(), None)?;
+    let kernel = cat::COL2IM.kernel(op, x.dtype())?;
+    let launcher = device.kernels();
     let g_info = geom(op, prob)?;
     for n0 in (0..n).step_by(chunk) {
         let nb = chunk.min(n - n0);
@@ -205,12 +207,12 @@ fn transposed(
         let dst = y.view_range_mut(op, n0 * k * out_len, nb * k * out_len)?;
         let (count, channels) = (nb as u64, k as u64);
         let args: [&dyn KernelArg; 5] = [&src, &dst, &count, &channels, &g_info];
-        let cfg = grid_stride((nb * k * out_len) as u64, device.compute_units());
+        let cfg = grid_stride((nb * k * out_len) as u64, launcher.compute_units());
         // SAFETY: col2im_T takes (const T* col, T* y, u64 nb, u64 channels,
         // const ConvGeom g); `col` holds nb * K * kh * kw * H * W elements
         // and `y` nb * K * out_h * out_w, and every tap it reads lies inside
         // the input positions checked in the kernel.
-        unsafe { call::launch(device, kernel, cfg, &args) }?;
+        unsafe { launcher.launch(kernel, cfg, &args) }?;
     }
     Ok(())
 }

@@ -1,11 +1,11 @@
 // Shared definitions for every candle-hip kernel source.
 //
-// Every kernels/*.hip source includes it as "common.h"; the host hands it to
-// hipRTC as an in-memory header (see candle-hip/src/kernels.rs). Compiled with
+// Every source of this folder includes it as "common.h"; the host hands it to
+// hipRTC as an in-memory header (see candle-hip/src/kernel/). Compiled with
 // -DCANDLE_HIP_WAVE=<wave size of the device> (64 on CDNA, 32 on RDNA and on
 // NVIDIA through the test shim).
 //
-// Portability rules followed here (see shared/design.md, "Kernels"):
+// Portability rules followed here (kernels/README.md lists them all):
 // - the wave size only ever comes from CANDLE_HIP_WAVE;
 // - shuffles run in converged code only (every lane of the wave calls them);
 // - data crosses waves only through shared memory and __syncthreads;
@@ -31,8 +31,8 @@
 #error "CANDLE_HIP_WAVE must be a power of two"
 #endif
 
-// Limits shared with the host (candle-hip/src/info.rs mirrors them and a unit
-// test checks that both sides agree).
+// Limits shared with the host (candle-hip/src/kernel/header.rs mirrors them
+// and a unit test checks that both sides agree).
 #define CH_MAX_DIMS 8
 #define CH_MAX_OPERANDS 3
 #define CH_ELEM_BLOCK 256
@@ -564,8 +564,7 @@ __device__ __forceinline__ typename R::State block_reduce(typename R::State s, t
 #define CH_ALL(M, NAME, OP) CH_FLOATS(M, NAME, OP) CH_INTS(M, NAME, OP)
 
 // ---------------------------------------------------------------------------
-// Part 2 (fused row kernels: softmax, rms_norm, layer_norm). Added by the
-// part-2 kernels; nothing above depends on it.
+// Row kernels (softmax, rms_norm, layer_norm): a block per row.
 
 // Row kernels keep up to RowCache<T>::VALUES elements of a row per thread
 // in registers (as accumulators), so that rows of up to VALUES * blockDim.x

@@ -1,4 +1,4 @@
-//! Kernel argument structs, mirrored from `kernels/*.hip`, and the layout
+//! Kernel argument structs, mirrored from the kernel sources, and the layout
 //! arithmetic that fills them: merging dimensions that are contiguous in
 //! every operand, and splitting a layout into kept and reduced dimensions.
 //!
@@ -8,21 +8,7 @@
 use hip_safe::DeviceRepr;
 
 use crate::error::{HipBackendError, Result};
-
-/// `CH_MAX_DIMS`: dimensions a strided kernel takes after merging.
-pub(crate) const MAX_DIMS: usize = 8;
-/// `CH_MAX_OPERANDS`: strided inputs of an element-wise kernel.
-pub(crate) const MAX_OPERANDS: usize = 3;
-/// `CH_ELEM_BLOCK`: threads per block of element-wise and indexing kernels.
-pub(crate) const ELEM_BLOCK: u32 = 256;
-/// `CH_REDUCE_MAX_BLOCK`: the largest reduction block.
-pub(crate) const REDUCE_MAX_BLOCK: u32 = 1024;
-/// `CH_VEC_BYTES`: width of the vectorised loads and stores.
-pub(crate) const VEC_BYTES: usize = 16;
-/// `CH_UNROLL`: work items each thread of an element-wise loop handles per step.
-pub(crate) const UNROLL: u32 = 4;
-/// `CH_REDUCE_STATE_BYTES`: bytes reserved per partial reduction state.
-pub(crate) const REDUCE_STATE_BYTES: usize = 16;
+use crate::kernel::header::{MAX_DIMS, MAX_OPERANDS};
 
 /// Dimensions after merging, outermost first, with each operand's strides.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -26,7 +26,7 @@ use hip_safe::{GemmConfig, GemmType, StridedBatchedConfig, Transpose};
 
 use crate::error::{Result, hip};
 use crate::handles;
-use crate::info::merge_dims;
+use crate::kernel::info::merge_dims;
 use crate::storage::HipStorage;
 use crate::typed::{Typed, TypedMut};
 
@@ -419,11 +419,11 @@ mod tests {
     /// Plans and checks the emulated result against the reference.
     fn check(lhs_l: &Layout, rhs_l: &Layout) -> Plan {
         let lhs = data(
-            lhs_l.start_offset() + crate::info::span(lhs_l.dims(), lhs_l.stride()),
+            lhs_l.start_offset() + crate::kernel::info::span(lhs_l.dims(), lhs_l.stride()),
             1,
         );
         let rhs = data(
-            rhs_l.start_offset() + crate::info::span(rhs_l.dims(), rhs_l.stride()),
+            rhs_l.start_offset() + crate::kernel::info::span(rhs_l.dims(), rhs_l.stride()),
             2,
         );
         let size = bmnk(lhs_l, rhs_l);

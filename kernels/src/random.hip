@@ -4,7 +4,7 @@
 // A counter-based generator (Philox-4x32 with 10 rounds, Salmon et al., SC'11)
 // keyed by the 64-bit seed: block b of a call uses counter (offset + b), so
 // successive calls continue the stream when the host advances `offset` by the
-// number of blocks used (RandPerBlock below, mirrored in candle-hip/src/random.rs).
+// number of blocks used (RandPerBlock below; the host mirrors both counts).
 //
 // Signature: (u64 n, u64 seed, u64 offset, double a, double b, T* out) with
 // (a, b) = (low, high) for uniform values in [low, high) and (mean, std) for
@@ -13,9 +13,11 @@
 #include "common.h"
 
 // Values produced per Philox block: four from 24-bit uniforms, two from 53-bit ones.
+#define CH_RAND_PER_BLOCK 4
+#define CH_RAND_PER_BLOCK_F64 2
 template <typename T>
 struct RandPerBlock {
-  static const int value = sizeof(T) == sizeof(double) ? 2 : 4;
+  static const int value = sizeof(T) == sizeof(double) ? CH_RAND_PER_BLOCK_F64 : CH_RAND_PER_BLOCK;
 };
 
 __device__ __forceinline__ void philox4x32_10(ch_u32 (&c)[4], ch_u32 k0, ch_u32 k1) {

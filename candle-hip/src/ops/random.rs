@@ -1,21 +1,26 @@
 //! Random numbers on the device: the generator state of a device and the
-//! launch of `kernels/random.hip`.
+//! launch of `random.hip`.
 
 use candle_core::{DType, Shape};
 
 use crate::device::HipDevice;
 use crate::error::Result;
-use crate::launch::{self, Arg};
+use crate::kernel::catalogue as cat;
+use crate::kernel::grid::unrolled;
+use crate::kernel::header::{RAND_PER_BLOCK, RAND_PER_BLOCK_F64};
 use crate::storage::HipStorage;
-use crate::table;
 
 /// The seed of a new device (any fixed value keeps runs reproducible).
 pub(crate) const DEFAULT_SEED: u64 = 299_792_458;
 
-/// Values one Philox block yields (`RandPerBlock` in `kernels/random.hip`):
-/// four from 24-bit uniforms, two from 53-bit ones for f64.
+/// Values one Philox block yields for `dtype` (`RandPerBlock` in
+/// `random.hip`).
 pub(crate) fn values_per_block(dtype: DType) -> u64 {
-    if dtype == DType::F64 { 2 } else { 4 }
+    if dtype == DType::F64 {
+        RAND_PER_BLOCK_F64
+    } else {
+        RAND_PER_BLOCK
+    }
 }
 
 /// Seed and stream position of a device's generator.
@@ -72,10 +77,10 @@ pub(crate) fn sample(
     dist: Distribution,
 ) -> Result<HipStorage> {
     let (family, op, a, b) = match dist {
-        Distribution::Uniform { low, high } => ("rand_uniform", "rand_uniform", low, high),
-        Distribution::Normal { mean, std } => ("rand_normal", "rand_normal", mean, std),
+        Distribution::Uniform { low, high } => (&cat::RAND_UNIFORM, "rand_uniform", low, high),
+        Distribution::Normal { mean, std } => (&cat::RAND_NORMAL, "rand_normal", mean, std),
     };
-    let kernel = table::kernel(family, op, dtype, None)?;
+    let kernel = family.kernel(op, dtype)?;
     let n = shape.elem_count();
     // SAFETY: the kernel below writes all n elements.
     let mut out = unsafe { device.alloc_storage(dtype, n) }?;
@@ -83,18 +88,16 @@ pub(crate) fn sample(
         return Ok(out);
     }
     let (seed, offset) = device.reserve_random(n, dtype);
-    let cfg = launch::unrolled((n as u64).div_ceil(values_per_block(dtype)));
-    let args = [
-        Arg::U64(n as u64),
-        Arg::U64(seed),
-        Arg::U64(offset),
-        Arg::F64(a),
-        Arg::F64(b),
-        Arg::Out(out.view_all_mut()),
-    ];
+    let cfg = unrolled((n as u64).div_ceil(values_per_block(dtype)));
+    let n = n as u64;
+    let dst = out.view_all_mut();
     // SAFETY: rand_*(u64 n, u64 seed, u64 offset, double, double, T* out)
     // writes out[0..n], and `out` holds n elements of the kernel's dtype.
-    unsafe { launch::launch(device, kernel, cfg, &args) }?;
+    unsafe {
+        device
+            .kernels()
+            .launch(kernel, cfg, &[&n, &seed, &offset, &a, &b, &dst])
+    }?;
     Ok(out)
 }
 

@@ -5,15 +5,18 @@
 //! index_add except index_add's destination must be contiguous; index_select
 //! takes strided 1-D indices.
 
+mod plan;
+
 use candle_core::Layout;
 use candle_core::backend::BackendStorage;
 
 use crate::error::{Result, invalid};
-use crate::info::{IndexInfo, split_at_dim, to_u64};
-use crate::launch::{self, Arg, UpdateForm, Updates};
+use crate::kernel::catalogue::{self as cat, Kernel};
+use crate::kernel::grid::{per_pack, unrolled};
+use crate::kernel::info::{IndexInfo, split_at_dim, to_u64};
 use crate::ops::elementwise;
 use crate::storage::HipStorage;
-use crate::table;
+use plan::{UpdateForm, Updates, update_form};
 
 /// Whether scatter replaces or accumulates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +58,7 @@ fn check_dim(dim: usize, dims: &[usize], op: &'static str) -> Result<()> {
 #[allow(clippy::too_many_arguments)]
 unsafe fn lookup(
     op: &'static str,
-    kernel: table::Kernel,
+    kernel: Kernel,
     src: &HipStorage,
     src_l: &Layout,
     ids: &HipStorage,
@@ -69,15 +72,16 @@ unsafe fn lookup(
     if numel == 0 {
         return Ok(out);
     }
-    let args = [
-        Arg::Index(info),
-        Arg::In(ids.view(op, ids_l)?),
-        Arg::In(src.view(op, src_l)?),
-        Arg::Out(out.view_all_mut()),
-    ];
-    let cfg = launch::unrolled(to_u64(work));
+    let ids_view = ids.view(op, ids_l)?;
+    let src_view = src.view(op, src_l)?;
+    let out_view = out.view_all_mut();
+    let cfg = unrolled(to_u64(work));
     // SAFETY: forwarded to the caller.
-    unsafe { launch::launch(src.device(), kernel, cfg, &args) }?;
+    unsafe {
+        src.device()
+            .kernels()
+            .launch(kernel, cfg, &[&info, &ids_view, &src_view, &out_view])
+    }?;
     Ok(out)
 }
 
@@ -99,7 +103,7 @@ pub(crate) fn index_select(
             format!("indices of shape {:?} are not 1-D", ids_l.dims()),
         ));
     };
-    let kernel = table::kernel("index_select", OP, ids.dtype(), Some(src.dtype()))?;
+    let kernel = cat::INDEX_SELECT.pair(OP, ids.dtype(), src.dtype())?;
     let (left, src_dim, right) = split_at_dim(src_l.dims(), dim);
     let numel = left * n_ids * right;
     let info = IndexInfo {
@@ -110,7 +114,7 @@ pub(crate) fn index_select(
         ids_stride: to_u64(ids_l.stride()[0]),
         ..IndexInfo::default()
     };
-    let per_pack = launch::per_pack(src.dtype().size_in_bytes());
+    let per_pack = per_pack(src.dtype().size_in_bytes());
     let work = if right % per_pack == 0 {
         numel / per_pack
     } else {
@@ -144,7 +148,7 @@ pub(crate) fn gather(
             format!("indices {:?} for source {:?}", ids_l.dims(), src_l.dims()),
         ));
     }
-    let kernel = table::kernel("gather", OP, ids.dtype(), Some(src.dtype()))?;
+    let kernel = cat::GATHER.pair(OP, ids.dtype(), src.dtype())?;
     let (left, ids_dim, right) = split_at_dim(ids_l.dims(), dim);
     let (src_left, src_dim, src_right) = split_at_dim(src_l.dims(), dim);
     if left > src_left || right > src_right {
@@ -187,8 +191,8 @@ pub(crate) fn scatter(
     mode: Scatter,
 ) -> Result<()> {
     let (op, columns_family, tiles_family) = match mode {
-        Scatter::Set => ("scatter", "scatter", "scatter_tiles"),
-        Scatter::Add => ("scatter-add", "scatter_add", "scatter_add_tiles"),
+        Scatter::Set => ("scatter", &cat::SCATTER, &cat::SCATTER_TILES),
+        Scatter::Add => ("scatter-add", &cat::SCATTER_ADD, &cat::SCATTER_ADD_TILES),
     };
     dst.check_device(ids, op)?;
     dst.check_device(src, op)?;
@@ -228,12 +232,18 @@ pub(crate) fn scatter(
         ids: to_u64(ids_dim),
         elem_bytes: dst.dtype().size_in_bytes(),
     };
-    let form = launch::update_form(updates, false, device.wave_size(), device.compute_units());
+    let launcher = device.kernels();
+    let form = update_form(
+        updates,
+        false,
+        launcher.wave_size(),
+        launcher.compute_units(),
+    );
     let (family, cfg) = match form {
         UpdateForm::Tiles(cfg) => (tiles_family, cfg),
         UpdateForm::Rows(cfg) | UpdateForm::Columns(cfg) => (columns_family, cfg),
     };
-    let kernel = table::kernel(family, op, ids.dtype(), Some(dst.dtype()))?;
+    let kernel = family.pair(op, ids.dtype(), dst.dtype())?;
     if left * right == 0 || ids_dim == 0 {
         return Ok(());
     }
@@ -244,19 +254,16 @@ pub(crate) fn scatter(
         ids_dim: to_u64(ids_dim),
         ..IndexInfo::default()
     };
-    let args = [
-        Arg::Index(info),
-        Arg::In(ids.view(op, ids_l)?),
-        Arg::In(src.view(op, src_l)?),
-        Arg::Out(dst.view_mut(op, dst_l)?),
-    ];
+    let ids_view = ids.view(op, ids_l)?;
+    let src_view = src.view(op, src_l)?;
+    let dst_view = dst.view_mut(op, dst_l)?;
     // SAFETY: scatter*(const IndexInfo, const I* ids, const T* src, T* dst):
     // ids and src hold left * ids_dim * right elements, dst left * dst_dim *
     // right (the destination layout's reach); positions >= dst_dim are
     // skipped by the kernel. dst is a different storage (exclusive borrow),
     // so the kernel's early loads of ids and src never see its own writes.
     // The tile form gets blocks of one wave (its kernels' launch bound).
-    unsafe { launch::launch(&device, kernel, cfg, &args) }
+    unsafe { launcher.launch(kernel, cfg, &[&info, &ids_view, &src_view, &dst_view]) }
 }
 
 /// A copy of `dst` with `src` added along `dim` at the positions `ids` (1-D) give.
@@ -299,13 +306,19 @@ pub(crate) fn index_add(
         ids: to_u64(n_ids),
         elem_bytes: dst.dtype().size_in_bytes(),
     };
-    let form = launch::update_form(updates, true, device.wave_size(), device.compute_units());
+    let launcher = device.kernels();
+    let form = update_form(
+        updates,
+        true,
+        launcher.wave_size(),
+        launcher.compute_units(),
+    );
     let (family, cfg) = match form {
-        UpdateForm::Tiles(cfg) => ("index_add_tiles", cfg),
-        UpdateForm::Rows(cfg) => ("index_add_rows", cfg),
-        UpdateForm::Columns(cfg) => ("index_add", cfg),
+        UpdateForm::Tiles(cfg) => (&cat::INDEX_ADD_TILES, cfg),
+        UpdateForm::Rows(cfg) => (&cat::INDEX_ADD_ROWS, cfg),
+        UpdateForm::Columns(cfg) => (&cat::INDEX_ADD, cfg),
     };
-    let kernel = table::kernel(family, OP, ids.dtype(), Some(dst.dtype()))?;
+    let kernel = family.pair(OP, ids.dtype(), dst.dtype())?;
     let numel = dst_l.shape().elem_count();
     // SAFETY: the copy below writes all numel elements.
     let mut out = unsafe { device.alloc_storage(dst.dtype(), numel) }?;
@@ -321,18 +334,15 @@ pub(crate) fn index_add(
         ids_dim: to_u64(n_ids),
         ..IndexInfo::default()
     };
-    let args = [
-        Arg::Index(info),
-        Arg::In(ids.view(OP, ids_l)?),
-        Arg::In(src.view(OP, src_l)?),
-        Arg::Out(out.view_all_mut()),
-    ];
+    let ids_view = ids.view(OP, ids_l)?;
+    let src_view = src.view(OP, src_l)?;
+    let out_view = out.view_all_mut();
     // SAFETY: index_add(_rows, _tiles)(const IndexInfo, const I* ids, const
     // T* src, T* dst): ids holds n_ids values, src left * src_dim * right,
     // dst left * dst_dim * right; positions >= dst_dim are skipped by the
     // kernel. dst is the new storage `out`, distinct from ids and src. The
     // per-row kernel gets whole waves of at most CH_ELEM_BLOCK threads, the
     // tile form blocks of one wave.
-    unsafe { launch::launch(device, kernel, cfg, &args) }?;
+    unsafe { launcher.launch(kernel, cfg, &[&info, &ids_view, &src_view, &out_view]) }?;
     Ok(out)
 }
