@@ -116,7 +116,7 @@ __device__ __forceinline__ bool bitonic_swaps(bool up, K ka, ch_u32 a, K kb, ch_
 }
 
 // Positions of a row each thread holds in registers in a register pass
-// (mirrored by `RUN` in candle-hip/src/fused/argsort.rs).
+// (mirrored by `SORT_RUN` in candle-hip/src/kernel/header.rs).
 #define CH_SORT_RUN 4
 
 // Stages whose distance j is below CH_SORT_SPAN run in registers: j below

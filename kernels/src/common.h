@@ -305,7 +305,7 @@ __device__ __forceinline__ ch_u64 strided_offset(ch_u64 i, ch_u32 rank, const ch
 
 // ---------------------------------------------------------------------------
 // Element-wise kernels: one shape, up to CH_MAX_OPERANDS strided inputs, one
-// contiguous output. Mirrored by `ElemInfo` in candle-hip/src/info.rs.
+// contiguous output. Mirrored by `ElemInfo` in candle-hip/src/kernel/info.rs.
 struct ElemInfo {
   ch_u64 numel;
   // 0 when every operand is contiguous (and the strides are unused);
@@ -413,7 +413,7 @@ __device__ __forceinline__ Pack<Out, V> apply_pack(const F& f, const P&... packs
 // Work items (16-byte packs) each thread of a contiguous element-wise loop
 // handles per step: their loads are all issued before the first result is
 // stored, so several memory accesses per thread are in flight. The host sizes
-// grids with it (`UNROLL` in candle-hip/src/info.rs).
+// grids with it (`UNROLL` in candle-hip/src/kernel/header.rs).
 #define CH_UNROLL 4
 
 // store(j, compute(j)) for every j < count. A thread takes items j, j +
@@ -724,7 +724,7 @@ __device__ __forceinline__ void row_of_block(ch_u32 cols, bool vec, Body& body) 
 
 // ---------------------------------------------------------------------------
 // Part 2 (pooling, upsampling, im2col): a strided 4-D (N, C, H, W) source.
-// Mirrored by `Nchw` in candle-hip/src/nchw.rs.
+// Mirrored by `Nchw` in candle-hip/src/kernel/nchw.rs.
 struct Nchw {
   ch_u64 dims[4];
   ch_u64 strides[4];

@@ -22,7 +22,7 @@
 
 // Geometry shared by both kernels. For im2col, in_* is the image and out_*
 // the convolution output; for col2im, in_* is the transposed convolution's
-// input and out_* its output. Mirrored by `ConvGeom` in candle-hip/src/nchw.rs.
+// input and out_* its output. Mirrored by `ConvGeom` in candle-hip/src/kernel/nchw.rs.
 struct ConvGeom {
   ch_u64 in_h, in_w, out_h, out_w;
   ch_u32 kh, kw, ph, pw, sh, sw, dh, dw;

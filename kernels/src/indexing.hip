@@ -31,7 +31,7 @@
 
 #include "common.h"
 
-// Mirrored by `IndexInfo` in candle-hip/src/info.rs.
+// Mirrored by `IndexInfo` in candle-hip/src/kernel/info.rs.
 struct IndexInfo {
   ch_u64 left;        // product of the dimensions before `dim`
   ch_u64 right;       // product of the dimensions after `dim`

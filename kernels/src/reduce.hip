@@ -11,7 +11,7 @@
 // adjacent) and a second launch of the same kernel in a FINISH mode combines
 // them into dst; with split == 1, `work` is unused (may be null).
 //
-// Modes, chosen by the host (candle-hip/src/launch.rs):
+// Modes, chosen by the host (candle-hip/src/ops/reduce/plan.rs):
 // - ROWS: one block per (output, chunk); the block's threads stride over the
 //   chunk (16-byte loads when the reduced elements are contiguous), then a
 //   block reduction. For reduced elements with an innermost stride of 1.
@@ -43,7 +43,7 @@
 #define CH_REDUCE_FINISH_THREAD 3
 #define CH_REDUCE_COLS_PACKED 4
 
-// Mirrored by `ReduceInfo` in candle-hip/src/info.rs.
+// Mirrored by `ReduceInfo` in candle-hip/src/kernel/info.rs.
 struct ReduceInfo {
   ch_u64 num_out;
   ch_u64 red_size;
@@ -187,7 +187,7 @@ struct ValueRun : ExactRun<ExtremumBase<T, IsMax>, T> {};
 
 // Floats: the lanes fold values with fmax/fmin (one instruction, NaN
 // skipped) instead of the ordered push (several dependent compares and
-// selects per element: max over bf16 rows ran at 36-59% of copy bandwidth).
+// selects per element, which made the reduction compute-bound).
 // A lane starts at NaN, the fold's neutral value, and run_seal makes it an
 // ordinary state, or an empty one if it saw only NaNs, which never win past
 // position 0. The NaN that does win, at position 0, reaches the result

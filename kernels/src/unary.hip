@@ -109,7 +109,7 @@ CH_ROUNDING_OP(RoundOp, round)
 // the exactly computed one only by one step, in rare near-ties. With exact
 // f32 libm calls and division these ops cost about 26 instructions per
 // element, and 16-bit outputs give the GPU twice the elements per byte of
-// f32: silu over bf16 was compute-bound at 56% of copy bandwidth.
+// f32, so exact calls would make these ops compute-bound.
 template <typename Op>
 struct HalfFn {
   __device__ __forceinline__ static float apply(float x) { return Op::flt(x); }

@@ -1,15 +1,16 @@
 //! The bridge from candle's conv params to [`ConvParams`].
 //!
-//! candle-core 0.11.1 keeps the fields of `ParamsConv1D`, `ParamsConv2D`,
-//! `ParamsConvTranspose1D` and `ParamsConvTranspose2D` private and offers no
-//! accessors; their derived `Debug` text is the only public view of padding,
-//! stride, dilation and output padding. This module — and nothing else in
-//! candle-hip — reads that text (`Name { field: value, ... }`), then checks
-//! every size it carries against the operands' layouts, so a change of the
-//! format is an error naming the text, never a silent misreading. It goes
-//! away once candle-core exposes accessors (the candle-core extension patch
-//! adds them).
+//! The crates.io candle-core 0.11.1 keeps the fields of `ParamsConv1D`,
+//! `ParamsConv2D`, `ParamsConvTranspose1D` and `ParamsConvTranspose2D`
+//! private and offers no accessors; their derived `Debug` text is the only
+//! public view of padding, stride, dilation and output padding. Without the
+//! `candle-extension` feature this module — and nothing else in candle-hip —
+//! reads that text (`Name { field: value, ... }`); with it, the patched
+//! candle-core's accessors. Either way every size is then checked against
+//! the operands' layouts, so a change of the text format is an error naming
+//! the text, never a silent misreading.
 
+#[cfg(not(feature = "candle-extension"))]
 use std::fmt::Debug;
 
 use candle_core::Layout;
@@ -21,12 +22,14 @@ use crate::storage::HipStorage;
 
 /// The struct name and the `usize` fields of a `Debug` text of the form
 /// `Name { field: value, ... }` (fields of other types are skipped).
+#[cfg(not(feature = "candle-extension"))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct DebugFields {
     name: String,
     fields: Vec<(String, usize)>,
 }
 
+#[cfg(not(feature = "candle-extension"))]
 impl DebugFields {
     /// Parses `text`; `None` when it is not a struct's `Debug` text.
     pub(crate) fn parse(text: &str) -> Option<DebugFields> {
@@ -54,6 +57,7 @@ impl DebugFields {
 }
 
 /// The values of `fields` in `params`, a value of candle's struct `name`.
+#[cfg(not(feature = "candle-extension"))]
 fn read<const F: usize>(
     op: &'static str,
     params: &impl Debug,
@@ -80,6 +84,73 @@ fn read<const F: usize>(
     }
     Ok(out)
 }
+
+/// Defines `$name(op, params)`: the `usize` fields of one of candle's conv
+/// param structs, in the order listed, from the patched candle-core's
+/// accessors (`candle-extension`) or else from the struct's `Debug` text.
+macro_rules! param_fields {
+    ($name:ident, $params:ident, [$($field:ident),* $(,)?]) => {
+        fn $name(
+            op: &'static str,
+            params: &$params,
+        ) -> Result<[usize; [$(stringify!($field)),*].len()]> {
+            #[cfg(feature = "candle-extension")]
+            {
+                let _ = op;
+                Ok([$(params.$field()),*])
+            }
+            #[cfg(not(feature = "candle-extension"))]
+            {
+                read(op, params, stringify!($params), [$(stringify!($field)),*])
+            }
+        }
+    };
+}
+
+param_fields!(
+    conv1d_fields,
+    ParamsConv1D,
+    [b_size, l_in, c_out, c_in, k_size, padding, stride, dilation]
+);
+param_fields!(
+    conv2d_fields,
+    ParamsConv2D,
+    [
+        b_size, i_h, i_w, k_h, k_w, c_out, c_in, padding, stride, dilation
+    ]
+);
+param_fields!(
+    conv_transpose1d_fields,
+    ParamsConvTranspose1D,
+    [
+        b_size,
+        l_in,
+        c_out,
+        c_in,
+        k_size,
+        padding,
+        output_padding,
+        stride,
+        dilation
+    ]
+);
+param_fields!(
+    conv_transpose2d_fields,
+    ParamsConvTranspose2D,
+    [
+        b_size,
+        i_h,
+        i_w,
+        k_h,
+        k_w,
+        c_out,
+        c_in,
+        padding,
+        output_padding,
+        stride,
+        dilation
+    ]
+);
 
 /// Errors unless the layout has the shape the params describe.
 fn expect_shape(
@@ -112,10 +183,7 @@ pub(crate) fn conv1d(
 ) -> Result<HipStorage> {
     const OP: &str = "conv1d";
     const NAME: &str = "ParamsConv1D";
-    let fields = [
-        "b_size", "l_in", "c_out", "c_in", "k_size", "padding", "stride", "dilation",
-    ];
-    let [b, l, c_out, c_in, k, padding, stride, dilation] = read(OP, p, NAME, fields)?;
+    let [b, l, c_out, c_in, k, padding, stride, dilation] = conv1d_fields(OP, p)?;
     expect_shape(OP, NAME, "input", x_l, &[b, c_in, l])?;
     expect_shape(OP, NAME, "kernel", w_l, &[c_out, c_in, k])?;
     super::conv1d(
@@ -138,10 +206,7 @@ pub(crate) fn conv2d(
 ) -> Result<HipStorage> {
     const OP: &str = "conv2d";
     const NAME: &str = "ParamsConv2D";
-    let fields = [
-        "b_size", "i_h", "i_w", "k_h", "k_w", "c_out", "c_in", "padding", "stride", "dilation",
-    ];
-    let [b, h, w_in, kh, kw, c_out, c_in, padding, stride, dilation] = read(OP, p, NAME, fields)?;
+    let [b, h, w_in, kh, kw, c_out, c_in, padding, stride, dilation] = conv2d_fields(OP, p)?;
     expect_shape(OP, NAME, "input", x_l, &[b, c_in, h, w_in])?;
     expect_shape(OP, NAME, "kernel", w_l, &[c_out, c_in, kh, kw])?;
     super::conv2d(
@@ -164,17 +229,6 @@ pub(crate) fn conv_transpose1d(
 ) -> Result<HipStorage> {
     const OP: &str = "conv_transpose1d";
     const NAME: &str = "ParamsConvTranspose1D";
-    let fields = [
-        "b_size",
-        "l_in",
-        "c_out",
-        "c_in",
-        "k_size",
-        "padding",
-        "output_padding",
-        "stride",
-        "dilation",
-    ];
     let [
         b,
         l,
@@ -185,7 +239,7 @@ pub(crate) fn conv_transpose1d(
         output_padding,
         stride,
         dilation,
-    ] = read(OP, p, NAME, fields)?;
+    ] = conv_transpose1d_fields(OP, p)?;
     expect_shape(OP, NAME, "input", x_l, &[b, c_in, l])?;
     expect_shape(OP, NAME, "kernel", w_l, &[c_in, c_out, k])?;
     let params = ConvParams {
@@ -205,19 +259,6 @@ pub(crate) fn conv_transpose2d(
 ) -> Result<HipStorage> {
     const OP: &str = "conv_transpose2d";
     const NAME: &str = "ParamsConvTranspose2D";
-    let fields = [
-        "b_size",
-        "i_h",
-        "i_w",
-        "k_h",
-        "k_w",
-        "c_out",
-        "c_in",
-        "padding",
-        "output_padding",
-        "stride",
-        "dilation",
-    ];
     let [
         b,
         h,
@@ -230,7 +271,7 @@ pub(crate) fn conv_transpose2d(
         output_padding,
         stride,
         dilation,
-    ] = read(OP, p, NAME, fields)?;
+    ] = conv_transpose2d_fields(OP, p)?;
     expect_shape(OP, NAME, "input", x_l, &[b, c_in, h, w_in])?;
     expect_shape(OP, NAME, "kernel", w_l, &[c_in, c_out, kh, kw])?;
     let params = ConvParams {
@@ -240,7 +281,7 @@ pub(crate) fn conv_transpose2d(
     super::conv_transpose2d(x, x_l, w, w_l, &params, ConvPath::Auto)
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "candle-extension")))]
 mod tests {
     //! candle's params cannot be built outside candle-core, so these tests
     //! format structs declared exactly as candle-core 0.11.1 declares them

@@ -16,15 +16,14 @@ const SMALL_REDUCTION: u64 = 16;
 /// half this and this): enough work per thread that the block's final
 /// reduction is a small part of it, and blocks small enough that several
 /// share a compute unit and overlap their loads with each other's final
-/// reductions (8 made 1024-thread blocks of 4 packs per thread for rows of
-/// 32000, one block per unit: max over bf16 ran at 36% of copy bandwidth).
+/// reductions (a much smaller count makes one large block per unit, which
+/// leaves the unit idle during its final reduction; PERF_NOTES.md).
 const ELEMS_PER_THREAD: u64 = 128;
 
 /// Reduced elements each thread of a split ROWS chunk handles at least.
 /// Split ROWS blocks have at most `ELEM_BLOCK` threads: the chunk size is
 /// free, and a 1024-thread block of a kernel above 32 registers per thread
-/// (every reduce_* but sum over f32/u32 on sm_90) fills only half of an
-/// NVIDIA unit.
+/// (most reduce_* kernels) fills only half of an NVIDIA unit.
 const ROWS_CHUNK_PER_THREAD: u64 = 64;
 
 /// Reduced positions each thread of a split COLS chunk handles at least.
