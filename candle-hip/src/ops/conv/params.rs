@@ -152,24 +152,42 @@ param_fields!(
     ]
 );
 
-/// Errors unless the layout has the shape the params describe.
-fn expect_shape(
-    op: &'static str,
-    name: &str,
-    what: &str,
-    layout: &Layout,
-    expected: &[usize],
-) -> Result<()> {
-    if layout.dims() == expected {
-        Ok(())
-    } else {
-        Err(invalid(
-            op,
-            format!(
-                "candle's {name} describes the {what} as {expected:?} but it has shape {:?}",
-                layout.dims()
-            ),
-        ))
+/// The operand shapes one of candle's conv param structs describes.
+struct Described<'a> {
+    /// The struct's name, for errors.
+    name: &'static str,
+    /// The input's shape.
+    input: &'a [usize],
+    /// The kernel's shape.
+    kernel: &'a [usize],
+}
+
+impl Described<'_> {
+    /// Errors unless the operands have the described shapes; then the
+    /// params with candle's uniform padding, stride and dilation.
+    fn check<const N: usize>(
+        &self,
+        op: &'static str,
+        x_l: &Layout,
+        w_l: &Layout,
+        [padding, stride, dilation, output_padding]: [usize; 4],
+    ) -> Result<ConvParams<N>> {
+        for (what, layout, expected) in [("input", x_l, self.input), ("kernel", w_l, self.kernel)] {
+            if layout.dims() != expected {
+                return Err(invalid(
+                    op,
+                    format!(
+                        "candle's {} describes the {what} as {expected:?} but it has shape {:?}",
+                        self.name,
+                        layout.dims()
+                    ),
+                ));
+            }
+        }
+        Ok(ConvParams {
+            output_padding: [output_padding; N],
+            ..ConvParams::uniform(padding, stride, dilation)
+        })
     }
 }
 
@@ -182,18 +200,14 @@ pub(crate) fn conv1d(
     p: &ParamsConv1D,
 ) -> Result<HipStorage> {
     const OP: &str = "conv1d";
-    const NAME: &str = "ParamsConv1D";
     let [b, l, c_out, c_in, k, padding, stride, dilation] = conv1d_fields(OP, p)?;
-    expect_shape(OP, NAME, "input", x_l, &[b, c_in, l])?;
-    expect_shape(OP, NAME, "kernel", w_l, &[c_out, c_in, k])?;
-    super::conv1d(
-        x,
-        x_l,
-        w,
-        w_l,
-        &ConvParams::uniform(padding, stride, dilation),
-        ConvPath::Auto,
-    )
+    let params = Described {
+        name: "ParamsConv1D",
+        input: &[b, c_in, l],
+        kernel: &[c_out, c_in, k],
+    }
+    .check(OP, x_l, w_l, [padding, stride, dilation, 0])?;
+    super::conv1d(x, x_l, w, w_l, &params, ConvPath::Auto)
 }
 
 /// `BackendStorage::conv2d`.
@@ -205,18 +219,14 @@ pub(crate) fn conv2d(
     p: &ParamsConv2D,
 ) -> Result<HipStorage> {
     const OP: &str = "conv2d";
-    const NAME: &str = "ParamsConv2D";
     let [b, h, w_in, kh, kw, c_out, c_in, padding, stride, dilation] = conv2d_fields(OP, p)?;
-    expect_shape(OP, NAME, "input", x_l, &[b, c_in, h, w_in])?;
-    expect_shape(OP, NAME, "kernel", w_l, &[c_out, c_in, kh, kw])?;
-    super::conv2d(
-        x,
-        x_l,
-        w,
-        w_l,
-        &ConvParams::uniform(padding, stride, dilation),
-        ConvPath::Auto,
-    )
+    let params = Described {
+        name: "ParamsConv2D",
+        input: &[b, c_in, h, w_in],
+        kernel: &[c_out, c_in, kh, kw],
+    }
+    .check(OP, x_l, w_l, [padding, stride, dilation, 0])?;
+    super::conv2d(x, x_l, w, w_l, &params, ConvPath::Auto)
 }
 
 /// `BackendStorage::conv_transpose1d`.
@@ -228,7 +238,6 @@ pub(crate) fn conv_transpose1d(
     p: &ParamsConvTranspose1D,
 ) -> Result<HipStorage> {
     const OP: &str = "conv_transpose1d";
-    const NAME: &str = "ParamsConvTranspose1D";
     let [
         b,
         l,
@@ -240,12 +249,12 @@ pub(crate) fn conv_transpose1d(
         stride,
         dilation,
     ] = conv_transpose1d_fields(OP, p)?;
-    expect_shape(OP, NAME, "input", x_l, &[b, c_in, l])?;
-    expect_shape(OP, NAME, "kernel", w_l, &[c_in, c_out, k])?;
-    let params = ConvParams {
-        output_padding: [output_padding],
-        ..ConvParams::uniform(padding, stride, dilation)
-    };
+    let params = Described {
+        name: "ParamsConvTranspose1D",
+        input: &[b, c_in, l],
+        kernel: &[c_in, c_out, k],
+    }
+    .check(OP, x_l, w_l, [padding, stride, dilation, output_padding])?;
     super::conv_transpose1d(x, x_l, w, w_l, &params, ConvPath::Auto)
 }
 
@@ -258,7 +267,6 @@ pub(crate) fn conv_transpose2d(
     p: &ParamsConvTranspose2D,
 ) -> Result<HipStorage> {
     const OP: &str = "conv_transpose2d";
-    const NAME: &str = "ParamsConvTranspose2D";
     let [
         b,
         h,
@@ -272,12 +280,12 @@ pub(crate) fn conv_transpose2d(
         stride,
         dilation,
     ] = conv_transpose2d_fields(OP, p)?;
-    expect_shape(OP, NAME, "input", x_l, &[b, c_in, h, w_in])?;
-    expect_shape(OP, NAME, "kernel", w_l, &[c_in, c_out, kh, kw])?;
-    let params = ConvParams {
-        output_padding: [output_padding; 2],
-        ..ConvParams::uniform(padding, stride, dilation)
-    };
+    let params = Described {
+        name: "ParamsConvTranspose2D",
+        input: &[b, c_in, h, w_in],
+        kernel: &[c_in, c_out, kh, kw],
+    }
+    .check(OP, x_l, w_l, [padding, stride, dilation, output_padding])?;
     super::conv_transpose2d(x, x_l, w, w_l, &params, ConvPath::Auto)
 }
 
@@ -450,9 +458,32 @@ mod tests {
 
     #[test]
     fn shapes_are_checked_against_the_params() {
-        let l = Layout::contiguous((2, 3, 10));
-        assert!(expect_shape("conv1d", "ParamsConv1D", "input", &l, &[2, 3, 10]).is_ok());
-        let err = expect_shape("conv1d", "ParamsConv1D", "input", &l, &[2, 4, 10]).unwrap_err();
-        assert!(err.to_string().contains("[2, 4, 10]"), "{err}");
+        let x = Layout::contiguous((2, 3, 10));
+        let w = Layout::contiguous((5, 3, 4));
+        let described = |input| Described {
+            name: "ParamsConvTranspose1D",
+            input,
+            kernel: &[5, 3, 4],
+        };
+        let p: ConvParams<1> = described(&[2, 3, 10])
+            .check("conv1d", &x, &w, [1, 2, 3, 1])
+            .unwrap();
+        assert_eq!(
+            (p.padding, p.stride, p.dilation, p.output_padding, p.groups),
+            ([1], [2], [3], [1], 1)
+        );
+        let err = described(&[2, 4, 10])
+            .check::<1>("conv1d", &x, &w, [1, 1, 1, 0])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("[2, 4, 10]") && err.contains("ParamsConvTranspose1D describes the input"),
+            "{err}"
+        );
+        let err = described(&[2, 3, 10])
+            .check::<1>("conv1d", &x, &Layout::contiguous((5, 3, 3)), [1, 1, 1, 0])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("kernel as [5, 3, 4]"), "{err}");
     }
 }

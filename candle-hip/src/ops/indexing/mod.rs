@@ -9,6 +9,7 @@ mod plan;
 
 use candle_core::Layout;
 use candle_core::backend::BackendStorage;
+use hip_safe::LaunchConfig;
 
 use crate::error::{Result, invalid};
 use crate::kernel::catalogue::{self as cat, Kernel};
@@ -16,7 +17,46 @@ use crate::kernel::grid::{per_pack, unrolled};
 use crate::kernel::info::{IndexInfo, split_at_dim, to_u64};
 use crate::ops::elementwise;
 use crate::storage::HipStorage;
-use plan::{UpdateForm, Updates, update_form};
+use plan::{UpdateFamilies, Updates};
+
+/// scatter's kernels (it has no per-row form).
+const SCATTER: UpdateFamilies = UpdateFamilies {
+    columns: &cat::SCATTER,
+    rows: None,
+    tiles: &cat::SCATTER_TILES,
+};
+
+/// scatter_add's kernels.
+const SCATTER_ADD: UpdateFamilies = UpdateFamilies {
+    columns: &cat::SCATTER_ADD,
+    rows: None,
+    tiles: &cat::SCATTER_ADD_TILES,
+};
+
+/// index_add's kernels.
+const INDEX_ADD: UpdateFamilies = UpdateFamilies {
+    columns: &cat::INDEX_ADD,
+    rows: Some(&cat::INDEX_ADD_ROWS),
+    tiles: &cat::INDEX_ADD_TILES,
+};
+
+/// The kernel and launch shape that apply the updates `info` describes
+/// from `ids` into a destination like `dst` (its dtype and device).
+fn plan_updates(
+    op: &'static str,
+    families: &UpdateFamilies,
+    info: &IndexInfo,
+    ids: &HipStorage,
+    dst: &HipStorage,
+) -> Result<(Kernel, LaunchConfig)> {
+    let launcher = dst.device().kernels();
+    let updates = Updates {
+        info: *info,
+        elem_bytes: dst.dtype().size_in_bytes(),
+    };
+    let (family, cfg) = families.choose(updates, launcher.wave_size(), launcher.compute_units());
+    Ok((family.pair(op, ids.dtype(), dst.dtype())?, cfg))
+}
 
 /// Whether scatter replaces or accumulates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,9 +230,9 @@ pub(crate) fn scatter(
     dim: usize,
     mode: Scatter,
 ) -> Result<()> {
-    let (op, columns_family, tiles_family) = match mode {
-        Scatter::Set => ("scatter", &cat::SCATTER, &cat::SCATTER_TILES),
-        Scatter::Add => ("scatter-add", &cat::SCATTER_ADD, &cat::SCATTER_ADD_TILES),
+    let (op, families) = match mode {
+        Scatter::Set => ("scatter", &SCATTER),
+        Scatter::Add => ("scatter-add", &SCATTER_ADD),
     };
     dst.check_device(ids, op)?;
     dst.check_device(src, op)?;
@@ -224,29 +264,6 @@ pub(crate) fn scatter(
             ),
         ));
     }
-    let device = dst.device().clone();
-    let updates = Updates {
-        left: to_u64(left),
-        right: to_u64(right),
-        dst_dim: to_u64(dst_dim),
-        ids: to_u64(ids_dim),
-        elem_bytes: dst.dtype().size_in_bytes(),
-    };
-    let launcher = device.kernels();
-    let form = update_form(
-        updates,
-        false,
-        launcher.wave_size(),
-        launcher.compute_units(),
-    );
-    let (family, cfg) = match form {
-        UpdateForm::Tiles(cfg) => (tiles_family, cfg),
-        UpdateForm::Rows(cfg) | UpdateForm::Columns(cfg) => (columns_family, cfg),
-    };
-    let kernel = family.pair(op, ids.dtype(), dst.dtype())?;
-    if left * right == 0 || ids_dim == 0 {
-        return Ok(());
-    }
     let info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
@@ -254,6 +271,11 @@ pub(crate) fn scatter(
         ids_dim: to_u64(ids_dim),
         ..IndexInfo::default()
     };
+    let device = dst.device().clone();
+    let (kernel, cfg) = plan_updates(op, families, &info, ids, dst)?;
+    if left * right == 0 || ids_dim == 0 {
+        return Ok(());
+    }
     let ids_view = ids.view(op, ids_l)?;
     let src_view = src.view(op, src_l)?;
     let dst_view = dst.view_mut(op, dst_l)?;
@@ -263,7 +285,11 @@ pub(crate) fn scatter(
     // skipped by the kernel. dst is a different storage (exclusive borrow),
     // so the kernel's early loads of ids and src never see its own writes.
     // The tile form gets blocks of one wave (its kernels' launch bound).
-    unsafe { launcher.launch(kernel, cfg, &[&info, &ids_view, &src_view, &dst_view]) }
+    unsafe {
+        device
+            .kernels()
+            .launch(kernel, cfg, &[&info, &ids_view, &src_view, &dst_view])
+    }
 }
 
 /// A copy of `dst` with `src` added along `dim` at the positions `ids` (1-D) give.
@@ -298,34 +324,6 @@ pub(crate) fn index_add(
             ),
         ));
     }
-    let device = dst.device();
-    let updates = Updates {
-        left: to_u64(left),
-        right: to_u64(right),
-        dst_dim: to_u64(dst_dim),
-        ids: to_u64(n_ids),
-        elem_bytes: dst.dtype().size_in_bytes(),
-    };
-    let launcher = device.kernels();
-    let form = update_form(
-        updates,
-        true,
-        launcher.wave_size(),
-        launcher.compute_units(),
-    );
-    let (family, cfg) = match form {
-        UpdateForm::Tiles(cfg) => (&cat::INDEX_ADD_TILES, cfg),
-        UpdateForm::Rows(cfg) => (&cat::INDEX_ADD_ROWS, cfg),
-        UpdateForm::Columns(cfg) => (&cat::INDEX_ADD, cfg),
-    };
-    let kernel = family.pair(OP, ids.dtype(), dst.dtype())?;
-    let numel = dst_l.shape().elem_count();
-    // SAFETY: the copy below writes all numel elements.
-    let mut out = unsafe { device.alloc_storage(dst.dtype(), numel) }?;
-    elementwise::copy_into(dst, dst_l, out.view_all_mut())?;
-    if left * right == 0 || n_ids == 0 {
-        return Ok(out);
-    }
     let info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
@@ -334,6 +332,15 @@ pub(crate) fn index_add(
         ids_dim: to_u64(n_ids),
         ..IndexInfo::default()
     };
+    let device = dst.device();
+    let (kernel, cfg) = plan_updates(OP, &INDEX_ADD, &info, ids, dst)?;
+    let numel = dst_l.shape().elem_count();
+    // SAFETY: the copy below writes all numel elements.
+    let mut out = unsafe { device.alloc_storage(dst.dtype(), numel) }?;
+    elementwise::copy_into(dst, dst_l, out.view_all_mut())?;
+    if left * right == 0 || n_ids == 0 {
+        return Ok(out);
+    }
     let ids_view = ids.view(OP, ids_l)?;
     let src_view = src.view(OP, src_l)?;
     let out_view = out.view_all_mut();
@@ -343,6 +350,10 @@ pub(crate) fn index_add(
     // kernel. dst is the new storage `out`, distinct from ids and src. The
     // per-row kernel gets whole waves of at most CH_ELEM_BLOCK threads, the
     // tile form blocks of one wave.
-    unsafe { launcher.launch(kernel, cfg, &[&info, &ids_view, &src_view, &out_view]) }?;
+    unsafe {
+        device
+            .kernels()
+            .launch(kernel, cfg, &[&info, &ids_view, &src_view, &out_view])
+    }?;
     Ok(out)
 }

@@ -4,8 +4,10 @@
 
 use hip_safe::LaunchConfig;
 
+use crate::kernel::catalogue::Family;
 use crate::kernel::grid::{THREADS_PER_CU, linear};
 use crate::kernel::header::{ELEM_BLOCK, OWNER_COLS, TILE_ROW_BYTES, TILE_ROWS};
+use crate::kernel::info::IndexInfo;
 
 /// Threads per block for `columns` independent sequential walks (scatter,
 /// index_add per column): few per block when there are few columns, so
@@ -20,16 +22,39 @@ pub(crate) fn column_walks(columns: u64, wave_size: u32, compute_units: u32) -> 
     linear(columns.div_ceil(threads), threads as u32)
 }
 
-/// The sizes of a scatter, scatter_add or index_add: `ids` updates per
-/// column of `left * right` columns into `dst_dim` destination rows of
-/// `elem_bytes`-byte values.
+/// The sizes of a scatter, scatter_add or index_add: the kernel's `info`
+/// (`ids_dim` updates per column of `left * right` columns into `dst_dim`
+/// destination rows) and the bytes of one value.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Updates {
-    pub(crate) left: u64,
-    pub(crate) right: u64,
-    pub(crate) dst_dim: u64,
-    pub(crate) ids: u64,
+    pub(crate) info: IndexInfo,
     pub(crate) elem_bytes: usize,
+}
+
+/// The kernel families of one update op, a family per form it has.
+pub(crate) struct UpdateFamilies {
+    /// `<family>_*`: a walk per column.
+    pub(crate) columns: &'static Family,
+    /// `index_add_rows_*`: a block per destination row (index_add only).
+    pub(crate) rows: Option<&'static Family>,
+    /// `<family>_tiles_*`: shared-memory destination tiles.
+    pub(crate) tiles: &'static Family,
+}
+
+impl UpdateFamilies {
+    /// The family and launch shape that apply `u` (see [`update_form`]).
+    pub(crate) fn choose(
+        &self,
+        u: Updates,
+        wave_size: u32,
+        compute_units: u32,
+    ) -> (&'static Family, LaunchConfig) {
+        match update_form(u, self.rows.is_some(), wave_size, compute_units) {
+            UpdateForm::Tiles(cfg) => (self.tiles, cfg),
+            UpdateForm::Rows(cfg) => (self.rows.unwrap_or(self.columns), cfg),
+            UpdateForm::Columns(cfg) => (self.columns, cfg),
+        }
+    }
 }
 
 /// Whether index_add should give each block a destination row (scanning
@@ -42,13 +67,13 @@ pub(crate) fn index_add_rows(
     wave_size: u32,
     compute_units: u32,
 ) -> Option<LaunchConfig> {
-    let Updates {
+    let IndexInfo {
         left,
         right,
         dst_dim,
-        ids,
+        ids_dim: ids,
         ..
-    } = u;
+    } = u.info;
     let cus = u64::from(compute_units.max(1));
     let columns = left * right;
     let wave = u64::from(wave_size.clamp(1, ELEM_BLOCK));
@@ -92,12 +117,19 @@ pub(crate) enum UpdateForm {
 /// than `MAX_TILE_RANGES` ranges, fewer columns than half a tile row, or
 /// too few updates to pay for moving whole tiles.
 pub(crate) fn update_tiles(u: Updates, wave_size: u32) -> Option<LaunchConfig> {
+    let IndexInfo {
+        left,
+        right,
+        dst_dim,
+        ids_dim: ids,
+        ..
+    } = u.info;
     let cols = TILE_ROW_BYTES / (u.elem_bytes as u64).clamp(1, TILE_ROW_BYTES);
-    let ranges = u.dst_dim.div_ceil(TILE_ROWS);
+    let ranges = dst_dim.div_ceil(TILE_ROWS);
     let fits = ranges <= MAX_TILE_RANGES
-        && u.right * 2 >= cols
-        && u.dst_dim <= u.ids.saturating_mul(TILE_ROWS_PER_UPDATE);
-    fits.then(|| linear(u.left * u.right.div_ceil(cols) * ranges, wave_size))
+        && right * 2 >= cols
+        && dst_dim <= ids.saturating_mul(TILE_ROWS_PER_UPDATE);
+    fits.then(|| linear(left * right.div_ceil(cols) * ranges, wave_size))
 }
 
 /// How `u` is applied: tiles where they fit and either fill the device (a
@@ -117,7 +149,11 @@ pub(crate) fn update_form(
     match (tiles, rows) {
         (Some(t), r) if r.is_none() || t.grid_dim.0 >= compute_units => UpdateForm::Tiles(t),
         (_, Some(r)) => UpdateForm::Rows(r),
-        _ => UpdateForm::Columns(column_walks(u.left * u.right, wave_size, compute_units)),
+        _ => UpdateForm::Columns(column_walks(
+            u.info.left * u.info.right,
+            wave_size,
+            compute_units,
+        )),
     }
 }
 
@@ -137,13 +173,14 @@ mod tests {
     }
 
     fn updates(left: u64, right: u64, dst_dim: u64, ids: u64, elem_bytes: usize) -> Updates {
-        Updates {
+        let info = IndexInfo {
             left,
             right,
             dst_dim,
-            ids,
-            elem_bytes,
-        }
+            ids_dim: ids,
+            ..IndexInfo::default()
+        };
+        Updates { info, elem_bytes }
     }
 
     #[test]
