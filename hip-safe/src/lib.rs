@@ -50,6 +50,7 @@ mod launch;
 mod module;
 mod probe;
 mod repr;
+mod result;
 mod rtc;
 mod stream;
 mod transfer;

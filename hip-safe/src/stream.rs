@@ -7,8 +7,9 @@ use hip_sys::{hipDeviceptr_t, hipStream_t};
 
 use crate::cache::{AllocationCache, MAX_CACHED_BYTES};
 use crate::device::Device;
-use crate::error::{Result, discard_drop_error, hip_check};
+use crate::error::Result;
 use crate::event::{Event, EventFlags};
+use crate::result::{CheckStatus, out_ptr};
 
 /// `hipStreamNonBlocking`: the stream does not synchronise with the null stream.
 const STREAM_NON_BLOCKING: u32 = 0x01;
@@ -97,14 +98,14 @@ impl Stream {
 
     pub(crate) fn create(device: Device) -> Result<Stream> {
         device.bind_to_thread()?;
-        let mut handle: hipStream_t = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; the flag is a documented constant.
-        let status = unsafe {
-            device
-                .api()
-                .hipStreamCreateWithFlags(&mut handle, STREAM_NON_BLOCKING)
-        };
-        hip_check(status, "hipStreamCreateWithFlags(hipStreamNonBlocking)")?;
+        let handle = out_ptr("hipStreamCreateWithFlags(hipStreamNonBlocking)", |handle| {
+            // SAFETY: valid out-pointer; the flag is a documented constant.
+            unsafe {
+                device
+                    .api()
+                    .hipStreamCreateWithFlags(handle, STREAM_NON_BLOCKING)
+            }
+        })?;
         Ok(Self::wrap(device, handle, StreamKind::Owned))
     }
 
@@ -134,8 +135,7 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         // SAFETY: the handle is valid while `self` lives.
-        let status = unsafe { self.api().hipStreamSynchronize(self.inner.handle) };
-        hip_check(status, "hipStreamSynchronize")
+        unsafe { self.api().hipStreamSynchronize(self.inner.handle) }.check("hipStreamSynchronize")
     }
 
     /// Creates an event with `flags` and records it on this stream.
@@ -150,11 +150,11 @@ impl Stream {
     pub fn wait(&self, event: &Event) -> Result<()> {
         self.bind()?;
         // SAFETY: both handles are valid while their owners live.
-        let status = unsafe {
+        unsafe {
             self.api()
                 .hipStreamWaitEvent(self.inner.handle, event.raw(), 0)
-        };
-        hip_check(status, "hipStreamWaitEvent")
+        }
+        .check("hipStreamWaitEvent")
     }
 
     /// Makes this stream wait for everything queued on `other` so far
@@ -228,8 +228,7 @@ impl StreamInner {
         for ptr in ptrs {
             // SAFETY: a cached address came from hipMallocAsync on this
             // stream and is owned by nobody else; freed once, in stream order.
-            let status = unsafe { api.hipFreeAsync(ptr, self.handle) };
-            discard_drop_error(api, status);
+            unsafe { api.hipFreeAsync(ptr, self.handle) }.discard();
         }
     }
 }
@@ -240,12 +239,9 @@ impl Drop for StreamInner {
         if self.kind != StreamKind::Owned {
             return;
         }
-        // Drop cannot return errors; see `discard_drop_error`.
-        if self.device.bind_to_thread().is_ok() {
-            let api = self.device.api();
+        self.device.release(|api| {
             // SAFETY: the handle was created by us and is destroyed exactly once.
-            let status = unsafe { api.hipStreamDestroy(self.handle) };
-            discard_drop_error(api, status);
-        }
+            unsafe { api.hipStreamDestroy(self.handle) }
+        });
     }
 }
