@@ -5,8 +5,8 @@ use std::marker::PhantomData;
 
 use hip_sys::hipError_t;
 
+use crate::alloc_cache;
 use crate::buffer::{DeviceBuffer, Release};
-use crate::cache;
 use crate::error::{Error, Result};
 use crate::repr::{DeviceRepr, ValidAsZeroBits};
 use crate::result::{Status, clear_hip_last_error, out_ptr};
@@ -56,7 +56,7 @@ impl Stream {
                     buffer.ptr = ptr;
                     return Ok(buffer);
                 }
-                size = cache::class_bytes(class);
+                size = alloc_cache::class_bytes(class);
             }
             match self.malloc_async(size) {
                 Ok(ptr) => {

@@ -39,9 +39,9 @@
 #![warn(missing_docs)]
 
 mod alloc;
+mod alloc_cache;
 mod blas;
 mod buffer;
-mod cache;
 mod device;
 mod dnn;
 mod error;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use hip_sys::{hipDeviceptr_t, hipStream_t};
 
-use crate::cache::{AllocationCache, MAX_CACHED_BYTES};
+use crate::alloc_cache::{AllocationCache, MAX_CACHED_BYTES};
 use crate::device::Device;
 use crate::error::Result;
 use crate::event::{Event, EventFlags};
@@ -43,7 +43,7 @@ struct StreamInner {
     handle: hipStream_t,
     kind: StreamKind,
     /// Small freed allocations kept for reuse (off until given a limit).
-    cache: AllocationCache,
+    alloc_cache: AllocationCache,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,7 +115,7 @@ impl Stream {
                 device,
                 handle,
                 kind,
-                cache: AllocationCache::default(),
+                alloc_cache: AllocationCache::default(),
             }),
         }
     }
@@ -187,20 +187,20 @@ impl Stream {
     /// memory pools).
     pub fn set_allocation_cache_limit(&self, bytes: usize) {
         if self.stream_ordered_alloc() {
-            self.free_cached(self.inner.cache.set_limit(bytes));
+            self.free_cached(self.inner.alloc_cache.set_limit(bytes));
         }
     }
 
     /// Bytes of freed allocations the allocation cache holds now.
     pub fn allocation_cache_bytes(&self) -> usize {
-        self.inner.cache.held()
+        self.inner.alloc_cache.held()
     }
 
     /// The largest request the allocation cache serves.
     pub const MAX_CACHED_ALLOCATION: usize = MAX_CACHED_BYTES;
 
     pub(crate) fn allocation_cache(&self) -> &AllocationCache {
-        &self.inner.cache
+        &self.inner.alloc_cache
     }
 
     /// Frees addresses the allocation cache gave up (`hipFreeAsync` on
@@ -235,7 +235,7 @@ impl StreamInner {
 
 impl Drop for StreamInner {
     fn drop(&mut self) {
-        self.free_cached(self.cache.drain());
+        self.free_cached(self.alloc_cache.drain());
         if self.kind != StreamKind::Owned {
             return;
         }
