@@ -1,5 +1,7 @@
-//! Compile-time checks of the struct layouts this project reads, with the
-//! numbers measured on the real headers (see shared/rocm-facts.md).
+//! Compile-time checks of the layouts of the structs whose fields this
+//! project reads: sizes and field offsets as the real ROCm headers define
+//! them, so that bindings generated differently fail to build instead of
+//! reading the wrong bytes.
 
 use core::mem::{offset_of, size_of};
 use static_assertions::const_assert_eq;
