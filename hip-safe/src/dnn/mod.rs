@@ -361,6 +361,17 @@ impl Dnn {
             },
         )?;
         let (ws_ptr, ws_size) = ensure_workspace(&self.stream, &mut state.workspace, ws_query)?;
+        // Both directions' Find take the same arguments: the descriptor and
+        // buffer read (x or dy), the weights, the descriptor and buffer
+        // written (y or dx).
+        let find = match dir {
+            Direction::Forward => MiopenApi::miopenFindConvolutionForwardAlgorithm,
+            Direction::BackwardData => MiopenApi::miopenFindConvolutionBackwardDataAlgorithm,
+        };
+        let (src, dst) = match dir {
+            Direction::Forward => (&x, &y),
+            Direction::BackwardData => (&y, &x),
+        };
         let (returned, perf) = out(
             format_args!("{dir:?} convolution Find ({}, {cfg:?})", T::NAME),
             |(returned, perf): &mut (c_int, [miopenConvAlgoPerf_t; 4])| {
@@ -369,40 +380,23 @@ impl Dnn {
                 // has room for the 4 requested results; the workspace has
                 // `ws_size` bytes.
                 unsafe {
-                    match dir {
-                        Direction::Forward => api.miopenFindConvolutionForwardAlgorithm(
-                            state.handle,
-                            x.raw,
-                            buffers.src,
-                            w.raw,
-                            buffers.w,
-                            conv.raw,
-                            y.raw,
-                            buffers.dst,
-                            perf.len() as c_int,
-                            returned,
-                            perf.as_mut_ptr(),
-                            ws_ptr,
-                            ws_size,
-                            false,
-                        ),
-                        Direction::BackwardData => api.miopenFindConvolutionBackwardDataAlgorithm(
-                            state.handle,
-                            y.raw,
-                            buffers.src,
-                            w.raw,
-                            buffers.w,
-                            conv.raw,
-                            x.raw,
-                            buffers.dst,
-                            perf.len() as c_int,
-                            returned,
-                            perf.as_mut_ptr(),
-                            ws_ptr,
-                            ws_size,
-                            false,
-                        ),
-                    }
+                    find(
+                        api,
+                        state.handle,
+                        src.raw,
+                        buffers.src,
+                        w.raw,
+                        buffers.w,
+                        conv.raw,
+                        dst.raw,
+                        buffers.dst,
+                        perf.len() as c_int,
+                        returned,
+                        perf.as_mut_ptr(),
+                        ws_ptr,
+                        ws_size,
+                        false,
+                    )
                 }
             },
         )?;
