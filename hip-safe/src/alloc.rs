@@ -5,10 +5,11 @@ use std::marker::PhantomData;
 
 use hip_sys::hipError_t;
 
+use crate::alloc_cache;
 use crate::buffer::{DeviceBuffer, Release};
-use crate::cache;
-use crate::error::{Error, Result, discard_drop_error, hip_check, hip_error};
+use crate::error::{Error, Result};
 use crate::repr::{DeviceRepr, ValidAsZeroBits};
+use crate::result::{Status, clear_hip_last_error, out_ptr};
 use crate::stream::Stream;
 
 impl Stream {
@@ -55,7 +56,7 @@ impl Stream {
                     buffer.ptr = ptr;
                     return Ok(buffer);
                 }
-                size = cache::class_bytes(class);
+                size = alloc_cache::class_bytes(class);
             }
             match self.malloc_async(size) {
                 Ok(ptr) => {
@@ -64,18 +65,14 @@ impl Stream {
                 }
                 Err(AsyncAlloc::Missing) => buffer.release = Release::Free,
                 Err(AsyncAlloc::Failed(status)) => {
-                    return Err(
-                        hip_error(status, format_args!("hipMallocAsync of {}", what())).into(),
-                    );
+                    return Err(status.error(format_args!("hipMallocAsync of {}", what())));
                 }
             }
         }
-        let api = self.api();
-        let mut ptr: *mut c_void = std::ptr::null_mut();
-        // SAFETY: valid out-pointer.
-        let status = unsafe { api.hipMalloc(&mut ptr, bytes) };
-        hip_check(status, format_args!("hipMalloc of {}", what()))?;
-        buffer.ptr = ptr;
+        buffer.ptr = out_ptr(format_args!("hipMalloc of {}", what()), |ptr| {
+            // SAFETY: valid out-pointer.
+            unsafe { self.api().hipMalloc(ptr, bytes) }
+        })?;
         Ok(buffer)
     }
 
@@ -97,9 +94,9 @@ impl Stream {
             Err(AsyncAlloc::Failed(hipError_t::hipErrorOutOfMemory))
                 if self.allocation_cache().held() > 0 =>
             {
-                // SAFETY: no arguments; only resets the calling thread's
-                // error slot, whose entry is the failure handled here.
-                let _ = unsafe { api.hipGetLastError() };
+                // The failure is handled here: it must not stay in HIP's
+                // last-error slot.
+                clear_hip_last_error();
                 self.free_cached(self.allocation_cache().drain());
                 attempt()
             }
@@ -136,22 +133,21 @@ impl<T: DeviceRepr> Drop for DeviceBuffer<T> {
                 Err(_full) => self.release = Release::FreeAsync,
             }
         }
-        // Drop cannot return errors; see `discard_drop_error`. If the device
-        // cannot even be selected the memory is leaked, which is safe.
-        if self.stream.bind().is_err() {
-            return;
-        }
-        let api = self.stream.api();
-        let status = if self.release == Release::Free {
-            // SAFETY: allocated by hipMalloc and freed once; hipFree waits
-            // for the device, so no queued work still uses the memory.
-            unsafe { api.hipFree(self.ptr) }
-        } else {
-            // SAFETY: allocated by hipMallocAsync; freed once, in order after
-            // all work queued on the owning stream (other streams that used
-            // the buffer were joined into it by the operations of this crate).
-            unsafe { api.hipFreeAsync(self.ptr, self.stream.raw()) }
-        };
-        discard_drop_error(api, status);
+        let (ptr, stream) = (self.ptr, self.stream.raw());
+        let free_async = self.release != Release::Free;
+        self.stream.device().release(|api| {
+            if free_async {
+                // SAFETY: allocated by hipMallocAsync; freed once, in order
+                // after all work queued on the owning stream (other streams
+                // that used the buffer were joined into it by the operations
+                // of this crate).
+                unsafe { api.hipFreeAsync(ptr, stream) }
+            } else {
+                // SAFETY: allocated by hipMalloc and freed once; hipFree
+                // waits for the device, so no queued work still uses the
+                // memory.
+                unsafe { api.hipFree(ptr) }
+            }
+        });
     }
 }

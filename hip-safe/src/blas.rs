@@ -11,12 +11,13 @@ use std::sync::Mutex;
 use half::{bf16, f16};
 use rocblas_sys::{
     RocblasApi, rocblas_datatype, rocblas_gemm_algo, rocblas_handle, rocblas_int,
-    rocblas_operation, rocblas_pointer_mode, rocblas_status, rocblas_stride,
+    rocblas_operation, rocblas_pointer_mode, rocblas_stride,
 };
 
 use crate::buffer::{DevicePtr, DevicePtrMut};
-use crate::error::{BlasError, Error, Result, c_str_to_string};
+use crate::error::{BlasError, Result};
 use crate::repr::DeviceRepr;
+use crate::result::{CheckStatus, out_ptr};
 use crate::stream::Stream;
 
 /// Whether an operand is used as stored or transposed.
@@ -195,10 +196,10 @@ impl Blas {
     pub fn new(stream: &Stream) -> Result<Blas> {
         let api = rocblas_sys::rocblas()?;
         stream.bind()?;
-        let mut raw: rocblas_handle = std::ptr::null_mut();
-        // SAFETY: valid out-pointer.
-        let status = unsafe { api.rocblas_create_handle(&mut raw) };
-        check(api, status, || "rocblas_create_handle".into())?;
+        let raw = out_ptr("rocblas_create_handle", |raw| {
+            // SAFETY: valid out-pointer.
+            unsafe { api.rocblas_create_handle(raw) }
+        })?;
         let blas = Blas {
             api,
             handle: Mutex::new(RawHandle(raw)),
@@ -206,13 +207,12 @@ impl Blas {
         };
         // SAFETY: live handle and stream (the stream outlives the handle:
         // `blas` holds a clone of it).
-        let status = unsafe { api.rocblas_set_stream(raw, stream.raw()) };
-        check(api, status, || "rocblas_set_stream".into())?;
+        unsafe { api.rocblas_set_stream(raw, stream.raw()) }.check("rocblas_set_stream")?;
         // SAFETY: live handle; alpha and beta are passed as host pointers.
-        let status = unsafe {
+        unsafe {
             api.rocblas_set_pointer_mode(raw, rocblas_pointer_mode::rocblas_pointer_mode_host)
-        };
-        check(api, status, || "rocblas_set_pointer_mode(host)".into())?;
+        }
+        .check("rocblas_set_pointer_mode(host)")?;
         Ok(blas)
     }
 
@@ -298,7 +298,7 @@ impl Blas {
         // validated against every buffer's length, so rocBLAS stays inside
         // them; alpha/beta are host pointers of the compute type, valid for
         // the call; C is passed as D (in place).
-        let status = unsafe {
+        unsafe {
             if batched {
                 self.api.rocblas_gemm_strided_batched_ex(
                     handle.0,
@@ -359,9 +359,9 @@ impl Blas {
                     0,
                 )
             }
-        };
+        }
+        .check(op)?;
         drop(handle);
-        check(self.api, status, || op)?;
         for s in [a.stream(), b.stream(), c.stream()] {
             s.join(&self.stream)?;
         }
@@ -375,11 +375,11 @@ impl Drop for Blas {
             .handle
             .get_mut()
             .map_or_else(|poisoned| poisoned.into_inner().0, |h| h.0);
-        // Drop cannot report errors; a failed destroy only leaks the handle.
-        if self.stream.bind().is_ok() {
+        let api = self.api;
+        self.stream.device().release(|_| {
             // SAFETY: created in `new`, destroyed exactly once here.
-            let _ = unsafe { self.api.rocblas_destroy_handle(raw) };
-        }
+            unsafe { api.rocblas_destroy_handle(raw) }
+        });
     }
 }
 
@@ -518,40 +518,6 @@ fn describe<T: GemmType>(cfg: &StridedBatchedConfig<T::Scalar>, batched: bool) -
     } else {
         format!("{base})")
     }
-}
-
-/// rocBLAS statuses that report information, not failure.
-const NOT_ERRORS: &[rocblas_status] = &[
-    rocblas_status::rocblas_status_success,
-    rocblas_status::rocblas_status_perf_degraded,
-    rocblas_status::rocblas_status_size_query_mismatch,
-    rocblas_status::rocblas_status_size_increased,
-    rocblas_status::rocblas_status_size_unchanged,
-    rocblas_status::rocblas_status_continue,
-];
-
-fn check(
-    api: &RocblasApi,
-    status: std::result::Result<rocblas_status, hip_sys::MissingSymbol>,
-    op: impl FnOnce() -> String,
-) -> Result<()> {
-    let status = status?;
-    if NOT_ERRORS.contains(&status) {
-        return Ok(());
-    }
-    // SAFETY: rocblas_status_to_string takes any code and returns a static
-    // NUL-terminated string (or null), read at once.
-    let message = unsafe {
-        api.rocblas_status_to_string(status)
-            .ok()
-            .and_then(|p| c_str_to_string(p))
-    }
-    .unwrap_or_else(|| "unknown rocblas_status".into());
-    Err(Error::Blas(BlasError::Failed {
-        op: op(),
-        code: status.0,
-        message,
-    }))
 }
 
 #[cfg(test)]

@@ -173,13 +173,8 @@ macro_rules! impl_device_ptr {
 
             /// A read-only view of `range`, or `None` when it is out of bounds.
             pub fn try_slice(&self, range: impl RangeBounds<usize>) -> Option<DeviceView<'_, T>> {
-                let (start, end) = resolve_range(&range, self.len)?;
-                Some(DeviceView {
-                    ptr: offset_ptr::<T>(self.ptr, start),
-                    len: end - start,
-                    stream: &self.stream,
-                    _marker: PhantomData,
-                })
+                let (ptr, len) = sub_range::<T>(self.ptr, self.len, &range)?;
+                Some(DeviceView::from_raw(ptr, len, &self.stream))
             }
 
             /// A read-only view of `range`; an error naming the bounds when it
@@ -208,13 +203,8 @@ macro_rules! impl_device_ptr_mut {
                 &mut self,
                 range: impl RangeBounds<usize>,
             ) -> Option<DeviceViewMut<'_, T>> {
-                let (start, end) = resolve_range(&range, self.len)?;
-                Some(DeviceViewMut {
-                    ptr: offset_ptr::<T>(self.ptr, start),
-                    len: end - start,
-                    stream: &self.stream,
-                    _marker: PhantomData,
-                })
+                let (ptr, len) = sub_range::<T>(self.ptr, self.len, &range)?;
+                Some(DeviceViewMut::from_raw(ptr, len, &self.stream))
             }
 
             /// A writable view of `range`; an error naming the bounds when it
@@ -241,38 +231,47 @@ impl_device_ptr_mut!(DeviceViewMut<'a>);
 impl<T: DeviceRepr> DeviceBuffer<T> {
     /// The whole buffer as a read-only view.
     pub fn as_view(&self) -> DeviceView<'_, T> {
-        DeviceView {
-            ptr: self.ptr,
-            len: self.len,
-            stream: &self.stream,
-            _marker: PhantomData,
-        }
+        DeviceView::from_raw(self.ptr, self.len, &self.stream)
     }
 
     /// The whole buffer as a writable view.
     pub fn as_view_mut(&mut self) -> DeviceViewMut<'_, T> {
-        DeviceViewMut {
-            ptr: self.ptr,
-            len: self.len,
-            stream: &self.stream,
+        DeviceViewMut::from_raw(self.ptr, self.len, &self.stream)
+    }
+}
+
+impl<'a, T: DeviceRepr> DeviceView<'a, T> {
+    /// A view of `len` elements at `ptr`, memory owned by `stream`'s buffer.
+    fn from_raw(ptr: hipDeviceptr_t, len: usize, stream: &'a Stream) -> Self {
+        DeviceView {
+            ptr,
+            len,
+            stream,
             _marker: PhantomData,
         }
     }
 }
 
 impl<'a, T: DeviceRepr> DeviceViewMut<'a, T> {
+    /// A writable view of `len` elements at `ptr`, memory owned by
+    /// `stream`'s buffer and borrowed mutably by the caller.
+    fn from_raw(ptr: hipDeviceptr_t, len: usize, stream: &'a Stream) -> Self {
+        DeviceViewMut {
+            ptr,
+            len,
+            stream,
+            _marker: PhantomData,
+        }
+    }
+
     /// Splits into two disjoint writable views at element `mid`; `None` when
     /// `mid > len`.
     pub fn split_at_mut(self, mid: usize) -> Option<(DeviceViewMut<'a, T>, DeviceViewMut<'a, T>)> {
         if mid > self.len {
             return None;
         }
-        let tail = DeviceViewMut {
-            ptr: offset_ptr::<T>(self.ptr, mid),
-            len: self.len - mid,
-            stream: self.stream,
-            _marker: PhantomData,
-        };
+        let tail =
+            DeviceViewMut::from_raw(offset_ptr::<T>(self.ptr, mid), self.len - mid, self.stream);
         let head = DeviceViewMut { len: mid, ..self };
         Some((head, tail))
     }
@@ -284,6 +283,17 @@ fn offset_ptr<T>(ptr: hipDeviceptr_t, elems: usize) -> hipDeviceptr_t {
     ptr.cast::<u8>()
         .wrapping_add(elems * std::mem::size_of::<T>())
         .cast()
+}
+
+/// The address and length of `range` within the `len` elements of `T` at
+/// `ptr`, or `None` when it is out of bounds or reversed.
+fn sub_range<T>(
+    ptr: hipDeviceptr_t,
+    len: usize,
+    range: &impl RangeBounds<usize>,
+) -> Option<(hipDeviceptr_t, usize)> {
+    let (start, end) = resolve_range(range, len)?;
+    Some((offset_ptr::<T>(ptr, start), end - start))
 }
 
 /// `(start, end)` of `range` within `0..len`, or `None` when out of bounds

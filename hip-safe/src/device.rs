@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use hip_sys::{HipApi, hipDeviceAttribute_t, hipDeviceProp_tR0000, hipDeviceProp_tR0600};
 
-use crate::error::{Error, Result, hip_api, hip_check};
+use crate::error::{Error, Result};
+use crate::result::{Call, CheckStatus, Status, clear_hip_last_error, out, out_ptr};
 use crate::stream::Stream;
 
 thread_local! {
@@ -79,14 +80,13 @@ impl Device {
     /// The number of HIP devices (0 when the runtime reports
     /// `hipErrorNoDevice`).
     pub fn count() -> Result<usize> {
-        let api = hip_api()?;
-        device_count(api)
+        device_count(hip_sys::hip()?)
     }
 
     /// Opens device `ordinal`, makes it current on this thread and reads its
     /// properties.
     pub fn new(ordinal: usize) -> Result<Device> {
-        let api = hip_api()?;
+        let api = hip_sys::hip()?;
         let count = device_count(api)?;
         if ordinal >= count {
             return Err(Error::invalid(
@@ -171,25 +171,23 @@ impl Device {
     /// `(free, total)` device memory in bytes right now.
     pub fn memory_info(&self) -> Result<(usize, usize)> {
         self.bind_to_thread()?;
-        let (mut free, mut total) = (0usize, 0usize);
-        // SAFETY: both are valid out-pointers.
-        let status = unsafe { self.inner.api.hipMemGetInfo(&mut free, &mut total) };
-        hip_check(
-            status,
+        out(
             format_args!("hipMemGetInfo on device {}", self.inner.ordinal),
-        )?;
-        Ok((free, total))
+            |(free, total): &mut (usize, usize)| {
+                // SAFETY: both are valid out-pointers.
+                unsafe { self.inner.api.hipMemGetInfo(free, total) }
+            },
+        )
     }
 
     /// Waits until all work on every stream of this device has finished.
     pub fn synchronize(&self) -> Result<()> {
         self.bind_to_thread()?;
         // SAFETY: no arguments; the device is current.
-        let status = unsafe { self.inner.api.hipDeviceSynchronize() };
-        hip_check(
-            status,
-            format_args!("hipDeviceSynchronize on device {}", self.inner.ordinal),
-        )
+        unsafe { self.inner.api.hipDeviceSynchronize() }.check(format_args!(
+            "hipDeviceSynchronize on device {}",
+            self.inner.ordinal
+        ))
     }
 
     /// Waits for the device, then returns the memory that the default
@@ -202,8 +200,7 @@ impl Device {
         };
         self.synchronize()?;
         // SAFETY: `pool` is the device's live default pool.
-        let status = unsafe { self.inner.api.hipMemPoolTrimTo(pool, 0) };
-        hip_check(status, "hipMemPoolTrimTo(0)")
+        unsafe { self.inner.api.hipMemPoolTrimTo(pool, 0) }.check("hipMemPoolTrimTo(0)")
     }
 
     /// Sets how many bytes of freed memory the default memory pool may keep
@@ -221,17 +218,16 @@ impl Device {
         };
         let mut value = bytes;
         // SAFETY: live pool; this attribute reads a u64 from `value`.
-        let status = unsafe {
+        unsafe {
             self.inner.api.hipMemPoolSetAttribute(
                 pool,
                 hip_sys::hipMemPoolAttr::hipMemPoolAttrReleaseThreshold,
                 (&raw mut value).cast(),
             )
-        };
-        hip_check(
-            status,
-            format_args!("hipMemPoolSetAttribute(release threshold = {bytes} B)"),
-        )
+        }
+        .check(format_args!(
+            "hipMemPoolSetAttribute(release threshold = {bytes} B)"
+        ))
     }
 
     /// Bytes of device memory the default memory pool holds now, live
@@ -241,17 +237,19 @@ impl Device {
         let Some(pool) = self.default_memory_pool()? else {
             return Ok(0);
         };
-        let mut value = 0u64;
-        // SAFETY: live pool; this attribute writes a u64 to `value`.
-        let status = unsafe {
-            self.inner.api.hipMemPoolGetAttribute(
-                pool,
-                hip_sys::hipMemPoolAttr::hipMemPoolAttrReservedMemCurrent,
-                (&raw mut value).cast(),
-            )
-        };
-        hip_check(status, "hipMemPoolGetAttribute(reserved memory)")?;
-        Ok(value)
+        out(
+            "hipMemPoolGetAttribute(reserved memory)",
+            |value: &mut u64| {
+                // SAFETY: live pool; this attribute writes a u64 to `value`.
+                unsafe {
+                    self.inner.api.hipMemPoolGetAttribute(
+                        pool,
+                        hip_sys::hipMemPoolAttr::hipMemPoolAttrReservedMemCurrent,
+                        std::ptr::from_mut(value).cast(),
+                    )
+                }
+            },
+        )
     }
 
     /// The device's default memory pool, `None` on devices without pools.
@@ -260,15 +258,15 @@ impl Device {
             return Ok(None);
         }
         self.bind_to_thread()?;
-        let mut pool: hip_sys::hipMemPool_t = std::ptr::null_mut();
-        // SAFETY: valid out-pointer and device ordinal.
-        let status = unsafe {
-            self.inner
-                .api
-                .hipDeviceGetDefaultMemPool(&mut pool, self.inner.ordinal)
-        };
-        hip_check(status, "hipDeviceGetDefaultMemPool")?;
-        Ok(Some(pool))
+        out_ptr("hipDeviceGetDefaultMemPool", |pool| {
+            // SAFETY: valid out-pointer and device ordinal.
+            unsafe {
+                self.inner
+                    .api
+                    .hipDeviceGetDefaultMemPool(pool, self.inner.ordinal)
+            }
+        })
+        .map(Some)
     }
 
     /// The device's legacy default (null) stream.
@@ -302,6 +300,16 @@ impl Device {
     pub(crate) fn api(&self) -> &'static HipApi {
         self.inner.api
     }
+
+    /// Makes a release call from `Drop`, which cannot report errors: binds
+    /// this device, makes the call and discards its status (see
+    /// [`CheckStatus::discard`]). When the device cannot be bound the
+    /// resource is leaked, which is safe.
+    pub(crate) fn release<S: Status>(&self, call: impl FnOnce(&'static HipApi) -> Call<S>) {
+        if self.bind_to_thread().is_ok() {
+            call(self.inner.api).discard();
+        }
+    }
 }
 
 /// `gfx90a:sramecc+:xnack-` -> `gfx90a`.
@@ -314,8 +322,7 @@ fn set_current(api: &HipApi, ordinal: c_int) -> Result<()> {
         return Ok(());
     }
     // SAFETY: plain integer argument.
-    let status = unsafe { api.hipSetDevice(ordinal) };
-    hip_check(status, format_args!("hipSetDevice({ordinal})"))?;
+    unsafe { api.hipSetDevice(ordinal) }.check(format_args!("hipSetDevice({ordinal})"))?;
     CURRENT_DEVICE.with(|c| c.set(ordinal));
     Ok(())
 }
@@ -323,15 +330,14 @@ fn set_current(api: &HipApi, ordinal: c_int) -> Result<()> {
 pub(crate) fn device_count(api: &HipApi) -> Result<usize> {
     let mut count: c_int = 0;
     // SAFETY: valid out-pointer.
-    let status = unsafe { api.hipGetDeviceCount(&mut count) }?;
-    if status == hip_sys::hipError_t::hipErrorNoDevice {
+    let status = unsafe { api.hipGetDeviceCount(&mut count) };
+    if status == Ok(hip_sys::hipError_t::hipErrorNoDevice) {
         // "No device" is an answer, not a failure: clear it from HIP's
         // last-error slot so it does not surface on a later call.
-        // SAFETY: no arguments; only resets the calling thread's error slot.
-        let _ = unsafe { api.hipGetLastError() };
+        clear_hip_last_error();
         return Ok(0);
     }
-    hip_check(Ok(status), "hipGetDeviceCount")?;
+    status.check("hipGetDeviceCount")?;
     Ok(usize::try_from(count).unwrap_or(0))
 }
 
@@ -348,35 +354,47 @@ fn device_attribute(api: &HipApi, attr: hipDeviceAttribute_t, ordinal: c_int) ->
 fn read_properties(api: &HipApi, ordinal: c_int) -> Result<BasicProperties> {
     let modern = hip_sys::runtime_version().map_or(true, |v| v.has_r0600_properties());
     if modern {
-        let mut p = hipDeviceProp_tR0600::default();
-        // SAFETY: `p` is a properly sized and aligned R0600 struct.
-        let status = unsafe { api.hipGetDevicePropertiesR0600(&mut p, ordinal) };
-        hip_check(
-            status,
+        out(
             format_args!("hipGetDevicePropertiesR0600({ordinal})"),
-        )?;
-        Ok(BasicProperties {
-            name: fixed_c_string(&p.name),
-            full_arch: fixed_c_string(&p.gcnArchName),
-            total_memory: p.totalGlobalMem,
-            warp_size: p.warpSize,
-            multiprocessors: p.multiProcessorCount,
-        })
+            |p: &mut hipDeviceProp_tR0600| {
+                // SAFETY: `p` is a properly sized and aligned R0600 struct.
+                unsafe { api.hipGetDevicePropertiesR0600(p, ordinal) }
+            },
+        )
+        .map(BasicProperties::from)
     } else {
-        let mut p = hipDeviceProp_tR0000::default();
-        // SAFETY: `p` is a properly sized and aligned R0000 struct, the
-        // layout the plain exported `hipGetDeviceProperties` fills.
-        let status = unsafe { api.hipGetDeviceProperties(&mut p, ordinal) };
-        hip_check(status, format_args!("hipGetDeviceProperties({ordinal})"))?;
-        Ok(BasicProperties {
-            name: fixed_c_string(&p.name),
-            full_arch: fixed_c_string(&p.gcnArchName),
-            total_memory: p.totalGlobalMem,
-            warp_size: p.warpSize,
-            multiprocessors: p.multiProcessorCount,
-        })
+        out(
+            format_args!("hipGetDeviceProperties({ordinal})"),
+            |p: &mut hipDeviceProp_tR0000| {
+                // SAFETY: `p` is a properly sized and aligned R0000 struct,
+                // the layout the plain exported `hipGetDeviceProperties`
+                // fills.
+                unsafe { api.hipGetDeviceProperties(p, ordinal) }
+            },
+        )
+        .map(BasicProperties::from)
     }
 }
+
+/// `BasicProperties` from either `hipDeviceProp_t` layout: the fields read
+/// here have the same names and types in both.
+macro_rules! basic_properties_from {
+    ($($layout:ty),*) => {$(
+        impl From<$layout> for BasicProperties {
+            fn from(p: $layout) -> BasicProperties {
+                BasicProperties {
+                    name: fixed_c_string(&p.name),
+                    full_arch: fixed_c_string(&p.gcnArchName),
+                    total_memory: p.totalGlobalMem,
+                    warp_size: p.warpSize,
+                    multiprocessors: p.multiProcessorCount,
+                }
+            }
+        }
+    )*};
+}
+
+basic_properties_from!(hipDeviceProp_tR0600, hipDeviceProp_tR0000);
 
 /// A `char[N]` field as a string, stopping at the first NUL (or the end if
 /// the runtime filled every byte).

@@ -5,7 +5,8 @@ use std::fmt;
 use hip_sys::{hipError_t, hipEvent_t};
 
 use crate::device::Device;
-use crate::error::{Result, discard_drop_error, hip_check, hip_error};
+use crate::error::Result;
+use crate::result::{CheckStatus, Status, out, out_ptr};
 use crate::stream::Stream;
 
 /// Flags for [`Event::new`] (`hipEvent*` constants of `hip_runtime_api.h`).
@@ -67,12 +68,12 @@ impl Event {
     /// Creates an event on `device`.
     pub fn new(device: &Device, flags: EventFlags) -> Result<Event> {
         device.bind_to_thread()?;
-        let mut handle: hipEvent_t = std::ptr::null_mut();
-        // SAFETY: valid out-pointer.
-        let status = unsafe { device.api().hipEventCreateWithFlags(&mut handle, flags.0) };
-        hip_check(
-            status,
+        let handle = out_ptr(
             format_args!("hipEventCreateWithFlags({:#x})", flags.0),
+            |handle| {
+                // SAFETY: valid out-pointer.
+                unsafe { device.api().hipEventCreateWithFlags(handle, flags.0) }
+            },
         )?;
         Ok(Event {
             handle,
@@ -85,16 +86,15 @@ impl Event {
     pub fn record(&self, stream: &Stream) -> Result<()> {
         stream.bind()?;
         // SAFETY: both handles are valid while their owners live.
-        let status = unsafe { self.device.api().hipEventRecord(self.handle, stream.raw()) };
-        hip_check(status, "hipEventRecord")
+        unsafe { self.device.api().hipEventRecord(self.handle, stream.raw()) }
+            .check("hipEventRecord")
     }
 
     /// Blocks until the work before the recorded point has finished.
     pub fn synchronize(&self) -> Result<()> {
         self.device.bind_to_thread()?;
         // SAFETY: the handle is valid while `self` lives.
-        let status = unsafe { self.device.api().hipEventSynchronize(self.handle) };
-        hip_check(status, "hipEventSynchronize")
+        unsafe { self.device.api().hipEventSynchronize(self.handle) }.check("hipEventSynchronize")
     }
 
     /// Whether the recorded work has finished (non-blocking).
@@ -105,7 +105,7 @@ impl Event {
         match status {
             hipError_t::hipSuccess => Ok(true),
             hipError_t::hipErrorNotReady => Ok(false),
-            other => Err(hip_error(other, "hipEventQuery").into()),
+            other => Err(other.error("hipEventQuery")),
         }
     }
 
@@ -113,15 +113,14 @@ impl Event {
     /// events that have completed.
     pub fn elapsed_ms_since(&self, start: &Event) -> Result<f32> {
         self.device.bind_to_thread()?;
-        let mut ms = 0f32;
-        // SAFETY: valid out-pointer and live handles.
-        let status = unsafe {
-            self.device
-                .api()
-                .hipEventElapsedTime(&mut ms, start.handle, self.handle)
-        };
-        hip_check(status, "hipEventElapsedTime")?;
-        Ok(ms)
+        out("hipEventElapsedTime", |ms| {
+            // SAFETY: valid out-pointer and live handles.
+            unsafe {
+                self.device
+                    .api()
+                    .hipEventElapsedTime(ms, start.handle, self.handle)
+            }
+        })
     }
 
     /// The flags the event was created with.
@@ -136,12 +135,9 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        // Drop cannot return errors; see `discard_drop_error`.
-        if self.device.bind_to_thread().is_ok() {
-            let api = self.device.api();
+        self.device.release(|api| {
             // SAFETY: created by us in `new`, destroyed exactly once here.
-            let status = unsafe { api.hipEventDestroy(self.handle) };
-            discard_drop_error(api, status);
-        }
+            unsafe { api.hipEventDestroy(self.handle) }
+        });
     }
 }

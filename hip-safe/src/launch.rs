@@ -3,9 +3,10 @@
 
 use std::ffi::c_void;
 
-use crate::error::{Error, Result, hip_check};
+use crate::error::{Error, Result};
 use crate::module::Function;
 use crate::repr::DeviceRepr;
+use crate::result::CheckStatus;
 use crate::stream::Stream;
 
 /// Grid and block shape plus dynamic shared memory of one launch.
@@ -149,7 +150,7 @@ impl<'a> LaunchArgs<'a> {
         // SAFETY: live function and stream handles; `params` holds one valid
         // pointer per argument, borrowed for 'a; the caller guarantees the
         // signature and memory accesses match.
-        let status = unsafe {
+        unsafe {
             self.stream.api().hipModuleLaunchKernel(
                 self.function.raw(),
                 g.0,
@@ -163,16 +164,13 @@ impl<'a> LaunchArgs<'a> {
                 self.params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
-        };
-        hip_check(
-            status,
-            format_args!(
-                "hipModuleLaunchKernel(`{}`, grid {g:?}, block {b:?}, {} B shared, {} args)",
-                self.function.name(),
-                cfg.shared_mem_bytes,
-                self.params.len()
-            ),
-        )?;
+        }
+        .check(format_args!(
+            "hipModuleLaunchKernel(`{}`, grid {g:?}, block {b:?}, {} B shared, {} args)",
+            self.function.name(),
+            cfg.shared_mem_bytes,
+            self.params.len()
+        ))?;
         for s in &self.arg_streams {
             s.join(self.stream)?;
         }

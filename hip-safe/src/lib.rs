@@ -39,9 +39,9 @@
 #![warn(missing_docs)]
 
 mod alloc;
+mod alloc_cache;
 mod blas;
 mod buffer;
-mod cache;
 mod device;
 mod dnn;
 mod error;
@@ -50,6 +50,7 @@ mod launch;
 mod module;
 mod probe;
 mod repr;
+mod result;
 mod rtc;
 mod stream;
 mod transfer;

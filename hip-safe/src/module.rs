@@ -7,7 +7,8 @@ use std::sync::Arc;
 use hip_sys::{hipFunction_attribute, hipFunction_t, hipModule_t};
 
 use crate::device::Device;
-use crate::error::{Error, Result, discard_drop_error, hip_check};
+use crate::error::{Error, Result};
+use crate::result::{out, out_ptr};
 
 /// A code object loaded on one device; unloaded when the module and every
 /// [`Function`] taken from it are dropped.
@@ -84,16 +85,17 @@ impl Module {
         unsafe {
             std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr().cast(), image.len())
         };
-        let mut handle: hipModule_t = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; the image is only read during the call.
-        let status = unsafe {
-            device
-                .api()
-                .hipModuleLoadData(&mut handle, aligned.as_ptr().cast())
-        };
-        hip_check(
-            status,
+        let handle = out_ptr(
             format_args!("hipModuleLoadData ({} byte code object)", image.len()),
+            |handle| {
+                // SAFETY: valid out-pointer; the image is only read during
+                // the call.
+                unsafe {
+                    device
+                        .api()
+                        .hipModuleLoadData(handle, aligned.as_ptr().cast())
+                }
+            },
         )?;
         Ok(Module {
             inner: Arc::new(ModuleInner {
@@ -108,16 +110,16 @@ impl Module {
         let c_name = CString::new(name)
             .map_err(|_| Error::invalid("hipModuleGetFunction", "name contains a NUL byte"))?;
         self.inner.device.bind_to_thread()?;
-        let mut handle: hipFunction_t = std::ptr::null_mut();
-        // SAFETY: valid out-pointer, live module, NUL-terminated name.
-        let status = unsafe {
-            self.inner.device.api().hipModuleGetFunction(
-                &mut handle,
-                self.inner.handle,
-                c_name.as_ptr(),
-            )
-        };
-        hip_check(status, format_args!("hipModuleGetFunction(\"{name}\")"))?;
+        let handle = out_ptr(format_args!("hipModuleGetFunction(\"{name}\")"), |handle| {
+            // SAFETY: valid out-pointer, live module, NUL-terminated name.
+            unsafe {
+                self.inner.device.api().hipModuleGetFunction(
+                    handle,
+                    self.inner.handle,
+                    c_name.as_ptr(),
+                )
+            }
+        })?;
         Ok(Function {
             handle,
             name: name.into(),
@@ -169,17 +171,17 @@ impl Function {
 
     fn attribute(&self, attr: hipFunction_attribute, label: &str) -> Result<u32> {
         self.module.device.bind_to_thread()?;
-        let mut value: c_int = 0;
-        // SAFETY: valid out-pointer and live function handle.
-        let status = unsafe {
-            self.module
-                .device
-                .api()
-                .hipFuncGetAttribute(&mut value, attr, self.handle)
-        };
-        hip_check(
-            status,
+        let value: c_int = out(
             format_args!("hipFuncGetAttribute({label}) of `{}`", self.name),
+            |value| {
+                // SAFETY: valid out-pointer and live function handle.
+                unsafe {
+                    self.module
+                        .device
+                        .api()
+                        .hipFuncGetAttribute(value, attr, self.handle)
+                }
+            },
         )?;
         Ok(u32::try_from(value).unwrap_or(0))
     }
@@ -191,13 +193,10 @@ impl Function {
 
 impl Drop for ModuleInner {
     fn drop(&mut self) {
-        // Drop cannot return errors; see `discard_drop_error`.
-        if self.device.bind_to_thread().is_ok() {
-            let api = self.device.api();
+        self.device.release(|api| {
             // SAFETY: loaded by us, unloaded exactly once after every
             // `Function` (which holds this Arc) is gone.
-            let status = unsafe { api.hipModuleUnload(self.handle) };
-            discard_drop_error(api, status);
-        }
+            unsafe { api.hipModuleUnload(self.handle) }
+        });
     }
 }

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use hip_sys::{hipDeviceptr_t, hipStream_t};
 
-use crate::cache::{AllocationCache, MAX_CACHED_BYTES};
+use crate::alloc_cache::{AllocationCache, MAX_CACHED_BYTES};
 use crate::device::Device;
-use crate::error::{Result, discard_drop_error, hip_check};
+use crate::error::Result;
 use crate::event::{Event, EventFlags};
+use crate::result::{CheckStatus, out_ptr};
 
 /// `hipStreamNonBlocking`: the stream does not synchronise with the null stream.
 const STREAM_NON_BLOCKING: u32 = 0x01;
@@ -42,7 +43,7 @@ struct StreamInner {
     handle: hipStream_t,
     kind: StreamKind,
     /// Small freed allocations kept for reuse (off until given a limit).
-    cache: AllocationCache,
+    alloc_cache: AllocationCache,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,14 +98,14 @@ impl Stream {
 
     pub(crate) fn create(device: Device) -> Result<Stream> {
         device.bind_to_thread()?;
-        let mut handle: hipStream_t = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; the flag is a documented constant.
-        let status = unsafe {
-            device
-                .api()
-                .hipStreamCreateWithFlags(&mut handle, STREAM_NON_BLOCKING)
-        };
-        hip_check(status, "hipStreamCreateWithFlags(hipStreamNonBlocking)")?;
+        let handle = out_ptr("hipStreamCreateWithFlags(hipStreamNonBlocking)", |handle| {
+            // SAFETY: valid out-pointer; the flag is a documented constant.
+            unsafe {
+                device
+                    .api()
+                    .hipStreamCreateWithFlags(handle, STREAM_NON_BLOCKING)
+            }
+        })?;
         Ok(Self::wrap(device, handle, StreamKind::Owned))
     }
 
@@ -114,7 +115,7 @@ impl Stream {
                 device,
                 handle,
                 kind,
-                cache: AllocationCache::default(),
+                alloc_cache: AllocationCache::default(),
             }),
         }
     }
@@ -134,8 +135,7 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         // SAFETY: the handle is valid while `self` lives.
-        let status = unsafe { self.api().hipStreamSynchronize(self.inner.handle) };
-        hip_check(status, "hipStreamSynchronize")
+        unsafe { self.api().hipStreamSynchronize(self.inner.handle) }.check("hipStreamSynchronize")
     }
 
     /// Creates an event with `flags` and records it on this stream.
@@ -150,11 +150,11 @@ impl Stream {
     pub fn wait(&self, event: &Event) -> Result<()> {
         self.bind()?;
         // SAFETY: both handles are valid while their owners live.
-        let status = unsafe {
+        unsafe {
             self.api()
                 .hipStreamWaitEvent(self.inner.handle, event.raw(), 0)
-        };
-        hip_check(status, "hipStreamWaitEvent")
+        }
+        .check("hipStreamWaitEvent")
     }
 
     /// Makes this stream wait for everything queued on `other` so far
@@ -187,20 +187,20 @@ impl Stream {
     /// memory pools).
     pub fn set_allocation_cache_limit(&self, bytes: usize) {
         if self.stream_ordered_alloc() {
-            self.free_cached(self.inner.cache.set_limit(bytes));
+            self.free_cached(self.inner.alloc_cache.set_limit(bytes));
         }
     }
 
     /// Bytes of freed allocations the allocation cache holds now.
     pub fn allocation_cache_bytes(&self) -> usize {
-        self.inner.cache.held()
+        self.inner.alloc_cache.held()
     }
 
     /// The largest request the allocation cache serves.
     pub const MAX_CACHED_ALLOCATION: usize = MAX_CACHED_BYTES;
 
     pub(crate) fn allocation_cache(&self) -> &AllocationCache {
-        &self.inner.cache
+        &self.inner.alloc_cache
     }
 
     /// Frees addresses the allocation cache gave up (`hipFreeAsync` on
@@ -228,24 +228,20 @@ impl StreamInner {
         for ptr in ptrs {
             // SAFETY: a cached address came from hipMallocAsync on this
             // stream and is owned by nobody else; freed once, in stream order.
-            let status = unsafe { api.hipFreeAsync(ptr, self.handle) };
-            discard_drop_error(api, status);
+            unsafe { api.hipFreeAsync(ptr, self.handle) }.discard();
         }
     }
 }
 
 impl Drop for StreamInner {
     fn drop(&mut self) {
-        self.free_cached(self.cache.drain());
+        self.free_cached(self.alloc_cache.drain());
         if self.kind != StreamKind::Owned {
             return;
         }
-        // Drop cannot return errors; see `discard_drop_error`.
-        if self.device.bind_to_thread().is_ok() {
-            let api = self.device.api();
+        self.device.release(|api| {
             // SAFETY: the handle was created by us and is destroyed exactly once.
-            let status = unsafe { api.hipStreamDestroy(self.handle) };
-            discard_drop_error(api, status);
-        }
+            unsafe { api.hipStreamDestroy(self.handle) }
+        });
     }
 }

@@ -10,8 +10,9 @@ use std::ffi::c_void;
 use hip_sys::hipMemcpyKind;
 
 use crate::buffer::{DeviceBuffer, DevicePtr, DevicePtrMut};
-use crate::error::{Error, Result, hip_check};
+use crate::error::{Error, Result};
 use crate::repr::{DeviceRepr, ValidAsZeroBits};
+use crate::result::CheckStatus;
 use crate::stream::Stream;
 
 impl Stream {
@@ -176,7 +177,7 @@ impl Stream {
         // SAFETY: `dst` holds `count` words of the word's width (its byte
         // size is a multiple of the width because the pattern repeats within
         // one element).
-        let status = unsafe {
+        unsafe {
             match word {
                 Word::U8(v) => api.hipMemsetAsync(ptr, i32::from(v), count, stream),
                 Word::U16(v) => api.hipMemsetD16Async(ptr, v, count, stream),
@@ -184,11 +185,11 @@ impl Stream {
                     api.hipMemsetD32Async(ptr, i32::from_ne_bytes(v.to_ne_bytes()), count, stream)
                 }
             }
-        };
-        hip_check(
-            status,
-            format_args!("memset of {count} {}-byte words", word.bytes()),
-        )?;
+        }
+        .check(format_args!(
+            "memset of {count} {}-byte words",
+            word.bytes()
+        ))?;
         dst.stream().join(self)
     }
 
@@ -206,11 +207,10 @@ impl Stream {
         self.bind()?;
         // SAFETY: callers pass pointers valid for `bytes` bytes in the
         // direction `kind` names, kept alive until the copy completes.
-        let status = unsafe { self.api().hipMemcpyAsync(dst, src, bytes, kind, self.raw()) };
-        hip_check(
-            status,
-            format_args!("hipMemcpyAsync of {bytes} bytes ({})", kind_name(kind)),
-        )
+        unsafe { self.api().hipMemcpyAsync(dst, src, bytes, kind, self.raw()) }.check(format_args!(
+            "hipMemcpyAsync of {bytes} bytes ({})",
+            kind_name(kind)
+        ))
     }
 
     /// Queues a host callback that drops `host` once the stream reaches it
@@ -224,11 +224,12 @@ impl Stream {
         }
         let raw = Box::into_raw(host);
         // SAFETY: live stream; the callback takes back ownership of `raw`.
-        let status = unsafe {
+        let queued = unsafe {
             self.api()
                 .hipLaunchHostFunc(self.raw(), Some(release::<T>), raw.cast())
-        };
-        if hip_check(status, "hipLaunchHostFunc").is_err() {
+        }
+        .check("hipLaunchHostFunc");
+        if queued.is_err() {
             // SAFETY: the callback was not queued, so we still own `raw`.
             self.release_after_sync(unsafe { Box::from_raw(raw) });
         }

@@ -1,21 +1,33 @@
-//! Compile-time checks of the struct layouts this project reads, with the
-//! numbers measured on the real headers (see shared/rocm-facts.md).
+//! Compile-time checks of the layouts of the structs whose fields this
+//! project reads: sizes and field offsets as the real ROCm headers define
+//! them, so that bindings generated differently fail to build instead of
+//! reading the wrong bytes.
 
 use core::mem::{offset_of, size_of};
 use static_assertions::const_assert_eq;
 
 use crate::types::{hipDeviceProp_tR0000, hipDeviceProp_tR0600};
 
-const_assert_eq!(size_of::<hipDeviceProp_tR0600>(), 1472);
-const_assert_eq!(offset_of!(hipDeviceProp_tR0600, name), 0);
-const_assert_eq!(offset_of!(hipDeviceProp_tR0600, totalGlobalMem), 288);
-const_assert_eq!(offset_of!(hipDeviceProp_tR0600, warpSize), 308);
-const_assert_eq!(offset_of!(hipDeviceProp_tR0600, multiProcessorCount), 388);
-const_assert_eq!(offset_of!(hipDeviceProp_tR0600, gcnArchName), 1160);
+/// Asserts the size of `$ty` and the offset of each listed field.
+macro_rules! assert_layout {
+    ($ty:ty, size $size:expr, { $($field:ident: $offset:expr),* $(,)? }) => {
+        const_assert_eq!(size_of::<$ty>(), $size);
+        $(const_assert_eq!(offset_of!($ty, $field), $offset);)*
+    };
+}
 
-const_assert_eq!(size_of::<hipDeviceProp_tR0000>(), 792);
-const_assert_eq!(offset_of!(hipDeviceProp_tR0000, name), 0);
-const_assert_eq!(offset_of!(hipDeviceProp_tR0000, totalGlobalMem), 256);
-const_assert_eq!(offset_of!(hipDeviceProp_tR0000, warpSize), 276);
-const_assert_eq!(offset_of!(hipDeviceProp_tR0000, multiProcessorCount), 336);
-const_assert_eq!(offset_of!(hipDeviceProp_tR0000, gcnArchName), 396);
+assert_layout!(hipDeviceProp_tR0600, size 1472, {
+    name: 0,
+    totalGlobalMem: 288,
+    warpSize: 308,
+    multiProcessorCount: 388,
+    gcnArchName: 1160,
+});
+
+assert_layout!(hipDeviceProp_tR0000, size 792, {
+    name: 0,
+    totalGlobalMem: 256,
+    warpSize: 276,
+    multiProcessorCount: 336,
+    gcnArchName: 396,
+});

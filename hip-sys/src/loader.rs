@@ -2,7 +2,7 @@
 //!
 //! Nothing here panics: every failure becomes a [`LoadError`] that names the
 //! library, every file that was tried and why each one failed. The search
-//! order is the one in the project's design:
+//! order:
 //!
 //! 1. an explicit override variable naming a file (for example
 //!    `HIP_SYS_LIBAMDHIP64=/opt/rocm-6.4.0/lib/libamdhip64.so.6`);

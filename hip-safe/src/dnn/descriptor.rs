@@ -8,8 +8,8 @@ use miopen_sys::{
 };
 
 use super::config::ConvConfig;
-use super::status::check;
 use crate::error::Result;
+use crate::result::{CheckStatus, out_ptr};
 
 /// A 4-D contiguous (NCHW) tensor descriptor, destroyed on drop.
 pub(crate) struct TensorDescriptor {
@@ -44,33 +44,30 @@ impl TensorDescriptor {
         dtype: miopenDataType_t,
         dims: [usize; 4],
     ) -> Result<TensorDescriptor> {
-        let mut raw: miopenTensorDescriptor_t = std::ptr::null_mut();
-        // SAFETY: valid out-pointer.
-        let status = unsafe { api.miopenCreateTensorDescriptor(&mut raw) };
-        check(api, status, || "miopenCreateTensorDescriptor".into())?;
+        let raw = out_ptr("miopenCreateTensorDescriptor", |raw| {
+            // SAFETY: valid out-pointer.
+            unsafe { api.miopenCreateTensorDescriptor(raw) }
+        })?;
         let desc = TensorDescriptor { api, raw };
         let d = ints(dims);
         let strides = [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1];
         // SAFETY: live descriptor; both arrays hold 4 entries.
-        let status =
-            unsafe { api.miopenSetTensorDescriptor(raw, dtype, 4, d.as_ptr(), strides.as_ptr()) };
-        check(api, status, || {
-            format!("miopenSetTensorDescriptor({dims:?})")
-        })?;
+        unsafe { api.miopenSetTensorDescriptor(raw, dtype, 4, d.as_ptr(), strides.as_ptr()) }
+            .check(format_args!("miopenSetTensorDescriptor({dims:?})"))?;
         Ok(desc)
     }
 }
 
 impl ConvDescriptor {
     pub(crate) fn new(api: &'static MiopenApi, cfg: &ConvConfig) -> Result<ConvDescriptor> {
-        let mut raw: miopenConvolutionDescriptor_t = std::ptr::null_mut();
-        // SAFETY: valid out-pointer.
-        let status = unsafe { api.miopenCreateConvolutionDescriptor(&mut raw) };
-        check(api, status, || "miopenCreateConvolutionDescriptor".into())?;
+        let raw = out_ptr("miopenCreateConvolutionDescriptor", |raw| {
+            // SAFETY: valid out-pointer.
+            unsafe { api.miopenCreateConvolutionDescriptor(raw) }
+        })?;
         let desc = ConvDescriptor { api, raw };
         let (pad, stride, dilation) = (ints(cfg.padding), ints(cfg.stride), ints(cfg.dilation));
         // SAFETY: live descriptor; each array holds `spatialDim` = 2 entries.
-        let status = unsafe {
+        unsafe {
             api.miopenInitConvolutionNdDescriptor(
                 raw,
                 2,
@@ -79,19 +76,16 @@ impl ConvDescriptor {
                 dilation.as_ptr(),
                 miopenConvolutionMode_t::miopenConvolution,
             )
-        };
-        check(api, status, || {
-            format!(
-                "miopenInitConvolutionNdDescriptor(pad {:?}, stride {:?}, dilation {:?})",
-                cfg.padding, cfg.stride, cfg.dilation
-            )
-        })?;
+        }
+        .check(format_args!(
+            "miopenInitConvolutionNdDescriptor(pad {:?}, stride {:?}, dilation {:?})",
+            cfg.padding, cfg.stride, cfg.dilation
+        ))?;
         if cfg.groups > 1 {
             // SAFETY: live descriptor.
-            let status = unsafe { api.miopenSetConvolutionGroupCount(raw, ints([cfg.groups])[0]) };
-            check(api, status, || {
-                format!("miopenSetConvolutionGroupCount({})", cfg.groups)
-            })?;
+            unsafe { api.miopenSetConvolutionGroupCount(raw, ints([cfg.groups])[0]) }.check(
+                format_args!("miopenSetConvolutionGroupCount({})", cfg.groups),
+            )?;
         }
         Ok(desc)
     }
@@ -99,16 +93,14 @@ impl ConvDescriptor {
 
 impl Drop for TensorDescriptor {
     fn drop(&mut self) {
-        // Drop cannot report errors; a failed destroy only leaks host memory.
         // SAFETY: created in `new`, destroyed exactly once.
-        let _ = unsafe { self.api.miopenDestroyTensorDescriptor(self.raw) };
+        unsafe { self.api.miopenDestroyTensorDescriptor(self.raw) }.discard();
     }
 }
 
 impl Drop for ConvDescriptor {
     fn drop(&mut self) {
-        // Drop cannot report errors; a failed destroy only leaks host memory.
         // SAFETY: created in `new`, destroyed exactly once.
-        let _ = unsafe { self.api.miopenDestroyConvolutionDescriptor(self.raw) };
+        unsafe { self.api.miopenDestroyConvolutionDescriptor(self.raw) }.discard();
     }
 }

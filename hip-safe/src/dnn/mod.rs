@@ -3,10 +3,9 @@
 
 mod config;
 mod descriptor;
-mod status;
 
 use std::collections::HashMap;
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::fmt;
 use std::sync::Mutex;
 
@@ -19,11 +18,11 @@ use miopen_sys::{
 use crate::buffer::{DeviceBuffer, DevicePtr, DevicePtrMut};
 use crate::error::{DnnError, Result};
 use crate::repr::DeviceRepr;
+use crate::result::{CheckStatus, out, out_ptr};
 use crate::stream::Stream;
 use config::Sizes;
 pub use config::{Conv1dConfig, ConvConfig, ConvTransposeConfig};
 use descriptor::{ConvDescriptor, TensorDescriptor};
-use status::check;
 
 mod sealed {
     pub trait Sealed {}
@@ -124,10 +123,10 @@ impl Dnn {
     pub fn new(stream: &Stream) -> Result<Dnn> {
         let api = miopen_sys::miopen()?;
         stream.bind()?;
-        let mut handle: miopenHandle_t = std::ptr::null_mut();
-        // SAFETY: valid out-pointer.
-        let status = unsafe { api.miopenCreate(&mut handle) };
-        check(api, status, || "miopenCreate".into())?;
+        let handle = out_ptr("miopenCreate", |handle| {
+            // SAFETY: valid out-pointer.
+            unsafe { api.miopenCreate(handle) }
+        })?;
         let dnn = Dnn {
             api,
             stream: stream.clone(),
@@ -138,8 +137,7 @@ impl Dnn {
             }),
         };
         // SAFETY: live handle; the stream outlives it (`dnn` holds a clone).
-        let status = unsafe { api.miopenSetStream(handle, stream.raw()) };
-        check(api, status, || "miopenSetStream".into())?;
+        unsafe { api.miopenSetStream(handle, stream.raw()) }.check("miopenSetStream")?;
         Ok(dnn)
     }
 
@@ -255,7 +253,7 @@ impl Dnn {
         // hold at least the element counts the descriptors describe
         // (validated above); alpha/beta are f32 host values, as MIOpen
         // expects for these data types; the workspace has `ws_size` bytes.
-        let status = unsafe {
+        unsafe {
             match dir {
                 Direction::Forward => self.api.miopenConvolutionForward(
                     state.handle,
@@ -288,8 +286,8 @@ impl Dnn {
                     ws_size,
                 ),
             }
-        };
-        check(self.api, status, || op.clone())?;
+        }
+        .check(&op)?;
         for s in [src.stream(), w.stream(), dst.stream()] {
             s.join(&self.stream)?;
         }
@@ -311,22 +309,22 @@ impl Dnn {
         let w = TensorDescriptor::new(api, T::DATATYPE, sizes.w_dims)?;
         let y = TensorDescriptor::new(api, T::DATATYPE, sizes.y_dims)?;
         let conv = ConvDescriptor::new(api, cfg)?;
-        let mut n_dims = 0;
-        let mut out_dims = [0; 4];
-        // SAFETY: live descriptors; `out_dims` has room for the 4 dims of a
-        // 4-D tensor.
-        let status = unsafe {
-            api.miopenGetConvolutionNdForwardOutputDim(
-                conv.raw,
-                x.raw,
-                w.raw,
-                &mut n_dims,
-                out_dims.as_mut_ptr(),
-            )
-        };
-        check(api, status, || {
-            "miopenGetConvolutionNdForwardOutputDim".into()
-        })?;
+        let (n_dims, out_dims) = out(
+            "miopenGetConvolutionNdForwardOutputDim",
+            |(n_dims, out_dims): &mut (c_int, [c_int; 4])| {
+                // SAFETY: live descriptors; `out_dims` has room for the 4
+                // dims of a 4-D tensor.
+                unsafe {
+                    api.miopenGetConvolutionNdForwardOutputDim(
+                        conv.raw,
+                        x.raw,
+                        w.raw,
+                        n_dims,
+                        out_dims.as_mut_ptr(),
+                    )
+                }
+            },
+        )?;
         let expected = sizes.y_dims.map(|d| d as i32);
         if n_dims != 4 || out_dims != expected {
             return Err(DnnError::InvalidArgument {
@@ -335,76 +333,73 @@ impl Dnn {
             }
             .into());
         }
-        let mut ws_query = 0usize;
-        // SAFETY: live handle and descriptors, valid out-pointer.
-        let status = unsafe {
-            match dir {
-                Direction::Forward => api.miopenConvolutionForwardGetWorkSpaceSize(
-                    state.handle,
-                    w.raw,
-                    x.raw,
-                    conv.raw,
-                    y.raw,
-                    &mut ws_query,
-                ),
-                Direction::BackwardData => api.miopenConvolutionBackwardDataGetWorkSpaceSize(
-                    state.handle,
-                    y.raw,
-                    w.raw,
-                    conv.raw,
-                    x.raw,
-                    &mut ws_query,
-                ),
-            }
-        };
-        check(api, status, || {
-            format!("{dir:?} convolution workspace query")
-        })?;
+        let ws_query = out(
+            format_args!("{dir:?} convolution workspace query"),
+            |ws_query| {
+                // SAFETY: live handle and descriptors, valid out-pointer.
+                unsafe {
+                    match dir {
+                        Direction::Forward => api.miopenConvolutionForwardGetWorkSpaceSize(
+                            state.handle,
+                            w.raw,
+                            x.raw,
+                            conv.raw,
+                            y.raw,
+                            ws_query,
+                        ),
+                        Direction::BackwardData => api
+                            .miopenConvolutionBackwardDataGetWorkSpaceSize(
+                                state.handle,
+                                y.raw,
+                                w.raw,
+                                conv.raw,
+                                x.raw,
+                                ws_query,
+                            ),
+                    }
+                }
+            },
+        )?;
         let (ws_ptr, ws_size) = ensure_workspace(&self.stream, &mut state.workspace, ws_query)?;
-        let mut perf = [miopenConvAlgoPerf_t::default(); 4];
-        let mut returned = 0;
-        // SAFETY: live handle and descriptors; the buffers hold what the
-        // descriptors describe (validated by the caller); `perf` has room
-        // for the 4 requested results; the workspace has `ws_size` bytes.
-        let status = unsafe {
-            match dir {
-                Direction::Forward => api.miopenFindConvolutionForwardAlgorithm(
-                    state.handle,
-                    x.raw,
-                    buffers.src,
-                    w.raw,
-                    buffers.w,
-                    conv.raw,
-                    y.raw,
-                    buffers.dst,
-                    perf.len() as i32,
-                    &mut returned,
-                    perf.as_mut_ptr(),
-                    ws_ptr,
-                    ws_size,
-                    false,
-                ),
-                Direction::BackwardData => api.miopenFindConvolutionBackwardDataAlgorithm(
-                    state.handle,
-                    y.raw,
-                    buffers.src,
-                    w.raw,
-                    buffers.w,
-                    conv.raw,
-                    x.raw,
-                    buffers.dst,
-                    perf.len() as i32,
-                    &mut returned,
-                    perf.as_mut_ptr(),
-                    ws_ptr,
-                    ws_size,
-                    false,
-                ),
-            }
+        // Both directions' Find take the same arguments: the descriptor and
+        // buffer read (x or dy), the weights, the descriptor and buffer
+        // written (y or dx).
+        let find = match dir {
+            Direction::Forward => MiopenApi::miopenFindConvolutionForwardAlgorithm,
+            Direction::BackwardData => MiopenApi::miopenFindConvolutionBackwardDataAlgorithm,
         };
-        check(api, status, || {
-            format!("{dir:?} convolution Find ({}, {cfg:?})", T::NAME)
-        })?;
+        let (src, dst) = match dir {
+            Direction::Forward => (&x, &y),
+            Direction::BackwardData => (&y, &x),
+        };
+        let (returned, perf) = out(
+            format_args!("{dir:?} convolution Find ({}, {cfg:?})", T::NAME),
+            |(returned, perf): &mut (c_int, [miopenConvAlgoPerf_t; 4])| {
+                // SAFETY: live handle and descriptors; the buffers hold what
+                // the descriptors describe (validated by the caller); `perf`
+                // has room for the 4 requested results; the workspace has
+                // `ws_size` bytes.
+                unsafe {
+                    find(
+                        api,
+                        state.handle,
+                        src.raw,
+                        buffers.src,
+                        w.raw,
+                        buffers.w,
+                        conv.raw,
+                        dst.raw,
+                        buffers.dst,
+                        perf.len() as c_int,
+                        returned,
+                        perf.as_mut_ptr(),
+                        ws_ptr,
+                        ws_size,
+                        false,
+                    )
+                }
+            },
+        )?;
         if returned < 1 {
             return Err(DnnError::Failed {
                 op: format!("{dir:?} convolution Find ({}, {cfg:?})", T::NAME),
@@ -464,12 +459,12 @@ fn ensure_workspace(
 impl Drop for Dnn {
     fn drop(&mut self) {
         let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        // Descriptors go first, then the handle. Drop cannot report errors;
-        // a failed destroy only leaks the handle.
+        // Descriptors go first, then the handle.
         state.plans.clear();
-        if self.stream.bind().is_ok() {
+        let (api, handle) = (self.api, state.handle);
+        self.stream.device().release(|_| {
             // SAFETY: created in `new`, destroyed exactly once here.
-            let _ = unsafe { self.api.miopenDestroy(state.handle) };
-        }
+            unsafe { api.miopenDestroy(handle) }
+        });
     }
 }

@@ -8,9 +8,9 @@ use crate::error::RtcError;
 /// AMD architectures and the first ROCm release whose hipRTC compiles for
 /// them (conservative: a release that may support an arch but is not known
 /// to is treated as not supporting it, because the failure mode is an abort).
-/// gfx940 and gfx941 are left out on purpose: ROCm 6.4's hipRTC aborts on
-/// them (they were dropped from LLVM), as the sandbox test
-/// `sandbox_every_listed_arch_really_compiles` showed.
+/// gfx940 and gfx941 are left out on purpose: they were dropped from LLVM,
+/// and ROCm 6.4's hipRTC aborts on them. The sandbox test
+/// `sandbox_every_listed_arch_really_compiles` compiles for every entry.
 const AMD_ARCHS: &[(&str, (u32, u32))] = &[
     ("gfx803", (5, 0)),
     ("gfx900", (5, 0)),

@@ -2,9 +2,10 @@
 
 use std::ffi::{CString, c_char, c_int};
 
-use hip_sys::{HiprtcApi, MissingSymbol, hiprtcProgram, hiprtcResult};
+use hip_sys::{HiprtcApi, hiprtcProgram, hiprtcResult};
 
-use crate::error::{Error, Result, RtcError, c_str_to_string};
+use crate::error::{Error, Result, RtcError};
+use crate::result::{CheckStatus, Status, out, out_ptr};
 
 /// Owns a `hiprtcProgram` and destroys it exactly once.
 struct ProgramHandle {
@@ -14,9 +15,8 @@ struct ProgramHandle {
 
 impl Drop for ProgramHandle {
     fn drop(&mut self) {
-        // Nothing to report from Drop: a failed destroy only leaks host memory.
         // SAFETY: created by hiprtcCreateProgram, destroyed once.
-        let _ = unsafe { self.api.hiprtcDestroyProgram(&mut self.raw) };
+        unsafe { self.api.hiprtcDestroyProgram(&mut self.raw) }.discard();
     }
 }
 
@@ -59,21 +59,21 @@ pub(crate) fn compile(job: &Job<'_>) -> Result<Vec<u8>> {
     let mut name_ptrs: Vec<*const c_char> = header_names.iter().map(|c| c.as_ptr()).collect();
     let mut option_ptrs: Vec<*const c_char> = options.iter().map(|c| c.as_ptr()).collect();
 
-    let mut raw: hiprtcProgram = std::ptr::null_mut();
-    // SAFETY: every pointer is a live NUL-terminated string, the arrays hold
-    // `headers.len()` entries, and `raw` is a valid out-pointer.
-    let status = unsafe {
-        api.hiprtcCreateProgram(
-            &mut raw,
-            source.as_ptr(),
-            name.as_ptr(),
-            len_c(header_ptrs.len())?,
-            header_ptrs.as_mut_ptr(),
-            name_ptrs.as_mut_ptr(),
-        )
-    };
-    rtc_check(api, status, || {
-        format!("hiprtcCreateProgram(`{}`)", job.name)
+    let header_count = len_c(header_ptrs.len())?;
+    let raw = out_ptr(format_args!("hiprtcCreateProgram(`{}`)", job.name), |raw| {
+        // SAFETY: every pointer is a live NUL-terminated string, the
+        // arrays hold `headers.len()` entries, and `raw` is a valid
+        // out-pointer.
+        unsafe {
+            api.hiprtcCreateProgram(
+                raw,
+                source.as_ptr(),
+                name.as_ptr(),
+                header_count,
+                header_ptrs.as_mut_ptr(),
+                name_ptrs.as_mut_ptr(),
+            )
+        }
     })?;
     let program = ProgramHandle { api, raw };
 
@@ -85,7 +85,7 @@ pub(crate) fn compile(job: &Job<'_>) -> Result<Vec<u8>> {
             option_ptrs.as_mut_ptr(),
         )
     }?;
-    if status != hiprtcResult::HIPRTC_SUCCESS {
+    if !status.is_success() {
         let log = read_log(&program)
             .unwrap_or_else(|e| format!("(the compile log could not be read: {e})"));
         if status == hiprtcResult::HIPRTC_ERROR_COMPILATION {
@@ -97,39 +97,32 @@ pub(crate) fn compile(job: &Job<'_>) -> Result<Vec<u8>> {
             }
             .into());
         }
-        return Err(rtc_error(
-            api,
-            status,
-            format!("hiprtcCompileProgram(`{}`): {log}", job.name),
-        )
-        .into());
+        return Err(status.error(format_args!("hiprtcCompileProgram(`{}`): {log}", job.name)));
     }
     read_code(&program, job.name)
 }
 
 fn read_log(program: &ProgramHandle) -> Result<String> {
-    let mut size = 0usize;
-    // SAFETY: live program and valid out-pointer.
-    let status = unsafe { program.api.hiprtcGetProgramLogSize(program.raw, &mut size) };
-    rtc_check(program.api, status, || "hiprtcGetProgramLogSize".into())?;
+    let size: usize = out("hiprtcGetProgramLogSize", |size| {
+        // SAFETY: live program and valid out-pointer.
+        unsafe { program.api.hiprtcGetProgramLogSize(program.raw, size) }
+    })?;
     let mut log = vec![0u8; size.max(1)];
     // SAFETY: `log` has room for `size` bytes, as hipRTC requires.
-    let status = unsafe {
+    unsafe {
         program
             .api
             .hiprtcGetProgramLog(program.raw, log.as_mut_ptr().cast())
-    };
-    rtc_check(program.api, status, || "hiprtcGetProgramLog".into())?;
+    }
+    .check("hiprtcGetProgramLog")?;
     let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
     Ok(String::from_utf8_lossy(&log[..end]).trim_end().to_string())
 }
 
 fn read_code(program: &ProgramHandle, name: &str) -> Result<Vec<u8>> {
-    let mut size = 0usize;
-    // SAFETY: live program and valid out-pointer.
-    let status = unsafe { program.api.hiprtcGetCodeSize(program.raw, &mut size) };
-    rtc_check(program.api, status, || {
-        format!("hiprtcGetCodeSize(`{name}`)")
+    let size: usize = out(format_args!("hiprtcGetCodeSize(`{name}`)"), |size| {
+        // SAFETY: live program and valid out-pointer.
+        unsafe { program.api.hiprtcGetCodeSize(program.raw, size) }
     })?;
     if size == 0 {
         return Err(RtcError::Failed {
@@ -141,43 +134,15 @@ fn read_code(program: &ProgramHandle, name: &str) -> Result<Vec<u8>> {
     }
     let mut code = vec![0u8; size];
     // SAFETY: `code` has room for `size` bytes.
-    let status = unsafe {
+    unsafe {
         program
             .api
             .hiprtcGetCode(program.raw, code.as_mut_ptr().cast())
-    };
-    rtc_check(program.api, status, || format!("hiprtcGetCode(`{name}`)"))?;
+    }
+    .check(format_args!("hiprtcGetCode(`{name}`)"))?;
     Ok(code)
 }
 
 fn len_c(n: usize) -> Result<c_int> {
     c_int::try_from(n).map_err(|_| Error::invalid("hipRTC", "too many options or headers"))
-}
-
-fn rtc_check(
-    api: &HiprtcApi,
-    status: std::result::Result<hiprtcResult, MissingSymbol>,
-    op: impl FnOnce() -> String,
-) -> Result<()> {
-    let status = status?;
-    if status == hiprtcResult::HIPRTC_SUCCESS {
-        return Ok(());
-    }
-    Err(rtc_error(api, status, op()).into())
-}
-
-fn rtc_error(api: &HiprtcApi, status: hiprtcResult, op: String) -> RtcError {
-    // SAFETY: hiprtcGetErrorString accepts any code and returns a pointer to
-    // a static NUL-terminated string (or null), read at once.
-    let message = unsafe {
-        api.hiprtcGetErrorString(status)
-            .ok()
-            .and_then(|p| c_str_to_string(p))
-    }
-    .unwrap_or_else(|| "unknown hiprtcResult".into());
-    RtcError::Failed {
-        op,
-        code: status.0,
-        message,
-    }
 }

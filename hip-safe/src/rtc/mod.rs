@@ -2,7 +2,7 @@
 //! architecture validated first and code objects cached on disk.
 
 mod arch;
-mod cache;
+mod code_cache;
 mod compile;
 mod hash;
 
@@ -15,8 +15,8 @@ use crate::error::{Error, Result};
 use crate::module::Module;
 
 use arch::{Platform, is_nvidia_arch, platform_archs, validate_arch};
-pub use cache::{CACHE_DIR_VAR, default_cache_dir};
-use cache::{CacheKey, CodeCache};
+pub use code_cache::{CACHE_DIR_VAR, default_cache_dir};
+use code_cache::{CodeCache, CodeCacheKey};
 
 /// Options that choose the target; the target is always set by
 /// [`Program::compile_for_arch`] itself.
@@ -57,11 +57,12 @@ pub struct Program {
     name: String,
     options: Vec<String>,
     headers: Vec<(String, String)>,
-    cache: CacheSetting,
+    cache: CodeCacheSetting,
 }
 
+/// Where a [`Program`] caches its code objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum CacheSetting {
+enum CodeCacheSetting {
     /// [`default_cache_dir`], resolved at compile time.
     Default,
     Dir(PathBuf),
@@ -76,7 +77,7 @@ impl Program {
             name: name.to_string(),
             options: Vec::new(),
             headers: Vec::new(),
-            cache: CacheSetting::Default,
+            cache: CodeCacheSetting::Default,
         }
     }
 
@@ -101,13 +102,13 @@ impl Program {
 
     /// Caches code objects in `dir` instead of the default directory.
     pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Program {
-        self.cache = CacheSetting::Dir(dir.into());
+        self.cache = CodeCacheSetting::Dir(dir.into());
         self
     }
 
     /// Always compiles, never reading or writing the cache.
     pub fn without_cache(mut self) -> Program {
-        self.cache = CacheSetting::Disabled;
+        self.cache = CodeCacheSetting::Disabled;
         self
     }
 
@@ -125,7 +126,7 @@ impl Program {
         let platform = platform();
         validate_arch(arch, platform)?;
         let options = self.full_options(arch)?;
-        let key = CacheKey::new(
+        let key = CodeCacheKey::new(
             &self.source,
             &self.headers,
             &options,
@@ -171,9 +172,9 @@ impl Program {
 
     fn code_cache(&self) -> Option<CodeCache> {
         match &self.cache {
-            CacheSetting::Default => default_cache_dir().map(CodeCache::new),
-            CacheSetting::Dir(dir) => Some(CodeCache::new(dir.clone())),
-            CacheSetting::Disabled => None,
+            CodeCacheSetting::Default => default_cache_dir().map(CodeCache::new),
+            CodeCacheSetting::Dir(dir) => Some(CodeCache::new(dir.clone())),
+            CodeCacheSetting::Disabled => None,
         }
     }
 }
@@ -183,7 +184,7 @@ impl Program {
 /// next time, so store errors are deliberately ignored.
 fn cached_compile(
     cache: Option<&CodeCache>,
-    key: &CacheKey,
+    key: &CodeCacheKey,
     compile: impl FnOnce() -> Result<Vec<u8>>,
 ) -> Result<Vec<u8>> {
     if let Some(code) = cache.and_then(|c| c.load(key)) {
@@ -233,8 +234,8 @@ mod tests {
         CodeCache::new(dir)
     }
 
-    fn key() -> CacheKey {
-        CacheKey::new(
+    fn key() -> CodeCacheKey {
+        CodeCacheKey::new(
             "src",
             &[],
             &["--offload-arch=gfx90a".into()],
@@ -327,7 +328,7 @@ mod tests {
     #[test]
     fn cache_settings() {
         let p = Program::new("s", "p.hip");
-        assert_eq!(p.cache, CacheSetting::Default);
+        assert_eq!(p.cache, CodeCacheSetting::Default);
         assert_eq!(p.clone().without_cache().code_cache(), None);
         assert_eq!(
             p.cache_dir("/tmp/x").code_cache(),

@@ -24,11 +24,11 @@ pub const CACHE_DIR_VAR: &str = "HIP_SAFE_CACHE_DIR";
 /// Everything that determines a compiled code object, serialised without
 /// ambiguity (every field is length-prefixed).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct CacheKey {
+pub(crate) struct CodeCacheKey {
     bytes: Vec<u8>,
 }
 
-impl CacheKey {
+impl CodeCacheKey {
     /// The key of `source` (with its in-memory `headers`) compiled with
     /// `options` for `arch` by the runtime identified by `runtime`.
     pub(crate) fn new(
@@ -37,7 +37,7 @@ impl CacheKey {
         options: &[String],
         arch: &str,
         runtime: &str,
-    ) -> CacheKey {
+    ) -> CodeCacheKey {
         let mut bytes = Vec::with_capacity(source.len() + 256);
         let mut field = |b: &[u8]| {
             bytes.extend_from_slice(&(b.len() as u64).to_le_bytes());
@@ -54,7 +54,7 @@ impl CacheKey {
             field(text.as_bytes());
         }
         field(source.as_bytes());
-        CacheKey { bytes }
+        CodeCacheKey { bytes }
     }
 
     fn file_name(&self) -> String {
@@ -62,7 +62,7 @@ impl CacheKey {
     }
 }
 
-/// A cache directory.
+/// A directory of cached code objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct CodeCache {
     dir: PathBuf,
@@ -74,19 +74,19 @@ impl CodeCache {
     }
 
     /// The path an entry for `key` lives at.
-    pub(crate) fn path_of(&self, key: &CacheKey) -> PathBuf {
+    pub(crate) fn path_of(&self, key: &CodeCacheKey) -> PathBuf {
         self.dir.join(key.file_name())
     }
 
     /// The stored code object for `key`, or `None` when absent, unreadable,
     /// corrupt or stored for another key.
-    pub(crate) fn load(&self, key: &CacheKey) -> Option<Vec<u8>> {
+    pub(crate) fn load(&self, key: &CodeCacheKey) -> Option<Vec<u8>> {
         let data = fs::read(self.path_of(key)).ok()?;
         decode_entry(&data, key)
     }
 
     /// Stores `code` for `key` atomically (temporary file, then rename).
-    pub(crate) fn store(&self, key: &CacheKey, code: &[u8]) -> io::Result<()> {
+    pub(crate) fn store(&self, key: &CodeCacheKey, code: &[u8]) -> io::Result<()> {
         fs::create_dir_all(&self.dir)?;
         let target = self.path_of(key);
         let tmp = unique_temp_path(&target);
@@ -142,7 +142,7 @@ fn write_new(path: &Path, data: &[u8]) -> io::Result<()> {
     file.write_all(data)
 }
 
-fn encode_entry(key: &CacheKey, code: &[u8]) -> Vec<u8> {
+fn encode_entry(key: &CodeCacheKey, code: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(MAGIC.len() + 32 + key.bytes.len() + code.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(key.bytes.len() as u64).to_le_bytes());
@@ -153,7 +153,7 @@ fn encode_entry(key: &CacheKey, code: &[u8]) -> Vec<u8> {
     out
 }
 
-fn decode_entry(data: &[u8], key: &CacheKey) -> Option<Vec<u8>> {
+fn decode_entry(data: &[u8], key: &CodeCacheKey) -> Option<Vec<u8>> {
     let rest = data.strip_prefix(MAGIC)?;
     let (stored_key, rest) = take_field(rest)?;
     let (code, rest) = take_field(rest)?;
@@ -175,8 +175,8 @@ fn take_field(data: &[u8]) -> Option<(&[u8], &[u8])> {
 mod tests {
     use super::*;
 
-    fn key(src: &str) -> CacheKey {
-        CacheKey::new(src, &[], &["-O3".into()], "gfx90a", "6.4.43484")
+    fn key(src: &str) -> CodeCacheKey {
+        CodeCacheKey::new(src, &[], &["-O3".into()], "gfx90a", "6.4.43484")
     }
 
     fn temp_cache(name: &str) -> CodeCache {
@@ -198,14 +198,14 @@ mod tests {
 
     #[test]
     fn every_key_field_matters() {
-        let base = CacheKey::new("s", &[], &["-O3".into()], "gfx90a", "6.4");
+        let base = CodeCacheKey::new("s", &[], &["-O3".into()], "gfx90a", "6.4");
         let variants = [
-            CacheKey::new("t", &[], &["-O3".into()], "gfx90a", "6.4"),
-            CacheKey::new("s", &[], &["-O2".into()], "gfx90a", "6.4"),
-            CacheKey::new("s", &[], &[], "gfx90a", "6.4"),
-            CacheKey::new("s", &[], &["-O3".into()], "gfx942", "6.4"),
-            CacheKey::new("s", &[], &["-O3".into()], "gfx90a", "7.0"),
-            CacheKey::new(
+            CodeCacheKey::new("t", &[], &["-O3".into()], "gfx90a", "6.4"),
+            CodeCacheKey::new("s", &[], &["-O2".into()], "gfx90a", "6.4"),
+            CodeCacheKey::new("s", &[], &[], "gfx90a", "6.4"),
+            CodeCacheKey::new("s", &[], &["-O3".into()], "gfx942", "6.4"),
+            CodeCacheKey::new("s", &[], &["-O3".into()], "gfx90a", "7.0"),
+            CodeCacheKey::new(
                 "s",
                 &[("h.h".into(), "x".into())],
                 &["-O3".into()],
@@ -219,8 +219,8 @@ mod tests {
         }
         // Length prefixes keep field boundaries apart.
         assert_ne!(
-            CacheKey::new("s", &[], &["a".into(), "b".into()], "x", "1"),
-            CacheKey::new("s", &[], &["ab".into()], "x", "1")
+            CodeCacheKey::new("s", &[], &["a".into(), "b".into()], "x", "1"),
+            CodeCacheKey::new("s", &[], &["ab".into()], "x", "1")
         );
     }
 
@@ -313,7 +313,7 @@ mod tests {
                 std::process::Command::new(&exe)
                     .args([
                         "--exact",
-                        "rtc::cache::tests::child_process_writer",
+                        "rtc::code_cache::tests::child_process_writer",
                         "--quiet",
                     ])
                     .env("HIP_SAFE_TEST_CACHE_CHILD", &cache.dir)
