@@ -723,7 +723,7 @@ __device__ __forceinline__ void row_of_block(ch_u32 cols, bool vec, Body& body) 
 }
 
 // ---------------------------------------------------------------------------
-// Part 2 (pooling, upsampling, im2col): a strided 4-D (N, C, H, W) source.
+// Image kernels (pooling, upsampling, im2col): a strided 4-D (N, C, H, W) source.
 // Mirrored by `Nchw` in candle-hip/src/kernel/nchw.rs.
 struct Nchw {
   ch_u64 dims[4];
