@@ -31,7 +31,7 @@ pub fn copies(ctx: &mut Ctx) {
                     Ok(d)
                 });
                 let desc = || format!("{} dst offset {offset}", describe(&shape, &[&ls]));
-                ctx.report
+                ctx.tally
                     .check("copy_strided_src", dtype, desc, want, got, tolerance(dtype));
 
                 // const_set over the layout.
@@ -58,7 +58,7 @@ pub fn copies(ctx: &mut Ctx) {
                     Ok(d)
                 });
                 let desc = || format!("{} value {value:?}", describe(&shape, &[&ld]));
-                ctx.report
+                ctx.tally
                     .check("const_set", dtype, desc, want, got, tolerance(dtype));
             }
         }
@@ -102,7 +102,7 @@ pub fn copies(ctx: &mut Ctx) {
                     "{rows}x{cols} strides {src_stride}/{dst_stride} offsets {src_off}/{dst_off}"
                 )
             };
-            ctx.report
+            ctx.tally
                 .check("copy2d", dtype, desc, want, got, tolerance(dtype));
         }
     }
@@ -113,7 +113,7 @@ pub fn round_trips(ctx: &mut Ctx) {
         for n in [0, 1, 7, 1000, 65_537] {
             let cpu = random_storage(&mut ctx.rng, dtype, n, Domain::Special);
             let got = ctx.dev.storage_from_cpu_storage(&cpu);
-            ctx.report.check(
+            ctx.tally.check(
                 "upload + to_cpu_storage",
                 dtype,
                 || format!("{n} elements"),
@@ -123,7 +123,7 @@ pub fn round_trips(ctx: &mut Ctx) {
             );
             let zeros = CpuStorage::U8(vec![0; n]).to_dtype(&Layout::contiguous(n), dtype);
             let got = ctx.dev.zeros_impl(&Shape::from(n), dtype);
-            ctx.report.check(
+            ctx.tally.check(
                 "zeros",
                 dtype,
                 || format!("{n} elements"),

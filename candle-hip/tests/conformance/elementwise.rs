@@ -15,7 +15,7 @@ fn unary<U: UnaryOpT>(ctx: &mut Ctx, dtypes: &[DType], domain: Domain) {
                 let (x, l) = ctx.input(dtype, &shape, form, domain);
                 let want = cpu(|| x.cpu.unary_impl::<U>(&l));
                 let got = x.hip.unary_impl::<U>(&l);
-                ctx.report.check(
+                ctx.tally.check(
                     U::NAME,
                     dtype,
                     || describe(&shape, &[&l]),
@@ -69,7 +69,7 @@ pub fn scalar_params(ctx: &mut Ctx) {
                 let (mul, add) = ctx.rng.pick(affine);
                 let (x, l) = ctx.input(dtype, &shape, form, domain);
                 let desc = || format!("{} mul {mul} add {add}", describe(&shape, &[&l]));
-                ctx.report.check(
+                ctx.tally.check(
                     "affine",
                     dtype,
                     desc,
@@ -81,7 +81,7 @@ pub fn scalar_params(ctx: &mut Ctx) {
                     let e = ctx.rng.pick(&[2.0, 0.5, 1.7, -1.3]);
                     let (x, l) = ctx.input(dtype, &shape, form, Domain::Positive);
                     let desc = || format!("{} e {e}", describe(&shape, &[&l]));
-                    ctx.report.check(
+                    ctx.tally.check(
                         "powf",
                         dtype,
                         desc,
@@ -92,7 +92,7 @@ pub fn scalar_params(ctx: &mut Ctx) {
                     let alpha = ctx.rng.pick(&[1.0, 0.3]);
                     let (x, l) = ctx.input(dtype, &shape, form, Domain::Signed);
                     let desc = || format!("{} alpha {alpha}", describe(&shape, &[&l]));
-                    ctx.report.check(
+                    ctx.tally.check(
                         "elu",
                         dtype,
                         desc,
@@ -135,7 +135,7 @@ fn binary<B: BinaryOpT>(ctx: &mut Ctx) {
                 let (b, lb) = ctx.input(dtype, &shape, rform, db);
                 let want = cpu(|| a.cpu.binary_impl::<B>(&b.cpu, &la, &lb));
                 let got = a.hip.binary_impl::<B>(&b.hip, &la, &lb);
-                ctx.report.check(
+                ctx.tally.check(
                     B::NAME,
                     dtype,
                     || describe(&shape, &[&la, &lb]),
@@ -176,16 +176,13 @@ pub fn comparisons(ctx: &mut Ctx) {
                     let (b, lb) = ctx.input(dtype, &shape, rform, domain);
                     let want = cpu(|| a.cpu.cmp(op, &b.cpu, &la, &lb));
                     let got = a.hip.cmp(op, &b.hip, &la, &lb);
-                    ctx.report.check(
+                    ctx.tally.check(
                         name,
                         dtype,
                         || describe(&shape, &[&la, &lb]),
                         want,
                         got,
-                        Tol {
-                            atol: 0.0,
-                            rtol: 0.0,
-                        },
+                        Tol::EXACT,
                     );
                 }
             }
@@ -204,7 +201,7 @@ pub fn casts(ctx: &mut Ctx) {
                     let want = cpu(|| x.cpu.to_dtype(&l, to));
                     let got = x.hip.to_dtype(&l, to);
                     // f64 -> f16/bf16 rounds through f32 on the device: one ulp.
-                    ctx.report.check(
+                    ctx.tally.check(
                         &name,
                         from,
                         || describe(&shape, &[&l]),
@@ -230,7 +227,7 @@ pub fn where_cond(ctx: &mut Ctx) {
                     let (f, lf) = ctx.input(dtype, &shape, fform, Domain::Special);
                     let want = cpu(|| p.cpu.where_cond(&lp, &t.cpu, &lt, &f.cpu, &lf));
                     let got = p.hip.where_cond(&lp, &t.hip, &lt, &f.hip, &lf);
-                    ctx.report.check(
+                    ctx.tally.check(
                         &name,
                         dtype,
                         || describe(&shape, &[&lp, &lt, &lf]),

@@ -6,10 +6,12 @@ use candle_core::op;
 use candle_core::{CpuStorage, DType, Layout, Shape};
 use candle_hip::HipDevice;
 
+use crate::common::device;
+
 #[test]
 #[ignore = "needs a HIP device"]
 fn unsupported_dtypes_and_devices_are_errors() {
-    let dev = HipDevice::new(0).expect("HIP device 0");
+    let dev = device();
     let err = dev
         .storage_from_cpu_storage(&CpuStorage::I32(vec![1, 2]))
         .unwrap_err();

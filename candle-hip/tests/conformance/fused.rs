@@ -18,360 +18,18 @@
 //! run with `--include-ignored` and each prints
 //! `conformance_part2 <group>: N cases, M failures` and an op × dtype table.
 
-use std::collections::BTreeMap;
-use std::fmt::Display;
-
-use candle_core::backend::{BackendDevice, BackendStorage};
-use candle_core::{CpuStorage, DType, Device, Layout, Result, Shape, Tensor};
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, DType, Layout, Result, Shape, Tensor};
 use candle_hip::conv::{ConvParams, ConvPath};
 use candle_hip::{HipDevice, HipStorage, fused};
 
-const FLOATS: [DType; 4] = [DType::F16, DType::BF16, DType::F32, DType::F64];
-const ALL: [DType; 7] = [
-    DType::U8,
-    DType::U32,
-    DType::I64,
-    DType::F16,
-    DType::BF16,
-    DType::F32,
-    DType::F64,
-];
-
-fn device() -> HipDevice {
-    HipDevice::new(0).expect("these tests need a HIP device")
-}
-
-// ---------------------------------------------------------------------------
-// Deterministic data (xorshift64*).
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in `[lo, hi)`.
-    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * ((self.next() >> 11) as f64 / (1u64 << 53) as f64)
-    }
-
-    /// `n` values `k / 8` with integer `k` in `[-8, 8]`: exact in every
-    /// float dtype, and their products sum exactly in f32.
-    fn eighths(&mut self, n: usize) -> Vec<f64> {
-        (0..n)
-            .map(|_| (self.next() % 17) as f64 / 8.0 - 1.0)
-            .collect()
-    }
-
-    /// `n` uniform values in `[lo, hi)`.
-    fn values(&mut self, n: usize, lo: f64, hi: f64) -> Vec<f64> {
-        (0..n).map(|_| self.uniform(lo, hi)).collect()
-    }
-
-    /// `n` integers in `0..k` as f64.
-    fn ints(&mut self, n: usize, k: u64) -> Vec<f64> {
-        (0..n).map(|_| (self.next() % k) as f64).collect()
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Storages, layouts and conversions.
-
-/// `values` rounded to `dtype` (as candle's `to_dtype` rounds).
-fn rounded(values: &[f64], dtype: DType) -> Vec<f64> {
-    let t = Tensor::from_vec(values.to_vec(), values.len(), &Device::Cpu).unwrap();
-    to_f64(&t.to_dtype(dtype).unwrap())
-}
-
-/// A tensor's elements as f64, in row-major order.
-fn to_f64(t: &Tensor) -> Vec<f64> {
-    t.flatten_all()
-        .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap()
-        .to_vec1::<f64>()
-        .unwrap()
-}
-
-fn cpu(values: &[f64], shape: &[usize], dtype: DType) -> Tensor {
-    Tensor::from_vec(values.to_vec(), shape, &Device::Cpu)
-        .unwrap()
-        .to_dtype(dtype)
-        .unwrap()
-}
-
-/// A storage's elements as f64 (the whole buffer).
-fn hip_values(s: &HipStorage) -> Vec<f64> {
-    let host = s.to_cpu_storage().unwrap();
-    let len = s.len();
-    match host.to_dtype(&Layout::contiguous(len), DType::F64).unwrap() {
-        CpuStorage::F64(v) => v,
-        _ => unreachable!("to_dtype(F64) gives F64"),
-    }
-}
-
-/// How an operand is laid out in device memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Arrange {
-    /// Contiguous from element 0.
-    Contiguous,
-    /// Contiguous after 5 leading elements.
-    Offset,
-    /// Stored with the last two dimensions swapped, then transposed back.
-    Transposed,
-    /// The last dimension is a narrow view of a 3-wider one.
-    Narrowed,
-    /// Dimension 1 of a (N, C, ...) image is a narrow view of a wider one
-    /// (what candle's grouped convolutions pass).
-    ChannelSlice,
-}
-
-impl Display for Arrange {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(self, f)
-    }
-}
-
-/// The layout of `arrange` for a logical shape.
-fn layout(shape: &[usize], arrange: Arrange) -> Layout {
-    let r = shape.len();
-    match arrange {
-        Arrange::Contiguous => Layout::contiguous(shape),
-        Arrange::Offset => Layout::contiguous_with_offset(shape, 5),
-        Arrange::Transposed => {
-            let mut stored = shape.to_vec();
-            stored.swap(r - 2, r - 1);
-            Layout::contiguous(stored).transpose(r - 2, r - 1).unwrap()
-        }
-        Arrange::Narrowed => {
-            let mut stored = shape.to_vec();
-            stored[r - 1] += 3;
-            Layout::contiguous(stored)
-                .narrow(r - 1, 1, shape[r - 1])
-                .unwrap()
-        }
-        Arrange::ChannelSlice => {
-            let mut stored = shape.to_vec();
-            stored[1] += 2;
-            Layout::contiguous(stored).narrow(1, 2, shape[1]).unwrap()
-        }
-    }
-}
-
-/// Row-major index → storage offset of `l`.
-fn offset_of(l: &Layout, mut i: usize) -> usize {
-    let mut off = l.start_offset();
-    for (&d, &s) in l.dims().iter().zip(l.stride()).rev() {
-        off += (i % d) * s;
-        i /= d;
-    }
-    off
-}
-
-/// A device storage holding the logical `values` (row-major over `l`'s
-/// shape) at the positions `l` reads, as `dtype`; other positions hold 99.
-fn upload(dev: &HipDevice, values: &[f64], l: &Layout, dtype: DType) -> HipStorage {
-    let len = l.start_offset()
-        + l.dims()
-            .iter()
-            .zip(l.stride())
-            .map(|(&d, &s)| d.saturating_sub(1) * s)
-            .sum::<usize>()
-        + 1;
-    let mut buf = vec![99.0; len];
-    for (i, &v) in values.iter().enumerate() {
-        buf[offset_of(l, i)] = v;
-    }
-    let host = CpuStorage::F64(buf)
-        .to_dtype(&Layout::contiguous(len), dtype)
-        .unwrap();
-    dev.storage_from_cpu_storage(&host).unwrap()
-}
-
-// ---------------------------------------------------------------------------
-// Tolerances and the tally.
-
-/// Unit roundoff of a dtype.
-fn unit(dtype: DType) -> f64 {
-    match dtype {
-        DType::F16 => 2f64.powi(-11),
-        DType::BF16 => 2f64.powi(-8),
-        DType::F32 => 2f64.powi(-24),
-        _ => 2f64.powi(-53),
-    }
-}
-
-/// Unit roundoff of the type a kernel accumulates in.
-fn acc_unit(dtype: DType) -> f64 {
-    if dtype == DType::F64 {
-        unit(DType::F64)
-    } else {
-        unit(DType::F32)
-    }
-}
-
-/// The smallest positive value (subnormal) of a float dtype, as an absolute
-/// floor for values that underflow.
-fn tiny(dtype: DType) -> f64 {
-    match dtype {
-        DType::F16 => 2f64.powi(-24),
-        DType::BF16 | DType::F32 => 1e-38,
-        _ => 1e-300,
-    }
-}
-
-/// `|got - want| <= rel * |want| + abs`.
-#[derive(Clone, Copy, Debug)]
-struct Tol {
-    rel: f64,
-    abs: f64,
-}
-
-impl Tol {
-    const EXACT: Tol = Tol { rel: 0.0, abs: 0.0 };
-
-    fn accepts(&self, got: f64, want: f64) -> bool {
-        if got.is_nan() || want.is_nan() {
-            return got.is_nan() && want.is_nan();
-        }
-        if got.is_infinite() || want.is_infinite() {
-            return got == want;
-        }
-        (got - want).abs() <= self.rel * want.abs() + self.abs
-    }
-}
-
-#[derive(Default)]
-struct Tally {
-    counts: BTreeMap<(String, &'static str), (usize, usize)>,
-    failures: Vec<String>,
-}
-
-impl Tally {
-    /// Records one case: `got` against `want` element-wise.
-    fn check(
-        &mut self,
-        op: &str,
-        dtype: DType,
-        case: impl Display,
-        got: &[f64],
-        want: &[f64],
-        tol: Tol,
-    ) {
-        let entry = self
-            .counts
-            .entry((op.to_string(), dtype.as_str()))
-            .or_default();
-        entry.0 += 1;
-        let bad = if got.len() != want.len() {
-            Some(format!("{} elements, expected {}", got.len(), want.len()))
-        } else {
-            let wrong: Vec<usize> = (0..got.len())
-                .filter(|&i| !tol.accepts(got[i], want[i]))
-                .collect();
-            wrong.first().map(|&i| {
-                format!(
-                    "{} of {} elements off, first at {i}: {} vs {} (tolerance {:?})",
-                    wrong.len(),
-                    got.len(),
-                    got[i],
-                    want[i],
-                    tol
-                )
-            })
-        };
-        if let Some(why) = bad {
-            entry.1 += 1;
-            self.failures.push(format!("{op} {dtype:?} {case}: {why}"));
-        }
-    }
-
-    /// Records a case that failed before producing a result.
-    fn error(&mut self, op: &str, dtype: DType, case: impl Display, err: impl Display) {
-        let entry = self
-            .counts
-            .entry((op.to_string(), dtype.as_str()))
-            .or_default();
-        entry.0 += 1;
-        entry.1 += 1;
-        // The first line: candle errors append their backtrace.
-        let err = err.to_string();
-        let first = err.lines().next().unwrap_or_default();
-        self.failures
-            .push(format!("{op} {dtype:?} {case}: error {first}"));
-    }
-
-    /// Prints the counts and the op × dtype table, then fails on any failure.
-    fn finish(self, group: &str) {
-        let cases: usize = self.counts.values().map(|c| c.0).sum();
-        let failed: usize = self.counts.values().map(|c| c.1).sum();
-        println!("conformance_part2 {group}: {cases} cases, {failed} failures");
-        let mut ops: Vec<&String> = self.counts.keys().map(|(op, _)| op).collect();
-        ops.dedup();
-        print!("  {:<22}", "op");
-        for d in ALL {
-            print!("{:>9}", d.as_str());
-        }
-        println!();
-        for op in ops {
-            print!("  {op:<22}");
-            for d in ALL {
-                match self.counts.get(&(op.clone(), d.as_str())) {
-                    Some(&(n, 0)) => print!("{n:>9}"),
-                    Some(&(n, f)) => print!("{:>9}", format!("{f}!/{n}")),
-                    None => print!("{:>9}", "-"),
-                }
-            }
-            println!();
-        }
-        for f in self.failures.iter().take(40) {
-            println!("  FAILED {f}");
-        }
-        assert_eq!(failed, 0, "{group}: {failed} of {cases} cases failed");
-    }
-}
-
-/// Runs a GPU computation, recording an error as a failed case.
-fn record(
-    t: &mut Tally,
-    op: &str,
-    dtype: DType,
-    case: &str,
-    want: &[f64],
-    tol: Tol,
-    run: impl FnOnce() -> Result<HipStorage>,
-) {
-    match run() {
-        Ok(out) => t.check(op, dtype, case, &hip_values(&out), want, tol),
-        Err(e) => t.error(op, dtype, case, e),
-    }
-}
+use crate::common::{
+    Arrange, DTYPES, FLOATS, Rng, Tally, Tol, acc_unit, cpu_tensor, cpu_values, device, gemm_tol,
+    host_storage, layout, rounded, to_f64, unit, upload,
+};
 
 // ---------------------------------------------------------------------------
 // Matrix multiplication.
-
-/// Tolerance of a vendor GEMM or convolution summing `terms` products of
-/// values in [-1, 1]: f32 (f64) accumulation roundoff and two output
-/// roundings; for f16/bf16 also one output rounding per partial sum of a
-/// split reduction (libraries may round partial sums to the output type:
-/// cuBLAS does for f16 with unaligned operands), about `sqrt(terms)` in size.
-fn gemm_tol(dtype: DType, terms: usize) -> Tol {
-    let split = if dtype == DType::F16 || dtype == DType::BF16 {
-        2.0 * unit(dtype) * (terms as f64).sqrt()
-    } else {
-        0.0
-    };
-    Tol {
-        rel: 4.0 * unit(dtype),
-        abs: 4.0 * acc_unit(dtype) * terms as f64 + split,
-    }
-}
 
 #[test]
 #[ignore = "needs a HIP device"]
@@ -410,8 +68,8 @@ fn matmul_matches_cpu() {
         let shared: Vec<f64> = (0..b).flat_map(|_| shared_mat.iter().copied()).collect();
         let reference = |r: &[f64]| {
             to_f64(
-                &cpu(&lhs, &lhs_shape, DType::F64)
-                    .matmul(&cpu(r, &rhs_shape, DType::F64))
+                &cpu_tensor(&lhs, &lhs_shape, DType::F64)
+                    .matmul(&cpu_tensor(r, &rhs_shape, DType::F64))
                     .unwrap(),
             )
         };
@@ -447,14 +105,14 @@ fn matmul_matches_cpu() {
                 for (name, rl, rv, want) in &rhs_variants {
                     let rs = upload(&dev, rv, rl, dtype);
                     let case = format!("{lhs_shape:?}x{rhs_shape:?} lhs {arr} rhs {name}");
-                    record(&mut t, "matmul", dtype, &case, want, tol, || {
+                    t.check_run("matmul", dtype, &case, want, tol, || {
                         ls.matmul(&rs, (b, m, n, k), &ll, rl)
                     });
                 }
             }
         }
     }
-    t.finish("matmul");
+    t.finish("conformance matmul");
 }
 
 // ---------------------------------------------------------------------------
@@ -502,8 +160,8 @@ const TRANSPOSED: &[Conv] = &[
 
 /// candle's CPU result in f64.
 fn conv_reference(c: &Conv, x: &[f64], w: &[f64], transposed: bool) -> Vec<f64> {
-    let xt = cpu(x, c.x, DType::F64);
-    let wt = cpu(w, c.w, DType::F64);
+    let xt = cpu_tensor(x, c.x, DType::F64);
+    let wt = cpu_tensor(w, c.w, DType::F64);
     let one = |x: &Tensor, w: &Tensor| -> Tensor {
         match (transposed, c.x.len()) {
             (false, 4) => x
@@ -608,7 +266,7 @@ fn convolutions_match_cpu() {
                     };
                     for &path in paths {
                         let case = format!("{} x{:?} w{:?} {arr} {path:?}", c.name, c.x, c.w);
-                        record(&mut t, op, dtype, &case, &want, tol, || {
+                        t.check_run(op, dtype, &case, &want, tol, || {
                             run_conv(&xs, &xl, &ws, &wl, c, transposed, path)
                         });
                     }
@@ -616,7 +274,7 @@ fn convolutions_match_cpu() {
             }
         }
     }
-    t.finish("convolutions");
+    t.finish("conformance convolutions");
 }
 
 // ---------------------------------------------------------------------------
@@ -655,45 +313,13 @@ fn compare_storage_op(
     f_cpu: impl Fn(&CpuStorage, &Layout) -> Result<CpuStorage>,
     f_hip: impl Fn(&HipStorage, &Layout) -> Result<HipStorage>,
 ) {
-    let len = l.start_offset()
-        + l.dims()
-            .iter()
-            .zip(l.stride())
-            .map(|(&d, &s)| d.saturating_sub(1) * s)
-            .sum::<usize>()
-        + 1;
-    let mut buf = vec![0.0; len];
-    for (i, &v) in values.iter().enumerate() {
-        buf[offset_of(l, i)] = v;
-    }
-    let host = CpuStorage::F64(buf)
-        .to_dtype(&Layout::contiguous(len), ref_dtype)
-        .unwrap();
+    let host = host_storage(values, l, ref_dtype, 0.0);
     let want = match f_cpu(&host, l) {
-        Ok(out) => {
-            let n = out_len(&out);
-            match out.to_dtype(&Layout::contiguous(n), DType::F64).unwrap() {
-                CpuStorage::F64(v) => v,
-                _ => unreachable!(),
-            }
-        }
+        Ok(out) => cpu_values(&out),
         Err(e) => return t.error(op, dtype, case, format!("CPU reference failed: {e}")),
     };
     let dev_in = upload(dev, values, l, dtype);
-    record(t, op, dtype, case, &want, tol, || f_hip(&dev_in, l));
-}
-
-fn out_len(s: &CpuStorage) -> usize {
-    match s {
-        CpuStorage::U8(v) => v.len(),
-        CpuStorage::U32(v) => v.len(),
-        CpuStorage::I64(v) => v.len(),
-        CpuStorage::F16(v) => v.len(),
-        CpuStorage::BF16(v) => v.len(),
-        CpuStorage::F32(v) => v.len(),
-        CpuStorage::F64(v) => v.len(),
-        _ => panic!("unexpected dtype"),
-    }
+    t.check_run(op, dtype, case, &want, tol, || f_hip(&dev_in, l));
 }
 
 /// (shape, kernel, stride) of a pooling case.
@@ -715,7 +341,7 @@ fn pooling_and_upsampling_match_cpu() {
         (&[1, 64, 112, 112], (3, 3), (2, 2)),
     ];
     for &(shape, k, s) in pools {
-        for dtype in ALL {
+        for dtype in DTYPES {
             let values = image_values(&mut rng, shape.iter().product(), dtype);
             for arr in IMAGE_ARRANGEMENTS {
                 let l = layout(shape, arr);
@@ -765,7 +391,7 @@ fn pooling_and_upsampling_match_cpu() {
         (&[1, 2, 9], (1, 4)),
     ];
     for &(shape, (h, w)) in nearest {
-        for dtype in ALL {
+        for dtype in DTYPES {
             let values = image_values(&mut rng, shape.iter().product(), dtype);
             for arr in IMAGE_ARRANGEMENTS {
                 let l = layout(shape, arr);
@@ -839,7 +465,7 @@ fn pooling_and_upsampling_match_cpu() {
             }
         }
     }
-    t.finish("pooling and upsampling");
+    t.finish("conformance pooling and upsampling");
 }
 
 // ---------------------------------------------------------------------------
@@ -852,6 +478,16 @@ fn reference_dtype(dtype: DType) -> DType {
         DType::F32
     } else {
         DType::F64
+    }
+}
+
+/// The smallest positive value (subnormal) of a float dtype, as an absolute
+/// floor for values that underflow.
+fn tiny(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => 2f64.powi(-24),
+        DType::BF16 | DType::F32 => 1e-38,
+        _ => 1e-300,
     }
 }
 
@@ -898,8 +534,11 @@ fn row_ops_match_candle_nn() {
             let x = rounded(&rng.values(n, -3.0, 3.0), dtype);
             let alpha = rounded(&rng.values(cols, -2.0, 2.0), dtype);
             let beta = rounded(&rng.values(cols, -1.0, 1.0), dtype);
-            let xt = cpu(&x, shape, rd);
-            let (at, bt) = (cpu(&alpha, &[cols], rd), cpu(&beta, &[cols], rd));
+            let xt = cpu_tensor(&x, shape, rd);
+            let (at, bt) = (
+                cpu_tensor(&alpha, &[cols], rd),
+                cpu_tensor(&beta, &[cols], rd),
+            );
             let eps = 1e-5f32;
             for arr in [Arrange::Contiguous, Arrange::Offset] {
                 let l = layout(shape, arr);
@@ -913,8 +552,7 @@ fn row_ops_match_candle_nn() {
                 let log_n = (cols as f64).log2().max(1.0);
 
                 let want = to_f64(&candle_nn::ops::softmax_last_dim(&xt).unwrap());
-                record(
-                    &mut t,
+                t.check_run(
                     "softmax_last_dim",
                     dtype,
                     &case,
@@ -928,8 +566,7 @@ fn row_ops_match_candle_nn() {
                 } else {
                     candle_nn::ops::rms_norm(&xt, &at, eps).unwrap()
                 };
-                record(
-                    &mut t,
+                t.check_run(
                     "rms_norm",
                     dtype,
                     &case,
@@ -945,8 +582,7 @@ fn row_ops_match_candle_nn() {
                 };
                 let want = to_f64(&want);
                 let magnitude = want.iter().fold(0f64, |m, v| m.max(v.abs()));
-                record(
-                    &mut t,
+                t.check_run(
                     "layer_norm",
                     dtype,
                     &case,
@@ -960,8 +596,7 @@ fn row_ops_match_candle_nn() {
                 let l = layout(shape, arr);
                 let xs = upload(&dev, &x, &l, dtype);
                 let want = to_f64(&candle_nn::ops::sigmoid(&xt).unwrap());
-                record(
-                    &mut t,
+                t.check_run(
                     "sigmoid",
                     dtype,
                     format!("{shape:?} {arr}").as_str(),
@@ -981,12 +616,12 @@ fn row_ops_match_candle_nn() {
             }
         }
         let want = to_f64(
-            &candle_nn::ops::softmax_last_dim(&cpu(&x, &[4, 64], reference_dtype(dtype))).unwrap(),
+            &candle_nn::ops::softmax_last_dim(&cpu_tensor(&x, &[4, 64], reference_dtype(dtype)))
+                .unwrap(),
         );
         let l = Layout::contiguous((4, 64));
         let xs = upload(&dev, &x, &l, dtype);
-        record(
-            &mut t,
+        t.check_run(
             "softmax_last_dim",
             dtype,
             "causal mask",
@@ -995,7 +630,7 @@ fn row_ops_match_candle_nn() {
             || fused::softmax_last_dim(&xs, &l),
         );
     }
-    t.finish("softmax, rms_norm, layer_norm, sigmoid");
+    t.finish("conformance softmax, rms_norm, layer_norm, sigmoid");
 }
 
 #[test]
@@ -1027,7 +662,10 @@ fn rope_matches_candle_nn() {
             let angles = rng.values(table_len, 0.0, 6.3);
             let cos = rounded(&angles.iter().map(|a| a.cos()).collect::<Vec<_>>(), dtype);
             let sin = rounded(&angles.iter().map(|a| a.sin()).collect::<Vec<_>>(), dtype);
-            let (ct, st) = (cpu(&cos, &table_shape, rd), cpu(&sin, &table_shape, rd));
+            let (ct, st) = (
+                cpu_tensor(&cos, &table_shape, rd),
+                cpu_tensor(&sin, &table_shape, rd),
+            );
             let tl = Layout::contiguous(table_shape.as_slice());
             let (cs, ss) = (
                 upload(&dev, &cos, &tl, dtype),
@@ -1039,7 +677,7 @@ fn rope_matches_candle_nn() {
                 ("rope", [b, h, seq, d]),
                 ("rope_thd", [b, seq, h, d]),
             ] {
-                let xt = cpu(&x, &shape, rd);
+                let xt = cpu_tensor(&x, &shape, rd);
                 let want = match op {
                     "rope_i" => candle_nn::rotary_emb::rope_i(&xt, &ct, &st),
                     "rope" => candle_nn::rotary_emb::rope(&xt, &ct, &st),
@@ -1050,7 +688,7 @@ fn rope_matches_candle_nn() {
                     let l = layout(&shape, arr);
                     let xs = upload(&dev, &x, &l, dtype);
                     let case = format!("{shape:?} tables {table_shape:?} {arr}");
-                    record(&mut t, op, dtype, &case, &want, tol, || match op {
+                    t.check_run(op, dtype, &case, &want, tol, || match op {
                         "rope_i" => fused::rope_i(&xs, &l, &cs, &tl, &ss, &tl),
                         "rope" => fused::rope(&xs, &l, &cs, &tl, &ss, &tl),
                         _ => fused::rope_thd(&xs, &l, &cs, &tl, &ss, &tl),
@@ -1059,7 +697,7 @@ fn rope_matches_candle_nn() {
             }
         }
     }
-    t.finish("rope");
+    t.finish("conformance rope");
 }
 
 #[test]
@@ -1090,7 +728,7 @@ fn argsort_matches_cpu() {
     ];
     for &shape in shapes {
         let n: usize = shape.iter().product();
-        for dtype in ALL {
+        for dtype in DTYPES {
             // Few distinct values: many ties, which must keep index order.
             let values = if FLOATS.contains(&dtype) {
                 rounded(&rng.values(n, -3.0, 3.0), dtype)
@@ -1102,22 +740,16 @@ fn argsort_matches_cpu() {
             } else {
                 values
             };
-            let xt = cpu(&values, shape, dtype);
+            let xt = cpu_tensor(&values, shape, dtype);
             for asc in [true, false] {
                 let want = to_f64(&xt.arg_sort_last_dim(asc).unwrap());
                 for arr in [Arrange::Contiguous, Arrange::Offset] {
                     let l = layout(shape, arr);
                     let xs = upload(&dev, &values, &l, dtype);
                     let case = format!("{shape:?} asc {asc} {arr}");
-                    record(
-                        &mut t,
-                        "arg_sort_last_dim",
-                        dtype,
-                        &case,
-                        &want,
-                        Tol::EXACT,
-                        || fused::arg_sort_last_dim(&xs, &l, asc),
-                    );
+                    t.check_run("arg_sort_last_dim", dtype, &case, &want, Tol::EXACT, || {
+                        fused::arg_sort_last_dim(&xs, &l, asc)
+                    });
                 }
             }
         }
@@ -1150,11 +782,10 @@ fn argsort_matches_cpu() {
             for dtype in FLOATS {
                 let l = layout(&[1, cols], Arrange::Contiguous);
                 let xs = upload(&dev, &values, &l, dtype);
-                record(
-                    &mut t,
+                t.check_run(
                     "arg_sort_last_dim",
                     dtype,
-                    &format!("NaN and signed zeros, {cols} asc {asc}"),
+                    format!("NaN and signed zeros, {cols} asc {asc}"),
                     &want,
                     Tol::EXACT,
                     || fused::arg_sort_last_dim(&xs, &l, asc),
@@ -1162,7 +793,7 @@ fn argsort_matches_cpu() {
             }
         }
     }
-    t.finish("argsort");
+    t.finish("conformance argsort");
 }
 
 // ---------------------------------------------------------------------------
@@ -1254,5 +885,5 @@ fn invalid_inputs_are_errors() {
         upload(&dev, &data, &il, DType::U32).avg_pool2d(&il, (1, 1), (1, 1)),
         "U32",
     );
-    println!("conformance_part2 errors: {cases} cases, 0 failures");
+    println!("conformance errors: {cases} cases, 0 failures");
 }

@@ -1,6 +1,8 @@
 //! Indexing: index_select, gather, scatter, scatter_add and index_add with
 //! every index dtype, including the "no index" marker, indices past the
-//! dimension and many updates of one element.
+//! dimension and many updates of one element. Scatter and index_add apply
+//! the updates of each element in index order, rounding after each: their
+//! results equal the CPU backend's bit for bit (`Tol::EXACT`).
 
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::{CpuStorage, DType, Layout, Shape};
@@ -73,7 +75,7 @@ pub fn index_select(ctx: &mut Ctx) {
                             ids.cpu
                         )
                     };
-                    ctx.report
+                    ctx.tally
                         .check(&name, dtype, desc, want, got, tolerance(dtype));
                 }
             }
@@ -119,7 +121,7 @@ pub fn gather(ctx: &mut Ctx) {
                     let got = src.hip.gather(&ls, &ids.hip, &lids, dim);
                     let desc =
                         || format!("{} dim {dim} ids {ids_shape:?}", describe(&shape, &[&ls]));
-                    ctx.report
+                    ctx.tally
                         .check(&name, dtype, desc, want, got, tolerance(dtype));
                 }
             }
@@ -174,7 +176,7 @@ pub fn scatter(ctx: &mut Ctx) {
                         });
                         let desc =
                             || format!("{} dim {dim} src {src_shape:?}", describe(&shape, &[&ld]));
-                        ctx.report.check(&name, dtype, desc, want, got, EXACT);
+                        ctx.tally.check(&name, dtype, desc, want, got, Tol::EXACT);
                     }
                 }
             }
@@ -208,19 +210,12 @@ pub fn index_add(ctx: &mut Ctx) {
                     let got = dst.hip.index_add(&ld, &ids.hip, &lids, &src.hip, &ls, dim);
                     let desc =
                         || format!("{} dim {dim} ids {:?}", describe(&shape, &[&ld]), ids.cpu);
-                    ctx.report.check(&name, dtype, desc, want, got, EXACT);
+                    ctx.tally.check(&name, dtype, desc, want, got, Tol::EXACT);
                 }
             }
         }
     }
 }
-
-/// Scatter and index_add apply the updates of each element in index order,
-/// rounding after each: results equal the CPU backend's bit for bit.
-const EXACT: Tol = Tol {
-    atol: 0.0,
-    rtol: 0.0,
-};
 
 /// Indices of `dtype` into a dimension of `size` for the device and the CPU:
 /// mostly among the first `distinct` positions (many updates of the same
@@ -309,7 +304,7 @@ pub fn update_tiles(ctx: &mut Ctx) {
                     });
                     let op = if add { "scatter_add" } else { "scatter" };
                     let name = format!("{op} tiles (ids {})", ids_dtype.as_str());
-                    ctx.report.check(&name, dtype, desc, want, got, EXACT);
+                    ctx.tally.check(&name, dtype, desc, want, got, Tol::EXACT);
                 }
                 let (dev_ids, cpu_ids) =
                     ids_with_edges(&mut ctx.rng, ids_dtype, n, shape[dim], distinct);
@@ -318,7 +313,7 @@ pub fn update_tiles(ctx: &mut Ctx) {
                 let want = cpu(|| dst.cpu.index_add(&ld, &cpu_ids, &lids, &src.cpu, &ls, dim));
                 let got = dst.hip.index_add(&ld, &hip_ids, &lids, &src.hip, &ls, dim);
                 let name = format!("index_add tiles (ids {})", ids_dtype.as_str());
-                ctx.report.check(&name, dtype, desc, want, got, EXACT);
+                ctx.tally.check(&name, dtype, desc, want, got, Tol::EXACT);
             }
         }
     }

@@ -5,7 +5,9 @@ use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::op::ReduceOp;
 use candle_core::scalar::Scalar;
 use candle_core::{CpuStorage, DType, Layout, Shape};
-use candle_hip::{HipDevice, HipStorage};
+use candle_hip::HipStorage;
+
+use crate::common::device;
 
 /// Downloads a small u8 or u32 storage as u64 values.
 fn small_ints(s: &HipStorage) -> Vec<u64> {
@@ -19,7 +21,7 @@ fn small_ints(s: &HipStorage) -> Vec<u64> {
 #[test]
 #[ignore = "needs a HIP device with 16 GB of memory"]
 fn large_tensors_use_64_bit_offsets() {
-    let dev = HipDevice::new(0).expect("HIP device 0");
+    let dev = device();
     // A (rows, cols) u8 matrix of more than 2^32 elements inside a slightly
     // longer buffer; the last 100 elements of the buffer are 7, the rest 1.
     let (rows, cols) = (65_537usize, 65_536usize);

@@ -3,9 +3,8 @@
 
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::{CpuStorage, DType, Shape};
-use candle_hip::HipDevice;
 
-use crate::common::{FLOATS, Tol, Values, compare, values};
+use crate::common::{FLOATS, Tol, Values, compare, device, values};
 
 /// Mean and variance of the values of a float storage.
 fn moments(s: &CpuStorage) -> (f64, f64, f64, f64) {
@@ -23,7 +22,7 @@ fn moments(s: &CpuStorage) -> (f64, f64, f64, f64) {
 #[test]
 #[ignore = "needs a HIP device"]
 fn random_numbers_follow_their_distribution() {
-    let dev = HipDevice::new(0).expect("HIP device 0");
+    let dev = device();
     let shape = Shape::from((1000, 1001));
     for dtype in FLOATS {
         dev.set_seed(7).unwrap();
@@ -56,15 +55,7 @@ fn random_numbers_follow_their_distribution() {
             .to_cpu_storage()
             .unwrap();
         assert!(
-            compare(
-                &u,
-                &again,
-                Tol {
-                    atol: 0.0,
-                    rtol: 0.0
-                }
-            )
-            .is_ok(),
+            compare(&again, &u, Tol::EXACT).is_ok(),
             "{dtype:?} not reproducible"
         );
         let next = dev
@@ -73,15 +64,7 @@ fn random_numbers_follow_their_distribution() {
             .to_cpu_storage()
             .unwrap();
         assert!(
-            compare(
-                &u,
-                &next,
-                Tol {
-                    atol: 0.0,
-                    rtol: 0.0
-                }
-            )
-            .is_err(),
+            compare(&next, &u, Tol::EXACT).is_err(),
             "{dtype:?} repeated"
         );
     }

@@ -29,8 +29,8 @@ fn sum_tolerance(dtype: DType, count: usize) -> Tol {
     let base = tolerance(dtype);
     let n = count as f64;
     Tol {
-        atol: base.atol + n * n.sqrt() * eps * 3.0,
-        rtol: base.rtol.max(n * eps),
+        rel: base.rel.max(n * eps),
+        abs: base.abs + n * n.sqrt() * eps * 3.0,
     }
 }
 
@@ -109,7 +109,7 @@ fn check_reduction(
         tolerance(dtype)
     };
     let desc = || format!("{} dims {dims:?}", describe(l.dims(), &[l]));
-    ctx.report.check(name, dtype, desc, want, got, tol);
+    ctx.tally.check(name, dtype, desc, want, got, tol);
 }
 
 pub fn reductions(ctx: &mut Ctx) {
