@@ -1,28 +1,49 @@
-//! Conformance of candle-hip with Candle's CPU backend: one test target
-//! (one executable in the staged GPU suite), its tests grouped by topic.
+//! Conformance of candle-hip with Candle's CPU backend (and candle-nn's
+//! CPU implementations of the fused ops): one test target, so one
+//! executable in the staged GPU suite, its tests grouped by topic.
 //!
-//! Every storage operation of candle-hip (the `BackendStorage` methods:
-//! element-wise ops, casts, where_cond, reductions, indexing, copies) runs
-//! through the traits on both backends with the same data and layouts:
-//! every supported dtype, contiguous / offset / permuted / sliced /
-//! broadcast layouts, fixed and random shapes (empty and size-1 dimensions
-//! included). Integer results must be equal; float results must agree
-//! within a per-dtype tolerance (`common::tolerance`), NaN matching NaN.
-//! When the CPU backend rejects a case the HIP backend must reject it too.
-//! One test runs them all (`conformance_with_the_cpu_backend`): the topics'
-//! cases draw their data from one random stream, in a fixed order.
+//! - The storage ops (the `BackendStorage` methods: `elementwise`, `reduce`,
+//!   `indexing`, `copy`) run through the traits on both backends with the
+//!   same data and layouts: every supported dtype, contiguous / offset /
+//!   permuted / sliced / broadcast layouts, fixed and random shapes (empty
+//!   and size-1 dimensions included). Integer results must be equal; float
+//!   results must agree within a per-dtype tolerance
+//!   (`common::tolerance`), NaN matching NaN. When the CPU backend rejects
+//!   a case the HIP backend must reject it too. One test runs them all
+//!   (`conformance_with_the_cpu_backend`, below): their cases draw their
+//!   data from one random stream, in a fixed order.
+//! - `matmul`, `conv`, `pool` and `fused` run each case on the GPU through
+//!   candle-hip and on the CPU through candle (Tensor API) or candle-nn,
+//!   with the same values, for every dtype the op takes and for
+//!   contiguous, offset, transposed, narrowed and broadcast layouts, over a
+//!   spread of shapes that includes real model sizes (32 heads × 128, a
+//!   32000-entry vocabulary, 4096-wide rms_norm, ResNet and UNet
+//!   convolutions, a Whisper conv1d). References are computed in higher
+//!   precision (f64; f32 for the fused ops on f16/bf16 inputs), so each
+//!   comparison bounds the GPU result's own error:
+//!   `|hip - ref| <= rel * |ref| + abs`, with `rel` and `abs` derived from
+//!   the unit roundoff of the output and accumulation types (`common::Tol`).
+//!   Selection ops (max pooling, nearest upsampling, argsort) must match
+//!   exactly.
+//! - `random` (the device's random numbers), `errors` (what is refused) and
+//!   `large` (64-bit offsets) test the device directly.
 //!
 //! The GPU tests are ignored without a device; on the NVIDIA test platform
-//! (tests/hip-on-cuda) they run with `--include-ignored` and print
-//! `conformance: N cases, M failures` and the ops x dtypes coverage table.
+//! (tests/hip-on-cuda) they run with `--include-ignored`. Each tallying test
+//! prints an op × dtype table and then one line: the storage-op suite
+//! `conformance: N cases, M failures`, the others
+//! `conformance <group>: N cases, M failures`.
 
 mod common;
+mod conv;
 mod copy;
 mod elementwise;
 mod errors;
 mod fused;
 mod indexing;
 mod large;
+mod matmul;
+mod pool;
 mod random;
 mod reduce;
 
