@@ -4,7 +4,7 @@
 
 use candle_core::{DType, Layout, Result, Tensor};
 use candle_hip::HipStorage;
-use candle_hip::conv::{ConvParams, ConvPath};
+use candle_hip::conv::{ConvParams, ConvPath, conv_transpose1d, conv_transpose2d, conv1d, conv2d};
 
 use crate::common::{
     Arrange, FLOATS, Rng, Tally, cpu_tensor, device, gemm_tol, layout, to_f64, upload,
@@ -20,6 +20,17 @@ struct Conv {
     dilation: usize,
     output_padding: usize,
     groups: usize,
+}
+
+impl Conv {
+    /// The case's parameters for candle-hip, on every one of `N` axes.
+    fn params<const N: usize>(&self) -> ConvParams<N> {
+        ConvParams {
+            output_padding: [self.output_padding; N],
+            groups: self.groups,
+            ..ConvParams::uniform(self.padding, self.stride, self.dilation)
+        }
+    }
 }
 
 #[rustfmt::skip]
@@ -80,6 +91,7 @@ fn conv_reference(c: &Conv, x: &[f64], w: &[f64], transposed: bool) -> Vec<f64> 
     to_f64(&one(&xt, &wt))
 }
 
+/// Case `c` on the device through `path`.
 fn run_conv(
     dev_x: &HipStorage,
     xl: &Layout,
@@ -89,28 +101,11 @@ fn run_conv(
     transposed: bool,
     path: ConvPath,
 ) -> Result<HipStorage> {
-    if c.x.len() == 4 {
-        let p = ConvParams {
-            output_padding: [c.output_padding; 2],
-            groups: c.groups,
-            ..ConvParams::<2>::uniform(c.padding, c.stride, c.dilation)
-        };
-        if transposed {
-            candle_hip::conv::conv_transpose2d(dev_x, xl, dev_w, wl, &p, path)
-        } else {
-            candle_hip::conv::conv2d(dev_x, xl, dev_w, wl, &p, path)
-        }
-    } else {
-        let p = ConvParams {
-            output_padding: [c.output_padding],
-            groups: c.groups,
-            ..ConvParams::<1>::uniform(c.padding, c.stride, c.dilation)
-        };
-        if transposed {
-            candle_hip::conv::conv_transpose1d(dev_x, xl, dev_w, wl, &p, path)
-        } else {
-            candle_hip::conv::conv1d(dev_x, xl, dev_w, wl, &p, path)
-        }
+    match (transposed, c.x.len()) {
+        (false, 4) => conv2d(dev_x, xl, dev_w, wl, &c.params(), path),
+        (false, _) => conv1d(dev_x, xl, dev_w, wl, &c.params(), path),
+        (true, 4) => conv_transpose2d(dev_x, xl, dev_w, wl, &c.params(), path),
+        (true, _) => conv_transpose1d(dev_x, xl, dev_w, wl, &c.params(), path),
     }
 }
 

@@ -5,7 +5,7 @@
 //! results equal the CPU backend's bit for bit (`Tol::EXACT`).
 
 use candle_core::backend::{BackendDevice, BackendStorage};
-use candle_core::{CpuStorage, DType, Layout, Shape};
+use candle_core::{CpuStorage, DType, Layout, Result, Shape};
 
 use crate::common::{
     Ctx, DENSE_FORMS, DTYPES, Domain, FLOATS, FORMS, Form, INDEX, Rng, Tol, cpu, describe,
@@ -129,6 +129,35 @@ pub fn gather(ctx: &mut Ctx) {
     }
 }
 
+/// Operand values of scatter, scatter_add and index_add: for integers,
+/// small enough that many updates of one element stay in range.
+fn update_domain(dtype: DType) -> Domain {
+    if FLOATS.contains(&dtype) {
+        Domain::Signed
+    } else {
+        Domain::Ints(0, 3)
+    }
+}
+
+/// A copy of `dst` with `src` scattered into it along `dim` at `ids`:
+/// added to what is there when `add`, else in its place. The CPU reference
+/// and the device make the same calls.
+fn scattered<S: BackendStorage>(
+    add: bool,
+    (dst, ld): (&S, &Layout),
+    (ids, lids): (&S, &Layout),
+    (src, ls): (&S, &Layout),
+    dim: usize,
+) -> Result<S> {
+    let mut d = dst.try_clone(ld)?;
+    if add {
+        d.scatter_add_set(ld, ids, lids, src, ls, dim)?;
+    } else {
+        d.scatter_set(ld, ids, lids, src, ls, dim)?;
+    }
+    Ok(d)
+}
+
 pub fn scatter(ctx: &mut Ctx) {
     for add in [false, true] {
         for ids_dtype in INDEX {
@@ -138,11 +167,7 @@ pub fn scatter(ctx: &mut Ctx) {
                 ids_dtype.as_str()
             );
             for dtype in DTYPES {
-                let domain = if FLOATS.contains(&dtype) {
-                    Domain::Signed
-                } else {
-                    Domain::Ints(0, 3)
-                };
+                let domain = update_domain(dtype);
                 for shape in ctx.shapes.clone() {
                     if shape.is_empty() {
                         continue;
@@ -157,23 +182,21 @@ pub fn scatter(ctx: &mut Ctx) {
                         let ids = ctx.upload(ids);
                         let lids = Layout::contiguous(src_shape.as_slice());
                         let want = cpu(|| {
-                            dst.cpu.try_clone(&ld).and_then(|mut d| {
-                                if add {
-                                    d.scatter_add_set(&ld, &ids.cpu, &lids, &src.cpu, &ls, dim)?;
-                                } else {
-                                    d.scatter_set(&ld, &ids.cpu, &lids, &src.cpu, &ls, dim)?;
-                                }
-                                Ok(d)
-                            })
+                            scattered(
+                                add,
+                                (&dst.cpu, &ld),
+                                (&ids.cpu, &lids),
+                                (&src.cpu, &ls),
+                                dim,
+                            )
                         });
-                        let got = dst.hip.try_clone(&ld).and_then(|mut d| {
-                            if add {
-                                d.scatter_add_set(&ld, &ids.hip, &lids, &src.hip, &ls, dim)?;
-                            } else {
-                                d.scatter_set(&ld, &ids.hip, &lids, &src.hip, &ls, dim)?;
-                            }
-                            Ok(d)
-                        });
+                        let got = scattered(
+                            add,
+                            (&dst.hip, &ld),
+                            (&ids.hip, &lids),
+                            (&src.hip, &ls),
+                            dim,
+                        );
                         let desc =
                             || format!("{} dim {dim} src {src_shape:?}", describe(&shape, &[&ld]));
                         ctx.tally.check(&name, dtype, desc, want, got, Tol::EXACT);
@@ -188,11 +211,7 @@ pub fn index_add(ctx: &mut Ctx) {
     for ids_dtype in INDEX {
         let name = format!("index_add (ids {})", ids_dtype.as_str());
         for dtype in DTYPES {
-            let domain = if FLOATS.contains(&dtype) {
-                Domain::Signed
-            } else {
-                Domain::Ints(0, 3)
-            };
+            let domain = update_domain(dtype);
             for shape in ctx.shapes.clone() {
                 if shape.is_empty() {
                     continue;
@@ -270,11 +289,7 @@ pub fn update_tiles(ctx: &mut Ctx) {
     for (shape, dim, n, distinct) in cases {
         for ids_dtype in INDEX {
             for dtype in DTYPES {
-                let domain = if FLOATS.contains(&dtype) {
-                    Domain::Signed
-                } else {
-                    Domain::Ints(0, 3)
-                };
+                let domain = update_domain(dtype);
                 let (dst, ld) = ctx.input(dtype, shape, Form::Contiguous, domain);
                 let src_shape = with_dim(shape, dim, n);
                 let (src, ls) = ctx.input(dtype, &src_shape, Form::Contiguous, domain);
@@ -286,22 +301,21 @@ pub fn update_tiles(ctx: &mut Ctx) {
                     let hip_ids = ctx.dev.storage_from_cpu_storage(&dev_ids).expect("upload");
                     let lids = Layout::contiguous(src_shape.as_slice());
                     let want = cpu(|| {
-                        let mut d = dst.cpu.try_clone(&ld)?;
-                        if add {
-                            d.scatter_add_set(&ld, &cpu_ids, &lids, &src.cpu, &ls, dim)?;
-                        } else {
-                            d.scatter_set(&ld, &cpu_ids, &lids, &src.cpu, &ls, dim)?;
-                        }
-                        Ok(d)
+                        scattered(
+                            add,
+                            (&dst.cpu, &ld),
+                            (&cpu_ids, &lids),
+                            (&src.cpu, &ls),
+                            dim,
+                        )
                     });
-                    let got = dst.hip.try_clone(&ld).and_then(|mut d| {
-                        if add {
-                            d.scatter_add_set(&ld, &hip_ids, &lids, &src.hip, &ls, dim)?;
-                        } else {
-                            d.scatter_set(&ld, &hip_ids, &lids, &src.hip, &ls, dim)?;
-                        }
-                        Ok(d)
-                    });
+                    let got = scattered(
+                        add,
+                        (&dst.hip, &ld),
+                        (&hip_ids, &lids),
+                        (&src.hip, &ls),
+                        dim,
+                    );
                     let op = if add { "scatter_add" } else { "scatter" };
                     let name = format!("{op} tiles (ids {})", ids_dtype.as_str());
                     ctx.tally.check(&name, dtype, desc, want, got, Tol::EXACT);

@@ -4,8 +4,8 @@
 //! with a reference computed in f64.
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, DType, Layout, Result};
-use candle_hip::{HipDevice, HipStorage};
+use candle_core::{DType, Layout, Result};
+use candle_hip::HipDevice;
 
 use crate::common::{
     Arrange, DTYPES, FLOATS, Rng, Tally, Tol, acc_unit, cpu_values, device, host_storage, layout,
@@ -29,29 +29,94 @@ fn image_values(rng: &mut Rng, n: usize, dtype: DType) -> Vec<f64> {
     }
 }
 
-/// Runs a storage op on the CPU backend (in `ref_dtype`) and on the GPU
-/// (in `dtype`) with the same layout, and records the comparison.
-#[allow(clippy::too_many_arguments)]
-fn compare_storage_op(
-    t: &mut Tally,
-    dev: &HipDevice,
-    op: &str,
-    case: &str,
-    values: &[f64],
-    l: &Layout,
+/// A pooling or upsampling op with its parameters: `run` makes the same
+/// call on either backend.
+#[derive(Clone, Copy)]
+enum ImageOp {
+    MaxPool {
+        kernel: (usize, usize),
+        stride: (usize, usize),
+    },
+    AvgPool {
+        kernel: (usize, usize),
+        stride: (usize, usize),
+    },
+    Nearest1d(usize),
+    Nearest2d(usize, usize),
+    Bilinear {
+        h: usize,
+        w: usize,
+        align: bool,
+        scales: Option<(f64, f64)>,
+    },
+}
+
+impl ImageOp {
+    fn name(self) -> &'static str {
+        match self {
+            ImageOp::MaxPool { .. } => "max_pool2d",
+            ImageOp::AvgPool { .. } => "avg_pool2d",
+            ImageOp::Nearest1d(_) => "upsample_nearest1d",
+            ImageOp::Nearest2d(..) => "upsample_nearest2d",
+            ImageOp::Bilinear { .. } => "upsample_bilinear2d",
+        }
+    }
+
+    fn run<S: BackendStorage>(self, x: &S, l: &Layout) -> Result<S> {
+        match self {
+            ImageOp::MaxPool { kernel, stride } => x.max_pool2d(l, kernel, stride),
+            ImageOp::AvgPool { kernel, stride } => x.avg_pool2d(l, kernel, stride),
+            ImageOp::Nearest1d(w) => x.upsample_nearest1d(l, w),
+            ImageOp::Nearest2d(h, w) => x.upsample_nearest2d(l, h, w),
+            ImageOp::Bilinear {
+                h,
+                w,
+                align,
+                scales,
+            } => x.upsample_bilinear2d(l, h, w, align, scales.map(|s| s.0), scales.map(|s| s.1)),
+        }
+    }
+}
+
+/// An input of the image ops: `values` (row-major) laid out as `l`.
+struct Image<'a> {
+    dev: &'a HipDevice,
+    values: &'a [f64],
+    l: Layout,
     dtype: DType,
-    ref_dtype: DType,
-    tol: Tol,
-    f_cpu: impl Fn(&CpuStorage, &Layout) -> Result<CpuStorage>,
-    f_hip: impl Fn(&HipStorage, &Layout) -> Result<HipStorage>,
-) {
-    let host = host_storage(values, l, ref_dtype, 0.0);
-    let want = match f_cpu(&host, l) {
-        Ok(out) => cpu_values(&out),
-        Err(e) => return t.error(op, dtype, case, format!("CPU reference failed: {e}")),
-    };
-    let dev_in = upload(dev, values, l, dtype);
-    t.check_run(op, dtype, case, &want, tol, || f_hip(&dev_in, l));
+    case: String,
+}
+
+impl<'a> Image<'a> {
+    fn new(dev: &'a HipDevice, values: &'a [f64], l: Layout, dtype: DType, case: String) -> Self {
+        Image {
+            dev,
+            values,
+            l,
+            dtype,
+            case,
+        }
+    }
+
+    /// Runs `op` on the CPU backend (in `ref_dtype`) and on the GPU (in the
+    /// image's dtype) with the same layout, and records the comparison.
+    fn check(&self, t: &mut Tally, op: ImageOp, ref_dtype: DType, tol: Tol) {
+        let (name, dtype, l) = (op.name(), self.dtype, &self.l);
+        let host = host_storage(self.values, l, ref_dtype, 0.0);
+        let want = match op.run(&host, l) {
+            Ok(out) => cpu_values(&out),
+            Err(e) => {
+                return t.error(
+                    name,
+                    dtype,
+                    &self.case,
+                    format!("CPU reference failed: {e}"),
+                );
+            }
+        };
+        let dev_in = upload(self.dev, self.values, l, dtype);
+        t.check_run(name, dtype, &self.case, &want, tol, || op.run(&dev_in, l));
+    }
 }
 
 /// (shape, kernel, stride) of a pooling case.
@@ -72,44 +137,21 @@ fn pooling_and_upsampling_match_cpu() {
         (&[1, 1, 1, 1], (1, 1), (1, 1)),
         (&[1, 64, 112, 112], (3, 3), (2, 2)),
     ];
-    for &(shape, k, s) in pools {
+    for &(shape, kernel, stride) in pools {
         for dtype in DTYPES {
             let values = image_values(&mut rng, shape.iter().product(), dtype);
             for arr in IMAGE_ARRANGEMENTS {
-                let l = layout(shape, arr);
-                let case = format!("{shape:?} k{k:?} s{s:?} {arr}");
-                compare_storage_op(
-                    &mut t,
-                    &dev,
-                    "max_pool2d",
-                    &case,
-                    &values,
-                    &l,
-                    dtype,
-                    dtype,
-                    Tol::EXACT,
-                    |x, l| x.max_pool2d(l, k, s),
-                    |x, l| x.max_pool2d(l, k, s),
-                );
+                let case = format!("{shape:?} k{kernel:?} s{stride:?} {arr}");
+                let image = Image::new(&dev, &values, layout(shape, arr), dtype, case);
+                let max_pool = ImageOp::MaxPool { kernel, stride };
+                image.check(&mut t, max_pool, dtype, Tol::EXACT);
                 if FLOATS.contains(&dtype) {
-                    let taps = (k.0 * k.1) as f64;
+                    let taps = (kernel.0 * kernel.1) as f64;
                     let tol = Tol {
                         rel: 2.0 * unit(dtype),
                         abs: (2.0 * unit(dtype) + taps * acc_unit(dtype)) * 3.0,
                     };
-                    compare_storage_op(
-                        &mut t,
-                        &dev,
-                        "avg_pool2d",
-                        &case,
-                        &values,
-                        &l,
-                        dtype,
-                        DType::F64,
-                        tol,
-                        |x, l| x.avg_pool2d(l, k, s),
-                        |x, l| x.avg_pool2d(l, k, s),
-                    );
+                    image.check(&mut t, ImageOp::AvgPool { kernel, stride }, DType::F64, tol);
                 }
             }
         }
@@ -126,37 +168,14 @@ fn pooling_and_upsampling_match_cpu() {
         for dtype in DTYPES {
             let values = image_values(&mut rng, shape.iter().product(), dtype);
             for arr in IMAGE_ARRANGEMENTS {
-                let l = layout(shape, arr);
                 let case = format!("{shape:?} -> ({h}, {w}) {arr}");
-                if shape.len() == 3 {
-                    compare_storage_op(
-                        &mut t,
-                        &dev,
-                        "upsample_nearest1d",
-                        &case,
-                        &values,
-                        &l,
-                        dtype,
-                        dtype,
-                        Tol::EXACT,
-                        |x, l| x.upsample_nearest1d(l, w),
-                        |x, l| x.upsample_nearest1d(l, w),
-                    );
+                let image = Image::new(&dev, &values, layout(shape, arr), dtype, case);
+                let op = if shape.len() == 3 {
+                    ImageOp::Nearest1d(w)
                 } else {
-                    compare_storage_op(
-                        &mut t,
-                        &dev,
-                        "upsample_nearest2d",
-                        &case,
-                        &values,
-                        &l,
-                        dtype,
-                        dtype,
-                        Tol::EXACT,
-                        |x, l| x.upsample_nearest2d(l, h, w),
-                        |x, l| x.upsample_nearest2d(l, h, w),
-                    );
-                }
+                    ImageOp::Nearest2d(h, w)
+                };
+                image.check(&mut t, op, dtype, Tol::EXACT);
             }
         }
     }
@@ -178,22 +197,15 @@ fn pooling_and_upsampling_match_cpu() {
                 abs: 4.0 * (unit(dtype) + 4.0 * acc_unit(dtype)) * 3.0,
             };
             for arr in IMAGE_ARRANGEMENTS {
-                let l = layout(shape, arr);
                 let case = format!("{shape:?} -> ({h}, {w}) align {align} scales {scales:?} {arr}");
-                let (sh, sw) = (scales.map(|s| s.0), scales.map(|s| s.1));
-                compare_storage_op(
-                    &mut t,
-                    &dev,
-                    "upsample_bilinear2d",
-                    &case,
-                    &values,
-                    &l,
-                    dtype,
-                    DType::F64,
-                    tol,
-                    |x, l| x.upsample_bilinear2d(l, h, w, align, sh, sw),
-                    |x, l| x.upsample_bilinear2d(l, h, w, align, sh, sw),
-                );
+                let image = Image::new(&dev, &values, layout(shape, arr), dtype, case);
+                let op = ImageOp::Bilinear {
+                    h,
+                    w,
+                    align,
+                    scales,
+                };
+                image.check(&mut t, op, DType::F64, tol);
             }
         }
     }
