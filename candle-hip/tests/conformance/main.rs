@@ -77,8 +77,8 @@ fn conformance_with_the_cpu_backend() {
     indexing::scatter(&mut ctx);
     indexing::index_add(&mut ctx);
     copy::copies(&mut ctx);
-    // A second pass with its own random stream (the cases above stay as
-    // they were): shapes that reach the kernels' packed, tiled, split and
+    // A second pass with its own random stream (so that the data of the
+    // cases above does not depend on it): shapes that reach the kernels' packed, tiled, split and
     // batched paths. Inner dimensions of whole 16-byte packs for every dtype
     // (packed broadcasts and permutations), permutations that are batched
     // transposes with whole and partial tiles, scatter / index_add walks of

@@ -155,7 +155,7 @@ pub fn reductions(ctx: &mut Ctx) {
 /// Reductions to a single output long enough to be cut into chunks whose
 /// partial states a finish launch combines: every op and dtype, contiguous
 /// and offset views, an odd length, and a 2-D sum over both dimensions. Its
-/// own random stream leaves the other tests' data as it was.
+/// own random stream keeps the data of the other cases independent of it.
 fn whole_tensor_reductions(ctx: &mut Ctx) {
     let saved = std::mem::replace(&mut ctx.rng, Rng(0x5eed_1234_abcd_0003));
     let cases: [(&[usize], &[usize]); 3] = [
@@ -215,7 +215,8 @@ fn column_case(base: &[usize], offset: usize, dims: &[usize]) -> ColumnCase {
 /// views starting off it, short and long reductions, few and many outputs,
 /// with and without a split and its two finish forms (on a GPU of about 132
 /// units: 4352 outputs is past the thread-per-output finish threshold).
-/// Its own random stream leaves the other tests' data as it was.
+/// Its own random stream keeps the data of the other cases independent of
+/// it.
 fn packed_column_reductions(ctx: &mut Ctx) {
     let mut rng = Rng(0x5eed_c015_0000_0003);
     let mut cases = vec![
