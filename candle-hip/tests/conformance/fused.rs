@@ -1,0 +1,339 @@
+//! The fused ops against candle-nn's CPU implementations: softmax_last_dim,
+//! rms_norm, layer_norm and sigmoid over rows from 1 to 70001 elements,
+//! rope / rope_i / rope_thd, and argsort (ties in index order, NaN and
+//! signed zeros) against candle's CPU argsort and a host stable sort.
+//! References are computed in f32 for f16/bf16 inputs (candle-nn rounds
+//! its intermediates to the storage type) and in f64 otherwise.
+
+use candle_core::{DType, Layout};
+use candle_hip::fused;
+
+use crate::common::{
+    Arrange, DTYPES, FLOATS, Rng, Tally, Tol, acc_unit, cpu_tensor, device, layout, rounded,
+    to_f64, unit, upload,
+};
+
+/// The dtype candle-nn computes the reference in: f32 for half inputs
+/// (candle-nn rounds intermediates to the storage type), f64 otherwise.
+fn reference_dtype(dtype: DType) -> DType {
+    if matches!(dtype, DType::F16 | DType::BF16) {
+        DType::F32
+    } else {
+        DType::F64
+    }
+}
+
+/// The smallest positive value (subnormal) of a float dtype, as an absolute
+/// floor for values that underflow.
+fn tiny(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => 2f64.powi(-24),
+        DType::BF16 | DType::F32 => 1e-38,
+        _ => 1e-300,
+    }
+}
+
+/// Tolerance of a fused op whose result is a few f32/f64 operations away
+/// from the exact value and is rounded once: `ops` accumulation roundoffs
+/// plus one output rounding, relative; `abs` covers cancellation.
+fn fused_tol(dtype: DType, ops: f64, magnitude: f64) -> Tol {
+    let rel = 2.0 * unit(dtype) + ops * acc_unit(dtype) + 4.0 * unit(reference_dtype(dtype));
+    Tol {
+        rel,
+        abs: tiny(dtype) + rel * magnitude,
+    }
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn row_ops_match_candle_nn() {
+    let dev = device();
+    let mut t = Tally::default();
+    let mut rng = Rng(0x5eed_0004);
+    // Rows: single elements, odd sizes (no 16-byte packs), attention rows,
+    // the 32000 vocabulary, 4096 hidden, and rows beyond the register cache
+    // (16 values per thread of 1024; softmax keeps 32 of f16/bf16: an odd
+    // row and one of exactly 32 x 1024 reach that cache's limits).
+    let shapes: &[&[usize]] = &[
+        &[1, 1],
+        &[3, 7],
+        &[5, 33],
+        &[2, 32, 16, 128],
+        &[4, 1000],
+        &[8, 32000],
+        &[2, 20001],
+        &[2, 32768],
+        &[16, 4096],
+        &[3, 5120],
+        &[2, 40000],
+        &[2, 70001],
+    ];
+    for &shape in shapes {
+        let cols = *shape.last().unwrap();
+        let n: usize = shape.iter().product();
+        for dtype in FLOATS {
+            let rd = reference_dtype(dtype);
+            let x = rounded(&rng.values(n, -3.0, 3.0), dtype);
+            let alpha = rounded(&rng.values(cols, -2.0, 2.0), dtype);
+            let beta = rounded(&rng.values(cols, -1.0, 1.0), dtype);
+            let xt = cpu_tensor(&x, shape, rd);
+            let (at, bt) = (
+                cpu_tensor(&alpha, &[cols], rd),
+                cpu_tensor(&beta, &[cols], rd),
+            );
+            let eps = 1e-5f32;
+            for arr in [Arrange::Contiguous, Arrange::Offset] {
+                let l = layout(shape, arr);
+                let xs = upload(&dev, &x, &l, dtype);
+                let al = layout(&[cols], arr);
+                let (als, bls) = (
+                    upload(&dev, &alpha, &al, dtype),
+                    upload(&dev, &beta, &al, dtype),
+                );
+                let case = format!("{shape:?} {arr}");
+                let log_n = (cols as f64).log2().max(1.0);
+
+                let want = to_f64(&candle_nn::ops::softmax_last_dim(&xt).unwrap());
+                t.check_run(
+                    "softmax_last_dim",
+                    dtype,
+                    &case,
+                    &want,
+                    fused_tol(dtype, 8.0 * log_n, 0.0),
+                    || fused::softmax_last_dim(&xs, &l),
+                );
+
+                let want = if rd == DType::F64 {
+                    candle_nn::ops::rms_norm_slow(&xt, &at, eps).unwrap()
+                } else {
+                    candle_nn::ops::rms_norm(&xt, &at, eps).unwrap()
+                };
+                t.check_run(
+                    "rms_norm",
+                    dtype,
+                    &case,
+                    &to_f64(&want),
+                    fused_tol(dtype, 4.0 * log_n, 0.0),
+                    || fused::rms_norm(&xs, &l, &als, &al, eps),
+                );
+
+                let want = if rd == DType::F64 {
+                    candle_nn::ops::layer_norm_slow(&xt, &at, &bt, eps).unwrap()
+                } else {
+                    candle_nn::ops::layer_norm(&xt, &at, &bt, eps).unwrap()
+                };
+                let want = to_f64(&want);
+                let magnitude = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+                t.check_run(
+                    "layer_norm",
+                    dtype,
+                    &case,
+                    &want,
+                    fused_tol(dtype, 8.0 * log_n, magnitude),
+                    || fused::layer_norm(&xs, &l, &als, &al, &bls, &al, eps),
+                );
+            }
+            // Sigmoid takes any layout.
+            for arr in [Arrange::Contiguous, Arrange::Transposed, Arrange::Narrowed] {
+                let l = layout(shape, arr);
+                let xs = upload(&dev, &x, &l, dtype);
+                let want = to_f64(&candle_nn::ops::sigmoid(&xt).unwrap());
+                t.check_run(
+                    "sigmoid",
+                    dtype,
+                    format!("{shape:?} {arr}").as_str(),
+                    &want,
+                    fused_tol(dtype, 4.0, 0.0),
+                    || fused::sigmoid(&xs, &l),
+                );
+            }
+        }
+    }
+    // Masked attention rows: -inf entries contribute nothing.
+    for dtype in FLOATS {
+        let mut x = rounded(&rng.values(4 * 64, -3.0, 3.0), dtype);
+        for (i, v) in x.iter_mut().enumerate() {
+            if i % 64 > i / 64 * 16 + 3 {
+                *v = f64::NEG_INFINITY;
+            }
+        }
+        let want = to_f64(
+            &candle_nn::ops::softmax_last_dim(&cpu_tensor(&x, &[4, 64], reference_dtype(dtype)))
+                .unwrap(),
+        );
+        let l = Layout::contiguous((4, 64));
+        let xs = upload(&dev, &x, &l, dtype);
+        t.check_run(
+            "softmax_last_dim",
+            dtype,
+            "causal mask",
+            &want,
+            fused_tol(dtype, 64.0, 0.0),
+            || fused::softmax_last_dim(&xs, &l),
+        );
+    }
+    t.finish("conformance softmax, rms_norm, layer_norm, sigmoid");
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn rope_matches_candle_nn() {
+    let dev = device();
+    let mut t = Tally::default();
+    let mut rng = Rng(0x5eed_0005);
+    // (b, heads, t, d, cos/sin rows, batched tables): 32 heads x 128 dims
+    // at prefill and decode, tables longer than the sequence.
+    let cases: &[(usize, usize, usize, usize, usize, bool)] = &[
+        (1, 1, 1, 2, 1, false),
+        (2, 3, 5, 8, 7, false),
+        (1, 32, 16, 128, 4096, false),
+        (2, 32, 1, 128, 64, false),
+        (2, 4, 7, 16, 7, true),
+        (3, 8, 33, 64, 33, true),
+    ];
+    for &(b, h, seq, d, rows, batched) in cases {
+        for dtype in FLOATS {
+            let rd = reference_dtype(dtype);
+            let x = rounded(&rng.values(b * h * seq * d, -3.0, 3.0), dtype);
+            let table_shape: Vec<usize> = if batched {
+                vec![b, rows, d / 2]
+            } else {
+                vec![rows, d / 2]
+            };
+            let table_len = table_shape.iter().product();
+            let angles = rng.values(table_len, 0.0, 6.3);
+            let cos = rounded(&angles.iter().map(|a| a.cos()).collect::<Vec<_>>(), dtype);
+            let sin = rounded(&angles.iter().map(|a| a.sin()).collect::<Vec<_>>(), dtype);
+            let (ct, st) = (
+                cpu_tensor(&cos, &table_shape, rd),
+                cpu_tensor(&sin, &table_shape, rd),
+            );
+            let tl = Layout::contiguous(table_shape.as_slice());
+            let (cs, ss) = (
+                upload(&dev, &cos, &tl, dtype),
+                upload(&dev, &sin, &tl, dtype),
+            );
+            let tol = fused_tol(dtype, 4.0, 6.0);
+            for (op, shape) in [
+                ("rope_i", [b, h, seq, d]),
+                ("rope", [b, h, seq, d]),
+                ("rope_thd", [b, seq, h, d]),
+            ] {
+                let xt = cpu_tensor(&x, &shape, rd);
+                let want = match op {
+                    "rope_i" => candle_nn::rotary_emb::rope_i(&xt, &ct, &st),
+                    "rope" => candle_nn::rotary_emb::rope(&xt, &ct, &st),
+                    _ => candle_nn::rotary_emb::rope_thd(&xt, &ct, &st),
+                };
+                let want = to_f64(&want.unwrap());
+                for arr in [Arrange::Contiguous, Arrange::Offset] {
+                    let l = layout(&shape, arr);
+                    let xs = upload(&dev, &x, &l, dtype);
+                    let case = format!("{shape:?} tables {table_shape:?} {arr}");
+                    t.check_run(op, dtype, &case, &want, tol, || match op {
+                        "rope_i" => fused::rope_i(&xs, &l, &cs, &tl, &ss, &tl),
+                        "rope" => fused::rope(&xs, &l, &cs, &tl, &ss, &tl),
+                        _ => fused::rope_thd(&xs, &l, &cs, &tl, &ss, &tl),
+                    });
+                }
+            }
+        }
+    }
+    t.finish("conformance rope");
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn argsort_matches_cpu() {
+    let dev = device();
+    let mut t = Tally::default();
+    let mut rng = Rng(0x5eed_0006);
+    // Rows up to the shared-memory limits (4096 for 8-byte types, 8192,
+    // 16384 for u8), just past them, and a vocabulary; rows around the
+    // register-pass span (128 positions at wave 32, 256 at wave 64).
+    let shapes: &[&[usize]] = &[
+        &[3, 1],
+        &[4, 7],
+        &[2, 100],
+        &[2, 3, 64],
+        &[3, 128],
+        &[2, 129],
+        &[2, 256],
+        &[2, 257],
+        &[2, 511],
+        &[2, 4097],
+        &[5, 8192],
+        &[2, 8193],
+        &[1, 16384],
+        &[1, 32000],
+        &[3, 1000],
+    ];
+    for &shape in shapes {
+        let n: usize = shape.iter().product();
+        for dtype in DTYPES {
+            // Few distinct values: many ties, which must keep index order.
+            let values = if FLOATS.contains(&dtype) {
+                rounded(&rng.values(n, -3.0, 3.0), dtype)
+            } else {
+                rng.ints(n, 50)
+            };
+            let values: Vec<f64> = if shape[1] == 1000 {
+                values.iter().map(|v| v.round()).collect()
+            } else {
+                values
+            };
+            let xt = cpu_tensor(&values, shape, dtype);
+            for asc in [true, false] {
+                let want = to_f64(&xt.arg_sort_last_dim(asc).unwrap());
+                for arr in [Arrange::Contiguous, Arrange::Offset] {
+                    let l = layout(shape, arr);
+                    let xs = upload(&dev, &values, &l, dtype);
+                    let case = format!("{shape:?} asc {asc} {arr}");
+                    t.check_run("arg_sort_last_dim", dtype, &case, &want, Tol::EXACT, || {
+                        fused::arg_sort_last_dim(&xs, &l, asc)
+                    });
+                }
+            }
+        }
+    }
+    // NaN (after every number, by index, in both directions) and signed
+    // zeros (equal, by index), which candle's CPU argsort cannot order:
+    // against a host stable sort.
+    for cols in [7, 129, 300, 1000] {
+        let values: Vec<f64> = (0..cols)
+            .map(|i| match i % 11 {
+                3 => f64::NAN,
+                5 => -0.0,
+                7 => 0.0,
+                _ => ((i * 37) % 19) as f64 - 9.0,
+            })
+            .collect();
+        for asc in [true, false] {
+            let mut order: Vec<usize> = (0..cols).collect();
+            order.sort_by(|&a, &b| {
+                let (x, y) = (values[a], values[b]);
+                match (x.is_nan(), y.is_nan()) {
+                    (true, true) => std::cmp::Ordering::Equal,
+                    (true, false) => std::cmp::Ordering::Greater,
+                    (false, true) => std::cmp::Ordering::Less,
+                    _ if asc => x.partial_cmp(&y).unwrap(),
+                    _ => y.partial_cmp(&x).unwrap(),
+                }
+            });
+            let want: Vec<f64> = order.iter().map(|&i| i as f64).collect();
+            for dtype in FLOATS {
+                let l = layout(&[1, cols], Arrange::Contiguous);
+                let xs = upload(&dev, &values, &l, dtype);
+                t.check_run(
+                    "arg_sort_last_dim",
+                    dtype,
+                    format!("NaN and signed zeros, {cols} asc {asc}"),
+                    &want,
+                    Tol::EXACT,
+                    || fused::arg_sort_last_dim(&xs, &l, asc),
+                );
+            }
+        }
+    }
+    t.finish("conformance argsort");
+}
