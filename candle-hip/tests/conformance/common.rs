@@ -27,6 +27,13 @@ pub fn device() -> HipDevice {
     HipDevice::new(0).expect("HIP device 0")
 }
 
+/// What every case-table test starts with: the device, an empty tally and
+/// its own random stream (`seed` keeps each test's data independent of the
+/// others and of their order).
+pub fn start(seed: u64) -> (HipDevice, Tally, Rng) {
+    (device(), Tally::default(), Rng(seed))
+}
+
 // ---------------------------------------------------------------------------
 // Deterministic random numbers (xorshift64*).
 

@@ -6,9 +6,7 @@ use candle_core::{DType, Layout, Result, Tensor};
 use candle_hip::HipStorage;
 use candle_hip::conv::{ConvParams, ConvPath, conv_transpose1d, conv_transpose2d, conv1d, conv2d};
 
-use crate::common::{
-    Arrange, FLOATS, Rng, Tally, cpu_tensor, device, gemm_tol, layout, to_f64, upload,
-};
+use crate::common::{Arrange, FLOATS, cpu_tensor, gemm_tol, layout, start, to_f64, upload};
 
 /// One convolution case (uniform padding/stride/dilation, as candle takes).
 struct Conv {
@@ -112,9 +110,7 @@ fn run_conv(
 #[test]
 #[ignore = "needs a HIP device"]
 fn convolutions_match_cpu() {
-    let dev = device();
-    let mut t = Tally::default();
-    let mut rng = Rng(0x5eed_0002);
+    let (dev, mut t, mut rng) = start(0x5eed_0002);
     for (transposed, cases) in [(false, FORWARD), (true, TRANSPOSED)] {
         for c in cases {
             let x = rng.eighths(c.x.iter().product());

@@ -9,8 +9,8 @@ use candle_core::{DType, Layout};
 use candle_hip::fused;
 
 use crate::common::{
-    Arrange, DTYPES, FLOATS, Rng, Tally, Tol, acc_unit, cpu_tensor, device, layout, rounded,
-    to_f64, unit, upload,
+    Arrange, DTYPES, FLOATS, Tol, acc_unit, cpu_tensor, layout, rounded, start, to_f64, unit,
+    upload,
 };
 
 /// The dtype candle-nn computes the reference in: f32 for half inputs
@@ -47,9 +47,7 @@ fn fused_tol(dtype: DType, ops: f64, magnitude: f64) -> Tol {
 #[test]
 #[ignore = "needs a HIP device"]
 fn row_ops_match_candle_nn() {
-    let dev = device();
-    let mut t = Tally::default();
-    let mut rng = Rng(0x5eed_0004);
+    let (dev, mut t, mut rng) = start(0x5eed_0004);
     // Rows: single elements, odd sizes (no 16-byte packs), attention rows,
     // the 32000 vocabulary, 4096 hidden, and rows beyond the register cache
     // (16 values per thread of 1024; softmax keeps 32 of f16/bf16: an odd
@@ -178,9 +176,7 @@ fn row_ops_match_candle_nn() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn rope_matches_candle_nn() {
-    let dev = device();
-    let mut t = Tally::default();
-    let mut rng = Rng(0x5eed_0005);
+    let (dev, mut t, mut rng) = start(0x5eed_0005);
     // (b, heads, t, d, cos/sin rows, batched tables): 32 heads x 128 dims
     // at prefill and decode, tables longer than the sequence.
     let cases: &[(usize, usize, usize, usize, usize, bool)] = &[
@@ -245,9 +241,7 @@ fn rope_matches_candle_nn() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn argsort_matches_cpu() {
-    let dev = device();
-    let mut t = Tally::default();
-    let mut rng = Rng(0x5eed_0006);
+    let (dev, mut t, mut rng) = start(0x5eed_0006);
     // Rows up to the shared-memory limits (4096 for 8-byte types, 8192,
     // 16384 for u8), just past them, and a vocabulary; rows around the
     // register-pass span (128 positions at wave 32, 256 at wave 64).

@@ -8,16 +8,12 @@
 use candle_core::backend::BackendStorage;
 use candle_core::{DType, Layout};
 
-use crate::common::{
-    Arrange, FLOATS, Rng, Tally, cpu_tensor, device, gemm_tol, layout, to_f64, upload,
-};
+use crate::common::{Arrange, FLOATS, cpu_tensor, gemm_tol, layout, start, to_f64, upload};
 
 #[test]
 #[ignore = "needs a HIP device"]
 fn matmul_matches_cpu() {
-    let dev = device();
-    let mut t = Tally::default();
-    let mut rng = Rng(0x5eed_0001);
+    let (dev, mut t, mut rng) = start(0x5eed_0001);
     // (batch dims, m, n, k): edge sizes, GEMV-like decode steps, attention
     // (32 heads, 128 dims) and a 4096-wide projection.
     let shapes: &[(&[usize], usize, usize, usize)] = &[

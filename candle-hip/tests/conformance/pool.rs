@@ -8,8 +8,8 @@ use candle_core::{DType, Layout, Result};
 use candle_hip::HipDevice;
 
 use crate::common::{
-    Arrange, DTYPES, FLOATS, Rng, Tally, Tol, acc_unit, cpu_values, device, host_storage, layout,
-    rounded, unit, upload,
+    Arrange, DTYPES, FLOATS, Rng, Tally, Tol, acc_unit, cpu_values, host_storage, layout, rounded,
+    start, unit, upload,
 };
 
 const IMAGE_ARRANGEMENTS: [Arrange; 4] = [
@@ -127,9 +127,7 @@ type BilinearCase = (&'static [usize], (usize, usize), bool, Option<(f64, f64)>)
 #[test]
 #[ignore = "needs a HIP device"]
 fn pooling_and_upsampling_match_cpu() {
-    let dev = device();
-    let mut t = Tally::default();
-    let mut rng = Rng(0x5eed_0003);
+    let (dev, mut t, mut rng) = start(0x5eed_0003);
     // (shape, kernel, stride): ResNet's 3x3/2 max pool, uneven windows.
     let pools: &[PoolCase] = &[
         (&[2, 3, 8, 9], (2, 2), (2, 2)),

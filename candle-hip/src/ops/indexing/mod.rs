@@ -17,28 +17,7 @@ use crate::kernel::grid::{per_pack, unrolled};
 use crate::kernel::info::{IndexInfo, split_at_dim, to_u64};
 use crate::ops::elementwise;
 use crate::storage::HipStorage;
-use plan::{UpdateFamilies, Updates};
-
-/// scatter's kernels (it has no per-row form).
-const SCATTER: UpdateFamilies = UpdateFamilies {
-    columns: &cat::SCATTER,
-    rows: None,
-    tiles: &cat::SCATTER_TILES,
-};
-
-/// scatter_add's kernels.
-const SCATTER_ADD: UpdateFamilies = UpdateFamilies {
-    columns: &cat::SCATTER_ADD,
-    rows: None,
-    tiles: &cat::SCATTER_ADD_TILES,
-};
-
-/// index_add's kernels.
-const INDEX_ADD: UpdateFamilies = UpdateFamilies {
-    columns: &cat::INDEX_ADD,
-    rows: Some(&cat::INDEX_ADD_ROWS),
-    tiles: &cat::INDEX_ADD_TILES,
-};
+use plan::{INDEX_ADD, SCATTER, SCATTER_ADD, UpdateFamilies, Updates};
 
 /// The kernel and launch shape that apply the updates `info` describes
 /// from `ids` into a destination like `dst` (its dtype and device).

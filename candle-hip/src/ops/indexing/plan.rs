@@ -4,7 +4,7 @@
 
 use hip_safe::LaunchConfig;
 
-use crate::kernel::catalogue::Family;
+use crate::kernel::catalogue::{self as cat, Family};
 use crate::kernel::grid::{THREADS_PER_CU, linear};
 use crate::kernel::header::{ELEM_BLOCK, OWNER_COLS, TILE_ROW_BYTES, TILE_ROWS};
 use crate::kernel::info::IndexInfo;
@@ -41,18 +41,52 @@ pub(crate) struct UpdateFamilies {
     pub(crate) tiles: &'static Family,
 }
 
+/// scatter's kernels (it has no per-row form).
+pub(crate) const SCATTER: UpdateFamilies = UpdateFamilies {
+    columns: &cat::SCATTER,
+    rows: None,
+    tiles: &cat::SCATTER_TILES,
+};
+
+/// scatter_add's kernels.
+pub(crate) const SCATTER_ADD: UpdateFamilies = UpdateFamilies {
+    columns: &cat::SCATTER_ADD,
+    rows: None,
+    tiles: &cat::SCATTER_ADD_TILES,
+};
+
+/// index_add's kernels.
+pub(crate) const INDEX_ADD: UpdateFamilies = UpdateFamilies {
+    columns: &cat::INDEX_ADD,
+    rows: Some(&cat::INDEX_ADD_ROWS),
+    tiles: &cat::INDEX_ADD_TILES,
+};
+
 impl UpdateFamilies {
-    /// The family and launch shape that apply `u` (see [`update_form`]).
+    /// The family and launch shape that apply `u`: tiles where they fit and
+    /// either fill the device (a block per compute unit at least) or the
+    /// per-row form does not apply; then rows (index_add only, see
+    /// [`index_add_rows`]); otherwise a walk per column.
     pub(crate) fn choose(
         &self,
         u: Updates,
         wave_size: u32,
         compute_units: u32,
     ) -> (&'static Family, LaunchConfig) {
-        match update_form(u, self.rows.is_some(), wave_size, compute_units) {
-            UpdateForm::Tiles(cfg) => (self.tiles, cfg),
-            UpdateForm::Rows(cfg) => (self.rows.unwrap_or(self.columns), cfg),
-            UpdateForm::Columns(cfg) => (self.columns, cfg),
+        let tiles = update_tiles(u, wave_size);
+        let rows = self
+            .rows
+            .and_then(|family| Some((family, index_add_rows(u, wave_size, compute_units)?)));
+        match (tiles, rows) {
+            (Some(t), r) if r.is_none() || t.grid_dim.0 >= compute_units => (self.tiles, t),
+            (_, Some(r)) => r,
+            _ => {
+                let columns = u.info.left * u.info.right;
+                (
+                    self.columns,
+                    column_walks(columns, wave_size, compute_units),
+                )
+            }
         }
     }
 }
@@ -99,62 +133,19 @@ const MAX_TILE_RANGES: u64 = 4;
 /// per this many destination rows.
 const TILE_ROWS_PER_UPDATE: u64 = 8;
 
-/// How scatter, scatter_add and index_add apply their updates, with the
-/// launch shape of the chosen kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum UpdateForm {
-    /// `<family>_tiles_*`: destination tiles in shared memory.
-    Tiles(LaunchConfig),
-    /// `index_add_rows_*`: a block per destination row.
-    Rows(LaunchConfig),
-    /// `<family>_*`: a thread per column walking global memory.
-    Columns(LaunchConfig),
-}
-
 /// The launch shape of the tile form (`*_tiles_*` in
 /// `kernels/indexing.hip`): a one-wave block per (left, tile of columns,
 /// range of `TILE_ROWS` rows). `None` where another form does better: more
 /// than `MAX_TILE_RANGES` ranges, fewer columns than half a tile row, or
 /// too few updates to pay for moving whole tiles.
 pub(crate) fn update_tiles(u: Updates, wave_size: u32) -> Option<LaunchConfig> {
-    let IndexInfo {
-        left,
-        right,
-        dst_dim,
-        ids_dim: ids,
-        ..
-    } = u.info;
+    let info = &u.info;
     let cols = TILE_ROW_BYTES / (u.elem_bytes as u64).clamp(1, TILE_ROW_BYTES);
-    let ranges = dst_dim.div_ceil(TILE_ROWS);
+    let ranges = info.dst_dim.div_ceil(TILE_ROWS);
     let fits = ranges <= MAX_TILE_RANGES
-        && right * 2 >= cols
-        && dst_dim <= ids.saturating_mul(TILE_ROWS_PER_UPDATE);
-    fits.then(|| linear(left * right.div_ceil(cols) * ranges, wave_size))
-}
-
-/// How `u` is applied: tiles where they fit and either fill the device (a
-/// block per compute unit at least) or the per-row form does not apply;
-/// then (index_add only, `per_row`) rows, see [`index_add_rows`];
-/// otherwise a walk per column.
-pub(crate) fn update_form(
-    u: Updates,
-    per_row: bool,
-    wave_size: u32,
-    compute_units: u32,
-) -> UpdateForm {
-    let tiles = update_tiles(u, wave_size);
-    let rows = per_row
-        .then(|| index_add_rows(u, wave_size, compute_units))
-        .flatten();
-    match (tiles, rows) {
-        (Some(t), r) if r.is_none() || t.grid_dim.0 >= compute_units => UpdateForm::Tiles(t),
-        (_, Some(r)) => UpdateForm::Rows(r),
-        _ => UpdateForm::Columns(column_walks(
-            u.info.left * u.info.right,
-            wave_size,
-            compute_units,
-        )),
-    }
+        && info.right * 2 >= cols
+        && info.dst_dim <= info.ids_dim.saturating_mul(TILE_ROWS_PER_UPDATE);
+    fits.then(|| linear(info.left * info.right.div_ceil(cols) * ranges, wave_size))
 }
 
 #[cfg(test)]
@@ -197,29 +188,27 @@ mod tests {
         assert!(update_tiles(updates(1, 4096, 5000, 8192, 4), 32).is_none());
         assert!(update_tiles(updates(1000, 3, 64, 64, 4), 32).is_none());
         assert!(update_tiles(updates(1, 4096, 1024, 100, 4), 32).is_none());
-        assert!(matches!(
-            update_form(updates(1, 4096, 5000, 8192, 4), false, 32, 132),
-            UpdateForm::Columns(_)
-        ));
+        let (family, _) = SCATTER.choose(updates(1, 4096, 5000, 8192, 4), 32, 132);
+        assert_eq!(family.name, "scatter");
     }
 
     #[test]
     fn index_add_takes_tiles_when_they_fill_the_device() {
-        let form = update_form(updates(1, 4096, 1024, 8192, 4), true, 32, 132);
-        assert!(matches!(form, UpdateForm::Tiles(c) if c.grid_dim.0 == 512));
+        let (family, c) = INDEX_ADD.choose(updates(1, 4096, 1024, 8192, 4), 32, 132);
+        assert_eq!((family.name, c.grid_dim.0), ("index_add_tiles", 512));
         // 8 tiles cannot fill 132 units: a block per destination row, for
         // index_add; scatter has no per-row form.
         let few_tiles = updates(1, 64, 16, 100_000, 4);
-        assert!(matches!(
-            update_form(few_tiles, true, 32, 132),
-            UpdateForm::Rows(_)
-        ));
-        assert!(matches!(
-            update_form(few_tiles, false, 32, 132),
-            UpdateForm::Tiles(_)
-        ));
-        let form = update_form(updates(1 << 20, 1, 64, 64, 4), true, 32, 132);
-        assert!(matches!(form, UpdateForm::Columns(_)));
+        assert_eq!(
+            INDEX_ADD.choose(few_tiles, 32, 132).0.name,
+            "index_add_rows"
+        );
+        assert_eq!(
+            SCATTER_ADD.choose(few_tiles, 32, 132).0.name,
+            "scatter_add_tiles"
+        );
+        let (family, _) = INDEX_ADD.choose(updates(1 << 20, 1, 64, 64, 4), 32, 132);
+        assert_eq!(family.name, "index_add");
     }
 
     #[test]
