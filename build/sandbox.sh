@@ -13,8 +13,9 @@
 #   info       print the installed ROCm package versions
 #
 # The archive address is read from this machine's own apt sources (or taken
-# from ROCM_SANDBOX_MIRROR when set); none is written here. Mounts are made in a private mount namespace (unshare), so
-# they disappear with the command and never leak into the host.
+# from ROCM_SANDBOX_MIRROR when set); none is written here. Mounts are made in
+# a private mount namespace (unshare), so they disappear with the command and
+# never leak into the host. The chroot helpers are in build/chroot-lib.sh.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,88 +27,17 @@ SUITE=unstable
 # runtime, the matching device library package is added in `create`.
 PACKAGES=(libamdhip64-6 libhiprtc6 libhiprtc-builtins6)
 
-log() { printf 'sandbox: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-# ROCM_SANDBOX_MIRROR, or the first Debian archive URI (not the security
-# archive) of the machine's own apt sources, deb822 or one-line format.
-archive_uri() {
-    local uri=${ROCM_SANDBOX_MIRROR:-}
-    [[ -n $uri ]] || uri=$(
-        {
-            cat /etc/apt/sources.list.d/*.sources 2>/dev/null | sed -n 's/^[[:space:]]*URIs:[[:space:]]*\([^[:space:]]*\).*/\1/p'
-            cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-                sed -n 's/^[[:space:]]*deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\([^[:space:]]*\).*/\2/p'
-        } | grep -i debian | grep -vi security | head -n1
-    ) || true
-    [[ -n $uri ]] || die "no Debian archive in /etc/apt/sources.list(.d)"
-    printf '%s\n' "${uri%/}"
-}
-
-# Whether the archive serves the suite's Release file within 20 seconds.
-reachable() {
-    local tmp uri
-    uri=$(archive_uri)
-    tmp=$(mktemp)
-    if /usr/lib/apt/apt-helper -o Acquire::http::Timeout=20 -o Acquire::Retries=1 \
-        download-file "$uri/dists/$SUITE/Release" "$tmp" >/dev/null 2>&1; then
-        rm -f "$tmp"
-        return 0
-    fi
-    rm -f "$tmp"
-    return 1
-}
-
-# Fails when something is still mounted below the chroot (never delete then).
-check_no_mounts() {
-    if grep -q " $ROOT/" /proc/self/mounts 2>/dev/null; then
-        die "something is mounted below $ROOT; unmount it first"
-    fi
-}
-
-# Runs "$@" inside the chroot in a private mount namespace with /proc, /sys,
-# /dev and the repository (and an outside cargo target directory) mounted.
-in_chroot() {
-    local cwd=$PWD
-    [[ $cwd == "$REPO" || $cwd == "$REPO"/* ]] || cwd=$REPO
-    local extra=${CARGO_TARGET_DIR:-}
-    [[ -n $extra && $extra != "$REPO"/* ]] || extra=
-    unshare --mount --propagation private -- bash -euo pipefail -c '
-        root=$1 repo=$2 cwd=$3 extra=$4; shift 4
-        mount -t proc proc "$root/proc"
-        mount --rbind /sys "$root/sys"
-        mount --rbind /dev "$root/dev"
-        for dir in "$repo" $extra; do
-            mkdir -p "$root$dir"
-            mount --bind "$dir" "$root$dir"
-        done
-        exec chroot "$root" /usr/bin/env -C "$cwd" "$@"
-    ' sandbox "$ROOT" "$REPO" "$cwd" "$extra" "$@"
-}
+LOG_TAG=sandbox
+# shellcheck source=build/chroot-lib.sh
+source "$REPO/build/chroot-lib.sh"
 
 create() {
     if [[ -f $READY ]]; then
         log "reusing $ROOT ($(tr '\n' ' ' <"$READY"))"
         return 0
     fi
-    command -v debootstrap >/dev/null || die "debootstrap is not installed (apt-get install debootstrap)"
-    local uri start
-    uri=$(archive_uri)
-    start=$SECONDS
-    check_no_mounts
-    rm -rf "$ROOT"
-    mkdir -p "$SANDBOX"
-    log "debootstrap --variant=minbase $SUITE into $ROOT"
-    unshare --mount --propagation private -- \
-        debootstrap --variant=minbase "$SUITE" "$ROOT" "$uri" >"$SANDBOX/debootstrap.log" 2>&1 ||
-        { tail -n 30 "$SANDBOX/debootstrap.log" >&2; die "debootstrap failed (log: $SANDBOX/debootstrap.log)"; }
-    log "debootstrap took $((SECONDS - start)) s"
-    cat >"$ROOT/etc/apt/apt.conf.d/99sandbox" <<'EOF'
-Acquire::Check-Valid-Until "false";
-APT::Install-Recommends "false";
-APT::Install-Suggests "false";
-EOF
-    in_chroot apt-get -q update >/dev/null
+    local start=$SECONDS
+    bootstrap "$SANDBOX"
     # comgr links one LLVM major; the device libraries must be built for it.
     local llvm
     llvm=$(in_chroot apt-cache depends libamd-comgr3 | sed -n 's/.*Depends: libllvm\([0-9]\+\).*/\1/p' | head -n1)

@@ -33,35 +33,64 @@ generated_bindings!();
 
 pub use functions::{HipApi, HiprtcApi};
 
-/// The HIP runtime library: override variable and file names, newest first.
+/// The HIP runtime's file names on Linux, newest major first.
+pub const HIP_LINUX_NAMES: &[&str] = &[
+    "libamdhip64.so.7",
+    "libamdhip64.so.6",
+    "libamdhip64.so.5",
+    "libamdhip64.so",
+];
+
+/// The HIP runtime's file names on Windows, newest first: AMD's HIP SDK and
+/// GPU driver install `amdhip64_7.dll` (HIP SDK 7.1 and later),
+/// `amdhip64_6.dll` (6.x) and `amdhip64.dll` (5.x).
+pub const HIP_WINDOWS_NAMES: &[&str] = &["amdhip64_7.dll", "amdhip64_6.dll", "amdhip64.dll"];
+
+/// The HIP runtime library: override variable and file names, newest first
+/// ([`HIP_WINDOWS_NAMES`] on Windows, [`HIP_LINUX_NAMES`] elsewhere).
 pub const HIP_LIBRARY: loader::LibrarySpec = loader::LibrarySpec {
     name: "libamdhip64",
     override_var: "HIP_SYS_LIBAMDHIP64",
     file_names: if cfg!(windows) {
-        &["amdhip64_7.dll", "amdhip64_6.dll", "amdhip64.dll"]
+        HIP_WINDOWS_NAMES
     } else {
-        &[
-            "libamdhip64.so.7",
-            "libamdhip64.so.6",
-            "libamdhip64.so.5",
-            "libamdhip64.so",
-        ]
+        HIP_LINUX_NAMES
     },
 };
 
-/// hipRTC: a library of its own since ROCm 6, inside libamdhip64 before.
+/// hipRTC's file names on Linux, newest major first (ROCm 5 has none: its
+/// hipRTC is inside libamdhip64).
+pub const HIPRTC_LINUX_NAMES: &[&str] = &["libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so"];
+
+/// hipRTC's file names on Windows, newest first. The HIP SDK names the DLL
+/// after its release, `hiprtc<major><minor>.dll` with two digits each
+/// (`hiprtc0604.dll` in HIP SDK 6.4, `hiprtc0701.dll` in 7.1); listed are
+/// every minor of 7.0-7.2, 6.0-6.4 and 5.5-5.7 (the HIP SDK began with
+/// 5.5), then the unversioned name of older driver-bundled copies.
+pub const HIPRTC_WINDOWS_NAMES: &[&str] = &[
+    "hiprtc0702.dll",
+    "hiprtc0701.dll",
+    "hiprtc0700.dll",
+    "hiprtc0604.dll",
+    "hiprtc0603.dll",
+    "hiprtc0602.dll",
+    "hiprtc0601.dll",
+    "hiprtc0600.dll",
+    "hiprtc0507.dll",
+    "hiprtc0506.dll",
+    "hiprtc0505.dll",
+    "hiprtc.dll",
+];
+
+/// hipRTC: a library of its own since ROCm 6, inside libamdhip64 before
+/// ([`HIPRTC_WINDOWS_NAMES`] on Windows, [`HIPRTC_LINUX_NAMES`] elsewhere).
 pub const HIPRTC_LIBRARY: loader::LibrarySpec = loader::LibrarySpec {
     name: "libhiprtc",
     override_var: "HIP_SYS_LIBHIPRTC",
     file_names: if cfg!(windows) {
-        &[
-            "hiprtc0700.dll",
-            "hiprtc0605.dll",
-            "hiprtc0604.dll",
-            "hiprtc.dll",
-        ]
+        HIPRTC_WINDOWS_NAMES
     } else {
-        &["libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so"]
+        HIPRTC_LINUX_NAMES
     },
 };
 
@@ -139,4 +168,95 @@ pub fn load_companion<Api>(
     })?;
     let candidates = companion_candidates(runtime.library(), spec);
     loader::open_first(spec.name, candidates).map(from_library)
+}
+
+#[cfg(test)]
+mod file_name_tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn windows_names_are_the_hip_sdk_dlls_newest_first() {
+        assert_eq!(
+            HIP_WINDOWS_NAMES,
+            ["amdhip64_7.dll", "amdhip64_6.dll", "amdhip64.dll"]
+        );
+        assert_eq!(
+            HIPRTC_WINDOWS_NAMES,
+            [
+                "hiprtc0702.dll",
+                "hiprtc0701.dll",
+                "hiprtc0700.dll",
+                "hiprtc0604.dll",
+                "hiprtc0603.dll",
+                "hiprtc0602.dll",
+                "hiprtc0601.dll",
+                "hiprtc0600.dll",
+                "hiprtc0507.dll",
+                "hiprtc0506.dll",
+                "hiprtc0505.dll",
+                "hiprtc.dll",
+            ]
+        );
+        // The versioned names are hiprtc<MMmm>.dll, newest release first.
+        let versions: Vec<u32> = HIPRTC_WINDOWS_NAMES
+            .iter()
+            .filter_map(|n| n.strip_prefix("hiprtc")?.strip_suffix(".dll"))
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                assert_eq!(v.len(), 4, "{v}");
+                v.parse().expect("four digits")
+            })
+            .collect();
+        assert!(versions.windows(2).all(|w| w[0] > w[1]), "{versions:?}");
+    }
+
+    #[test]
+    fn linux_names_are_sonames_newest_major_first() {
+        assert_eq!(
+            HIP_LINUX_NAMES,
+            [
+                "libamdhip64.so.7",
+                "libamdhip64.so.6",
+                "libamdhip64.so.5",
+                "libamdhip64.so"
+            ]
+        );
+        assert_eq!(
+            HIPRTC_LINUX_NAMES,
+            ["libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so"]
+        );
+    }
+
+    #[test]
+    fn each_platform_searches_its_own_list() {
+        let (hip, hiprtc) = if cfg!(windows) {
+            (HIP_WINDOWS_NAMES, HIPRTC_WINDOWS_NAMES)
+        } else {
+            (HIP_LINUX_NAMES, HIPRTC_LINUX_NAMES)
+        };
+        assert_eq!(HIP_LIBRARY.file_names, hip);
+        assert_eq!(HIPRTC_LIBRARY.file_names, hiprtc);
+    }
+
+    #[test]
+    fn windows_candidates_are_each_dll_in_each_folder_then_the_system_loader() {
+        let spec = loader::LibrarySpec {
+            name: "amdhip64",
+            override_var: "HIP_SYS_TEST_WINDOWS_NAMES_NEVER_SET",
+            file_names: HIP_WINDOWS_NAMES,
+        };
+        let dir = PathBuf::from("C:/Program Files/AMD/ROCm/6.4/bin");
+        let candidates = loader::candidates(&spec, std::slice::from_ref(&dir), true);
+        let mut expected: Vec<loader::Candidate> = HIP_WINDOWS_NAMES
+            .iter()
+            .map(|n| loader::Candidate::Path(dir.join(n)))
+            .collect();
+        expected.extend(
+            HIP_WINDOWS_NAMES
+                .iter()
+                .map(|n| loader::Candidate::SystemName(n.to_string())),
+        );
+        assert_eq!(candidates, expected);
+    }
 }

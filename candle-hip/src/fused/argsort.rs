@@ -37,7 +37,7 @@ fn shared_bytes(padded: usize, elem_bytes: usize) -> usize {
 }
 
 /// The longest row of `dtype` sorted in shared memory: the largest power of
-/// two whose values and indices fit [`SHARED_SORT_BYTES`] (16384 for u8,
+/// two whose values and indices fit `SHARED_SORT_BYTES` (16384 for u8,
 /// 8192 for 2- and 4-byte types, 4096 for 8-byte types).
 pub fn shared_sort_max_cols(dtype: DType) -> usize {
     let mut padded = 1usize;

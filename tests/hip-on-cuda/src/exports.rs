@@ -5,8 +5,8 @@
 //! Each table is included with a local `dynamic_api!` macro that, instead of
 //! a loader struct, emits for every entry
 //! `#[unsafe(no_mangle)] pub unsafe extern "C" fn <name>(<args>) -> <ret>`
-//! whose body calls the implementation of the same name in [`crate::imp`]
-//! through [`crate::ffi::guard`]. A bound function without an implementation
+//! whose body calls the implementation of the same name in `crate::imp`
+//! through `crate::ffi::guard`. A bound function without an implementation
 //! (or with a different signature) is a compile error.
 
 /// Emits one guarded C export per function of a generated table, plus the
