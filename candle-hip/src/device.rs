@@ -12,6 +12,7 @@ use crate::error::{HipBackendError, Result, hip};
 use crate::handles::LazyHandle;
 use crate::kernel::launch::Launcher;
 use crate::ops::random::{self, Distribution, RngState};
+use crate::size;
 use crate::storage::HipStorage;
 
 /// Bytes of freed small buffers each device's stream keeps for reuse
@@ -197,7 +198,7 @@ impl BackendDevice for HipDevice {
 
     fn zeros_impl(&self, shape: &Shape, dtype: DType) -> Result<HipStorage> {
         dtype::check(dtype, "zeros")?;
-        let bytes = byte_len(dtype, shape.elem_count())?;
+        let bytes = byte_len(dtype, size::numel("zeros", shape.dims())?)?;
         let buffer = self.stream().alloc_zeros::<u8>(bytes).map_err(hip)?;
         Ok(HipStorage::new(buffer, dtype, self.clone()))
     }
@@ -205,7 +206,7 @@ impl BackendDevice for HipDevice {
     unsafe fn alloc_uninit(&self, shape: &Shape, dtype: DType) -> Result<HipStorage> {
         // SAFETY: the caller initialises the storage before reading it
         // (this method's own contract).
-        unsafe { self.alloc_storage(dtype, shape.elem_count()) }
+        unsafe { self.alloc_storage(dtype, size::numel("alloc_uninit", shape.dims())?) }
     }
 
     fn storage_from_slice<T: WithDType>(&self, data: &[T]) -> Result<HipStorage> {

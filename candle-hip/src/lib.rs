@@ -39,6 +39,7 @@ pub mod fused;
 mod handles;
 pub mod kernel;
 mod ops;
+mod size;
 mod storage;
 mod typed;
 

@@ -13,7 +13,7 @@ use crate::device::HipDevice;
 use crate::dtype;
 use crate::error::{HipBackendError, Result, hip};
 use crate::kernel::catalogue as cat;
-use crate::kernel::info;
+use crate::size;
 use crate::ops::{conv, copy, elementwise, indexing, matmul, pool, reduce};
 
 /// Tensor data on a HIP device: an untyped device buffer and its dtype.
@@ -108,7 +108,7 @@ impl HipStorage {
 
     /// Read access to every element `layout` reaches, starting at its first one.
     pub(crate) fn view(&self, op: &'static str, layout: &Layout) -> Result<DeviceView<'_, u8>> {
-        let span = info::span(layout.dims(), layout.stride());
+        let span = size::span(op, layout.dims(), layout.stride())?;
         self.view_range(op, layout.start_offset(), span)
     }
 
@@ -118,7 +118,7 @@ impl HipStorage {
         op: &'static str,
         layout: &Layout,
     ) -> Result<DeviceViewMut<'_, u8>> {
-        let span = info::span(layout.dims(), layout.stride());
+        let span = size::span(op, layout.dims(), layout.stride())?;
         self.view_range_mut(op, layout.start_offset(), span)
     }
 

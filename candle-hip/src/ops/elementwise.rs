@@ -13,6 +13,7 @@ use crate::kernel::catalogue::{self as cat, Family, Kernel};
 use crate::kernel::grid::{linear, per_pack};
 use crate::kernel::header::{ELEM_BLOCK, UNROLL, VEC_BYTES};
 use crate::kernel::info::ElemInfo;
+use crate::size;
 use crate::storage::HipStorage;
 
 /// One input operand: a storage and the layout to read it with.
@@ -49,8 +50,8 @@ pub(crate) fn launch_into(
         }
     }
     let strides: Vec<&[usize]> = inputs.iter().map(|i| i.layout.stride()).collect();
-    let numel = first.layout.shape().elem_count();
-    if out.len() != numel * out_dtype.size_in_bytes() {
+    let numel = size::numel(op, dims)?;
+    if out.len() != size::mul(op, "the output bytes", numel, out_dtype.size_in_bytes())? {
         return Err(invalid(
             op,
             format!(
@@ -96,7 +97,7 @@ fn run(
     let Some(first) = inputs.first() else {
         return Err(invalid(op, "no input"));
     };
-    let numel = first.layout.shape().elem_count();
+    let numel = size::numel(op, first.layout.dims())?;
     // SAFETY: `launch_into` writes all numel elements (or fails).
     let mut out = unsafe { first.storage.device().alloc_storage(out_dtype, numel) }?;
     launch_into(op, kernel, inputs, out.view_all_mut(), out_dtype, params)?;

@@ -43,6 +43,7 @@ mod fused;
 mod indexing;
 mod large;
 mod matmul;
+mod overflow;
 mod pool;
 mod random;
 mod reduce;

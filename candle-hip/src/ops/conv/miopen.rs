@@ -8,6 +8,7 @@ use super::{Dense, Problem};
 use crate::device::HipDevice;
 use crate::error::{Result, hip};
 use crate::handles;
+use crate::size;
 use crate::storage::HipStorage;
 use crate::typed::{Typed, TypedMut};
 
@@ -50,7 +51,7 @@ fn convolve<T: DnnType + WithDType>(
     let [n, c, h, wd] = prob.x.sizes();
     let [_, k_out, oh, ow] = prob.y;
     let x_len = prob.x.numel();
-    let w_len = prob.w.iter().product();
+    let w_len = size::numel(op, &prob.w)?;
     let xv = Typed::<T>::new(op, x.storage(), x.start(), x_len)?;
     let wv = Typed::<T>::new(op, w.storage(), w.start(), w_len)?;
     let mut yv = TypedMut::<T>::new(op, y, 0, n * k_out * oh * ow)?;

@@ -16,6 +16,7 @@ use crate::kernel::catalogue::{self as cat, Kernel};
 use crate::kernel::grid::{per_pack, unrolled};
 use crate::kernel::info::{IndexInfo, split_at_dim, to_u64};
 use crate::ops::elementwise;
+use crate::size;
 use crate::storage::HipStorage;
 use plan::{INDEX_ADD, SCATTER, SCATTER_ADD, UpdateFamilies, Updates};
 
@@ -123,8 +124,8 @@ pub(crate) fn index_select(
         ));
     };
     let kernel = cat::INDEX_SELECT.pair(OP, ids.dtype(), src.dtype())?;
-    let (left, src_dim, right) = split_at_dim(src_l.dims(), dim);
-    let numel = left * n_ids * right;
+    let (left, src_dim, right) = split_at_dim(OP, src_l.dims(), dim)?;
+    let numel = size::product(OP, "the output", &[left, n_ids, right])?;
     let info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
@@ -168,8 +169,8 @@ pub(crate) fn gather(
         ));
     }
     let kernel = cat::GATHER.pair(OP, ids.dtype(), src.dtype())?;
-    let (left, ids_dim, right) = split_at_dim(ids_l.dims(), dim);
-    let (src_left, src_dim, src_right) = split_at_dim(src_l.dims(), dim);
+    let (left, ids_dim, right) = split_at_dim(OP, ids_l.dims(), dim)?;
+    let (src_left, src_dim, src_right) = split_at_dim(OP, src_l.dims(), dim)?;
     if left > src_left || right > src_right {
         return Err(invalid(
             OP,
@@ -180,7 +181,7 @@ pub(crate) fn gather(
             ),
         ));
     }
-    let numel = left * ids_dim * right;
+    let numel = size::product(OP, "the output", &[left, ids_dim, right])?;
     let info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
@@ -231,8 +232,8 @@ pub(crate) fn scatter(
             ),
         ));
     }
-    let (left, ids_dim, right) = split_at_dim(ids_l.dims(), dim);
-    let (dst_left, dst_dim, dst_right) = split_at_dim(dst_l.dims(), dim);
+    let (left, ids_dim, right) = split_at_dim(op, ids_l.dims(), dim)?;
+    let (dst_left, dst_dim, dst_right) = split_at_dim(op, dst_l.dims(), dim)?;
     if (left, right) != (dst_left, dst_right) {
         return Err(invalid(
             op,
@@ -289,9 +290,9 @@ pub(crate) fn index_add(
     require_contiguous(src_l, OP)?;
     check_dim(dim, dst_l.dims(), OP)?;
     check_dim(dim, src_l.dims(), OP)?;
-    let n_ids = ids_l.shape().elem_count();
-    let (left, dst_dim, right) = split_at_dim(dst_l.dims(), dim);
-    let (src_left, src_dim, src_right) = split_at_dim(src_l.dims(), dim);
+    let n_ids = size::numel(OP, ids_l.dims())?;
+    let (left, dst_dim, right) = split_at_dim(OP, dst_l.dims(), dim)?;
+    let (src_left, src_dim, src_right) = split_at_dim(OP, src_l.dims(), dim)?;
     if (left, right) != (src_left, src_right) || n_ids != src_dim {
         return Err(invalid(
             OP,
@@ -313,7 +314,7 @@ pub(crate) fn index_add(
     };
     let device = dst.device();
     let (kernel, cfg) = plan_updates(OP, &INDEX_ADD, &info, ids, dst)?;
-    let numel = dst_l.shape().elem_count();
+    let numel = size::numel(OP, dst_l.dims())?;
     // SAFETY: the copy below writes all numel elements.
     let mut out = unsafe { device.alloc_storage(dst.dtype(), numel) }?;
     elementwise::copy_into(dst, dst_l, out.view_all_mut())?;
