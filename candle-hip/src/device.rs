@@ -11,6 +11,7 @@ use crate::dtype;
 use crate::error::{HipBackendError, Result, hip};
 use crate::handles::LazyHandle;
 use crate::kernel::launch::Launcher;
+use crate::ops::indexing::fault::FaultWord;
 use crate::ops::random::{self, Distribution, RngState};
 use crate::size;
 use crate::storage::HipStorage;
@@ -32,6 +33,7 @@ pub struct HipDevice {
 
 struct Inner {
     kernels: Launcher,
+    faults: FaultWord,
     rng: Mutex<RngState>,
     blas: LazyHandle<Blas>,
     dnn: LazyHandle<Dnn>,
@@ -70,6 +72,18 @@ impl HipDevice {
     /// The launcher of this device's kernels (on its stream).
     pub(crate) fn kernels(&self) -> &Launcher {
         &self.inner.kernels
+    }
+
+    /// Where this device's indexing kernels report indices past their
+    /// dimension.
+    pub(crate) fn faults(&self) -> &FaultWord {
+        &self.inner.faults
+    }
+
+    /// The error an indexing kernel reported since the last check, if any
+    /// (see `ops::indexing::fault`).
+    pub(crate) fn check_faults(&self) -> Result<()> {
+        self.inner.faults.check(self.stream())
     }
 
     /// This device's rocBLAS handle slot.
@@ -170,6 +184,7 @@ impl BackendDevice for HipDevice {
         stream.set_allocation_cache_limit(ALLOCATION_CACHE_BYTES);
         Ok(HipDevice {
             inner: Arc::new(Inner {
+                faults: FaultWord::new(&stream).map_err(hip)?,
                 kernels: Launcher::new(stream),
                 rng: Mutex::new(RngState::new()),
                 blas: LazyHandle::new(),
@@ -242,6 +257,7 @@ impl BackendDevice for HipDevice {
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.stream().synchronize().map_err(hip)
+        self.stream().synchronize().map_err(hip)?;
+        self.check_faults()
     }
 }

@@ -165,10 +165,12 @@ impl BackendStorage for HipStorage {
 
     fn to_cpu_storage(&self) -> Result<CpuStorage> {
         let stream = self.device.stream();
-        dtype::cpu_from_bytes(self.dtype, self.len(), |bytes| {
+        let cpu = dtype::cpu_from_bytes(self.dtype, self.len(), |bytes| {
             debug_assert_eq!(bytes.len(), self.buffer.num_bytes());
             stream.memcpy_dtoh(&self.buffer, bytes).map_err(hip)
-        })
+        })?;
+        self.device.check_faults()?;
+        Ok(cpu)
     }
 
     fn affine(&self, layout: &Layout, mul: f64, add: f64) -> Result<Self> {

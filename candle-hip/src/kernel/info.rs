@@ -348,11 +348,16 @@ pub(crate) struct IndexInfo {
     pub(crate) ids_stride: u64,
     /// gather: product of the source dimensions after `dim`.
     pub(crate) src_right: u64,
+    /// Device address of the fault word an index past its dimension is
+    /// reported in (0: none).
+    pub(crate) fault: u64,
+    /// The code such an index stores there.
+    pub(crate) fault_code: u64,
 }
 
-// SAFETY: `#[repr(C)]` of seven u64: no padding, every bit pattern valid.
+// SAFETY: `#[repr(C)]` of nine u64: no padding, every bit pattern valid.
 unsafe impl DeviceRepr for IndexInfo {}
-const _: () = assert!(std::mem::size_of::<IndexInfo>() == 7 * 8);
+const _: () = assert!(std::mem::size_of::<IndexInfo>() == 9 * 8);
 
 /// `(product of dims[..dim], dims[dim], product of dims[dim + 1..])`, for
 /// `dim < dims.len()` (callers check it).

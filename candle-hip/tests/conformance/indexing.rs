@@ -6,6 +6,7 @@
 
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::{CpuStorage, DType, Layout, Result, Shape};
+use candle_hip::{HipDevice, HipStorage};
 
 use crate::common::{
     Ctx, DENSE_FORMS, DTYPES, Domain, FLOATS, FORMS, Form, INDEX, Rng, Tol, cpu, describe,
@@ -240,14 +241,15 @@ pub fn index_add(ctx: &mut Ctx) {
 /// mostly among the first `distinct` positions (many updates of the same
 /// element), some the "no index" marker, some past the dimension (the CPU
 /// backend rejects those; the device skips them, so the CPU gets the marker
-/// in their place), for i64 some negative.
+/// in their place), for i64 some negative; and whether any index is past
+/// the dimension (the device must then report it).
 fn ids_with_edges(
     rng: &mut Rng,
     dtype: DType,
     n: usize,
     size: usize,
     distinct: usize,
-) -> (CpuStorage, CpuStorage) {
+) -> (CpuStorage, CpuStorage, bool) {
     let max = match dtype {
         DType::U8 => u64::from(u8::MAX),
         DType::U32 => u64::from(u32::MAX),
@@ -269,7 +271,28 @@ fn ids_with_edges(
         DType::U32 => CpuStorage::U32(ids.iter().map(|&v| v as u32).collect()),
         _ => CpuStorage::I64(ids.iter().map(|&v| v as i64).collect()),
     };
-    (storage(dev), storage(host))
+    let past = dev.iter().zip(&host).any(|(d, h)| d != h);
+    (storage(dev), storage(host), past)
+}
+
+/// `got`, when the device's next synchronisation reports an index past the
+/// dimension for `op` exactly when `past`; otherwise an error saying what
+/// was reported instead (a failed case).
+fn with_fault_report(
+    dev: &HipDevice,
+    got: Result<HipStorage>,
+    past: bool,
+    op: &str,
+) -> Result<HipStorage> {
+    let report = dev.synchronize();
+    match (&report, past) {
+        (Ok(()), false) => got,
+        (Err(e), true) if e.to_string().contains(op) => got,
+        _ => Err(candle_core::Error::Msg(format!(
+            "indices past the dimension: {past}, but the device reported {:?}",
+            report.err().map(|e| e.to_string())
+        ))),
+    }
 }
 
 /// Cases of the shared-memory tile form of scatter, scatter_add and
@@ -296,7 +319,7 @@ pub fn update_tiles(ctx: &mut Ctx) {
                 let desc = || format!("dst {shape:?} dim {dim} src {src_shape:?}");
                 for add in [false, true] {
                     let count: usize = src_shape.iter().product();
-                    let (dev_ids, cpu_ids) =
+                    let (dev_ids, cpu_ids, past) =
                         ids_with_edges(&mut ctx.rng, ids_dtype, count, shape[dim], distinct);
                     let hip_ids = ctx.dev.storage_from_cpu_storage(&dev_ids).expect("upload");
                     let lids = Layout::contiguous(src_shape.as_slice());
@@ -316,16 +339,22 @@ pub fn update_tiles(ctx: &mut Ctx) {
                         (&src.hip, &ls),
                         dim,
                     );
-                    let op = if add { "scatter_add" } else { "scatter" };
+                    let (op, reported) = if add {
+                        ("scatter_add", "scatter-add")
+                    } else {
+                        ("scatter", "scatter")
+                    };
+                    let got = with_fault_report(&ctx.dev, got, past, reported);
                     let name = format!("{op} tiles (ids {})", ids_dtype.as_str());
                     ctx.tally.check(&name, dtype, desc, want, got, Tol::EXACT);
                 }
-                let (dev_ids, cpu_ids) =
+                let (dev_ids, cpu_ids, past) =
                     ids_with_edges(&mut ctx.rng, ids_dtype, n, shape[dim], distinct);
                 let hip_ids = ctx.dev.storage_from_cpu_storage(&dev_ids).expect("upload");
                 let lids = Layout::contiguous(n);
                 let want = cpu(|| dst.cpu.index_add(&ld, &cpu_ids, &lids, &src.cpu, &ls, dim));
                 let got = dst.hip.index_add(&ld, &hip_ids, &lids, &src.hip, &ls, dim);
+                let got = with_fault_report(&ctx.dev, got, past, "index-add");
                 let name = format!("index_add tiles (ids {})", ids_dtype.as_str());
                 ctx.tally.check(&name, dtype, desc, want, got, Tol::EXACT);
             }

@@ -40,6 +40,7 @@ mod copy;
 mod elementwise;
 mod errors;
 mod fused;
+mod index_faults;
 mod indexing;
 mod large;
 mod matmul;

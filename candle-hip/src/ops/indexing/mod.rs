@@ -5,6 +5,7 @@
 //! index_add except index_add's destination must be contiguous; index_select
 //! takes strided 1-D indices.
 
+pub(crate) mod fault;
 mod plan;
 
 use candle_core::Layout;
@@ -18,6 +19,7 @@ use crate::kernel::info::{IndexInfo, split_at_dim, to_u64};
 use crate::ops::elementwise;
 use crate::size;
 use crate::storage::HipStorage;
+use fault::Reporter;
 use plan::{INDEX_ADD, SCATTER, SCATTER_ADD, UpdateFamilies, Updates};
 
 /// The kernel and launch shape that apply the updates `info` describes
@@ -126,7 +128,7 @@ pub(crate) fn index_select(
     let kernel = cat::INDEX_SELECT.pair(OP, ids.dtype(), src.dtype())?;
     let (left, src_dim, right) = split_at_dim(OP, src_l.dims(), dim)?;
     let numel = size::product(OP, "the output", &[left, n_ids, right])?;
-    let info = IndexInfo {
+    let mut info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
         src_dim: to_u64(src_dim),
@@ -134,6 +136,7 @@ pub(crate) fn index_select(
         ids_stride: to_u64(ids_l.stride()[0]),
         ..IndexInfo::default()
     };
+    src.device().faults().arm(&mut info, Reporter::IndexSelect);
     let per_pack = per_pack(src.dtype().size_in_bytes());
     let work = if right % per_pack == 0 {
         numel / per_pack
@@ -182,7 +185,7 @@ pub(crate) fn gather(
         ));
     }
     let numel = size::product(OP, "the output", &[left, ids_dim, right])?;
-    let info = IndexInfo {
+    let mut info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
         src_dim: to_u64(src_dim),
@@ -190,6 +193,7 @@ pub(crate) fn gather(
         src_right: to_u64(src_right),
         ..IndexInfo::default()
     };
+    src.device().faults().arm(&mut info, Reporter::Gather);
     // SAFETY: the kernel writes all numel outputs; ids and out hold numel =
     // left * ids_dim * right elements; the source offset (l * src_dim + id)
     // * src_right + r with l < left <= src_left, id < src_dim (checked by the
@@ -210,9 +214,9 @@ pub(crate) fn scatter(
     dim: usize,
     mode: Scatter,
 ) -> Result<()> {
-    let (op, families) = match mode {
-        Scatter::Set => ("scatter", &SCATTER),
-        Scatter::Add => ("scatter-add", &SCATTER_ADD),
+    let (op, families, reporter) = match mode {
+        Scatter::Set => ("scatter", &SCATTER, Reporter::Scatter),
+        Scatter::Add => ("scatter-add", &SCATTER_ADD, Reporter::ScatterAdd),
     };
     dst.check_device(ids, op)?;
     dst.check_device(src, op)?;
@@ -244,7 +248,7 @@ pub(crate) fn scatter(
             ),
         ));
     }
-    let info = IndexInfo {
+    let mut info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
         dst_dim: to_u64(dst_dim),
@@ -252,6 +256,7 @@ pub(crate) fn scatter(
         ..IndexInfo::default()
     };
     let device = dst.device().clone();
+    device.faults().arm(&mut info, reporter);
     let (kernel, cfg) = plan_updates(op, families, &info, ids, dst)?;
     if left * right == 0 || ids_dim == 0 {
         return Ok(());
@@ -304,7 +309,7 @@ pub(crate) fn index_add(
             ),
         ));
     }
-    let info = IndexInfo {
+    let mut info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
         src_dim: to_u64(src_dim),
@@ -313,6 +318,7 @@ pub(crate) fn index_add(
         ..IndexInfo::default()
     };
     let device = dst.device();
+    device.faults().arm(&mut info, Reporter::IndexAdd);
     let (kernel, cfg) = plan_updates(OP, &INDEX_ADD, &info, ids, dst)?;
     let numel = size::numel(OP, dst_l.dims())?;
     // SAFETY: the copy below writes all numel elements.
