@@ -11,6 +11,7 @@ use crate::dtype;
 use crate::error::{HipBackendError, Result, hip};
 use crate::handles::LazyHandle;
 use crate::kernel::launch::Launcher;
+use crate::ops::conv;
 use crate::ops::indexing::fault::FaultWord;
 use crate::ops::random::{self, Distribution, RngState};
 use crate::size;
@@ -34,6 +35,7 @@ pub struct HipDevice {
 struct Inner {
     kernels: Launcher,
     faults: FaultWord,
+    miopen_refused: conv::Refused,
     rng: Mutex<RngState>,
     blas: LazyHandle<Blas>,
     dnn: LazyHandle<Dnn>,
@@ -84,6 +86,11 @@ impl HipDevice {
     /// (see `ops::indexing::fault`).
     pub(crate) fn check_faults(&self) -> Result<()> {
         self.inner.faults.check(self.stream())
+    }
+
+    /// The convolutions MIOpen failed on this device.
+    pub(crate) fn miopen_refused(&self) -> &conv::Refused {
+        &self.inner.miopen_refused
     }
 
     /// This device's rocBLAS handle slot.
@@ -185,6 +192,7 @@ impl BackendDevice for HipDevice {
         Ok(HipDevice {
             inner: Arc::new(Inner {
                 faults: FaultWord::new(&stream).map_err(hip)?,
+                miopen_refused: conv::Refused::default(),
                 kernels: Launcher::new(stream),
                 rng: Mutex::new(RngState::new()),
                 blas: LazyHandle::new(),

@@ -37,7 +37,11 @@ pub(crate) fn add(op: &'static str, what: &str, a: usize, b: usize) -> Result<us
 pub(crate) fn numel(op: &'static str, dims: &[usize]) -> Result<usize> {
     let nonzero: Vec<usize> = dims.iter().map(|&d| d.max(1)).collect();
     product(op, "the shape", &nonzero)?;
-    Ok(if dims.contains(&0) { 0 } else { product(op, "the shape", dims)? })
+    Ok(if dims.contains(&0) {
+        0
+    } else {
+        product(op, "the shape", dims)?
+    })
 }
 
 /// The number of elements a strided view reaches from its first element:
@@ -54,8 +58,14 @@ pub(crate) fn span(op: &'static str, dims: &[usize], strides: &[usize]) -> Resul
     }
     dims.iter()
         .zip(strides)
-        .try_fold(1usize, |acc, (&d, &s)| (d - 1).checked_mul(s)?.checked_add(acc))
-        .ok_or_else(|| overflow(op, || format!("the layout of shape {dims:?} and strides {strides:?}")))
+        .try_fold(1usize, |acc, (&d, &s)| {
+            (d - 1).checked_mul(s)?.checked_add(acc)
+        })
+        .ok_or_else(|| {
+            overflow(op, || {
+                format!("the layout of shape {dims:?} and strides {strides:?}")
+            })
+        })
 }
 
 #[cfg(test)]
@@ -78,7 +88,10 @@ mod tests {
         let err = span("const_set", &[2, 1001], &[usize::MAX - 999, 1])
             .unwrap_err()
             .to_string();
-        assert!(err.contains("const_set") && err.contains("[2, 1001]"), "{err}");
+        assert!(
+            err.contains("const_set") && err.contains("[2, 1001]"),
+            "{err}"
+        );
         assert!(span("t", &[3, 2], &[usize::MAX / 2 + 1, 1]).is_err());
         // Broadcast dims whose product wraps to 0 or to a small number.
         assert!(numel("t", &[1 << 32, 1 << 32]).is_err());
@@ -92,8 +105,13 @@ mod tests {
     fn products_and_sums() {
         assert_eq!(product("t", "x", &[2, 3, 4]).unwrap(), 24);
         assert_eq!(product("t", "x", &[]).unwrap(), 1);
-        let err = product("matmul", "the output", &[usize::MAX, 2]).unwrap_err().to_string();
-        assert!(err.contains("matmul") && err.contains("the output"), "{err}");
+        let err = product("matmul", "the output", &[usize::MAX, 2])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("matmul") && err.contains("the output"),
+            "{err}"
+        );
         assert!(mul("t", "x", usize::MAX, 2).is_err());
         assert_eq!(mul("t", "x", 6, 7).unwrap(), 42);
         assert!(add("t", "x", usize::MAX, 1).is_err());

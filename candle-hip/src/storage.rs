@@ -13,8 +13,8 @@ use crate::device::HipDevice;
 use crate::dtype;
 use crate::error::{HipBackendError, Result, hip};
 use crate::kernel::catalogue as cat;
-use crate::size;
 use crate::ops::{conv, copy, elementwise, indexing, matmul, pool, reduce};
+use crate::size;
 
 /// Tensor data on a HIP device: an untyped device buffer and its dtype.
 ///

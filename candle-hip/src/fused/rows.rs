@@ -30,7 +30,9 @@ impl Rows {
             .dims()
             .last()
             .ok_or_else(|| invalid(op, "the input has no last dimension"))?;
-        let rows = size::numel(op, layout.dims())?.checked_div(cols).unwrap_or(0);
+        let rows = size::numel(op, layout.dims())?
+            .checked_div(cols)
+            .unwrap_or(0);
         Ok(Rows { start, rows, cols })
     }
 

@@ -8,8 +8,8 @@
 use hip_safe::DeviceRepr;
 
 use crate::error::{HipBackendError, Result};
-use crate::size;
 use crate::kernel::header::{MAX_DIMS, MAX_OPERANDS};
+use crate::size;
 
 /// Dimensions after merging, outermost first, with each operand's strides.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -36,6 +36,7 @@
 
 mod common;
 mod conv;
+mod conv_fallback;
 mod copy;
 mod elementwise;
 mod errors;

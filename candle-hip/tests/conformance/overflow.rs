@@ -30,7 +30,9 @@ fn overflowing_sizes_are_errors_and_write_nothing() {
     let mut cases = 0;
     let mut expect = |what: &str, r: Result<()>| {
         cases += 1;
-        let err = r.err().unwrap_or_else(|| panic!("{what}: expected an error"));
+        let err = r
+            .err()
+            .unwrap_or_else(|| panic!("{what}: expected an error"));
         let text = err.to_string();
         assert!(text.contains("overflow"), "{what}: {text}");
     };
@@ -40,7 +42,10 @@ fn overflowing_sizes_are_errors_and_write_nothing() {
         x.const_set(Scalar::F32(7.0), &wrapping_layout()),
     );
     expect("affine", ok(x.affine(&wrapping_layout(), 2.0, 1.0)));
-    expect("affine broadcast", ok(x.affine(&wrapping_broadcast(), 2.0, 1.0)));
+    expect(
+        "affine broadcast",
+        ok(x.affine(&wrapping_broadcast(), 2.0, 1.0)),
+    );
     expect(
         "reduce",
         ok(x.reduce_op(candle_core::op::ReduceOp::Sum, &wrapping_broadcast(), &[1])),

@@ -6,7 +6,7 @@ use hip_safe::{ConvConfig, ConvTransposeConfig, DnnType};
 
 use super::{Dense, Problem};
 use crate::device::HipDevice;
-use crate::error::{Result, hip};
+use crate::error::Result;
 use crate::handles;
 use crate::size;
 use crate::storage::HipStorage;
@@ -18,6 +18,11 @@ pub(crate) fn applies(dtype: DType, device: &HipDevice) -> bool {
     matches!(dtype, DType::F16 | DType::BF16 | DType::F32) && handles::dnn(device).is_ok()
 }
 
+/// What the convolution call itself returned: MIOpen's own failures (no
+/// solver for a configuration, ...) are kept apart from errors of the
+/// preparation, because another path may still answer them.
+pub(crate) type Answer = std::result::Result<(), hip_safe::Error>;
+
 /// Runs `prob` with MIOpen into the contiguous `y`.
 pub(crate) fn run(
     op: &'static str,
@@ -27,7 +32,7 @@ pub(crate) fn run(
     w: &HipStorage,
     w_l: &Layout,
     y: &mut HipStorage,
-) -> Result<()> {
+) -> Result<Answer> {
     let x = Dense::of(x, x_l)?;
     let w = Dense::of(w, w_l)?;
     match y.dtype() {
@@ -46,7 +51,7 @@ fn convolve<T: DnnType + WithDType>(
     x: &Dense<'_>,
     w: &Dense<'_>,
     y: &mut HipStorage,
-) -> Result<()> {
+) -> Result<Answer> {
     let dnn = handles::dnn(y.device())?;
     let [n, c, h, wd] = prob.x.sizes();
     let [_, k_out, oh, ow] = prob.y;
@@ -69,8 +74,7 @@ fn convolve<T: DnnType + WithDType>(
             dilation: prob.dilation,
             groups: prob.groups,
         };
-        dnn.conv_transpose::<T>(&cfg, &xv, &wv, &mut yv)
-            .map_err(hip)
+        Ok(dnn.conv_transpose::<T>(&cfg, &xv, &wv, &mut yv))
     } else {
         let cfg = ConvConfig {
             batch: n,
@@ -83,6 +87,6 @@ fn convolve<T: DnnType + WithDType>(
             dilation: prob.dilation,
             groups: prob.groups,
         };
-        dnn.conv_forward::<T>(cfg, &xv, &wv, &mut yv).map_err(hip)
+        Ok(dnn.conv_forward::<T>(cfg, &xv, &wv, &mut yv))
     }
 }

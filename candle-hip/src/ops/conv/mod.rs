@@ -3,8 +3,11 @@
 //! parameters (padding, stride, dilation, output padding, groups).
 //!
 //! Which path runs ([`ConvPath`]): MIOpen for f16, bf16 and f32 when the
-//! MIOpen library loads; im2col (`kernels/im2col.hip`) + rocBLAS otherwise,
-//! and always for f64 (hip-safe's `Dnn` has no f64). Both take any input
+//! MIOpen library loads; im2col (`im2col.hip`) + rocBLAS otherwise, and
+//! always for f64 (hip-safe's `Dnn` has no f64). A configuration MIOpen
+//! fails on (it has no solver for some shapes and dtypes) runs through
+//! im2col + GEMM instead, with a `tracing` warning, and so do its repeats
+//! on that device. Both take any input
 //! layout (non-contiguous inputs are copied for MIOpen, read in place by
 //! im2col) and write a new contiguous output.
 //!
@@ -17,8 +20,11 @@ mod gemm;
 mod miopen;
 pub(crate) mod params;
 
-use candle_core::Layout;
+use std::collections::HashSet;
+use std::sync::Mutex;
+
 use candle_core::backend::BackendStorage;
+use candle_core::{DType, Layout};
 
 use crate::error::{Result, invalid};
 use crate::kernel::nchw::Nchw;
@@ -148,8 +154,16 @@ impl Problem {
         size::numel(op, &self.w)?;
         size::numel(op, &self.y)?;
         size::numel(op, &[n, c, h, w])?;
-        size::product(op, "the forward columns", &[c, kh, kw, self.y[2], self.y[3]])?;
-        size::product(op, "the transposed columns", &[k, kh, kw, h, w, self.groups])?;
+        size::product(
+            op,
+            "the forward columns",
+            &[c, kh, kw, self.y[2], self.y[3]],
+        )?;
+        size::product(
+            op,
+            "the transposed columns",
+            &[k, kh, kw, h, w, self.groups],
+        )?;
         Ok(())
     }
 
@@ -260,17 +274,81 @@ fn run(
             .map_err(crate::error::hip)?;
         return Ok(y);
     }
+    let key = Refused::key(x.dtype(), prob);
     let use_miopen = match path {
         ConvPath::Gemm => false,
         ConvPath::Miopen => true,
-        ConvPath::Auto => miopen::applies(x.dtype(), device),
+        ConvPath::Auto => {
+            miopen::applies(x.dtype(), device) && !device.miopen_refused().contains(&key)
+        }
     };
     if use_miopen {
-        miopen::run(op, prob, x, x_l, w, w_l, &mut y)?;
-    } else {
-        gemm::run(op, prob, x, x_l, w, w_l, &mut y)?;
+        match miopen::run(op, prob, x, x_l, w, w_l, &mut y)? {
+            Ok(()) => return Ok(y),
+            Err(e) if path == ConvPath::Auto && matches!(e, hip_safe::Error::Dnn(_)) => {
+                tracing::warn!(
+                    op,
+                    configuration = ?key,
+                    error = %e,
+                    "MIOpen cannot run this convolution: it and its repeats on this device \
+                     run through im2col + GEMM"
+                );
+                device.miopen_refused().insert(key);
+            }
+            Err(e) => return Err(crate::error::hip(e)),
+        }
     }
+    gemm::run(op, prob, x, x_l, w, w_l, &mut y)?;
     Ok(y)
+}
+
+/// The convolution configurations MIOpen failed on one device: with
+/// `ConvPath::Auto` they run through im2col + GEMM from then on, without
+/// asking MIOpen again (each failed Find costs time and a log line).
+#[derive(Default)]
+pub(crate) struct Refused(Mutex<HashSet<ConvKey>>);
+
+/// What MIOpen sees of a convolution (its operands are made dense).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ConvKey {
+    dtype: DType,
+    x: [usize; 4],
+    w: [usize; 4],
+    padding: [usize; 2],
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    output_padding: [usize; 2],
+    groups: usize,
+    transposed: bool,
+}
+
+impl Refused {
+    fn key(dtype: DType, prob: &Problem) -> ConvKey {
+        ConvKey {
+            dtype,
+            x: prob.x.sizes(),
+            w: prob.w,
+            padding: prob.padding,
+            stride: prob.stride,
+            dilation: prob.dilation,
+            output_padding: prob.output_padding,
+            groups: prob.groups,
+            transposed: prob.transposed,
+        }
+    }
+
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<ConvKey>> {
+        // A set of plain keys stays valid whatever a panicking holder did.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn contains(&self, key: &ConvKey) -> bool {
+        self.set().contains(key)
+    }
+
+    fn insert(&self, key: ConvKey) {
+        self.set().insert(key);
+    }
 }
 
 /// 2-D convolution (cross-correlation) of `x: (N, C, H, W)` with

@@ -11,8 +11,8 @@
 //! reported at the first such point after it happened, on whichever thread
 //! reaches it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use hip_safe::{DeviceBuffer, DevicePtr, Stream};
 
