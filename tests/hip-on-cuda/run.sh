@@ -5,6 +5,16 @@
 # NVRTC, cuBLAS) and cuDNN 9 are found in $CUDA_HOME (default
 # /usr/local/cuda) and the system library path.
 #
+# With `--sanitize TOOL` it runs instead every test executable and Candle's
+# own test files (the staged candle-app `upstream` executable) under
+# compute-sanitizer's TOOL, one row per executable with the sanitizer's
+# error count (see sanitize_step). hip-safe's GPU tests provoke failing API
+# calls on purpose (out of memory, a missing kernel, the time of an untimed
+# event), so for them the sanitizer does not report API errors
+# (--report-api-errors no); for every other executable an API error is an
+# error. Executables that never initialise CUDA pass (--require-cuda-init no).
+# Each executable is stopped after $SANITIZE_TIMEOUT seconds (default 1800).
+#
 # Steps, each logged to <outdir>/<name>.log: nvidia-smi, the hip-info and
 # runtime-kernel examples, every test executable with --include-ignored --nocapture
 # --test-threads=1, the candle-app step (Candle's tests and demos on HIP, if
@@ -15,8 +25,13 @@
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+sanitize=""
+if [[ $# -eq 3 && "$1" == --sanitize ]]; then
+    sanitize="$2"
+    shift 2
+fi
 if [[ $# -ne 1 ]]; then
-    echo "usage: $0 <outdir>" >&2
+    echo "usage: $0 [--sanitize memcheck|racecheck|synccheck|initcheck] <outdir>" >&2
     exit 2
 fi
 mkdir -p "$1"
@@ -65,6 +80,64 @@ record() {
     esac
     [[ "$status" == 0 ]] || other_failures=$((other_failures + 1))
 }
+
+# Runs test executable $2 (named $1) under compute-sanitizer's $sanitize
+# and records its row: the libtest counts and the sanitizer's error count.
+sanitize_step() {
+    local name="$1" exe="$2" api=explicit
+    shift 2
+    [[ "$name" != hip-safe--* ]] || api=no
+    local log="$out/sanitize-$sanitize-$name.log"
+    echo
+    echo "===== sanitize $sanitize: $name (API errors: $api)"
+    timeout "${SANITIZE_TIMEOUT:-1800}" \
+        "$cuda/bin/compute-sanitizer" --tool "$sanitize" --require-cuda-init no \
+        --report-api-errors "$api" --print-limit 100 --error-exitcode 86 \
+        "$exe" --include-ignored --test-threads=1 "$@" 2>&1 | tee "$log"
+    local status="${PIPESTATUS[0]}"
+    local errors result passed failed ignored label
+    errors="$(grep -aoE 'ERROR SUMMARY: [0-9]+' "$log" | tail -n 1 | grep -oE '[0-9]+$')"
+    result="$(grep -aE '^test result: ' "$log" | tail -n 1)"
+    passed="$(sed -nE 's/.* ([0-9]+) passed.*/\1/p' <<<"$result")"
+    failed="$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$result")"
+    ignored="$(sed -nE 's/.* ([0-9]+) ignored.*/\1/p' <<<"$result")"
+    label="$sanitize: ${errors:-?} errors"
+    if [[ -z "$result" || -z "$errors" || "$errors" != 0 || "$status" -ne 0 ]]; then
+        label="$label (exit $status) FAILED"
+        total_failed=$((total_failed + ${failed:-0}))
+        other_failures=$((other_failures + 1))
+    else
+        total_failed=$((total_failed + failed))
+    fi
+    total_passed=$((total_passed + ${passed:-0}))
+    rows+=("sanitize $name|$label|${passed:--}|${failed:--}|${ignored:--}")
+}
+
+if [[ -n "$sanitize" ]]; then
+    shopt -s nullglob
+    for test in "$here"/tests/*; do
+        sanitize_step "$(basename "$test")" "$test"
+    done
+    if [[ -x "$here/candle-app/upstream" ]]; then
+        CANDLE_APP_DEVICE=hip sanitize_step candle-app-upstream "$here/candle-app/upstream"
+    fi
+    {
+        echo
+        echo "===== summary ($sanitize)"
+        printf '%-48s %-30s %8s %8s %8s\n' "step" "status" "passed" "failed" "ignored"
+        for row in "${rows[@]}"; do
+            IFS='|' read -r name label passed failed ignored <<<"$row"
+            printf '%-48s %-30s %8s %8s %8s\n' "$name" "$label" "$passed" "$failed" "$ignored"
+        done
+        echo
+        echo "$total_passed passed, $total_failed failed"
+        if [[ "$other_failures" -gt 0 ]]; then
+            echo "$other_failures sanitizer step(s) failed"
+        fi
+    } | tee "$out/summary-$sanitize.txt"
+    [[ "$total_failed" -eq 0 && "$other_failures" -eq 0 ]]
+    exit
+fi
 
 if [[ -f "$here/unbuilt.txt" ]]; then
     while read -r name; do
