@@ -71,6 +71,19 @@ impl HipDevice {
         self.inner.kernels.load_all()
     }
 
+    /// Returns the device memory this device keeps for reuse (freed small
+    /// buffers of its stream, its memory pool) to the system, as PyTorch's
+    /// `torch.cuda.empty_cache()` does; waits for the stream first. Live
+    /// tensors are untouched.
+    pub fn release_cached_memory(&self) -> Result<()> {
+        let stream = self.stream();
+        stream.synchronize().map_err(hip)?;
+        stream.set_allocation_cache_limit(0);
+        stream.set_allocation_cache_limit(ALLOCATION_CACHE_BYTES);
+        stream.synchronize().map_err(hip)?;
+        self.hip_device().trim_memory_pool().map_err(hip)
+    }
+
     /// The launcher of this device's kernels (on its stream).
     pub(crate) fn kernels(&self) -> &Launcher {
         &self.inner.kernels
