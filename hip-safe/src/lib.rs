@@ -42,6 +42,7 @@ mod alloc;
 mod alloc_cache;
 mod blas;
 mod buffer;
+mod code_object;
 mod device;
 mod dnn;
 mod error;

@@ -502,6 +502,39 @@ fn gpu_function_keeps_its_module_alive() {
 
 #[test]
 #[ignore = "needs a HIP device"]
+fn gpu_malformed_code_objects_are_refused_before_loading() {
+    let _gpu = shared();
+    let dev = device();
+    let code = Program::new(KERNELS, "gpu_tests.hip")
+        .without_cache()
+        .compile_for_arch(dev.arch())
+        .unwrap();
+    // hipModuleLoadData takes no length: cut-short images must never reach it.
+    for len in [1, 4, 63, 64, 200, code.len() / 2, code.len() - 1] {
+        let err = Module::from_code_object(&dev, &code[..len]).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidArgument { .. }),
+            "{len} of {} bytes: {err}",
+            code.len()
+        );
+    }
+    if code.starts_with(b"\x7fELF") {
+        // A section header table said to lie at the end of the image.
+        let mut planted = code.clone();
+        planted[40..48].copy_from_slice(&(code.len() as u64).to_le_bytes());
+        let err = Module::from_code_object(&dev, &planted).unwrap_err();
+        assert!(err.to_string().contains("section header table"), "{err}");
+    }
+    assert!(
+        Module::from_code_object(&dev, &code)
+            .unwrap()
+            .function("affine")
+            .is_ok()
+    );
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
 fn gpu_events_time_and_order_streams() {
     let _gpu = shared();
     let dev = device();

@@ -10,11 +10,13 @@ use std::fmt::Display;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use crate::code_object::{self, CodeTarget};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::module::Module;
 
-use arch::{Platform, is_nvidia_arch, platform_archs, validate_arch};
+pub(crate) use arch::is_nvidia_arch;
+use arch::{Platform, platform_archs, validate_arch};
 pub use code_cache::{CACHE_DIR_VAR, default_cache_dir};
 use code_cache::{CodeCache, CodeCacheKey};
 
@@ -134,7 +136,8 @@ impl Program {
             &runtime_id(platform),
         );
         let cache = self.code_cache();
-        cached_compile(cache.as_ref(), &key, || {
+        let target = CodeTarget::for_arch(arch);
+        cached_compile(cache.as_ref(), &key, target, || {
             compile::compile(&compile::Job {
                 name: &self.name,
                 source: &self.source,
@@ -180,14 +183,19 @@ impl Program {
 }
 
 /// The cached code object for `key`, or a fresh one from `compile`, which is
-/// then stored. A cache that cannot be written only costs a recompilation
-/// next time, so store errors are deliberately ignored.
+/// then stored. A cached entry that is not a well-formed code object for
+/// `target` (see [`Module::from_code_object`]) counts as a miss, so a
+/// planted or damaged entry is replaced, never handed out. A cache that
+/// cannot be written only costs a recompilation next time, so store errors
+/// are deliberately ignored.
 fn cached_compile(
     cache: Option<&CodeCache>,
     key: &CodeCacheKey,
+    target: CodeTarget,
     compile: impl FnOnce() -> Result<Vec<u8>>,
 ) -> Result<Vec<u8>> {
-    if let Some(code) = cache.and_then(|c| c.load(key)) {
+    let cached = cache.and_then(|c| c.load(key));
+    if let Some(code) = cached.filter(|code| code_object::validate(code, target).is_ok()) {
         return Ok(code);
     }
     let code = compile()?;
@@ -244,31 +252,69 @@ mod tests {
         )
     }
 
+    /// Code objects for the tests: PTX text is the smallest well-formed one.
+    const PTX: &[u8] = b".version 8.5\n.target sm_90\n\0";
+    const NV: CodeTarget = CodeTarget::Nvidia;
+
     #[test]
     fn cold_compiles_warm_hits_corrupt_recompiles() {
         let cache = temp_cache("flow");
         let calls = Cell::new(0);
         let compiler = || {
             calls.set(calls.get() + 1);
-            Ok(b"code object".to_vec())
+            Ok(PTX.to_vec())
         };
         assert_eq!(
-            cached_compile(Some(&cache), &key(), compiler).unwrap(),
-            b"code object"
+            cached_compile(Some(&cache), &key(), NV, compiler).unwrap(),
+            PTX
         );
         assert_eq!(calls.get(), 1);
         assert_eq!(
-            cached_compile(Some(&cache), &key(), compiler).unwrap(),
-            b"code object"
+            cached_compile(Some(&cache), &key(), NV, compiler).unwrap(),
+            PTX
         );
         assert_eq!(calls.get(), 1, "warm cache must not compile");
         std::fs::write(cache.path_of(&key()), b"corrupt").unwrap();
         assert_eq!(
-            cached_compile(Some(&cache), &key(), compiler).unwrap(),
-            b"code object"
+            cached_compile(Some(&cache), &key(), NV, compiler).unwrap(),
+            PTX
         );
         assert_eq!(calls.get(), 2, "corrupt entry must be recompiled");
-        assert_eq!(cache.load(&key()).as_deref(), Some(&b"code object"[..]));
+        assert_eq!(cache.load(&key()).as_deref(), Some(PTX));
+        let _ = std::fs::remove_dir_all(cache.path_of(&key()).parent().unwrap());
+    }
+
+    #[test]
+    fn entries_that_are_not_code_objects_are_recompiled() {
+        let cache = temp_cache("malformed");
+        // A well-formed cache entry (right key, right checksum) whose code
+        // object is cut short: as a damaged or planted file would be.
+        let truncated = b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0";
+        cache.store(&key(), truncated).unwrap();
+        assert_eq!(cache.load(&key()).as_deref(), Some(&truncated[..]));
+        let calls = Cell::new(0);
+        let compiler = || {
+            calls.set(calls.get() + 1);
+            Ok(PTX.to_vec())
+        };
+        let amd = CodeTarget::Amd;
+        let unterminated_ptx = b".version 8.5\n".to_vec();
+        cache.store(&key(), &unterminated_ptx).unwrap();
+        assert_eq!(
+            cached_compile(Some(&cache), &key(), NV, compiler).unwrap(),
+            PTX
+        );
+        assert_eq!(
+            calls.get(),
+            1,
+            "a PTX entry without its NUL must be recompiled"
+        );
+        cache.store(&key(), truncated).unwrap();
+        assert_eq!(
+            cached_compile(Some(&cache), &key(), amd, compiler).unwrap(),
+            PTX
+        );
+        assert_eq!(calls.get(), 2, "a truncated ELF entry must be recompiled");
         let _ = std::fs::remove_dir_all(cache.path_of(&key()).parent().unwrap());
     }
 
@@ -276,15 +322,15 @@ mod tests {
     fn failures_are_not_cached_and_disabled_cache_always_compiles() {
         let cache = temp_cache("failure");
         let failing = || Err(Error::invalid("compile", "syntax error"));
-        assert!(cached_compile(Some(&cache), &key(), failing).is_err());
+        assert!(cached_compile(Some(&cache), &key(), NV, failing).is_err());
         assert_eq!(cache.load(&key()), None);
         let calls = Cell::new(0);
         let compiler = || {
             calls.set(calls.get() + 1);
-            Ok(vec![1])
+            Ok(PTX.to_vec())
         };
-        cached_compile(None, &key(), compiler).unwrap();
-        cached_compile(None, &key(), compiler).unwrap();
+        cached_compile(None, &key(), NV, compiler).unwrap();
+        cached_compile(None, &key(), NV, compiler).unwrap();
         assert_eq!(calls.get(), 2);
     }
 
@@ -295,8 +341,8 @@ mod tests {
         std::fs::write(&file, b"x").unwrap();
         let cache = CodeCache::new(file.join("sub"));
         assert_eq!(
-            cached_compile(Some(&cache), &key(), || Ok(vec![7])).unwrap(),
-            vec![7]
+            cached_compile(Some(&cache), &key(), NV, || Ok(PTX.to_vec())).unwrap(),
+            PTX
         );
         let _ = std::fs::remove_file(&file);
     }
