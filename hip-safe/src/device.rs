@@ -274,11 +274,16 @@ impl Device {
         Stream::default_for(self.clone())
     }
 
-    /// HIP's per-thread default stream (`hipStreamPerThread`): each thread
-    /// that uses it talks to its own stream. Because its meaning depends on
-    /// the calling thread, buffers allocated on it use `hipMalloc`/`hipFree`
-    /// (which waits for the device) rather than stream-ordered allocation,
-    /// and two handles of it always count as the same stream.
+    /// HIP's per-thread default stream (`hipStreamPerThread`) of the calling
+    /// thread. HIP resolves the handle to the stream of whichever thread uses
+    /// it, so the returned stream belongs to this thread: per-thread streams
+    /// of two threads are different streams, and queuing work on this one
+    /// from another thread returns an error. Buffers allocated on it may
+    /// still be used from other threads' streams: the ordering with it then
+    /// waits on the host (see [`Stream::join`]). Because its meaning depends
+    /// on the calling thread, buffers allocated on it use
+    /// `hipMalloc`/`hipFree` (which waits for the device) rather than
+    /// stream-ordered allocation.
     pub fn per_thread_stream(&self) -> Stream {
         Stream::per_thread_for(self.clone())
     }

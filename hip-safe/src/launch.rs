@@ -143,6 +143,7 @@ impl<'a> LaunchArgs<'a> {
                 ),
             ));
         }
+        self.stream.bind()?;
         for s in &self.arg_streams {
             self.stream.join(s)?;
         }

@@ -2,12 +2,13 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::thread::{self, ThreadId};
 
 use hip_sys::{hipDeviceptr_t, hipStream_t};
 
 use crate::alloc_cache::{AllocationCache, MAX_CACHED_BYTES};
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
 use crate::result::{CheckStatus, out_ptr};
 
@@ -25,6 +26,14 @@ const PER_THREAD_HANDLE: usize = 2;
 /// order on it. Using a buffer on another stream is allowed: the operations
 /// in this crate then order the two streams with events, so the buffer is
 /// neither read before its earlier writes finish nor freed while in use.
+///
+/// A per-thread stream ([`Device::per_thread_stream`]) belongs to the thread
+/// that made it: HIP resolves the handle to the calling thread's stream, so
+/// the same value means a different stream on each thread. Two per-thread
+/// streams of different threads are different streams here too, work can
+/// only be queued on one from its own thread (elsewhere such calls return
+/// [`Error::InvalidArgument`]), and ordering with one from another thread
+/// waits on the host instead of with events (see [`Stream::join`]).
 ///
 /// ```no_run
 /// let dev = hip_safe::Device::new(0)?;
@@ -50,8 +59,9 @@ struct StreamInner {
 enum StreamKind {
     /// The legacy null stream of the device.
     Default,
-    /// `hipStreamPerThread`: resolves to the calling thread's stream.
-    PerThread,
+    /// `hipStreamPerThread` of the given thread: the handle resolves to the
+    /// calling thread's stream, so it means this one only on that thread.
+    PerThread(ThreadId),
     /// Created by us, destroyed on drop.
     Owned,
 }
@@ -92,7 +102,7 @@ impl Stream {
         Self::wrap(
             device,
             PER_THREAD_HANDLE as hipStream_t,
-            StreamKind::PerThread,
+            StreamKind::PerThread(thread::current().id()),
         )
     }
 
@@ -126,7 +136,9 @@ impl Stream {
     }
 
     /// The raw handle, for calls into libraries this crate does not wrap.
-    /// It stays valid while any clone of this stream lives.
+    /// It stays valid while any clone of this stream lives. For a
+    /// per-thread stream it is `hipStreamPerThread`, which names the calling
+    /// thread's stream: use it only on the thread that made this stream.
     pub fn raw(&self) -> hipStream_t {
         self.inner.handle
     }
@@ -159,19 +171,42 @@ impl Stream {
 
     /// Makes this stream wait for everything queued on `other` so far
     /// (no-op when both are the same stream).
+    ///
+    /// Normally an event recorded on `other` that this stream waits for,
+    /// without blocking the host. A per-thread stream of another thread can
+    /// neither record nor wait from here, so then the host waits instead:
+    /// for the whole device when `other` is such a stream (its work is
+    /// finished on return), for `other` when this stream is one (the work
+    /// it was to wait for is finished on return).
     pub fn join(&self, other: &Stream) -> Result<()> {
         if self == other {
             return Ok(());
         }
+        if !other.is_reachable() {
+            return other.device().synchronize();
+        }
+        if !self.is_reachable() {
+            return other.synchronize();
+        }
         let event = other.record_event(EventFlags::DISABLE_TIMING)?;
         self.wait(&event)
+    }
+
+    /// Whether work can be queued on this stream from the calling thread:
+    /// always, except for another thread's per-thread stream.
+    fn is_reachable(&self) -> bool {
+        match self.inner.kind {
+            StreamKind::PerThread(owner) => owner == thread::current().id(),
+            StreamKind::Default | StreamKind::Owned => true,
+        }
     }
 
     /// Whether buffers allocated on this stream may be allocated and freed
     /// in stream order. Not for the per-thread stream, whose meaning depends
     /// on the thread that drops a buffer.
     pub(crate) fn stream_ordered_alloc(&self) -> bool {
-        self.inner.kind != StreamKind::PerThread && self.inner.device.supports_memory_pools()
+        !matches!(self.inner.kind, StreamKind::PerThread(_))
+            && self.inner.device.supports_memory_pools()
     }
 
     /// Keeps up to `bytes` of freed allocations of at most
@@ -209,7 +244,24 @@ impl Stream {
         self.inner.free_cached(ptrs);
     }
 
+    /// Makes the stream's device current on the calling thread, before
+    /// any call that passes the handle to HIP. Refuses another thread's
+    /// per-thread stream: there the handle would name the calling thread's
+    /// stream, and the work would escape the ordering this crate keeps.
     pub(crate) fn bind(&self) -> Result<()> {
+        if let StreamKind::PerThread(owner) = self.inner.kind {
+            let here = thread::current().id();
+            if owner != here {
+                return Err(Error::invalid(
+                    "per-thread stream",
+                    format_args!(
+                        "the per-thread stream of thread {owner:?} was used on thread {here:?}; \
+                         hipStreamPerThread names the calling thread's stream, so take this \
+                         thread's own from Device::per_thread_stream"
+                    ),
+                ));
+            }
+        }
         self.inner.device.bind_to_thread()
     }
 

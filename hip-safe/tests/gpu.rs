@@ -363,6 +363,54 @@ fn gpu_default_and_per_thread_streams() {
     }
 }
 
+#[test]
+#[ignore = "needs a HIP device"]
+fn gpu_per_thread_streams_order_across_threads() {
+    let _gpu = shared();
+    let dev = device();
+    let module = kernels(&dev);
+    let slow = module.function("slow_fill").unwrap();
+    let n = 1u32 << 20;
+    let (to_main, from_worker) = std::sync::mpsc::channel();
+    let (to_worker, from_main) = std::sync::mpsc::channel();
+    let (dev, slow) = (&dev, &slow);
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(move || {
+            // Thread A: zero a buffer and start a slow kernel on A's
+            // per-thread stream, then hand the buffer over while it runs.
+            let a = dev.per_thread_stream();
+            let buf = a.alloc_zeros::<f32>(n as usize).unwrap();
+            let (v, spin) = (4.0f32, 2_000_000u32);
+            let mut launch = a.launch_builder(slow);
+            launch.arg(&buf).arg(&v).arg(&n).arg(&spin);
+            // SAFETY: slow_fill(float*, float, unsigned, unsigned) writes [0, n).
+            unsafe { launch.launch(LaunchConfig::for_num_elems(n)) }.unwrap();
+            to_main.send(buf).unwrap();
+            // Back from thread B after B overwrote it: A's own stream reads.
+            let buf: hip_safe::DeviceBuffer<f32> = from_main.recv().unwrap();
+            assert_eq!(a.clone_dtoh(&buf).unwrap(), vec![-1.0; n as usize]);
+        });
+        // Thread B: its per-thread stream is another stream than A's.
+        let mut buf = from_worker.recv().unwrap();
+        let b = dev.per_thread_stream();
+        assert_ne!(&b, buf.stream(), "per-thread streams of two threads");
+        assert_eq!(b, dev.per_thread_stream());
+        // The read must wait for A's kernel (5.0 = v + 1 everywhere).
+        assert_eq!(b.clone_dtoh(&buf).unwrap(), vec![5.0; n as usize]);
+        // A's per-thread stream cannot take work from this thread.
+        let err = buf.stream().synchronize().unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+        let err = buf.stream().clone_htod(&[1.0f32]).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+        // A write queued from here is finished before A reads it.
+        let other = dev.new_stream().unwrap();
+        let src = other.clone_htod(&vec![-1.0f32; n as usize]).unwrap();
+        other.memcpy_dtod(&src, &mut buf).unwrap();
+        to_worker.send(buf).unwrap();
+        worker.join().unwrap();
+    });
+}
+
 // ---------------------------------------------------------------- kernels
 
 #[test]
