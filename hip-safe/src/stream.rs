@@ -3,14 +3,15 @@
 use std::fmt;
 use std::sync::Arc;
 use std::thread::{self, ThreadId};
+use std::time::Duration;
 
-use hip_sys::{hipDeviceptr_t, hipStream_t};
+use hip_sys::{hipDeviceptr_t, hipError_t, hipStream_t};
 
 use crate::alloc_cache::{AllocationCache, MAX_CACHED_BYTES};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
-use crate::result::{CheckStatus, out_ptr};
+use crate::result::{CheckStatus, clear_hip_last_error, out_ptr};
 
 /// `hipStreamNonBlocking`: the stream does not synchronise with the null stream.
 const STREAM_NON_BLOCKING: u32 = 0x01;
@@ -192,6 +193,62 @@ impl Stream {
         self.wait(&event)
     }
 
+    /// Makes this stream wait for the work just queued on `worker` (which
+    /// may use memory this stream owns, so that a later free or reuse of it
+    /// on this stream comes after that work).
+    ///
+    /// When the join cannot be arranged (an event cannot be created or
+    /// recorded: out of memory, a failing device), the host waits instead:
+    /// for `worker`, and if that fails for the whole device. The work has
+    /// then finished, so the result is `Ok`; the join's error is returned
+    /// only when no wait succeeded either.
+    pub(crate) fn join_back(&self, worker: &Stream) -> Result<()> {
+        self.join(worker).or_else(|error| {
+            wait_after_failure(
+                error,
+                &[&|| worker.synchronize(), &|| worker.device().synchronize()],
+            )
+        })
+    }
+
+    /// Waits for a copy queued on this stream that reads or writes host
+    /// memory, before that memory is released or its borrow ends.
+    ///
+    /// When synchronizing the stream fails the copy may still be running,
+    /// so the whole device is waited for; if that fails too, the stream is
+    /// polled until HIP no longer reports work in flight on it. `Err` holds
+    /// the stream's error (the copy's result is not to be trusted) and
+    /// whether the copy is known to have finished (the device wait
+    /// succeeded); memory the caller owns should be leaked when it is not.
+    pub(crate) fn finish_host_copy(&self) -> std::result::Result<(), (Error, bool)> {
+        let Err(error) = self.synchronize() else {
+            return Ok(());
+        };
+        let finished =
+            wait_after_failure(error.clone(), &[&|| self.device().synchronize()]).is_ok();
+        if !finished {
+            self.poll_while_busy();
+        }
+        Err((error, finished))
+    }
+
+    /// Polls until `hipStreamQuery` answers anything but `hipErrorNotReady`:
+    /// the last way to wait for a copy once synchronizing has failed.
+    fn poll_while_busy(&self) {
+        if self.bind().is_err() {
+            return;
+        }
+        let busy = || {
+            // SAFETY: the handle is valid while `self` lives.
+            let status = unsafe { self.api().hipStreamQuery(self.raw()) };
+            status == Ok(hipError_t::hipErrorNotReady)
+        };
+        while busy() {
+            thread::sleep(Duration::from_millis(1));
+        }
+        clear_hip_last_error();
+    }
+
     /// Whether work can be queued on this stream from the calling thread:
     /// always, except for another thread's per-thread stream.
     fn is_reachable(&self) -> bool {
@@ -270,6 +327,17 @@ impl Stream {
     }
 }
 
+/// After `error` left queued work unwaited or unordered, tries `waits` in
+/// order until one succeeds: `Ok` when one did (the work has finished),
+/// `error` when none did.
+fn wait_after_failure(error: Error, waits: &[&dyn Fn() -> Result<()>]) -> Result<()> {
+    if waits.iter().any(|wait| wait().is_ok()) {
+        Ok(())
+    } else {
+        Err(error)
+    }
+}
+
 impl StreamInner {
     /// See [`Stream::free_cached`].
     fn free_cached(&self, ptrs: Vec<hipDeviceptr_t>) {
@@ -295,5 +363,52 @@ impl Drop for StreamInner {
             // SAFETY: the handle was created by us and is destroyed exactly once.
             unsafe { api.hipStreamDestroy(self.handle) }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    #[test]
+    fn failed_waits_fall_back_in_order_until_one_succeeds() {
+        let calls = RefCell::new(Vec::new());
+        let wait = |name: &'static str, ok: bool| {
+            let calls = &calls;
+            move || {
+                calls.borrow_mut().push(name);
+                if ok {
+                    Ok(())
+                } else {
+                    Err(Error::invalid(name, "failed"))
+                }
+            }
+        };
+        let join_error = || Error::invalid("hipEventCreateWithFlags", "out of memory");
+
+        let (stream, device) = (wait("stream", false), wait("device", true));
+        assert_eq!(
+            wait_after_failure(join_error(), &[&stream, &device]),
+            Ok(())
+        );
+        assert_eq!(*calls.borrow(), ["stream", "device"]);
+
+        calls.borrow_mut().clear();
+        let (stream, device) = (wait("stream", true), wait("device", true));
+        assert_eq!(
+            wait_after_failure(join_error(), &[&stream, &device]),
+            Ok(())
+        );
+        assert_eq!(*calls.borrow(), ["stream"], "stops at the first success");
+
+        calls.borrow_mut().clear();
+        let (stream, device) = (wait("stream", false), wait("device", false));
+        assert_eq!(
+            wait_after_failure(join_error(), &[&stream, &device]),
+            Err(join_error()),
+            "the original error when nothing could be waited for"
+        );
+        assert_eq!(*calls.borrow(), ["stream", "device"]);
     }
 }

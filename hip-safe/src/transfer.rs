@@ -4,6 +4,13 @@
 //! returning, so the slice may be reused at once. The `*_owned` variants take
 //! the host data by value and return immediately: the data is kept alive by
 //! a host callback queued after the copy and dropped when the copy is done.
+//!
+//! Failures after work was queued never leave that work running against
+//! memory that is about to be released: a failed synchronize of a host copy
+//! falls back to waiting for the device (host memory this crate owns is
+//! leaked when even that fails, see [`Stream::finish_host_copy`]), and a
+//! stream that cannot be joined back after a copy or memset is waited for
+//! on the host instead (see [`Stream::join_back`]).
 
 use std::ffi::c_void;
 
@@ -41,7 +48,9 @@ impl Stream {
             bytes,
             hipMemcpyKind::hipMemcpyHostToDevice,
         )?;
-        self.synchronize()
+        // The borrow of `src` ends on return: wait for the copy even when
+        // synchronizing fails (finish_host_copy's fallbacks).
+        self.finish_host_copy().map_err(|(error, _)| error)
     }
 
     /// Copies `src` (taken by value) into a new buffer without waiting: the
@@ -76,7 +85,7 @@ impl Stream {
             return Err(e);
         }
         self.release_after_completion(host);
-        dst.stream().join(self)
+        dst.stream().join_back(self)
     }
 
     /// Copies `src` into a new host vector; returns once the copy is done.
@@ -90,7 +99,13 @@ impl Stream {
             bytes,
             hipMemcpyKind::hipMemcpyDeviceToHost,
         )?;
-        self.synchronize()?;
+        if let Err((error, finished)) = self.finish_host_copy() {
+            if !finished {
+                // The copy may still write into the vector: never free it.
+                std::mem::forget(out);
+            }
+            return Err(error);
+        }
         // SAFETY: the synchronous copy initialised `src.len()` elements, and
         // every bit pattern is a valid `T` (`DeviceRepr` contract).
         unsafe { out.set_len(src.len()) };
@@ -108,7 +123,9 @@ impl Stream {
             src.num_bytes(),
             hipMemcpyKind::hipMemcpyDeviceToHost,
         )?;
-        self.synchronize()
+        // The borrow of `dst` ends on return: wait for the copy even when
+        // synchronizing fails (finish_host_copy's fallbacks).
+        self.finish_host_copy().map_err(|(error, _)| error)
     }
 
     /// Queues a copy of `src` into the first `src.len()` elements of `dst`.
@@ -126,8 +143,10 @@ impl Stream {
             src.num_bytes(),
             hipMemcpyKind::hipMemcpyDeviceToDevice,
         )?;
-        src.stream().join(self)?;
-        dst.stream().join(self)
+        // Both joins are attempted even when the first fails.
+        let src_joined = src.stream().join_back(self);
+        let dst_joined = dst.stream().join_back(self);
+        src_joined.and(dst_joined)
     }
 
     /// Queues a copy of `src` into a new buffer on this stream.
@@ -190,7 +209,7 @@ impl Stream {
             "memset of {count} {}-byte words",
             word.bytes()
         ))?;
-        dst.stream().join(self)
+        dst.stream().join_back(self)
     }
 
     /// One `hipMemcpyAsync` on this stream.
@@ -235,11 +254,11 @@ impl Stream {
         }
     }
 
-    /// Waits for the stream, then drops `host`; if waiting fails a copy may
-    /// still read it, so it is leaked instead (safe, and only on a failing
-    /// device).
+    /// Waits for the stream, then drops `host`; if the copy cannot be shown
+    /// to have finished (see [`Stream::finish_host_copy`]) it may still read
+    /// `host`, which is leaked instead (safe, and only on a failing device).
     fn release_after_sync<T>(&self, host: Box<T>) {
-        if self.synchronize().is_err() {
+        if let Err((_, false)) = self.finish_host_copy() {
             std::mem::forget(host);
         }
     }
