@@ -90,9 +90,9 @@ impl Stream {
 
     /// Copies `src` into a new host vector; returns once the copy is done.
     pub fn clone_dtoh<T: DeviceRepr>(&self, src: &impl DevicePtr<T>) -> Result<Vec<T>> {
+        let bytes = byte_len::<T>("clone_dtoh", src.len())?;
         let mut out = Vec::<T>::with_capacity(src.len());
         self.join(src.stream())?;
-        let bytes = src.num_bytes();
         self.copy_raw(
             out.as_mut_ptr().cast(),
             src.device_ptr(),
@@ -120,7 +120,7 @@ impl Stream {
         self.copy_raw(
             dst.as_mut_ptr().cast(),
             src.device_ptr(),
-            src.num_bytes(),
+            std::mem::size_of_val(&dst[..src.len()]),
             hipMemcpyKind::hipMemcpyDeviceToHost,
         )?;
         // The borrow of `dst` ends on return: wait for the copy even when
@@ -135,12 +135,13 @@ impl Stream {
         dst: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
         check_fits("memcpy_dtod", src.len(), dst.len())?;
+        let bytes = byte_len::<T>("memcpy_dtod", src.len())?;
         self.join(src.stream())?;
         self.join(dst.stream())?;
         self.copy_raw(
             dst.device_ptr_mut(),
             src.device_ptr(),
-            src.num_bytes(),
+            bytes,
             hipMemcpyKind::hipMemcpyDeviceToDevice,
         )?;
         // Both joins are attempted even when the first fails.
@@ -186,7 +187,7 @@ impl Stream {
         dst: &mut impl DevicePtrMut<T>,
         word: Word,
     ) -> Result<()> {
-        let count = dst.num_bytes() / word.bytes();
+        let count = byte_len::<T>("memset", dst.len())? / word.bytes();
         if count == 0 {
             return Ok(());
         }
@@ -304,6 +305,19 @@ fn repeated_word(pattern: &[u8]) -> Option<Word> {
     }
 }
 
+/// The size in bytes of `len` elements of `T`, computed here rather than
+/// taken from a [`DevicePtr`] implementation; an error when it overflows
+/// (which an implementation keeping its safety contract never causes).
+fn byte_len<T>(op: &str, len: usize) -> Result<usize> {
+    let elem = size_of::<T>();
+    len.checked_mul(elem).ok_or_else(|| {
+        Error::invalid(
+            op,
+            format_args!("{len} elements of {elem} bytes overflow usize"),
+        )
+    })
+}
+
 fn check_fits(op: &str, src_len: usize, dst_len: usize) -> Result<()> {
     if src_len > dst_len {
         return Err(Error::invalid(
@@ -344,6 +358,20 @@ mod tests {
         );
         assert_eq!(repeated_word(&1.5f64.to_ne_bytes()), None);
         assert_eq!(repeated_word(&[]), None);
+    }
+
+    #[test]
+    fn byte_counts_are_computed_with_overflow_checks() {
+        assert_eq!(byte_len::<f32>("x", 3), Ok(12));
+        assert_eq!(byte_len::<u8>("x", usize::MAX), Ok(usize::MAX));
+        assert_eq!(byte_len::<half::f16>("x", 0), Ok(0));
+        let err = byte_len::<f64>("clone_dtoh", usize::MAX / 4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("clone_dtoh") && err.contains("overflow"),
+            "{err}"
+        );
     }
 
     #[test]
