@@ -167,8 +167,11 @@ impl Stream {
     /// Queues setting every element of `dst` to `value`.
     ///
     /// Uses the 8/16/32-bit memset engines when the value is a repeated
-    /// pattern of that width; other values (e.g. most `f64`s) are uploaded
-    /// from a host copy, which is released when the upload completes.
+    /// pattern of that width. Other values (e.g. most `f64`s, structs) are
+    /// written on the device: one element is uploaded, then the filled
+    /// prefix is doubled with device-to-device copies (about log2(len)
+    /// copies moving `len` elements in all), so no host buffer larger than
+    /// one element is needed.
     pub fn fill<T: DeviceRepr>(&self, dst: &mut impl DevicePtrMut<T>, value: T) -> Result<()> {
         // SAFETY: `T: DeviceRepr` has no padding, so all its bytes are
         // initialised; the slice lives only while `value` does.
@@ -177,8 +180,46 @@ impl Stream {
         };
         match repeated_word(pattern) {
             Some(word) => self.memset_words(dst, word),
-            None => self.memcpy_htod_owned(vec![value; dst.len()], dst),
+            None => self.fill_by_doubling(dst, value),
         }
+    }
+
+    /// Queues filling `dst` with `value`: uploads the first element, then
+    /// copies the filled prefix after itself until the buffer is full.
+    fn fill_by_doubling<T: DeviceRepr>(
+        &self,
+        dst: &mut impl DevicePtrMut<T>,
+        value: T,
+    ) -> Result<()> {
+        let total = byte_len::<T>("fill", dst.len())?;
+        if total == 0 {
+            return Ok(());
+        }
+        self.join(dst.stream())?;
+        let base = dst.device_ptr_mut();
+        let host = Box::new(value);
+        let queued = self.copy_raw(
+            base,
+            std::ptr::from_ref::<T>(&host).cast(),
+            size_of::<T>(),
+            hipMemcpyKind::hipMemcpyHostToDevice,
+        );
+        if let Err(e) = queued {
+            self.release_after_sync(host);
+            return Err(e);
+        }
+        self.release_after_completion(host);
+        let copies = doubling_copies(total, size_of::<T>()).try_for_each(|(offset, bytes)| {
+            self.copy_raw(
+                base.cast::<u8>().wrapping_add(offset).cast(),
+                base,
+                bytes,
+                hipMemcpyKind::hipMemcpyDeviceToDevice,
+            )
+        });
+        // Joined back even when a copy failed: earlier ones are queued.
+        let joined = dst.stream().join_back(self);
+        copies.and(joined)
     }
 
     /// Queues filling all of `dst` with `word`.
@@ -283,6 +324,23 @@ impl Word {
     }
 }
 
+/// The device-to-device copies that grow a filled prefix of `unit` bytes
+/// to `total` bytes, as `(offset, bytes)`: each copies the first `bytes`
+/// bytes to `offset`, where `bytes <= offset`, so source and destination
+/// never overlap; together they cover `unit..total` exactly once.
+fn doubling_copies(total: usize, unit: usize) -> impl Iterator<Item = (usize, usize)> {
+    let mut filled = unit.min(total);
+    std::iter::from_fn(move || {
+        if filled == 0 || filled >= total {
+            return None;
+        }
+        let bytes = filled.min(total - filled);
+        let copy = (filled, bytes);
+        filled += bytes;
+        Some(copy)
+    })
+}
+
 /// The narrowest word whose repetition gives `pattern`, if any.
 fn repeated_word(pattern: &[u8]) -> Option<Word> {
     let repeats = |w: usize| {
@@ -358,6 +416,27 @@ mod tests {
         );
         assert_eq!(repeated_word(&1.5f64.to_ne_bytes()), None);
         assert_eq!(repeated_word(&[]), None);
+    }
+
+    #[test]
+    fn doubling_copies_cover_the_buffer_once_without_overlap() {
+        for (total, unit) in [(8, 8), (16, 8), (24, 8), (8000, 8), (12 * 1001, 12), (3, 1)] {
+            let copies: Vec<_> = doubling_copies(total, unit).collect();
+            let mut covered = unit;
+            for &(offset, bytes) in &copies {
+                assert_eq!(offset, covered, "contiguous ({total}, {unit})");
+                assert!(bytes <= offset && bytes > 0, "no overlap ({total}, {unit})");
+                covered += bytes;
+            }
+            assert_eq!(covered, total, "covers ({total}, {unit})");
+            let elems = total / unit;
+            let doublings = usize::BITS - (elems - 1).leading_zeros();
+            assert_eq!(copies.len(), doublings as usize, "log2 copies for {elems}");
+        }
+        let huge = doubling_copies(40 << 30, 8).count();
+        assert_eq!(huge, 33, "40 GiB of f64 in 33 copies");
+        assert_eq!(doubling_copies(0, 8).count(), 0);
+        assert_eq!(doubling_copies(8, 0).count(), 0);
     }
 
     #[test]
