@@ -67,5 +67,5 @@ pub use launch::{KernelArg, LaunchArgs, LaunchConfig};
 pub use module::{Function, Module};
 pub use probe::{DeviceReport, Probe, is_available, probe};
 pub use repr::{DeviceRepr, ValidAsZeroBits};
-pub use rtc::{CACHE_DIR_VAR, Program, default_cache_dir};
+pub use rtc::{CACHE_DIR_VAR, MAX_CACHE_BYTES, Program, default_cache_dir};
 pub use stream::Stream;
