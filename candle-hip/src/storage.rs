@@ -7,7 +7,7 @@ use candle_core::conv::{ParamsConv1D, ParamsConv2D, ParamsConvTranspose1D, Param
 use candle_core::op::{BinaryOpT, CmpOp, ReduceOp, UnaryOpT};
 use candle_core::scalar::Scalar;
 use candle_core::{CpuStorage, DType, Layout};
-use hip_safe::{DeviceBuffer, DevicePtr, DeviceView, DeviceViewMut};
+use hip_safe::{DeviceBuffer, DeviceView, DeviceViewMut};
 
 use crate::device::HipDevice;
 use crate::dtype;
