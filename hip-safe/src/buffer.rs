@@ -198,9 +198,9 @@ macro_rules! impl_device_ptr {
             /// A read-only view of `range`; an error naming the bounds when it
             /// is out of range.
             pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceView<'_, T>> {
-                let text = range_text(&range);
+                let bounds = bounds_of(&range);
                 self.try_slice(range)
-                    .ok_or_else(|| out_of_range(&text, self.len))
+                    .ok_or_else(|| out_of_range(bounds, self.len))
             }
         }
     };
@@ -231,10 +231,10 @@ macro_rules! impl_device_ptr_mut {
                 &mut self,
                 range: impl RangeBounds<usize>,
             ) -> Result<DeviceViewMut<'_, T>> {
-                let text = range_text(&range);
+                let bounds = bounds_of(&range);
                 let len = self.len;
                 self.try_slice_mut(range)
-                    .ok_or_else(|| out_of_range(&text, len))
+                    .ok_or_else(|| out_of_range(bounds, len))
             }
         }
     };
@@ -330,14 +330,16 @@ pub(crate) fn resolve_range(range: &impl RangeBounds<usize>, len: usize) -> Opti
     (start <= end && end <= len).then_some((start, end))
 }
 
-fn range_text(range: &impl RangeBounds<usize>) -> String {
-    format!("{:?}..{:?}", range.start_bound(), range.end_bound())
+/// The bounds of `range`, kept for an error message (formatted only then:
+/// slicing is on every op's path).
+fn bounds_of(range: &impl RangeBounds<usize>) -> (Bound<usize>, Bound<usize>) {
+    (range.start_bound().cloned(), range.end_bound().cloned())
 }
 
-fn out_of_range(range: &str, len: usize) -> Error {
+fn out_of_range((start, end): (Bound<usize>, Bound<usize>), len: usize) -> Error {
     Error::invalid(
         "slice",
-        format_args!("range {range} is out of bounds for {len} elements"),
+        format_args!("range {start:?}..{end:?} is out of bounds for {len} elements"),
     )
 }
 
