@@ -30,8 +30,9 @@
 // - FINISH_BLOCK / FINISH_THREAD: combine the `split` partial states of each
 //   output with a block / a thread per output.
 //
-// Semantics follow Candle's CPU backend: f16/bf16 sum in f32 (Candle sums in
-// the half type, so results differ by rounding); integer sums wrap; min/max
+// Semantics follow Candle's CPU backend: f16/bf16/f8e4m3 sum in f32 (Candle
+// sums in the narrow type, rounding every partial sum, so results differ by
+// rounding); integer sums wrap; min/max
 // and argmin/argmax pick the first extremum in reduction order, skip NaN
 // unless the first element is NaN (then the result is that NaN, index 0).
 
@@ -573,13 +574,13 @@ struct ArgMaxR : ArgExtremumR<T, true> {};
     reduce_cols_packed<R<ch_##TY> >(info, src, dst, work);                                          \
   }
 
-CH_ALL(CH_REDUCE_KERNEL, reduce_sum, SumR)
-CH_ALL(CH_REDUCE_KERNEL, reduce_min, MinR)
-CH_ALL(CH_REDUCE_KERNEL, reduce_max, MaxR)
-CH_ALL(CH_REDUCE_KERNEL, reduce_argmin, ArgMinR)
-CH_ALL(CH_REDUCE_KERNEL, reduce_argmax, ArgMaxR)
-CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_sum, SumR)
-CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_min, MinR)
-CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_max, MaxR)
-CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmin, ArgMinR)
-CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmax, ArgMaxR)
+CH_NUMERIC(CH_REDUCE_KERNEL, reduce_sum, SumR)
+CH_NUMERIC(CH_REDUCE_KERNEL, reduce_min, MinR)
+CH_NUMERIC(CH_REDUCE_KERNEL, reduce_max, MaxR)
+CH_NUMERIC(CH_REDUCE_KERNEL, reduce_argmin, ArgMinR)
+CH_NUMERIC(CH_REDUCE_KERNEL, reduce_argmax, ArgMaxR)
+CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_sum, SumR)
+CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_min, MinR)
+CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_max, MaxR)
+CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmin, ArgMinR)
+CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmax, ArgMaxR)
