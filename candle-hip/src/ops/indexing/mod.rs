@@ -250,6 +250,11 @@ pub(crate) fn scatter(
         ids_dim: to_u64(ids_dim),
         ..IndexInfo::default()
     };
+    let wide = match mode {
+        Scatter::Add => elementwise::widen_ids(ids, ids_l, op)?,
+        Scatter::Set => None,
+    };
+    let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
     let device = dst.device().clone();
     let (kernel, cfg) = plan_updates(op, families, &info, ids, dst)?;
     if left * right == 0 || ids_dim == 0 {
@@ -311,6 +316,8 @@ pub(crate) fn index_add(
         ids_dim: to_u64(n_ids),
         ..IndexInfo::default()
     };
+    let wide = elementwise::widen_ids(ids, ids_l, OP)?;
+    let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
     let device = dst.device();
     let (kernel, cfg) = plan_updates(OP, &INDEX_ADD, &info, ids, dst)?;
     let numel = dst_l.shape().elem_count();
