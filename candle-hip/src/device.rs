@@ -135,7 +135,8 @@ impl HipDevice {
     /// # Safety
     /// Every element must be written before it is read.
     pub(crate) unsafe fn alloc_storage(&self, dtype: DType, len: usize) -> Result<HipStorage> {
-        dtype::check(dtype, "alloc")?;
+        // candle's CPU backend allocates no dummy dtype (`alloc_uninit`).
+        dtype::check_numeric(dtype, "alloc_uninit")?;
         let bytes = byte_len(dtype, len)?;
         // SAFETY: forwarded to the caller.
         let buffer = unsafe { self.stream().alloc::<u8>(bytes) }.map_err(hip)?;
@@ -165,7 +166,7 @@ impl HipDevice {
 
 /// Bytes of `len` elements of `dtype`, with overflow reported.
 fn byte_len(dtype: DType, len: usize) -> Result<usize> {
-    len.checked_mul(dtype.size_in_bytes()).ok_or_else(|| {
+    len.checked_mul(dtype::elem_bytes(dtype)).ok_or_else(|| {
         crate::error::invalid(
             "alloc",
             format!("{len} elements of {dtype:?} overflow usize"),
@@ -174,7 +175,7 @@ fn byte_len(dtype: DType, len: usize) -> Result<usize> {
 }
 
 fn float_only(dtype: DType, op: &'static str) -> Result<()> {
-    if dtype::FLOATS.contains(&dtype) {
+    if dtype::ANY_FLOAT.contains(&dtype) {
         Ok(())
     } else {
         Err(candle_core::Error::UnsupportedDTypeForOp(dtype, op).bt())
@@ -233,7 +234,8 @@ impl BackendDevice for HipDevice {
     }
 
     fn zeros_impl(&self, shape: &Shape, dtype: DType) -> Result<HipStorage> {
-        dtype::check(dtype, "zeros")?;
+        // As on candle's CPU backend, the dummy dtypes have no zeros.
+        dtype::check_numeric(dtype, "zeros")?;
         let bytes = byte_len(dtype, size::numel("zeros", shape.dims())?)?;
         let buffer = self.stream().alloc_zeros::<u8>(bytes).map_err(hip)?;
         Ok(HipStorage::new(buffer, dtype, self.clone()))
@@ -246,6 +248,9 @@ impl BackendDevice for HipDevice {
     }
 
     fn storage_from_slice<T: WithDType>(&self, data: &[T]) -> Result<HipStorage> {
+        // The dummy dtypes' element types hold no data (candle's CPU backend
+        // panics on them); their storage comes as raw bytes (`CpuStorage`).
+        dtype::check_numeric(T::DTYPE, "storage_from_slice")?;
         self.upload(T::DTYPE, dtype::as_bytes(data))
     }
 

@@ -53,7 +53,7 @@ impl HipStorage {
 
     /// The number of elements.
     pub fn len(&self) -> usize {
-        self.buffer.len() / self.dtype.size_in_bytes()
+        self.buffer.len() / dtype::elem_bytes(self.dtype)
     }
 
     /// Whether the storage holds no element.
@@ -68,7 +68,7 @@ impl HipStorage {
         start: usize,
         count: usize,
     ) -> Result<std::ops::Range<usize>> {
-        let size = self.dtype.size_in_bytes();
+        let size = dtype::elem_bytes(self.dtype);
         let out_of_bounds = || {
             candle_core::Error::from(HipBackendError::OutOfBounds {
                 op,

@@ -588,12 +588,12 @@ __device__ __forceinline__ void tiles_body(const IndexInfo& info, const I* ids, 
   CH_ALL(CH_READ_KERNEL, index_select, I)             \
   CH_ALL(CH_READ_KERNEL, gather, I)                   \
   CH_ALL(CH_SCATTER_SET, scatter, I)                  \
-  CH_ALL(CH_SCATTER_ADD, scatter_add, I)              \
-  CH_ALL(CH_INDEX_ADD_KERNEL, index_add, I)           \
-  CH_ALL(CH_INDEX_ADD_KERNEL, index_add_rows, I)      \
+  CH_NUMERIC(CH_SCATTER_ADD, scatter_add, I)          \
+  CH_NUMERIC(CH_INDEX_ADD_KERNEL, index_add, I)       \
+  CH_NUMERIC(CH_INDEX_ADD_KERNEL, index_add_rows, I)  \
   CH_ALL(CH_SCATTER_SET_TILES, scatter_tiles, I)      \
-  CH_ALL(CH_SCATTER_ADD_TILES, scatter_add_tiles, I)  \
-  CH_ALL(CH_INDEX_ADD_TILES, index_add_tiles, I)
+  CH_NUMERIC(CH_SCATTER_ADD_TILES, scatter_add_tiles, I) \
+  CH_NUMERIC(CH_INDEX_ADD_TILES, index_add_tiles, I)
 
 CH_INDEX_FAMILIES(u8)
 CH_INDEX_FAMILIES(u32)

@@ -195,7 +195,7 @@ mod tests {
 
     #[test]
     fn shared_sorts_fit_48_kib_with_aligned_indices() {
-        for dtype in crate::dtype::SUPPORTED {
+        for dtype in crate::dtype::CORE {
             let max = shared_sort_max_cols(dtype);
             assert!(shared_bytes(max, dtype.size_in_bytes()) <= SHARED_SORT_BYTES);
             assert!(max <= 1 << 16, "u16 indices");

@@ -117,7 +117,7 @@ fn transpose(
 ) -> Result<()> {
     const OP: &str = "copy_strided_src";
     let kernel = cat::TRANSPOSE.kernel(OP, src.dtype())?;
-    let cfg = transpose_shape(&info, k, src.dtype().size_in_bytes());
+    let cfg = transpose_shape(&info, k, dtype::elem_bytes(src.dtype()));
     let k = to_u64(k);
     let from = src.view(OP, src_l)?;
     // SAFETY: transpose_T(const ElemInfo, u64 k, const T* src, T* dst) with
@@ -161,7 +161,7 @@ pub(crate) fn copy2d(src: &HipStorage, dst: &mut HipStorage, c: Copy2d) -> Resul
         return memcpy(&from, &mut to, device.stream());
     }
     let kernel = cat::COPY2D.kernel(OP, src.dtype())?;
-    let per_pack = per_pack(src.dtype().size_in_bytes());
+    let per_pack = per_pack(dtype::elem_bytes(src.dtype()));
     let numel = size::mul(OP, "rows x columns", c.rows, c.cols)?;
     let packed = [c.cols, c.src_stride, c.dst_stride]
         .iter()
@@ -202,7 +202,7 @@ pub(crate) fn const_set(dst: &mut HipStorage, value: Scalar, layout: &Layout) ->
         return device.stream().memset_zeros(&mut view).map_err(hip);
     }
     let kernel = cat::FILL.kernel(OP, dtype)?;
-    let cfg = elementwise::launch_shape(&info, dtype.size_in_bytes());
+    let cfg = elementwise::launch_shape(&info, dtype::elem_bytes(dtype));
     // SAFETY: fill_T(const ElemInfo, T* dst, u64 bits) writes the offsets of
     // `info` (the layout's shape and strides), all inside the view, which
     // spans the layout's reach.

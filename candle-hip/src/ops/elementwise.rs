@@ -51,7 +51,7 @@ pub(crate) fn launch_into(
     }
     let strides: Vec<&[usize]> = inputs.iter().map(|i| i.layout.stride()).collect();
     let numel = size::numel(op, dims)?;
-    if out.len() != size::mul(op, "the output bytes", numel, out_dtype.size_in_bytes())? {
+    if out.len() != size::mul(op, "the output bytes", numel, dtype::elem_bytes(out_dtype))? {
         return Err(invalid(
             op,
             format!(
@@ -66,8 +66,8 @@ pub(crate) fn launch_into(
     let device = first.storage.device();
     let widest = inputs
         .iter()
-        .map(|i| i.storage.dtype().size_in_bytes())
-        .fold(out_dtype.size_in_bytes(), usize::max);
+        .map(|i| dtype::elem_bytes(i.storage.dtype()))
+        .fold(dtype::elem_bytes(out_dtype), usize::max);
     let info = ElemInfo::new(op, dims, &strides)?.with_inner_packs(inputs.len(), per_pack(widest));
     let cfg = launch_shape(&info, widest);
     let views = inputs
@@ -192,6 +192,23 @@ pub(crate) fn cast(src: &HipStorage, layout: &Layout, dtype: DType) -> Result<Hi
     dtype::check(dtype, "to_dtype")?;
     let k = cat::CAST.pair("to_dtype", src.dtype(), dtype)?;
     run("to_dtype", k, &[input(src, layout)], dtype, &[])
+}
+
+/// Indices of candle's narrow index dtypes (i16, i32; only scatter_add
+/// and index_add take them) as a contiguous i64 copy, the "no index" marker
+/// (the dtype's maximum) becoming i64's: the indexing kernels take u8, u32
+/// and i64. `None` for the other dtypes, which need no copy.
+pub(crate) fn widen_ids(
+    ids: &HipStorage,
+    layout: &Layout,
+    op: &'static str,
+) -> Result<Option<(HipStorage, Layout)>> {
+    if !dtype::NARROW_IDS.contains(&ids.dtype()) {
+        return Ok(None);
+    }
+    let k = cat::WIDEN_IDS.kernel(op, ids.dtype())?;
+    let wide = run(op, k, &[input(ids, layout)], DType::I64, &[])?;
+    Ok(Some((wide, Layout::contiguous(layout.shape()))))
 }
 
 /// `pred != 0 ? on_true : on_false`.

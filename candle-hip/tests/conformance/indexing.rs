@@ -8,10 +8,7 @@ use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::{CpuStorage, DType, Layout, Result, Shape};
 use candle_hip::{HipDevice, HipStorage};
 
-use crate::common::{
-    Ctx, DENSE_FORMS, DTYPES, Domain, FLOATS, FORMS, Form, INDEX, Rng, Tol, cpu, describe,
-    tolerance,
-};
+use crate::common::{Ctx, DENSE_FORMS, Domain, FORMS, Form, Rng, Tol, cpu, describe, strict};
 
 /// Index values for a dimension of `size`: valid positions, and now and then
 /// the dtype's maximum, candle's "no index" marker.
@@ -41,14 +38,26 @@ fn random_ids(rng: &mut Rng, dtype: DType, n: usize, size: usize) -> CpuStorage 
                 .map(|&v| if v == u64::MAX { i64::MAX } else { v as i64 })
                 .collect(),
         ),
+        DType::I16 => CpuStorage::I16(
+            ids.iter()
+                .map(|&v| if v == u64::MAX { i16::MAX } else { v as i16 })
+                .collect(),
+        ),
+        DType::I32 => CpuStorage::I32(
+            ids.iter()
+                .map(|&v| if v == u64::MAX { i32::MAX } else { v as i32 })
+                .collect(),
+        ),
         other => panic!("no index data for {other:?}"),
     }
 }
 
-pub fn index_select(ctx: &mut Ctx) {
-    for ids_dtype in INDEX {
+/// index_select with every index dtype of `ids` and value dtype of `values`
+/// (as for every case function of this module).
+pub fn index_select(ctx: &mut Ctx, ids: &[DType], values: &[DType]) {
+    for &ids_dtype in ids {
         let name = format!("index_select (ids {})", ids_dtype.as_str());
-        for dtype in DTYPES {
+        for &dtype in values {
             for shape in ctx.shapes.clone() {
                 if shape.is_empty() {
                     continue;
@@ -77,7 +86,7 @@ pub fn index_select(ctx: &mut Ctx) {
                         )
                     };
                     ctx.tally
-                        .check(&name, dtype, desc, want, got, tolerance(dtype));
+                        .check(&name, dtype, desc, want, got, strict(dtype));
                 }
             }
         }
@@ -102,10 +111,10 @@ fn with_dim(shape: &[usize], dim: usize, size: usize) -> Vec<usize> {
     s
 }
 
-pub fn gather(ctx: &mut Ctx) {
-    for ids_dtype in INDEX {
+pub fn gather(ctx: &mut Ctx, ids: &[DType], values: &[DType]) {
+    for &ids_dtype in ids {
         let name = format!("gather (ids {})", ids_dtype.as_str());
-        for dtype in DTYPES {
+        for &dtype in values {
             for shape in ctx.shapes.clone() {
                 if shape.is_empty() {
                     continue;
@@ -123,7 +132,7 @@ pub fn gather(ctx: &mut Ctx) {
                     let desc =
                         || format!("{} dim {dim} ids {ids_shape:?}", describe(&shape, &[&ls]));
                     ctx.tally
-                        .check(&name, dtype, desc, want, got, tolerance(dtype));
+                        .check(&name, dtype, desc, want, got, strict(dtype));
                 }
             }
         }
@@ -133,7 +142,7 @@ pub fn gather(ctx: &mut Ctx) {
 /// Operand values of scatter, scatter_add and index_add: for integers,
 /// small enough that many updates of one element stay in range.
 fn update_domain(dtype: DType) -> Domain {
-    if FLOATS.contains(&dtype) {
+    if dtype.is_float() {
         Domain::Signed
     } else {
         Domain::Ints(0, 3)
@@ -159,15 +168,15 @@ fn scattered<S: BackendStorage>(
     Ok(d)
 }
 
-pub fn scatter(ctx: &mut Ctx) {
+pub fn scatter(ctx: &mut Ctx, ids: &[DType], values: &[DType]) {
     for add in [false, true] {
-        for ids_dtype in INDEX {
+        for &ids_dtype in ids {
             let name = format!(
                 "{} (ids {})",
                 if add { "scatter_add" } else { "scatter" },
                 ids_dtype.as_str()
             );
-            for dtype in DTYPES {
+            for &dtype in values {
                 let domain = update_domain(dtype);
                 for shape in ctx.shapes.clone() {
                     if shape.is_empty() {
@@ -208,10 +217,10 @@ pub fn scatter(ctx: &mut Ctx) {
     }
 }
 
-pub fn index_add(ctx: &mut Ctx) {
-    for ids_dtype in INDEX {
+pub fn index_add(ctx: &mut Ctx, ids: &[DType], values: &[DType]) {
+    for &ids_dtype in ids {
         let name = format!("index_add (ids {})", ids_dtype.as_str());
-        for dtype in DTYPES {
+        for &dtype in values {
             let domain = update_domain(dtype);
             for shape in ctx.shapes.clone() {
                 if shape.is_empty() {
@@ -253,14 +262,17 @@ fn ids_with_edges(
     let max = match dtype {
         DType::U8 => u64::from(u8::MAX),
         DType::U32 => u64::from(u32::MAX),
+        DType::I16 => i16::MAX as u64,
+        DType::I32 => i32::MAX as u64,
         _ => i64::MAX as u64,
     };
+    let signed = matches!(dtype, DType::I16 | DType::I32 | DType::I64);
     let (mut dev, mut host) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for _ in 0..n {
         let id = match rng.below(10) {
             0 => max,
             1 if (size as u64) < max => (size as u64 + rng.below(1000) as u64).min(max - 1),
-            2 if dtype == DType::I64 => (-1 - rng.below(5) as i64) as u64,
+            2 if signed => (-1 - rng.below(5) as i64) as u64,
             _ => rng.below(distinct.min(size).min(max as usize).max(1)) as u64,
         };
         dev.push(id);
@@ -269,6 +281,8 @@ fn ids_with_edges(
     let storage = |ids: Vec<u64>| match dtype {
         DType::U8 => CpuStorage::U8(ids.iter().map(|&v| v as u8).collect()),
         DType::U32 => CpuStorage::U32(ids.iter().map(|&v| v as u32).collect()),
+        DType::I16 => CpuStorage::I16(ids.iter().map(|&v| v as i16).collect()),
+        DType::I32 => CpuStorage::I32(ids.iter().map(|&v| v as i32).collect()),
         _ => CpuStorage::I64(ids.iter().map(|&v| v as i64).collect()),
     };
     let past = dev.iter().zip(&host).any(|(d, h)| d != h);
@@ -300,7 +314,7 @@ fn with_fault_report(
 /// ranges (not whole ones), column counts that are not whole tiles, left >
 /// 1, many updates of the same element, the marker and indices past the
 /// dimension; every value and index dtype; exact equality.
-pub fn update_tiles(ctx: &mut Ctx) {
+pub fn update_tiles(ctx: &mut Ctx, ids: &[DType], values: &[DType]) {
     // (destination shape, dim, updates, distinct positions)
     let cases: [(&[usize], usize, usize, usize); 5] = [
         (&[2, 2500, 20], 1, 3000, 2500),
@@ -310,8 +324,8 @@ pub fn update_tiles(ctx: &mut Ctx) {
         (&[2, 200, 1024], 1, 400, 200),
     ];
     for (shape, dim, n, distinct) in cases {
-        for ids_dtype in INDEX {
-            for dtype in DTYPES {
+        for &ids_dtype in ids {
+            for &dtype in values {
                 let domain = update_domain(dtype);
                 let (dst, ld) = ctx.input(dtype, shape, Form::Contiguous, domain);
                 let src_shape = with_dim(shape, dim, n);

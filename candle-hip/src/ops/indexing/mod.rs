@@ -255,6 +255,11 @@ pub(crate) fn scatter(
         ids_dim: to_u64(ids_dim),
         ..IndexInfo::default()
     };
+    let wide = match mode {
+        Scatter::Add => elementwise::widen_ids(ids, ids_l, op)?,
+        Scatter::Set => None,
+    };
+    let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
     let device = dst.device().clone();
     device.faults().arm(&mut info, reporter);
     let (kernel, cfg) = plan_updates(op, families, &info, ids, dst)?;
@@ -317,6 +322,8 @@ pub(crate) fn index_add(
         ids_dim: to_u64(n_ids),
         ..IndexInfo::default()
     };
+    let wide = elementwise::widen_ids(ids, ids_l, OP)?;
+    let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
     let device = dst.device();
     device.faults().arm(&mut info, Reporter::IndexAdd);
     let (kernel, cfg) = plan_updates(OP, &INDEX_ADD, &info, ids, dst)?;
