@@ -11,7 +11,10 @@ use crate::dtype;
 use crate::error::{HipBackendError, Result, hip};
 use crate::handles::LazyHandle;
 use crate::kernel::launch::Launcher;
+use crate::ops::conv;
+use crate::ops::indexing::fault::FaultWord;
 use crate::ops::random::{self, Distribution, RngState};
+use crate::size;
 use crate::storage::HipStorage;
 
 /// Bytes of freed small buffers each device's stream keeps for reuse
@@ -31,6 +34,8 @@ pub struct HipDevice {
 
 struct Inner {
     kernels: Launcher,
+    faults: FaultWord,
+    miopen_refused: conv::Refused,
     rng: Mutex<RngState>,
     blas: LazyHandle<Blas>,
     dnn: LazyHandle<Dnn>,
@@ -66,9 +71,39 @@ impl HipDevice {
         self.inner.kernels.load_all()
     }
 
+    /// Returns the device memory this device keeps for reuse (freed small
+    /// buffers of its stream, its memory pool) to the system, as PyTorch's
+    /// `torch.cuda.empty_cache()` does; waits for the stream first. Live
+    /// tensors are untouched.
+    pub fn release_cached_memory(&self) -> Result<()> {
+        let stream = self.stream();
+        stream.synchronize().map_err(hip)?;
+        stream.set_allocation_cache_limit(0);
+        stream.set_allocation_cache_limit(ALLOCATION_CACHE_BYTES);
+        stream.synchronize().map_err(hip)?;
+        self.hip_device().trim_memory_pool().map_err(hip)
+    }
+
     /// The launcher of this device's kernels (on its stream).
     pub(crate) fn kernels(&self) -> &Launcher {
         &self.inner.kernels
+    }
+
+    /// Where this device's indexing kernels report indices past their
+    /// dimension.
+    pub(crate) fn faults(&self) -> &FaultWord {
+        &self.inner.faults
+    }
+
+    /// The error an indexing kernel reported since the last check, if any
+    /// (see `ops::indexing::fault`).
+    pub(crate) fn check_faults(&self) -> Result<()> {
+        self.inner.faults.check(self.stream())
+    }
+
+    /// The convolutions MIOpen failed on this device.
+    pub(crate) fn miopen_refused(&self) -> &conv::Refused {
+        &self.inner.miopen_refused
     }
 
     /// This device's rocBLAS handle slot.
@@ -100,7 +135,8 @@ impl HipDevice {
     /// # Safety
     /// Every element must be written before it is read.
     pub(crate) unsafe fn alloc_storage(&self, dtype: DType, len: usize) -> Result<HipStorage> {
-        dtype::check(dtype, "alloc")?;
+        // candle's CPU backend allocates no dummy dtype (`alloc_uninit`).
+        dtype::check_numeric(dtype, "alloc_uninit")?;
         let bytes = byte_len(dtype, len)?;
         // SAFETY: forwarded to the caller.
         let buffer = unsafe { self.stream().alloc::<u8>(bytes) }.map_err(hip)?;
@@ -130,7 +166,7 @@ impl HipDevice {
 
 /// Bytes of `len` elements of `dtype`, with overflow reported.
 fn byte_len(dtype: DType, len: usize) -> Result<usize> {
-    len.checked_mul(dtype.size_in_bytes()).ok_or_else(|| {
+    len.checked_mul(dtype::elem_bytes(dtype)).ok_or_else(|| {
         crate::error::invalid(
             "alloc",
             format!("{len} elements of {dtype:?} overflow usize"),
@@ -139,7 +175,7 @@ fn byte_len(dtype: DType, len: usize) -> Result<usize> {
 }
 
 fn float_only(dtype: DType, op: &'static str) -> Result<()> {
-    if dtype::FLOATS.contains(&dtype) {
+    if dtype::ANY_FLOAT.contains(&dtype) {
         Ok(())
     } else {
         Err(candle_core::Error::UnsupportedDTypeForOp(dtype, op).bt())
@@ -169,6 +205,8 @@ impl BackendDevice for HipDevice {
         stream.set_allocation_cache_limit(ALLOCATION_CACHE_BYTES);
         Ok(HipDevice {
             inner: Arc::new(Inner {
+                faults: FaultWord::new(&stream).map_err(hip)?,
+                miopen_refused: conv::Refused::default(),
                 kernels: Launcher::new(stream),
                 rng: Mutex::new(RngState::new()),
                 blas: LazyHandle::new(),
@@ -196,8 +234,9 @@ impl BackendDevice for HipDevice {
     }
 
     fn zeros_impl(&self, shape: &Shape, dtype: DType) -> Result<HipStorage> {
-        dtype::check(dtype, "zeros")?;
-        let bytes = byte_len(dtype, shape.elem_count())?;
+        // As on candle's CPU backend, the dummy dtypes have no zeros.
+        dtype::check_numeric(dtype, "zeros")?;
+        let bytes = byte_len(dtype, size::numel("zeros", shape.dims())?)?;
         let buffer = self.stream().alloc_zeros::<u8>(bytes).map_err(hip)?;
         Ok(HipStorage::new(buffer, dtype, self.clone()))
     }
@@ -205,10 +244,13 @@ impl BackendDevice for HipDevice {
     unsafe fn alloc_uninit(&self, shape: &Shape, dtype: DType) -> Result<HipStorage> {
         // SAFETY: the caller initialises the storage before reading it
         // (this method's own contract).
-        unsafe { self.alloc_storage(dtype, shape.elem_count()) }
+        unsafe { self.alloc_storage(dtype, size::numel("alloc_uninit", shape.dims())?) }
     }
 
     fn storage_from_slice<T: WithDType>(&self, data: &[T]) -> Result<HipStorage> {
+        // The dummy dtypes' element types hold no data (candle's CPU backend
+        // panics on them); their storage comes as raw bytes (`CpuStorage`).
+        dtype::check_numeric(T::DTYPE, "storage_from_slice")?;
         self.upload(T::DTYPE, dtype::as_bytes(data))
     }
 
@@ -241,6 +283,7 @@ impl BackendDevice for HipDevice {
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.stream().synchronize().map_err(hip)
+        self.stream().synchronize().map_err(hip)?;
+        self.check_faults()
     }
 }

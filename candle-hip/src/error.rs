@@ -36,6 +36,15 @@ pub enum HipBackendError {
         /// Elements in the storage.
         len: usize,
     },
+    /// A size, offset or span computed from a layout or an argument does
+    /// not fit the address range.
+    #[error("{op}: {what} overflows the address range")]
+    SizeOverflow {
+        /// The operation.
+        op: &'static str,
+        /// The values whose arithmetic overflowed.
+        what: String,
+    },
     /// Two storages of one operation live on different devices.
     #[error("{op}: the operands live on different HIP devices ({lhs} and {rhs})")]
     DeviceMismatch {

@@ -199,7 +199,7 @@ pub fn storage_from_buffer(
             ),
         ));
     }
-    if !buffer.len().is_multiple_of(dtype.size_in_bytes()) {
+    if !buffer.len().is_multiple_of(dtype::elem_bytes(dtype)) {
         return Err(error::invalid(
             OP,
             format!(

@@ -9,7 +9,10 @@
 //! for the device's architecture on first use ([`kernel::program`]) and
 //! cached on disk by `hip-safe`.
 //!
-//! Supported dtypes: u8, u32, i64, f16, bf16, f32, f64; any other dtype gets
+//! Every dtype of candle 0.11.1 is stored. u8, u32, i16, i32, i64, f16,
+//! bf16, f32, f64 and f8e4m3 take the ops candle's CPU backend computes for
+//! them; candle's dummy dtypes (f6e2m3, f6e3m2, f4, f8e8m0: raw bytes) are
+//! uploaded, downloaded and copied only. An op a dtype does not take gets
 //! candle's `UnsupportedDTypeForOp` error. Element-wise ops, casts,
 //! comparisons, `where_cond`, reductions, indexing ops, copies, fills and
 //! random numbers run as HIP kernels; matrix multiplication uses rocBLAS,
@@ -39,6 +42,7 @@ pub mod fused;
 mod handles;
 pub mod kernel;
 mod ops;
+mod size;
 mod storage;
 mod typed;
 

@@ -7,14 +7,14 @@ use candle_core::conv::{ParamsConv1D, ParamsConv2D, ParamsConvTranspose1D, Param
 use candle_core::op::{BinaryOpT, CmpOp, ReduceOp, UnaryOpT};
 use candle_core::scalar::Scalar;
 use candle_core::{CpuStorage, DType, Layout};
-use hip_safe::{DeviceBuffer, DevicePtr, DeviceView, DeviceViewMut};
+use hip_safe::{DeviceBuffer, DeviceView, DeviceViewMut};
 
 use crate::device::HipDevice;
 use crate::dtype;
 use crate::error::{HipBackendError, Result, hip};
 use crate::kernel::catalogue as cat;
-use crate::kernel::info;
 use crate::ops::{conv, copy, elementwise, indexing, matmul, pool, reduce};
+use crate::size;
 
 /// Tensor data on a HIP device: an untyped device buffer and its dtype.
 ///
@@ -53,7 +53,7 @@ impl HipStorage {
 
     /// The number of elements.
     pub fn len(&self) -> usize {
-        self.buffer.len() / self.dtype.size_in_bytes()
+        self.buffer.len() / dtype::elem_bytes(self.dtype)
     }
 
     /// Whether the storage holds no element.
@@ -68,7 +68,7 @@ impl HipStorage {
         start: usize,
         count: usize,
     ) -> Result<std::ops::Range<usize>> {
-        let size = self.dtype.size_in_bytes();
+        let size = dtype::elem_bytes(self.dtype);
         let out_of_bounds = || {
             candle_core::Error::from(HipBackendError::OutOfBounds {
                 op,
@@ -108,7 +108,7 @@ impl HipStorage {
 
     /// Read access to every element `layout` reaches, starting at its first one.
     pub(crate) fn view(&self, op: &'static str, layout: &Layout) -> Result<DeviceView<'_, u8>> {
-        let span = info::span(layout.dims(), layout.stride());
+        let span = size::span(op, layout.dims(), layout.stride())?;
         self.view_range(op, layout.start_offset(), span)
     }
 
@@ -118,7 +118,7 @@ impl HipStorage {
         op: &'static str,
         layout: &Layout,
     ) -> Result<DeviceViewMut<'_, u8>> {
-        let span = info::span(layout.dims(), layout.stride());
+        let span = size::span(op, layout.dims(), layout.stride())?;
         self.view_range_mut(op, layout.start_offset(), span)
     }
 
@@ -165,10 +165,12 @@ impl BackendStorage for HipStorage {
 
     fn to_cpu_storage(&self) -> Result<CpuStorage> {
         let stream = self.device.stream();
-        dtype::cpu_from_bytes(self.dtype, self.len(), |bytes| {
+        let cpu = dtype::cpu_from_bytes(self.dtype, self.len(), |bytes| {
             debug_assert_eq!(bytes.len(), self.buffer.num_bytes());
             stream.memcpy_dtoh(&self.buffer, bytes).map_err(hip)
-        })
+        })?;
+        self.device.check_faults()?;
+        Ok(cpu)
     }
 
     fn affine(&self, layout: &Layout, mul: f64, add: f64) -> Result<Self> {

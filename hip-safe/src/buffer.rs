@@ -15,6 +15,22 @@ use crate::stream::Stream;
 
 /// Read access to `len()` elements of `T` in device memory.
 ///
+/// Copies and fills compute the byte count themselves from `len()` and the
+/// size of `T` (with overflow checks); nothing else of an implementation is
+/// trusted for sizes, and there is no byte count to override:
+///
+/// ```compile_fail,E0407
+/// use hip_safe::{DeviceBuffer, DevicePtr, Stream};
+/// struct Claims(DeviceBuffer<f32>);
+/// // SAFETY: pointer, length and stream of a live buffer.
+/// unsafe impl DevicePtr<f32> for Claims {
+///     fn device_ptr(&self) -> *mut std::ffi::c_void { self.0.device_ptr() }
+///     fn len(&self) -> usize { self.0.len() }
+///     fn stream(&self) -> &Stream { self.0.stream() }
+///     fn num_bytes(&self) -> usize { 1 << 40 }
+/// }
+/// ```
+///
 /// # Safety
 /// `device_ptr()` must point to memory on `stream().device()` that holds at
 /// least `len()` initialised-or-device-written elements of `T` and stays
@@ -29,10 +45,6 @@ pub unsafe trait DevicePtr<T: DeviceRepr> {
     /// Whether there are no elements.
     fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-    /// The size in bytes.
-    fn num_bytes(&self) -> usize {
-        self.len() * std::mem::size_of::<T>()
     }
 }
 
@@ -164,6 +176,12 @@ macro_rules! impl_device_ptr {
             /// Whether there are no elements.
             pub fn is_empty(&self) -> bool {
                 self.len == 0
+            }
+
+            /// The size in bytes (exact: the allocation's size fits in
+            /// `usize`, and views lie inside an allocation).
+            pub fn num_bytes(&self) -> usize {
+                self.len.saturating_mul(std::mem::size_of::<T>())
             }
 
             /// The stream that owns the memory.

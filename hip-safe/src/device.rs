@@ -274,11 +274,16 @@ impl Device {
         Stream::default_for(self.clone())
     }
 
-    /// HIP's per-thread default stream (`hipStreamPerThread`): each thread
-    /// that uses it talks to its own stream. Because its meaning depends on
-    /// the calling thread, buffers allocated on it use `hipMalloc`/`hipFree`
-    /// (which waits for the device) rather than stream-ordered allocation,
-    /// and two handles of it always count as the same stream.
+    /// HIP's per-thread default stream (`hipStreamPerThread`) of the calling
+    /// thread. HIP resolves the handle to the stream of whichever thread uses
+    /// it, so the returned stream belongs to this thread: per-thread streams
+    /// of two threads are different streams, and queuing work on this one
+    /// from another thread returns an error. Buffers allocated on it may
+    /// still be used from other threads' streams: the ordering with it then
+    /// waits on the host (see [`Stream::join`]). Because its meaning depends
+    /// on the calling thread, buffers allocated on it use
+    /// `hipMalloc`/`hipFree` (which waits for the device) rather than
+    /// stream-ordered allocation.
     pub fn per_thread_stream(&self) -> Stream {
         Stream::per_thread_for(self.clone())
     }
@@ -341,11 +346,21 @@ pub(crate) fn device_count(api: &HipApi) -> Result<usize> {
     Ok(usize::try_from(count).unwrap_or(0))
 }
 
+/// One attribute of device `ordinal`; `None` when the runtime cannot answer
+/// (an unknown attribute, a missing symbol). A failing status goes through
+/// [`out`], which also clears it from HIP's last-error slot, so a caller
+/// that falls back to another value leaves nothing behind for rocBLAS or
+/// MIOpen to find later.
 fn device_attribute(api: &HipApi, attr: hipDeviceAttribute_t, ordinal: c_int) -> Option<c_int> {
-    let mut value: c_int = 0;
-    // SAFETY: valid out-pointer; unknown attributes are reported as errors.
-    let status = unsafe { api.hipDeviceGetAttribute(&mut value, attr, ordinal) }.ok()?;
-    (status == hip_sys::hipError_t::hipSuccess).then_some(value)
+    out(
+        format_args!("hipDeviceGetAttribute({}, {ordinal})", attr.0),
+        |value: &mut c_int| {
+            // SAFETY: valid out-pointer; unknown attributes are reported as
+            // errors.
+            unsafe { api.hipDeviceGetAttribute(value, attr, ordinal) }
+        },
+    )
+    .ok()
 }
 
 /// Reads `hipDeviceProp_t` with the layout of the loaded runtime:
@@ -417,6 +432,20 @@ mod tests {
         assert_eq!(strip_arch_features("gfx1100"), "gfx1100");
         assert_eq!(strip_arch_features("sm_90"), "sm_90");
         assert_eq!(strip_arch_features(""), "");
+    }
+
+    #[test]
+    #[ignore = "needs a HIP device"]
+    fn gpu_failed_attribute_query_leaves_no_last_error() {
+        let api = hip_sys::hip().expect("the HIP runtime");
+        set_current(api, 0).expect("device 0");
+        let unknown = hipDeviceAttribute_t(0x7fff_0000);
+        assert_eq!(device_attribute(api, unknown, 0), None);
+        // SAFETY: no arguments; reads and resets this thread's error slot.
+        let left = unsafe { api.hipGetLastError() }.expect("hipGetLastError");
+        assert_eq!(left, hip_sys::hipError_t::hipSuccess);
+        let warp = device_attribute(api, hipDeviceAttribute_t::hipDeviceAttributeWarpSize, 0);
+        assert!(matches!(warp, Some(32 | 64)), "{warp:?}");
     }
 
     #[test]

@@ -124,7 +124,9 @@ impl<'a> LaunchArgs<'a> {
     ///
     /// Buffers owned by other streams are ordered with events: the launch
     /// waits for their streams, and their streams wait for the launch, so
-    /// nothing is freed while the kernel may still use it.
+    /// nothing is freed while the kernel may still use it. When a stream
+    /// cannot be made to wait for the launch, the host waits for the kernel
+    /// before returning.
     ///
     /// # Safety
     /// The kernel's parameter list must match the pushed arguments in number,
@@ -143,6 +145,7 @@ impl<'a> LaunchArgs<'a> {
                 ),
             ));
         }
+        self.stream.bind()?;
         for s in &self.arg_streams {
             self.stream.join(s)?;
         }
@@ -171,10 +174,15 @@ impl<'a> LaunchArgs<'a> {
             cfg.shared_mem_bytes,
             self.params.len()
         ))?;
-        for s in &self.arg_streams {
-            s.join(self.stream)?;
-        }
-        Ok(())
+        // Every owner stream must wait for the kernel (or the host waits
+        // for it, see `Stream::join_back`) before anything of theirs can be
+        // freed or reused, so one failure does not skip the others.
+        let joins: Vec<Result<()>> = self
+            .arg_streams
+            .iter()
+            .map(|s| s.join_back(self.stream))
+            .collect();
+        joins.into_iter().collect()
     }
 }
 

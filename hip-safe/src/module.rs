@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use hip_sys::{hipFunction_attribute, hipFunction_t, hipModule_t};
 
+use crate::code_object::{self, CodeTarget};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::result::{out, out_ptr};
@@ -69,14 +70,27 @@ impl fmt::Debug for Function {
 }
 
 impl Module {
-    /// Loads a code object (as produced by hipRTC or `--genco`) on `device`.
+    /// Loads a code object on `device`: what hipRTC produces, or an offload
+    /// bundle written by `hipcc --genco` (on the NVIDIA test platform, a
+    /// CUBIN or NUL-terminated PTX text).
+    ///
+    /// `hipModuleLoadData` takes no length and follows the offsets written
+    /// in the image, so the image is checked first, with checked arithmetic:
+    /// for an ELF64 image (of the device's machine) its header, program and
+    /// section header tables, every segment and section, string tables,
+    /// symbol tables and note records; for a clang offload bundle its entry
+    /// table, every entry, and every `amdgcn` entry as an ELF image
+    /// (compressed `CCOB` bundles are refused: their content cannot be
+    /// checked); PTX text (NVIDIA test platform only) must end with a NUL
+    /// byte. Everything the loader locates through the image's own offsets
+    /// must lie inside `image`. A truncated or malformed image is an
+    /// [`Error::InvalidArgument`] that says what is wrong, and nothing is
+    /// passed to the runtime.
     pub fn from_code_object(device: &Device, image: &[u8]) -> Result<Module> {
-        if image.is_empty() {
-            return Err(Error::invalid(
-                "hipModuleLoadData",
-                "the code object is empty",
-            ));
-        }
+        let op = || format!("hipModuleLoadData ({} byte code object)", image.len());
+        code_object::validate(image, CodeTarget::for_arch(device.arch())).map_err(|reason| {
+            Error::invalid(op(), format_args!("invalid code object: {reason}"))
+        })?;
         device.bind_to_thread()?;
         // ELF readers may expect an aligned image: copy into u64 storage.
         let mut aligned = vec![0u64; image.len().div_ceil(8)];
@@ -85,18 +99,16 @@ impl Module {
         unsafe {
             std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr().cast(), image.len())
         };
-        let handle = out_ptr(
-            format_args!("hipModuleLoadData ({} byte code object)", image.len()),
-            |handle| {
-                // SAFETY: valid out-pointer; the image is only read during
-                // the call.
-                unsafe {
-                    device
-                        .api()
-                        .hipModuleLoadData(handle, aligned.as_ptr().cast())
-                }
-            },
-        )?;
+        let handle = out_ptr(op(), |handle| {
+            // SAFETY: valid out-pointer; the image was validated above, so
+            // every offset the loader follows stays inside `aligned`, which
+            // is only read during the call.
+            unsafe {
+                device
+                    .api()
+                    .hipModuleLoadData(handle, aligned.as_ptr().cast())
+            }
+        })?;
         Ok(Module {
             inner: Arc::new(ModuleInner {
                 handle,

@@ -2,14 +2,16 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::thread::{self, ThreadId};
+use std::time::Duration;
 
-use hip_sys::{hipDeviceptr_t, hipStream_t};
+use hip_sys::{hipDeviceptr_t, hipError_t, hipStream_t};
 
 use crate::alloc_cache::{AllocationCache, MAX_CACHED_BYTES};
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
-use crate::result::{CheckStatus, out_ptr};
+use crate::result::{CheckStatus, clear_hip_last_error, out_ptr};
 
 /// `hipStreamNonBlocking`: the stream does not synchronise with the null stream.
 const STREAM_NON_BLOCKING: u32 = 0x01;
@@ -25,6 +27,14 @@ const PER_THREAD_HANDLE: usize = 2;
 /// order on it. Using a buffer on another stream is allowed: the operations
 /// in this crate then order the two streams with events, so the buffer is
 /// neither read before its earlier writes finish nor freed while in use.
+///
+/// A per-thread stream ([`Device::per_thread_stream`]) belongs to the thread
+/// that made it: HIP resolves the handle to the calling thread's stream, so
+/// the same value means a different stream on each thread. Two per-thread
+/// streams of different threads are different streams here too, work can
+/// only be queued on one from its own thread (elsewhere such calls return
+/// [`Error::InvalidArgument`]), and ordering with one from another thread
+/// waits on the host instead of with events (see [`Stream::join`]).
 ///
 /// ```no_run
 /// let dev = hip_safe::Device::new(0)?;
@@ -50,8 +60,9 @@ struct StreamInner {
 enum StreamKind {
     /// The legacy null stream of the device.
     Default,
-    /// `hipStreamPerThread`: resolves to the calling thread's stream.
-    PerThread,
+    /// `hipStreamPerThread` of the given thread: the handle resolves to the
+    /// calling thread's stream, so it means this one only on that thread.
+    PerThread(ThreadId),
     /// Created by us, destroyed on drop.
     Owned,
 }
@@ -92,7 +103,7 @@ impl Stream {
         Self::wrap(
             device,
             PER_THREAD_HANDLE as hipStream_t,
-            StreamKind::PerThread,
+            StreamKind::PerThread(thread::current().id()),
         )
     }
 
@@ -126,7 +137,9 @@ impl Stream {
     }
 
     /// The raw handle, for calls into libraries this crate does not wrap.
-    /// It stays valid while any clone of this stream lives.
+    /// It stays valid while any clone of this stream lives. For a
+    /// per-thread stream it is `hipStreamPerThread`, which names the calling
+    /// thread's stream: use it only on the thread that made this stream.
     pub fn raw(&self) -> hipStream_t {
         self.inner.handle
     }
@@ -159,19 +172,98 @@ impl Stream {
 
     /// Makes this stream wait for everything queued on `other` so far
     /// (no-op when both are the same stream).
+    ///
+    /// Normally an event recorded on `other` that this stream waits for,
+    /// without blocking the host. A per-thread stream of another thread can
+    /// neither record nor wait from here, so then the host waits instead:
+    /// for the whole device when `other` is such a stream (its work is
+    /// finished on return), for `other` when this stream is one (the work
+    /// it was to wait for is finished on return).
     pub fn join(&self, other: &Stream) -> Result<()> {
         if self == other {
             return Ok(());
         }
+        if !other.is_reachable() {
+            return other.device().synchronize();
+        }
+        if !self.is_reachable() {
+            return other.synchronize();
+        }
         let event = other.record_event(EventFlags::DISABLE_TIMING)?;
         self.wait(&event)
+    }
+
+    /// Makes this stream wait for the work just queued on `worker` (which
+    /// may use memory this stream owns, so that a later free or reuse of it
+    /// on this stream comes after that work).
+    ///
+    /// When the join cannot be arranged (an event cannot be created or
+    /// recorded: out of memory, a failing device), the host waits instead:
+    /// for `worker`, and if that fails for the whole device. The work has
+    /// then finished, so the result is `Ok`; the join's error is returned
+    /// only when no wait succeeded either.
+    pub(crate) fn join_back(&self, worker: &Stream) -> Result<()> {
+        self.join(worker).or_else(|error| {
+            wait_after_failure(
+                error,
+                &[&|| worker.synchronize(), &|| worker.device().synchronize()],
+            )
+        })
+    }
+
+    /// Waits for a copy queued on this stream that reads or writes host
+    /// memory, before that memory is released or its borrow ends.
+    ///
+    /// When synchronizing the stream fails the copy may still be running,
+    /// so the whole device is waited for; if that fails too, the stream is
+    /// polled until HIP no longer reports work in flight on it. `Err` holds
+    /// the stream's error (the copy's result is not to be trusted) and
+    /// whether the copy is known to have finished (the device wait
+    /// succeeded); memory the caller owns should be leaked when it is not.
+    pub(crate) fn finish_host_copy(&self) -> std::result::Result<(), (Error, bool)> {
+        let Err(error) = self.synchronize() else {
+            return Ok(());
+        };
+        let finished =
+            wait_after_failure(error.clone(), &[&|| self.device().synchronize()]).is_ok();
+        if !finished {
+            self.poll_while_busy();
+        }
+        Err((error, finished))
+    }
+
+    /// Polls until `hipStreamQuery` answers anything but `hipErrorNotReady`:
+    /// the last way to wait for a copy once synchronizing has failed.
+    fn poll_while_busy(&self) {
+        if self.bind().is_err() {
+            return;
+        }
+        let busy = || {
+            // SAFETY: the handle is valid while `self` lives.
+            let status = unsafe { self.api().hipStreamQuery(self.raw()) };
+            status == Ok(hipError_t::hipErrorNotReady)
+        };
+        while busy() {
+            thread::sleep(Duration::from_millis(1));
+        }
+        clear_hip_last_error();
+    }
+
+    /// Whether work can be queued on this stream from the calling thread:
+    /// always, except for another thread's per-thread stream.
+    fn is_reachable(&self) -> bool {
+        match self.inner.kind {
+            StreamKind::PerThread(owner) => owner == thread::current().id(),
+            StreamKind::Default | StreamKind::Owned => true,
+        }
     }
 
     /// Whether buffers allocated on this stream may be allocated and freed
     /// in stream order. Not for the per-thread stream, whose meaning depends
     /// on the thread that drops a buffer.
     pub(crate) fn stream_ordered_alloc(&self) -> bool {
-        self.inner.kind != StreamKind::PerThread && self.inner.device.supports_memory_pools()
+        !matches!(self.inner.kind, StreamKind::PerThread(_))
+            && self.inner.device.supports_memory_pools()
     }
 
     /// Keeps up to `bytes` of freed allocations of at most
@@ -209,12 +301,40 @@ impl Stream {
         self.inner.free_cached(ptrs);
     }
 
+    /// Makes the stream's device current on the calling thread, before
+    /// any call that passes the handle to HIP. Refuses another thread's
+    /// per-thread stream: there the handle would name the calling thread's
+    /// stream, and the work would escape the ordering this crate keeps.
     pub(crate) fn bind(&self) -> Result<()> {
+        if let StreamKind::PerThread(owner) = self.inner.kind {
+            let here = thread::current().id();
+            if owner != here {
+                return Err(Error::invalid(
+                    "per-thread stream",
+                    format_args!(
+                        "the per-thread stream of thread {owner:?} was used on thread {here:?}; \
+                         hipStreamPerThread names the calling thread's stream, so take this \
+                         thread's own from Device::per_thread_stream"
+                    ),
+                ));
+            }
+        }
         self.inner.device.bind_to_thread()
     }
 
     pub(crate) fn api(&self) -> &'static hip_sys::HipApi {
         self.inner.device.api()
+    }
+}
+
+/// After `error` left queued work unwaited or unordered, tries `waits` in
+/// order until one succeeds: `Ok` when one did (the work has finished),
+/// `error` when none did.
+fn wait_after_failure(error: Error, waits: &[&dyn Fn() -> Result<()>]) -> Result<()> {
+    if waits.iter().any(|wait| wait().is_ok()) {
+        Ok(())
+    } else {
+        Err(error)
     }
 }
 
@@ -243,5 +363,52 @@ impl Drop for StreamInner {
             // SAFETY: the handle was created by us and is destroyed exactly once.
             unsafe { api.hipStreamDestroy(self.handle) }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    #[test]
+    fn failed_waits_fall_back_in_order_until_one_succeeds() {
+        let calls = RefCell::new(Vec::new());
+        let wait = |name: &'static str, ok: bool| {
+            let calls = &calls;
+            move || {
+                calls.borrow_mut().push(name);
+                if ok {
+                    Ok(())
+                } else {
+                    Err(Error::invalid(name, "failed"))
+                }
+            }
+        };
+        let join_error = || Error::invalid("hipEventCreateWithFlags", "out of memory");
+
+        let (stream, device) = (wait("stream", false), wait("device", true));
+        assert_eq!(
+            wait_after_failure(join_error(), &[&stream, &device]),
+            Ok(())
+        );
+        assert_eq!(*calls.borrow(), ["stream", "device"]);
+
+        calls.borrow_mut().clear();
+        let (stream, device) = (wait("stream", true), wait("device", true));
+        assert_eq!(
+            wait_after_failure(join_error(), &[&stream, &device]),
+            Ok(())
+        );
+        assert_eq!(*calls.borrow(), ["stream"], "stops at the first success");
+
+        calls.borrow_mut().clear();
+        let (stream, device) = (wait("stream", false), wait("device", false));
+        assert_eq!(
+            wait_after_failure(join_error(), &[&stream, &device]),
+            Err(join_error()),
+            "the original error when nothing could be waited for"
+        );
+        assert_eq!(*calls.borrow(), ["stream", "device"]);
     }
 }

@@ -4,6 +4,13 @@
 //! returning, so the slice may be reused at once. The `*_owned` variants take
 //! the host data by value and return immediately: the data is kept alive by
 //! a host callback queued after the copy and dropped when the copy is done.
+//!
+//! Failures after work was queued never leave that work running against
+//! memory that is about to be released: a failed synchronize of a host copy
+//! falls back to waiting for the device (host memory this crate owns is
+//! leaked when even that fails, see [`Stream::finish_host_copy`]), and a
+//! stream that cannot be joined back after a copy or memset is waited for
+//! on the host instead (see [`Stream::join_back`]).
 
 use std::ffi::c_void;
 
@@ -41,7 +48,9 @@ impl Stream {
             bytes,
             hipMemcpyKind::hipMemcpyHostToDevice,
         )?;
-        self.synchronize()
+        // The borrow of `src` ends on return: wait for the copy even when
+        // synchronizing fails (finish_host_copy's fallbacks).
+        self.finish_host_copy().map_err(|(error, _)| error)
     }
 
     /// Copies `src` (taken by value) into a new buffer without waiting: the
@@ -76,21 +85,27 @@ impl Stream {
             return Err(e);
         }
         self.release_after_completion(host);
-        dst.stream().join(self)
+        dst.stream().join_back(self)
     }
 
     /// Copies `src` into a new host vector; returns once the copy is done.
     pub fn clone_dtoh<T: DeviceRepr>(&self, src: &impl DevicePtr<T>) -> Result<Vec<T>> {
+        let bytes = byte_len::<T>("clone_dtoh", src.len())?;
         let mut out = Vec::<T>::with_capacity(src.len());
         self.join(src.stream())?;
-        let bytes = src.num_bytes();
         self.copy_raw(
             out.as_mut_ptr().cast(),
             src.device_ptr(),
             bytes,
             hipMemcpyKind::hipMemcpyDeviceToHost,
         )?;
-        self.synchronize()?;
+        if let Err((error, finished)) = self.finish_host_copy() {
+            if !finished {
+                // The copy may still write into the vector: never free it.
+                std::mem::forget(out);
+            }
+            return Err(error);
+        }
         // SAFETY: the synchronous copy initialised `src.len()` elements, and
         // every bit pattern is a valid `T` (`DeviceRepr` contract).
         unsafe { out.set_len(src.len()) };
@@ -105,10 +120,12 @@ impl Stream {
         self.copy_raw(
             dst.as_mut_ptr().cast(),
             src.device_ptr(),
-            src.num_bytes(),
+            std::mem::size_of_val(&dst[..src.len()]),
             hipMemcpyKind::hipMemcpyDeviceToHost,
         )?;
-        self.synchronize()
+        // The borrow of `dst` ends on return: wait for the copy even when
+        // synchronizing fails (finish_host_copy's fallbacks).
+        self.finish_host_copy().map_err(|(error, _)| error)
     }
 
     /// Queues a copy of `src` into the first `src.len()` elements of `dst`.
@@ -118,16 +135,19 @@ impl Stream {
         dst: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
         check_fits("memcpy_dtod", src.len(), dst.len())?;
+        let bytes = byte_len::<T>("memcpy_dtod", src.len())?;
         self.join(src.stream())?;
         self.join(dst.stream())?;
         self.copy_raw(
             dst.device_ptr_mut(),
             src.device_ptr(),
-            src.num_bytes(),
+            bytes,
             hipMemcpyKind::hipMemcpyDeviceToDevice,
         )?;
-        src.stream().join(self)?;
-        dst.stream().join(self)
+        // Both joins are attempted even when the first fails.
+        let src_joined = src.stream().join_back(self);
+        let dst_joined = dst.stream().join_back(self);
+        src_joined.and(dst_joined)
     }
 
     /// Queues a copy of `src` into a new buffer on this stream.
@@ -147,8 +167,11 @@ impl Stream {
     /// Queues setting every element of `dst` to `value`.
     ///
     /// Uses the 8/16/32-bit memset engines when the value is a repeated
-    /// pattern of that width; other values (e.g. most `f64`s) are uploaded
-    /// from a host copy, which is released when the upload completes.
+    /// pattern of that width. Other values (e.g. most `f64`s, structs) are
+    /// written on the device: one element is uploaded, then the filled
+    /// prefix is doubled with device-to-device copies (about log2(len)
+    /// copies moving `len` elements in all), so no host buffer larger than
+    /// one element is needed.
     pub fn fill<T: DeviceRepr>(&self, dst: &mut impl DevicePtrMut<T>, value: T) -> Result<()> {
         // SAFETY: `T: DeviceRepr` has no padding, so all its bytes are
         // initialised; the slice lives only while `value` does.
@@ -157,8 +180,46 @@ impl Stream {
         };
         match repeated_word(pattern) {
             Some(word) => self.memset_words(dst, word),
-            None => self.memcpy_htod_owned(vec![value; dst.len()], dst),
+            None => self.fill_by_doubling(dst, value),
         }
+    }
+
+    /// Queues filling `dst` with `value`: uploads the first element, then
+    /// copies the filled prefix after itself until the buffer is full.
+    fn fill_by_doubling<T: DeviceRepr>(
+        &self,
+        dst: &mut impl DevicePtrMut<T>,
+        value: T,
+    ) -> Result<()> {
+        let total = byte_len::<T>("fill", dst.len())?;
+        if total == 0 {
+            return Ok(());
+        }
+        self.join(dst.stream())?;
+        let base = dst.device_ptr_mut();
+        let host = Box::new(value);
+        let queued = self.copy_raw(
+            base,
+            std::ptr::from_ref::<T>(&host).cast(),
+            size_of::<T>(),
+            hipMemcpyKind::hipMemcpyHostToDevice,
+        );
+        if let Err(e) = queued {
+            self.release_after_sync(host);
+            return Err(e);
+        }
+        self.release_after_completion(host);
+        let copies = doubling_copies(total, size_of::<T>()).try_for_each(|(offset, bytes)| {
+            self.copy_raw(
+                base.cast::<u8>().wrapping_add(offset).cast(),
+                base,
+                bytes,
+                hipMemcpyKind::hipMemcpyDeviceToDevice,
+            )
+        });
+        // Joined back even when a copy failed: earlier ones are queued.
+        let joined = dst.stream().join_back(self);
+        copies.and(joined)
     }
 
     /// Queues filling all of `dst` with `word`.
@@ -167,7 +228,7 @@ impl Stream {
         dst: &mut impl DevicePtrMut<T>,
         word: Word,
     ) -> Result<()> {
-        let count = dst.num_bytes() / word.bytes();
+        let count = byte_len::<T>("memset", dst.len())? / word.bytes();
         if count == 0 {
             return Ok(());
         }
@@ -190,7 +251,7 @@ impl Stream {
             "memset of {count} {}-byte words",
             word.bytes()
         ))?;
-        dst.stream().join(self)
+        dst.stream().join_back(self)
     }
 
     /// One `hipMemcpyAsync` on this stream.
@@ -235,11 +296,11 @@ impl Stream {
         }
     }
 
-    /// Waits for the stream, then drops `host`; if waiting fails a copy may
-    /// still read it, so it is leaked instead (safe, and only on a failing
-    /// device).
+    /// Waits for the stream, then drops `host`; if the copy cannot be shown
+    /// to have finished (see [`Stream::finish_host_copy`]) it may still read
+    /// `host`, which is leaked instead (safe, and only on a failing device).
     fn release_after_sync<T>(&self, host: Box<T>) {
-        if self.synchronize().is_err() {
+        if let Err((_, false)) = self.finish_host_copy() {
             std::mem::forget(host);
         }
     }
@@ -263,6 +324,23 @@ impl Word {
     }
 }
 
+/// The device-to-device copies that grow a filled prefix of `unit` bytes
+/// to `total` bytes, as `(offset, bytes)`: each copies the first `bytes`
+/// bytes to `offset`, where `bytes <= offset`, so source and destination
+/// never overlap; together they cover `unit..total` exactly once.
+fn doubling_copies(total: usize, unit: usize) -> impl Iterator<Item = (usize, usize)> {
+    let mut filled = unit.min(total);
+    std::iter::from_fn(move || {
+        if filled == 0 || filled >= total {
+            return None;
+        }
+        let bytes = filled.min(total - filled);
+        let copy = (filled, bytes);
+        filled += bytes;
+        Some(copy)
+    })
+}
+
 /// The narrowest word whose repetition gives `pattern`, if any.
 fn repeated_word(pattern: &[u8]) -> Option<Word> {
     let repeats = |w: usize| {
@@ -283,6 +361,19 @@ fn repeated_word(pattern: &[u8]) -> Option<Word> {
     } else {
         None
     }
+}
+
+/// The size in bytes of `len` elements of `T`, computed here rather than
+/// taken from a [`DevicePtr`] implementation; an error when it overflows
+/// (which an implementation keeping its safety contract never causes).
+fn byte_len<T>(op: &str, len: usize) -> Result<usize> {
+    let elem = size_of::<T>();
+    len.checked_mul(elem).ok_or_else(|| {
+        Error::invalid(
+            op,
+            format_args!("{len} elements of {elem} bytes overflow usize"),
+        )
+    })
 }
 
 fn check_fits(op: &str, src_len: usize, dst_len: usize) -> Result<()> {
@@ -325,6 +416,41 @@ mod tests {
         );
         assert_eq!(repeated_word(&1.5f64.to_ne_bytes()), None);
         assert_eq!(repeated_word(&[]), None);
+    }
+
+    #[test]
+    fn doubling_copies_cover_the_buffer_once_without_overlap() {
+        for (total, unit) in [(8, 8), (16, 8), (24, 8), (8000, 8), (12 * 1001, 12), (3, 1)] {
+            let copies: Vec<_> = doubling_copies(total, unit).collect();
+            let mut covered = unit;
+            for &(offset, bytes) in &copies {
+                assert_eq!(offset, covered, "contiguous ({total}, {unit})");
+                assert!(bytes <= offset && bytes > 0, "no overlap ({total}, {unit})");
+                covered += bytes;
+            }
+            assert_eq!(covered, total, "covers ({total}, {unit})");
+            let elems = total / unit;
+            let doublings = usize::BITS - (elems - 1).leading_zeros();
+            assert_eq!(copies.len(), doublings as usize, "log2 copies for {elems}");
+        }
+        let huge = doubling_copies(40 << 30, 8).count();
+        assert_eq!(huge, 33, "40 GiB of f64 in 33 copies");
+        assert_eq!(doubling_copies(0, 8).count(), 0);
+        assert_eq!(doubling_copies(8, 0).count(), 0);
+    }
+
+    #[test]
+    fn byte_counts_are_computed_with_overflow_checks() {
+        assert_eq!(byte_len::<f32>("x", 3), Ok(12));
+        assert_eq!(byte_len::<u8>("x", usize::MAX), Ok(usize::MAX));
+        assert_eq!(byte_len::<half::f16>("x", 0), Ok(0));
+        let err = byte_len::<f64>("clone_dtoh", usize::MAX / 4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("clone_dtoh") && err.contains("overflow"),
+            "{err}"
+        );
     }
 
     #[test]

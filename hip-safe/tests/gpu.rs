@@ -353,6 +353,107 @@ fn gpu_memset_and_fill() {
 
 #[test]
 #[ignore = "needs a HIP device"]
+fn gpu_fill_non_repeating_patterns_on_the_device() {
+    let _gpu = shared();
+    let stream = device().new_stream().unwrap();
+    // f64 and u64 values that repeat no 1-, 2- or 4-byte word, at lengths
+    // around the powers of two the doubling copies step through.
+    for n in [1usize, 2, 3, 7, 8, 9, 1000, 4097, 1_000_003] {
+        let mut d = stream.alloc_zeros::<f64>(n).unwrap();
+        stream.fill(&mut d, 1.25f64).unwrap();
+        assert_eq!(stream.clone_dtoh(&d).unwrap(), vec![1.25; n], "{n}");
+        let mut u = stream.alloc_zeros::<u64>(n + 2).unwrap();
+        let word = 0x0123_4567_89ab_cdefu64;
+        stream.fill(&mut u.slice_mut(1..=n).unwrap(), word).unwrap();
+        let mut want = vec![word; n + 2];
+        (want[0], want[n + 1]) = (0, 0);
+        assert_eq!(stream.clone_dtoh(&u).unwrap(), want, "{n}");
+    }
+    // A 12-byte struct, filled on another stream than the buffer's.
+    let other = device().new_stream().unwrap();
+    let mut s = stream.alloc_zeros::<u32>(3 * 1001).unwrap();
+    let mut structs = as_affines(&mut s);
+    let p = Affine {
+        scale: 0.5,
+        offset: -3.0,
+        n: 77,
+    };
+    other.fill(&mut structs, p).unwrap();
+    let got = stream.clone_dtoh(&structs).unwrap();
+    assert_eq!(got.len(), 1001);
+    assert!(
+        got.iter()
+            .all(|a| a.scale == 0.5 && a.offset == -3.0 && a.n == 77)
+    );
+}
+
+/// `words` (3 per struct) seen as `Affine`s, for filling with a struct.
+fn as_affines(words: &mut hip_safe::DeviceBuffer<u32>) -> AffineView<'_> {
+    AffineView(words.as_view_mut())
+}
+
+/// A typed view of `Affine`s over a buffer of `u32` words.
+struct AffineView<'a>(hip_safe::DeviceViewMut<'a, u32>);
+
+// SAFETY: the view's memory holds `len() * 3` u32 words, i.e. `len()`
+// 12-byte, 4-aligned `Affine`s, borrowed mutably for the view's life.
+unsafe impl DevicePtr<Affine> for AffineView<'_> {
+    fn device_ptr(&self) -> *mut std::ffi::c_void {
+        self.0.device_ptr()
+    }
+    fn len(&self) -> usize {
+        self.0.len() / 3
+    }
+    fn stream(&self) -> &Stream {
+        self.0.stream()
+    }
+}
+
+// SAFETY: as above; writes go through the exclusive borrow.
+unsafe impl hip_safe::DevicePtrMut<Affine> for AffineView<'_> {
+    fn device_ptr_mut(&mut self) -> *mut std::ffi::c_void {
+        self.0.device_ptr()
+    }
+}
+
+/// The peak resident memory of this process (Linux: `VmHWM`), in bytes.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn gpu_fill_of_a_large_buffer_needs_no_host_copy() {
+    // Alone: the peak resident size is process-wide.
+    let _gpu = exclusive();
+    let stream = device().new_stream().unwrap();
+    let n = 256usize << 20; // 2 GiB of f64
+    let mut big = stream.alloc_zeros::<f64>(n).unwrap();
+    stream.synchronize().unwrap();
+    // Reset the peak to the current resident size (Linux: "5"), so that an
+    // earlier, larger peak cannot hide a host copy of the buffer.
+    std::fs::write("/proc/self/clear_refs", "5").expect("/proc/self/clear_refs");
+    let before = peak_rss().expect("/proc/self/status");
+    stream.fill(&mut big, 1.25f64).unwrap();
+    stream.synchronize().unwrap();
+    let grown = peak_rss().unwrap().saturating_sub(before);
+    assert!(
+        grown < 256 << 20,
+        "filling 2 GiB grew the peak resident size by {grown} bytes"
+    );
+    for range in [0..4096, n / 2 - 2048..n / 2 + 2048, n - 4096..n] {
+        let got = stream
+            .clone_dtoh(&big.slice(range.clone()).unwrap())
+            .unwrap();
+        assert!(got.iter().all(|&v| v == 1.25), "{range:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
 fn gpu_default_and_per_thread_streams() {
     let _gpu = shared();
     let dev = device();
@@ -361,6 +462,54 @@ fn gpu_default_and_per_thread_streams() {
         assert_eq!(stream.clone_dtoh(&buf).unwrap(), vec![1, 2, 3]);
         stream.synchronize().unwrap();
     }
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn gpu_per_thread_streams_order_across_threads() {
+    let _gpu = shared();
+    let dev = device();
+    let module = kernels(&dev);
+    let slow = module.function("slow_fill").unwrap();
+    let n = 1u32 << 20;
+    let (to_main, from_worker) = std::sync::mpsc::channel();
+    let (to_worker, from_main) = std::sync::mpsc::channel();
+    let (dev, slow) = (&dev, &slow);
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(move || {
+            // Thread A: zero a buffer and start a slow kernel on A's
+            // per-thread stream, then hand the buffer over while it runs.
+            let a = dev.per_thread_stream();
+            let buf = a.alloc_zeros::<f32>(n as usize).unwrap();
+            let (v, spin) = (4.0f32, 2_000_000u32);
+            let mut launch = a.launch_builder(slow);
+            launch.arg(&buf).arg(&v).arg(&n).arg(&spin);
+            // SAFETY: slow_fill(float*, float, unsigned, unsigned) writes [0, n).
+            unsafe { launch.launch(LaunchConfig::for_num_elems(n)) }.unwrap();
+            to_main.send(buf).unwrap();
+            // Back from thread B after B overwrote it: A's own stream reads.
+            let buf: hip_safe::DeviceBuffer<f32> = from_main.recv().unwrap();
+            assert_eq!(a.clone_dtoh(&buf).unwrap(), vec![-1.0; n as usize]);
+        });
+        // Thread B: its per-thread stream is another stream than A's.
+        let mut buf = from_worker.recv().unwrap();
+        let b = dev.per_thread_stream();
+        assert_ne!(&b, buf.stream(), "per-thread streams of two threads");
+        assert_eq!(b, dev.per_thread_stream());
+        // The read must wait for A's kernel (5.0 = v + 1 everywhere).
+        assert_eq!(b.clone_dtoh(&buf).unwrap(), vec![5.0; n as usize]);
+        // A's per-thread stream cannot take work from this thread.
+        let err = buf.stream().synchronize().unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+        let err = buf.stream().clone_htod(&[1.0f32]).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+        // A write queued from here is finished before A reads it.
+        let other = dev.new_stream().unwrap();
+        let src = other.clone_htod(&vec![-1.0f32; n as usize]).unwrap();
+        other.memcpy_dtod(&src, &mut buf).unwrap();
+        to_worker.send(buf).unwrap();
+        worker.join().unwrap();
+    });
 }
 
 // ---------------------------------------------------------------- kernels
@@ -497,6 +646,39 @@ fn gpu_function_keeps_its_module_alive() {
             .unwrap()
             .function("missing")
             .is_err()
+    );
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn gpu_malformed_code_objects_are_refused_before_loading() {
+    let _gpu = shared();
+    let dev = device();
+    let code = Program::new(KERNELS, "gpu_tests.hip")
+        .without_cache()
+        .compile_for_arch(dev.arch())
+        .unwrap();
+    // hipModuleLoadData takes no length: cut-short images must never reach it.
+    for len in [1, 4, 63, 64, 200, code.len() / 2, code.len() - 1] {
+        let err = Module::from_code_object(&dev, &code[..len]).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidArgument { .. }),
+            "{len} of {} bytes: {err}",
+            code.len()
+        );
+    }
+    if code.starts_with(b"\x7fELF") {
+        // A section header table said to lie at the end of the image.
+        let mut planted = code.clone();
+        planted[40..48].copy_from_slice(&(code.len() as u64).to_le_bytes());
+        let err = Module::from_code_object(&dev, &planted).unwrap_err();
+        assert!(err.to_string().contains("section header table"), "{err}");
+    }
+    assert!(
+        Module::from_code_object(&dev, &code)
+            .unwrap()
+            .function("affine")
+            .is_ok()
     );
 }
 

@@ -7,8 +7,9 @@
 // has stride 0).
 //
 // Floating types compute in f32/f64 and round once, which is exactly what
-// Candle's CPU backend does for f16/bf16 arithmetic. Integer add/sub/mul wrap;
-// integer division by zero gives 0 (Candle's CPU backend panics).
+// Candle's CPU backend does for f16/bf16 and f8e4m3 arithmetic. Integer
+// add/sub/mul wrap; integer division by zero gives 0 (Candle's CPU backend
+// panics).
 
 #include "common.h"
 
@@ -77,18 +78,34 @@ struct BinaryFn<Op, T, false> {
   __device__ __forceinline__ T operator()(T a, T b) const { return Op::integer(a, b); }
 };
 
+// f8e4m3 maximum / minimum select an operand, bits and all (a NaN lhs is
+// returned as it is, not as the NaN an f32 round trip makes of it).
+template <>
+struct BinaryFn<MaximumOp, ch_f8e4m3, true> {
+  __device__ __forceinline__ ch_f8e4m3 operator()(ch_f8e4m3 a, ch_f8e4m3 b) const {
+    return Num<ch_f8e4m3>::to_f32(a) < Num<ch_f8e4m3>::to_f32(b) ? b : a;
+  }
+};
+
+template <>
+struct BinaryFn<MinimumOp, ch_f8e4m3, true> {
+  __device__ __forceinline__ ch_f8e4m3 operator()(ch_f8e4m3 a, ch_f8e4m3 b) const {
+    return Num<ch_f8e4m3>::to_f32(a) > Num<ch_f8e4m3>::to_f32(b) ? b : a;
+  }
+};
+
 #define CH_BINARY_KERNEL(NAME, OP, TY)                                                               \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                        \
       NAME##_##TY(const ElemInfo info, const ch_##TY* lhs, const ch_##TY* rhs, ch_##TY* out) {       \
     map_elems(info, out, BinaryFn<OP, ch_##TY>(), In<ch_##TY, 0>{lhs}, In<ch_##TY, 1>{rhs});         \
   }
 
-CH_ALL(CH_BINARY_KERNEL, badd, AddOp)
-CH_ALL(CH_BINARY_KERNEL, bsub, SubOp)
-CH_ALL(CH_BINARY_KERNEL, bmul, MulOp)
-CH_ALL(CH_BINARY_KERNEL, bdiv, DivOp)
-CH_ALL(CH_BINARY_KERNEL, bmaximum, MaximumOp)
-CH_ALL(CH_BINARY_KERNEL, bminimum, MinimumOp)
+CH_NUMERIC(CH_BINARY_KERNEL, badd, AddOp)
+CH_NUMERIC(CH_BINARY_KERNEL, bsub, SubOp)
+CH_NUMERIC(CH_BINARY_KERNEL, bmul, MulOp)
+CH_NUMERIC(CH_BINARY_KERNEL, bdiv, DivOp)
+CH_NUMERIC(CH_BINARY_KERNEL, bmaximum, MaximumOp)
+CH_NUMERIC(CH_BINARY_KERNEL, bminimum, MinimumOp)
 
 // ---------------------------------------------------------------------------
 // Comparisons: 1 when true, 0 otherwise (NaN compares unequal to everything).
@@ -140,9 +157,9 @@ struct CmpFn<Op, T, false> {
     map_elems(info, out, CmpFn<OP, ch_##TY>(), In<ch_##TY, 0>{lhs}, In<ch_##TY, 1>{rhs});      \
   }
 
-CH_ALL(CH_CMP_KERNEL, cmp_eq, EqOp)
-CH_ALL(CH_CMP_KERNEL, cmp_ne, NeOp)
-CH_ALL(CH_CMP_KERNEL, cmp_lt, LtOp)
-CH_ALL(CH_CMP_KERNEL, cmp_le, LeOp)
-CH_ALL(CH_CMP_KERNEL, cmp_gt, GtOp)
-CH_ALL(CH_CMP_KERNEL, cmp_ge, GeOp)
+CH_NUMERIC(CH_CMP_KERNEL, cmp_eq, EqOp)
+CH_NUMERIC(CH_CMP_KERNEL, cmp_ne, NeOp)
+CH_NUMERIC(CH_CMP_KERNEL, cmp_lt, LtOp)
+CH_NUMERIC(CH_CMP_KERNEL, cmp_le, LeOp)
+CH_NUMERIC(CH_CMP_KERNEL, cmp_gt, GtOp)
+CH_NUMERIC(CH_CMP_KERNEL, cmp_ge, GeOp)

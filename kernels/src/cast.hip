@@ -1,9 +1,11 @@
-// Dtype conversions between every pair of u8, u32, i64, f16, bf16, f32, f64:
-// cast_<src>_<dst>, e.g. cast_f32_bf16.
+// Dtype conversions between every pair of u8, u32, i16, i32, i64, f16, bf16,
+// f32, f64, f8e4m3: cast_<src>_<dst>, e.g. cast_f32_bf16; and widen_ids_<I>
+// (i16, i32): index tensors as i64 for the indexing kernels.
 //
 // Signature: (const ElemInfo info, const Src* in, Dst* out).
 // Semantics are Rust's `as` (see Cast in common.h): float -> int saturates
-// (NaN -> 0), int -> int wraps, everything else rounds to nearest even.
+// (NaN -> 0), int -> int wraps, everything else rounds to nearest even;
+// f8e4m3 rounds and saturates as the float8 crate does.
 
 #include "common.h"
 
@@ -22,16 +24,40 @@ struct CastFn {
 #define CH_CAST_FROM(S)                                                                  \
   CH_CAST_KERNEL(S, u8)                                                                  \
   CH_CAST_KERNEL(S, u32)                                                                 \
+  CH_CAST_KERNEL(S, i16)                                                                 \
+  CH_CAST_KERNEL(S, i32)                                                                 \
   CH_CAST_KERNEL(S, i64)                                                                 \
   CH_CAST_KERNEL(S, f16)                                                                 \
   CH_CAST_KERNEL(S, bf16)                                                                \
   CH_CAST_KERNEL(S, f32)                                                                 \
-  CH_CAST_KERNEL(S, f64)
+  CH_CAST_KERNEL(S, f64)                                                                 \
+  CH_CAST_KERNEL(S, f8e4m3)
 
 CH_CAST_FROM(u8)
 CH_CAST_FROM(u32)
+CH_CAST_FROM(i16)
+CH_CAST_FROM(i32)
 CH_CAST_FROM(i64)
 CH_CAST_FROM(f16)
 CH_CAST_FROM(bf16)
 CH_CAST_FROM(f32)
 CH_CAST_FROM(f64)
+CH_CAST_FROM(f8e4m3)
+
+// Index values widened to i64 with candle's "no index" marker kept: the
+// maximum of the narrow type becomes i64's maximum (every other value,
+// negative ones included, converts as `as` does).
+template <typename I>
+struct WidenIdFn {
+  __device__ __forceinline__ ch_i64 operator()(I v) const {
+    return v == Num<I>::max_value ? Num<ch_i64>::max_value : (ch_i64)v;
+  }
+};
+
+#define CH_WIDEN_IDS_KERNEL(NAME, OP, TY)                                                \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                            \
+      NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_i64* out) {                 \
+    map_elems(info, out, OP<ch_##TY>(), In<ch_##TY, 0>{in});                             \
+  }
+
+CH_NARROW_INTS(CH_WIDEN_IDS_KERNEL, widen_ids, WidenIdFn)

@@ -42,8 +42,14 @@
 #define CH_REDUCE_STATE_BYTES 16
 #define CH_MAX_WAVES (CH_REDUCE_MAX_BLOCK / CANDLE_HIP_WAVE)
 
+// The element types, one per candle dtype with arithmetic (`ch_<dtype>`).
+// candle's other dtypes (f6e2m3, f6e3m2, f4, f8e8m0) are raw bytes that
+// only the data-movement kernels touch, through ch_u8 (the host picks the
+// kernel of the same element width: candle-hip/src/kernel/catalogue.rs).
 typedef unsigned char ch_u8;
 typedef unsigned short ch_u16;
+typedef short ch_i16;
+typedef int ch_i32;
 typedef unsigned int ch_u32;
 typedef long long ch_i64;
 typedef unsigned long long ch_u64;
@@ -55,6 +61,13 @@ typedef __half ch_f16;
 // no hip_bf16.h, and the conversions are a handful of integer operations.
 struct ch_bf16 {
   ch_u16 bits;
+};
+
+// 8-bit float with 4 exponent and 3 mantissa bits (candle's F8E4M3, the
+// `float8` crate's type): its raw bits, converted in software like bf16.
+// Bias 7, subnormals, no infinities; 0x7f and 0xff are NaN, 0x7e is 448.
+struct ch_f8e4m3 {
+  ch_u8 bits;
 };
 
 // ---------------------------------------------------------------------------
@@ -86,6 +99,84 @@ __device__ __forceinline__ ch_bf16 ch_float_to_bf16(float f) {
   ch_bf16 r;
   r.bits = (ch_u16)(high >> 16);
   return r;
+}
+
+// f8e4m3 -> f32, exact. Both NaNs give the positive NaN 0x7fffe000, as the
+// float8 crate's to_f32 does (it goes through the f16 NaN 0x7fff).
+__device__ __forceinline__ float ch_f8e4m3_to_float(ch_f8e4m3 v) {
+  const ch_u32 a = v.bits & 0x7fu;
+  const ch_u32 sign = (ch_u32)(v.bits & 0x80u) << 24;
+  ch_f32_bits b;
+  if (a == 0x7fu) {
+    b.u = 0x7fffe000u;
+  } else if (a < 8u) {
+    // Zero and subnormals: a * 2^-9.
+    b.f = (float)a * 0.001953125f;
+    b.u |= sign;
+  } else {
+    // Exponent e (bias 7) and mantissa m: (e + 120) << 23 | m << 20.
+    b.u = sign | ((a + (120u << 3)) << 20);
+  }
+  return b.f;
+}
+
+// The rounding of an f8e4m3 conversion, as the float8 crate (0.7) does it
+// (its saturating from_f64): |x| <= 2^-10
+// gives a zero, NaN 0x7f, |x| > 464 (infinities too) 448, everything else
+// rounds to nearest even; the sign is kept (NaN and zeros included).
+// `a` is |x| as the bits of an IEEE float whose mantissa has `M` bits.
+// Written once for f32 (M = 23) and f64 (M = 52) bit patterns: the crate's
+// from_f32 is from_f64 of the exactly widened value, so both agree.
+template <typename U, int M>
+__device__ __forceinline__ ch_u32 ch_f8e4m3_round(U a, U min_half, U nan_above, U sat_above, U min_normal) {
+  const int B = M == 23 ? 127 : 1023;  // the source's exponent bias
+  if (a <= min_half) return 0u;
+  if (a > nan_above) return 0x7fu;
+  if (a > sat_above) return 0x7eu;
+  const U one = 1;
+  const U half = one << (M - 4);  // half a unit of the 3-bit mantissa
+  if (a >= min_normal) {
+    // The biased exponent and top 3 mantissa bits, rebiased to 7.
+    ch_u32 r = (ch_u32)(a >> (M - 3)) - (ch_u32)((B - 7) << 3);
+    const U rest = a & ((half << 1) - one);
+    if (rest > half || (rest == half && (r & 1u))) r += 1u;
+    return r;
+  }
+  // Subnormal results: the significand (implicit bit included) shifted
+  // right by 1 - e, e in -3..0 the rebiased exponent.
+  const ch_u32 shift = (ch_u32)(B - 6) - (ch_u32)(a >> M);
+  ch_u32 r = (((ch_u32)(a >> (M - 3)) & 7u) | 8u) >> shift;
+  const U h = half << shift;
+  const U rest = (a | (one << M)) & ((h << 1) - one);
+  if (rest > h || (rest == h && (r & 1u))) r += 1u;
+  return r;
+}
+
+__device__ __forceinline__ ch_f8e4m3 ch_float_to_f8e4m3(float f) {
+  ch_f32_bits b;
+  b.f = f;
+  ch_f8e4m3 r;
+  r.bits = (ch_u8)(((b.u >> 24) & 0x80u) |
+                   ch_f8e4m3_round<ch_u32, 23>(b.u & 0x7fffffffu, 0x3a800000u, 0x7f800000u, 0x43e80000u,
+                                               0x3c800000u));
+  return r;
+}
+
+__device__ __forceinline__ ch_f8e4m3 ch_double_to_f8e4m3(double f) {
+  ch_f64_bits b;
+  b.f = f;
+  ch_f8e4m3 r;
+  r.bits = (ch_u8)(((ch_u32)(b.u >> 56) & 0x80u) |
+                   ch_f8e4m3_round<ch_u64, 52>(b.u & 0x7fffffffffffffffull, 0x3f50000000000000ull,
+                                               0x7ff0000000000000ull, 0x407d000000000000ull,
+                                               0x3f90000000000000ull));
+  return r;
+}
+
+// x rounded to the f8e4m3 grid, in f32: the value one f8e4m3 operation of
+// the float8 crate leaves behind (it computes in f32 and rounds).
+__device__ __forceinline__ float ch_f8e4m3_round_f32(float x) {
+  return ch_f8e4m3_to_float(ch_float_to_f8e4m3(x));
 }
 
 // ---------------------------------------------------------------------------
@@ -147,6 +238,21 @@ struct Num<double> {
   __device__ __forceinline__ static double from_acc(double v) { return v; }
 };
 
+// f8e4m3 computes in f32 and rounds once per operation, as the float8
+// crate's operators do (candle's CPU backend computes with them).
+template <>
+struct Num<ch_f8e4m3> {
+  typedef float acc;
+  static const bool is_float = true;
+  __device__ __forceinline__ static float to_f32(ch_f8e4m3 v) { return ch_f8e4m3_to_float(v); }
+  __device__ __forceinline__ static double to_f64(ch_f8e4m3 v) { return (double)ch_f8e4m3_to_float(v); }
+  __device__ __forceinline__ static ch_f8e4m3 from_f32(float v) { return ch_float_to_f8e4m3(v); }
+  // Directly from f64, like the crate's from_f64 (no rounding through f32).
+  __device__ __forceinline__ static ch_f8e4m3 from_f64(double v) { return ch_double_to_f8e4m3(v); }
+  __device__ __forceinline__ static float to_acc(ch_f8e4m3 v) { return to_f32(v); }
+  __device__ __forceinline__ static ch_f8e4m3 from_acc(float v) { return from_f32(v); }
+};
+
 template <>
 struct Num<ch_u8> {
   typedef ch_u8 acc;
@@ -154,6 +260,26 @@ struct Num<ch_u8> {
   static const bool is_float = false;
   static const ch_u8 max_value = 0xff;
   static const ch_u8 min_value = 0;
+};
+
+// Signed 16- and 32-bit integers wrap in u32 (a u16 would promote to a
+// signed int, whose products overflow).
+template <>
+struct Num<ch_i16> {
+  typedef ch_i16 acc;
+  typedef ch_u32 wide;
+  static const bool is_float = false;
+  static const ch_i16 max_value = 0x7fff;
+  static const ch_i16 min_value = -0x7fff - 1;
+};
+
+template <>
+struct Num<ch_i32> {
+  typedef ch_i32 acc;
+  typedef ch_u32 wide;
+  static const bool is_float = false;
+  static const ch_i32 max_value = 0x7fffffff;
+  static const ch_i32 min_value = -0x7fffffff - 1;
 };
 
 template <>
@@ -199,7 +325,10 @@ __device__ __forceinline__ T wrap_neg(T a) {
 // ---------------------------------------------------------------------------
 // Conversions with Rust's `as` semantics: float -> int saturates and maps NaN
 // to 0; int -> int wraps; int -> float rounds to nearest; float -> float
-// rounds to nearest even (f64 -> f16/bf16 goes through f32).
+// rounds to nearest even (f64 -> f16/bf16 goes through f32). As in candle's
+// CPU backend, f8e4m3 goes to other types through f32 (exactly) and comes
+// from f64 directly, from everything else through f32 (integers are
+// rounded to f32 first: `F8E4M3::from_f32(v as f32)`).
 
 template <typename D>
 __device__ __forceinline__ D saturate_from_f64(double v) {
@@ -236,6 +365,13 @@ struct Cast<D, S, false, true> {
 template <typename D, typename S>
 struct Cast<D, S, false, false> {
   __device__ __forceinline__ static D apply(S v) { return (D)v; }
+};
+
+// candle's CPU backend copies f8e4m3 to f8e4m3 unchanged (a round trip
+// through f32 would turn the NaN 0xff into 0x7f).
+template <>
+struct Cast<ch_f8e4m3, ch_f8e4m3, true, true> {
+  __device__ __forceinline__ static ch_f8e4m3 apply(ch_f8e4m3 v) { return v; }
 };
 
 template <typename D, typename S>
@@ -561,7 +697,18 @@ __device__ __forceinline__ typename R::State block_reduce(typename R::State s, t
 
 #define CH_FLOATS(M, NAME, OP) M(NAME, OP, f16) M(NAME, OP, bf16) M(NAME, OP, f32) M(NAME, OP, f64)
 #define CH_INTS(M, NAME, OP) M(NAME, OP, u8) M(NAME, OP, u32) M(NAME, OP, i64)
+// The seven dtypes with a kernel of every family that takes all dtypes;
+// data movement (copies, fills, selects) serves every other dtype through
+// the one of its element width.
 #define CH_ALL(M, NAME, OP) CH_FLOATS(M, NAME, OP) CH_INTS(M, NAME, OP)
+// The other dtypes with arithmetic, instantiated where the computation
+// depends on the type.
+#define CH_NARROW_INTS(M, NAME, OP) M(NAME, OP, i16) M(NAME, OP, i32)
+#define CH_F8(M, NAME, OP) M(NAME, OP, f8e4m3)
+// Every float dtype.
+#define CH_ANY_FLOAT(M, NAME, OP) CH_FLOATS(M, NAME, OP) CH_F8(M, NAME, OP)
+// Every dtype with arithmetic.
+#define CH_NUMERIC(M, NAME, OP) CH_ALL(M, NAME, OP) CH_NARROW_INTS(M, NAME, OP) CH_F8(M, NAME, OP)
 
 // ---------------------------------------------------------------------------
 // Row kernels (softmax, rms_norm, layer_norm): a block per row.

@@ -6,7 +6,9 @@
 // maximum of its dtype is Candle's "no index" marker: it selects zeros and is
 // skipped by the writing ops. Indices past the dimension (Candle's CPU backend
 // reports an error) are treated the same way, so no kernel ever reads or
-// writes out of bounds.
+// writes out of bounds, and are reported: the kernel stores the op's code in
+// the fault word IndexInfo::fault points to, and the host turns it into an
+// error at its next synchronisation.
 //
 // scatter, scatter_add and index_add apply the updates of each destination
 // element in increasing index order, so duplicate indices resolve exactly as
@@ -40,13 +42,30 @@ struct IndexInfo {
   ch_u64 ids_dim;     // number of indices along `dim`
   ch_u64 ids_stride;  // index_select: distance between consecutive indices
   ch_u64 src_right;   // gather: product of the source dimensions after `dim`
+  ch_u64 fault;       // device address of the u32 fault word (0: none)
+  ch_u64 fault_code;  // the value an out-of-range index stores there
 };
 
+// Where an index past its dimension is recorded (several threads may store
+// the same code; the host only tests for a non-zero word).
+struct Fault {
+  ch_u64 word, code;
+  __device__ __forceinline__ void report() const {
+    if (word != 0) *reinterpret_cast<volatile ch_u32*>(word) = (ch_u32)code;
+  }
+};
+
+__device__ __forceinline__ Fault fault_of(const IndexInfo& info) { return {info.fault, info.fault_code}; }
+
 // Whether `id` selects a position below `size`; the position goes to `pos`.
+// An index past the dimension that is not the marker is reported.
 template <typename I>
-__device__ __forceinline__ bool index_ok(I id, ch_u64 size, ch_u64& pos) {
+__device__ __forceinline__ bool index_ok(Fault fault, I id, ch_u64 size, ch_u64& pos) {
   pos = (ch_u64)id;
-  return id != Num<I>::max_value && pos < size;
+  if (id == Num<I>::max_value) return false;
+  if (pos < size) return true;
+  fault.report();
+  return false;
 }
 
 template <typename T, bool F = Num<T>::is_float>
@@ -73,8 +92,8 @@ __device__ __forceinline__ void index_select_units(const IndexInfo& info, ch_u64
       [&](ch_u64 o) {
         ch_u64 r, i, pos;
         const ch_u64 l = divmod(divmod(o, right, r), info.ids_dim, i);
-        return index_ok(ids[i * info.ids_stride], info.src_dim, pos) ? src[(l * info.src_dim + pos) * right + r]
-                                                                     : zero_bits<U>();
+        return index_ok(fault_of(info), ids[i * info.ids_stride], info.src_dim, pos) ? src[(l * info.src_dim + pos) * right + r]
+                                                                           : zero_bits<U>();
       },
       [&](ch_u64 o, const U& v) { out[o] = v; });
 }
@@ -99,8 +118,8 @@ __device__ __forceinline__ void gather_body(const IndexInfo& info, const I* ids,
       [&](ch_u64 o) {
         ch_u64 r, i, pos;
         const ch_u64 l = divmod(divmod(o, info.right, r), info.ids_dim, i);
-        return index_ok(ids[o], info.src_dim, pos) ? src[(l * info.src_dim + pos) * info.src_right + r]
-                                                   : zero_bits<T>();
+        return index_ok(fault_of(info), ids[o], info.src_dim, pos) ? src[(l * info.src_dim + pos) * info.src_right + r]
+                                                         : zero_bits<T>();
       },
       [&](ch_u64 o, const T& v) { out[o] = v; });
 }
@@ -181,10 +200,11 @@ struct ScatterUpdates {
   const I* ids;
   const T* src;
   ch_u64 first, right, dst_dim;
+  Fault fault;
   __device__ __forceinline__ bool operator()(ch_u64 i, ch_u64& pos, T& v) const {
     const ch_u64 k = first + i * right;
     v = src[k];
-    return index_ok(ids[k], dst_dim, pos);
+    return index_ok(fault, ids[k], dst_dim, pos);
   }
 };
 
@@ -194,9 +214,10 @@ struct IndexAddUpdates {
   const I* ids;
   const T* scol;
   ch_u64 right, dst_dim;
+  Fault fault;
   __device__ __forceinline__ bool operator()(ch_u64 i, ch_u64& pos, T& v) const {
     v = scol[i * right];
-    return index_ok(ids[i], dst_dim, pos);
+    return index_ok(fault, ids[i], dst_dim, pos);
   }
 };
 
@@ -208,7 +229,8 @@ __device__ __forceinline__ void scatter_body(const IndexInfo& info, const I* ids
   for (ch_u64 c = global_thread(); c < columns; c += global_threads()) {
     ch_u64 r;
     const ch_u64 l = divmod(c, info.right, r);
-    const ScatterUpdates<I, T> get = {ids, src, l * info.ids_dim * info.right + r, info.right, info.dst_dim};
+    const ScatterUpdates<I, T> get = {ids, src, l * info.ids_dim * info.right + r, info.right, info.dst_dim,
+                                      fault_of(info)};
     column_updates<Add, CH_SCATTER_BATCH>(info.ids_dim, dst + l * info.dst_dim * info.right + r, info.right, get);
   }
 }
@@ -220,7 +242,8 @@ __device__ __forceinline__ void index_add_body(const IndexInfo& info, const I* i
   for (ch_u64 c = global_thread(); c < columns; c += global_threads()) {
     ch_u64 r;
     const ch_u64 l = divmod(c, info.right, r);
-    const IndexAddUpdates<I, T> get = {ids, src + l * info.src_dim * info.right + r, info.right, info.dst_dim};
+    const IndexAddUpdates<I, T> get = {ids, src + l * info.src_dim * info.right + r, info.right, info.dst_dim,
+                                       fault_of(info)};
     column_updates<true, CH_SCATTER_BATCH>(info.ids_dim, dst + l * info.dst_dim * info.right + r, info.right, get);
   }
 }
@@ -258,7 +281,7 @@ __device__ __forceinline__ void index_add_rows_body(const IndexInfo& info, const
     I id = threadIdx.x < n ? ids[threadIdx.x] : Num<I>::max_value;
     for (ch_u64 base = 0; base < n; base += block) {
       ch_u64 pos;
-      const bool hit = index_ok(id, info.dst_dim, pos) && pos == p;
+      const bool hit = index_ok(fault_of(info), id, info.dst_dim, pos) && pos == p;
       const ch_u64 mask = __ballot(hit);
       const ch_u64 ahead = base + block + threadIdx.x;
       id = ahead < n ? ids[ahead] : Num<I>::max_value;
@@ -420,9 +443,13 @@ __device__ __forceinline__ void tile_batch(T* tcol, const ch_u32 (&key)[CH_TILE_
 }
 
 // The loads of one lane's walk, in order: update `next` of the column (of
-// `n`; none past it) at `sp` and `ip`, then every `g`-th one.
+// `n`; none past it) at `sp` and `ip`, then every `g`-th one. The walks of
+// the first row range (`check`) report indices past the destination.
 template <typename I, typename T>
 struct TileLoads {
+  Fault fault;
+  ch_u64 dst_dim;
+  bool check;
   const I* ip;
   const T* sp;
   ch_u64 next, n, s_step, i_step, g;
@@ -430,6 +457,8 @@ struct TileLoads {
     const bool ok = next < n;
     id = ok ? *ip : Num<I>::max_value;
     val = ok ? *sp : zero_bits<T>();
+    ch_u64 pos;
+    if (check && ok) index_ok(fault, id, dst_dim, pos);
     next += g;
     sp += s_step;
     ip += i_step;
@@ -451,7 +480,10 @@ __device__ __forceinline__ void tile_walk(const IndexInfo& info, const I* ids, c
   T* tcol = tile + col;
   const ch_u64 k = first + (ch_u64)group * info.right;
   const ch_u64 s_step = G * info.right;
-  TileLoads<I, T> loads = {ids + (ColumnIds ? k : (ch_u64)group),
+  TileLoads<I, T> loads = {fault_of(info),
+                           info.dst_dim,
+                           p0 == 0,
+                           ids + (ColumnIds ? k : (ch_u64)group),
                            src + k,
                            (ch_u64)group,
                            col_ok ? info.ids_dim : 0,
@@ -556,12 +588,12 @@ __device__ __forceinline__ void tiles_body(const IndexInfo& info, const I* ids, 
   CH_ALL(CH_READ_KERNEL, index_select, I)             \
   CH_ALL(CH_READ_KERNEL, gather, I)                   \
   CH_ALL(CH_SCATTER_SET, scatter, I)                  \
-  CH_ALL(CH_SCATTER_ADD, scatter_add, I)              \
-  CH_ALL(CH_INDEX_ADD_KERNEL, index_add, I)           \
-  CH_ALL(CH_INDEX_ADD_KERNEL, index_add_rows, I)      \
+  CH_NUMERIC(CH_SCATTER_ADD, scatter_add, I)          \
+  CH_NUMERIC(CH_INDEX_ADD_KERNEL, index_add, I)       \
+  CH_NUMERIC(CH_INDEX_ADD_KERNEL, index_add_rows, I)  \
   CH_ALL(CH_SCATTER_SET_TILES, scatter_tiles, I)      \
-  CH_ALL(CH_SCATTER_ADD_TILES, scatter_add_tiles, I)  \
-  CH_ALL(CH_INDEX_ADD_TILES, index_add_tiles, I)
+  CH_NUMERIC(CH_SCATTER_ADD_TILES, scatter_add_tiles, I) \
+  CH_NUMERIC(CH_INDEX_ADD_TILES, index_add_tiles, I)
 
 CH_INDEX_FAMILIES(u8)
 CH_INDEX_FAMILIES(u32)

@@ -1,5 +1,5 @@
 // Random number generation on the device: rand_uniform_<dtype> and
-// rand_normal_<dtype> for f16, bf16, f32, f64.
+// rand_normal_<dtype> for f16, bf16, f32, f64, f8e4m3.
 //
 // A counter-based generator (Philox-4x32 with 10 rounds, Salmon et al., SC'11)
 // keyed by the 64-bit seed: block b of a call uses counter (offset + b), so
@@ -131,5 +131,5 @@ __device__ __forceinline__ void rand_body(ch_u64 n, ch_u64 seed, ch_u64 offset, 
     rand_body<ch_##TY, NORMAL>(n, seed, offset, a, b, out);                                         \
   }
 
-CH_FLOATS(CH_RAND_KERNEL, rand_uniform, false)
-CH_FLOATS(CH_RAND_KERNEL, rand_normal, true)
+CH_ANY_FLOAT(CH_RAND_KERNEL, rand_uniform, false)
+CH_ANY_FLOAT(CH_RAND_KERNEL, rand_normal, true)

@@ -30,8 +30,9 @@
 // - FINISH_BLOCK / FINISH_THREAD: combine the `split` partial states of each
 //   output with a block / a thread per output.
 //
-// Semantics follow Candle's CPU backend: f16/bf16 sum in f32 (Candle sums in
-// the half type, so results differ by rounding); integer sums wrap; min/max
+// Semantics follow Candle's CPU backend: f16/bf16/f8e4m3 sum in f32 (Candle
+// sums in the narrow type, rounding every partial sum, so results differ by
+// rounding); integer sums wrap; min/max
 // and argmin/argmax pick the first extremum in reduction order, skip NaN
 // unless the first element is NaN (then the result is that NaN, index 0).
 
@@ -223,8 +224,32 @@ struct ExtremumR : ValueRun<T, IsMax> {
   }
 };
 
+// Run hooks of an arg-reduction: exact pushes; for f8e4m3 (16 elements
+// per pack, whose per-element position checks made these kernels spill 98
+// vector registers on gfx942), lanes that skip every NaN and leave the one
+// at position 0 to run_first, as the float min/max lanes do.
+template <typename T, bool IsMax, bool F8 = sizeof(T) == 1 && Num<T>::is_float>
+struct ArgRun : ExactRun<ExtremumBase<T, IsMax>, T> {};
+
 template <typename T, bool IsMax>
-struct ArgExtremumR : ExactRun<ExtremumBase<T, IsMax>, T> {
+struct ArgRun<T, IsMax, true> : ExtremumBase<T, IsMax> {
+  typedef ExtremumBase<T, IsMax> B;
+  typedef typename B::State State;
+  __device__ __forceinline__ static State run_identity() { return B::identity(); }
+  __device__ __forceinline__ static State run_push(State st, T x, ch_u64 j) {
+    const typename B::K v = KeyOf<T>::key(x);
+    if (st.i == CH_NO_INDEX ? v == v : B::better(v, st.v)) {
+      st.v = v;
+      st.i = (ch_u32)j;
+    }
+    return st;
+  }
+  __device__ __forceinline__ static State run_seal(State st) { return st; }
+  __device__ __forceinline__ static State run_first(State st, T x) { return B::push(st, x, 0); }
+};
+
+template <typename T, bool IsMax>
+struct ArgExtremumR : ArgRun<T, IsMax> {
   // Two (value, index) lanes: with four, the f16/bf16 arg-reductions
   // spilled 3 vector registers each on gfx942 (wave64, 1024-thread blocks).
   static const int LANES = 2;
@@ -573,13 +598,13 @@ struct ArgMaxR : ArgExtremumR<T, true> {};
     reduce_cols_packed<R<ch_##TY> >(info, src, dst, work);                                          \
   }
 
-CH_ALL(CH_REDUCE_KERNEL, reduce_sum, SumR)
-CH_ALL(CH_REDUCE_KERNEL, reduce_min, MinR)
-CH_ALL(CH_REDUCE_KERNEL, reduce_max, MaxR)
-CH_ALL(CH_REDUCE_KERNEL, reduce_argmin, ArgMinR)
-CH_ALL(CH_REDUCE_KERNEL, reduce_argmax, ArgMaxR)
-CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_sum, SumR)
-CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_min, MinR)
-CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_max, MaxR)
-CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmin, ArgMinR)
-CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmax, ArgMaxR)
+CH_NUMERIC(CH_REDUCE_KERNEL, reduce_sum, SumR)
+CH_NUMERIC(CH_REDUCE_KERNEL, reduce_min, MinR)
+CH_NUMERIC(CH_REDUCE_KERNEL, reduce_max, MaxR)
+CH_NUMERIC(CH_REDUCE_KERNEL, reduce_argmin, ArgMinR)
+CH_NUMERIC(CH_REDUCE_KERNEL, reduce_argmax, ArgMaxR)
+CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_sum, SumR)
+CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_min, MinR)
+CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_max, MaxR)
+CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmin, ArgMinR)
+CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmax, ArgMaxR)

@@ -6,9 +6,13 @@
 // `in` points at the first element of the input view, `out` at a contiguous
 // output of info.numel elements.
 //
-// Floating types compute in f32 (f16, bf16, f32) or f64 and round once.
+// Floating types compute in f32 (f16, bf16, f32) or f64 and round once;
+// f8e4m3 computes in f32 and rounds after every operation of the
+// expression candle's CPU backend evaluates with the float8 crate's
+// operators (one for most ops, several for gelu, silu, affine and elu).
 // Integer dtypes have the ops whose result Candle defines for them (copy, abs,
-// relu, sign, ceil, floor, round).
+// relu, sign, ceil, floor, round). ucopy is instantiated for one dtype per
+// element width (CH_ALL): the host runs it for every dtype of that width.
 
 #include "common.h"
 
@@ -175,6 +179,52 @@ struct UnaryFn<Op, T, false> {
   __device__ __forceinline__ T operator()(T x) const { return Op::integer(x); }
 };
 
+// f8e4m3: the expressions of candle's `UnaryOpT::f8e4m3`, each float8
+// operator rounding its f32 result (ch_f8e4m3_round_f32).
+
+// 0.5 v (1 + tanh(sqrt(2/pi) v (1 + 0.044715 v v))), left to right.
+template <>
+struct UnaryFn<GeluOp, ch_f8e4m3, true> {
+  __device__ __forceinline__ ch_f8e4m3 operator()(ch_f8e4m3 x) const {
+    const float v = Num<ch_f8e4m3>::to_f32(x);
+    const float half = ch_f8e4m3_round_f32(0.5f);
+    const float s2pi = ch_f8e4m3_round_f32(0.79788456080286535587989211986876373f);
+    const float c = ch_f8e4m3_round_f32(0.044715f);
+    const float a = ch_f8e4m3_round_f32(half * v);
+    const float cv2 = ch_f8e4m3_round_f32(ch_f8e4m3_round_f32(c * v) * v);
+    const float inner = ch_f8e4m3_round_f32(ch_f8e4m3_round_f32(s2pi * v) * ch_f8e4m3_round_f32(1.0f + cv2));
+    const float t = ch_f8e4m3_round_f32(1.0f + ch_f8e4m3_round_f32(tanhf(inner)));
+    return Num<ch_f8e4m3>::from_f32(a * t);
+  }
+};
+
+// v / (1 + exp(-v)).
+template <>
+struct UnaryFn<SiluOp, ch_f8e4m3, true> {
+  __device__ __forceinline__ ch_f8e4m3 operator()(ch_f8e4m3 x) const {
+    const float v = Num<ch_f8e4m3>::to_f32(x);
+    const float e = ch_f8e4m3_round_f32(expf(ch_f8e4m3_round_f32(-v)));
+    return Num<ch_f8e4m3>::from_f32(v / ch_f8e4m3_round_f32(1.0f + e));
+  }
+};
+
+// erf in f64, rounded from f64 (candle: from_f64(erf_f64(v.to_f64()))).
+template <>
+struct UnaryFn<ErfOp, ch_f8e4m3, true> {
+  __device__ __forceinline__ ch_f8e4m3 operator()(ch_f8e4m3 x) const {
+    return Num<ch_f8e4m3>::from_f64(ErfOp::flt(Num<ch_f8e4m3>::to_f64(x)));
+  }
+};
+
+// float8's max(v, 0): v unless 0 > v, so NaN (either one) and -0 stay.
+template <>
+struct UnaryFn<ReluOp, ch_f8e4m3, true> {
+  __device__ __forceinline__ ch_f8e4m3 operator()(ch_f8e4m3 x) const {
+    if (Num<ch_f8e4m3>::to_f32(x) < 0.0f) x.bits = 0;
+    return x;
+  }
+};
+
 struct CopyFn {
   template <typename T>
   __device__ __forceinline__ T operator()(T x) const { return x; }
@@ -186,25 +236,25 @@ struct CopyFn {
     map_elems(info, out, UnaryFn<OP, ch_##TY>(), In<ch_##TY, 0>{in});                          \
   }
 
-CH_FLOATS(CH_UNARY_KERNEL, uexp, ExpOp)
-CH_FLOATS(CH_UNARY_KERNEL, ulog, LogOp)
-CH_FLOATS(CH_UNARY_KERNEL, usin, SinOp)
-CH_FLOATS(CH_UNARY_KERNEL, ucos, CosOp)
-CH_FLOATS(CH_UNARY_KERNEL, utanh, TanhOp)
-CH_FLOATS(CH_UNARY_KERNEL, uneg, NegOp)
-CH_FLOATS(CH_UNARY_KERNEL, urecip, RecipOp)
-CH_FLOATS(CH_UNARY_KERNEL, usqr, SqrOp)
-CH_FLOATS(CH_UNARY_KERNEL, usqrt, SqrtOp)
-CH_FLOATS(CH_UNARY_KERNEL, ugelu, GeluOp)
-CH_FLOATS(CH_UNARY_KERNEL, ugelu_erf, GeluErfOp)
-CH_FLOATS(CH_UNARY_KERNEL, uerf, ErfOp)
-CH_FLOATS(CH_UNARY_KERNEL, usilu, SiluOp)
-CH_ALL(CH_UNARY_KERNEL, urelu, ReluOp)
-CH_ALL(CH_UNARY_KERNEL, uabs, AbsOp)
-CH_ALL(CH_UNARY_KERNEL, uceil, CeilOp)
-CH_ALL(CH_UNARY_KERNEL, ufloor, FloorOp)
-CH_ALL(CH_UNARY_KERNEL, uround, RoundOp)
-CH_ALL(CH_UNARY_KERNEL, usign, SignOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, uexp, ExpOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, ulog, LogOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, usin, SinOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, ucos, CosOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, utanh, TanhOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, uneg, NegOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, urecip, RecipOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, usqr, SqrOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, usqrt, SqrtOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, ugelu, GeluOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, ugelu_erf, GeluErfOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, uerf, ErfOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, usilu, SiluOp)
+CH_NUMERIC(CH_UNARY_KERNEL, urelu, ReluOp)
+CH_NUMERIC(CH_UNARY_KERNEL, uabs, AbsOp)
+CH_NUMERIC(CH_UNARY_KERNEL, uceil, CeilOp)
+CH_NUMERIC(CH_UNARY_KERNEL, ufloor, FloorOp)
+CH_NUMERIC(CH_UNARY_KERNEL, uround, RoundOp)
+CH_NUMERIC(CH_UNARY_KERNEL, usign, SignOp)
 
 #define CH_COPY_KERNEL(NAME, OP, TY)                                      \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)             \
@@ -230,6 +280,18 @@ struct AffineFn<T, true> {
   __device__ __forceinline__ T operator()(T x) const { return Num<T>::from_acc(Num<T>::to_acc(x) * mul + add); }
 };
 
+// f8e4m3: v * mul + add with both operators rounding (mul and add are
+// rounded to f8e4m3 first, as for every dtype).
+template <>
+struct AffineFn<ch_f8e4m3, true> {
+  float mul, add;
+  __device__ __forceinline__ AffineFn(double m, double a)
+      : mul(Num<ch_f8e4m3>::to_f32(cast_to<ch_f8e4m3>(m))), add(Num<ch_f8e4m3>::to_f32(cast_to<ch_f8e4m3>(a))) {}
+  __device__ __forceinline__ ch_f8e4m3 operator()(ch_f8e4m3 x) const {
+    return Num<ch_f8e4m3>::from_f32(ch_f8e4m3_round_f32(Num<ch_f8e4m3>::to_f32(x) * mul) + add);
+  }
+};
+
 template <typename T>
 struct AffineFn<T, false> {
   T mul, add;
@@ -243,7 +305,7 @@ struct AffineFn<T, false> {
     map_elems(info, out, OP<ch_##TY>(mul, add), In<ch_##TY, 0>{in});                                 \
   }
 
-CH_ALL(CH_AFFINE_KERNEL, affine, AffineFn)
+CH_NUMERIC(CH_AFFINE_KERNEL, affine, AffineFn)
 
 __device__ __forceinline__ float ch_pow(float x, float e) { return powf(x, e); }
 __device__ __forceinline__ double ch_pow(double x, double e) { return pow(x, e); }
@@ -269,11 +331,24 @@ struct EluFn {
   }
 };
 
+// f8e4m3 (candle's generic elu): v when its sign bit is clear (a NaN
+// too), else (exp(v) - 1) * alpha with each operator rounding.
+template <>
+struct EluFn<ch_f8e4m3> {
+  float alpha;
+  __device__ __forceinline__ explicit EluFn(double a) : alpha(Num<ch_f8e4m3>::to_f32(cast_to<ch_f8e4m3>(a))) {}
+  __device__ __forceinline__ ch_f8e4m3 operator()(ch_f8e4m3 x) const {
+    if ((x.bits & 0x80u) == 0) return x;
+    const float e = ch_f8e4m3_round_f32(expf(Num<ch_f8e4m3>::to_f32(x)));
+    return Num<ch_f8e4m3>::from_f32(ch_f8e4m3_round_f32(e - 1.0f) * alpha);
+  }
+};
+
 #define CH_PARAM_KERNEL(NAME, OP, TY)                                                     \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                             \
       NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_##TY* out, double param) {   \
     map_elems(info, out, OP<ch_##TY>(param), In<ch_##TY, 0>{in});                        \
   }
 
-CH_FLOATS(CH_PARAM_KERNEL, powf, PowfFn)
-CH_FLOATS(CH_PARAM_KERNEL, elu, EluFn)
+CH_ANY_FLOAT(CH_PARAM_KERNEL, powf, PowfFn)
+CH_ANY_FLOAT(CH_PARAM_KERNEL, elu, EluFn)

@@ -5,6 +5,15 @@
 # NVRTC, cuBLAS) and cuDNN 9 are found in $CUDA_HOME (default
 # /usr/local/cuda) and the system library path.
 #
+# With `--sanitize TOOL` it runs instead every test executable and Candle's
+# own test files (the staged candle-app `upstream` executable) under
+# compute-sanitizer's TOOL, one row per executable with the sanitizer's
+# error count (see sanitize_step): every memory, race or sync error fails the
+# run, and so does every failing API call, except in the tests listed in
+# DELIBERATE_API_ERRORS, which make such calls on purpose and run apart.
+# Executables that never initialise CUDA pass (--require-cuda-init no). Each
+# executable is stopped after $SANITIZE_TIMEOUT seconds (default 1800).
+#
 # Steps, each logged to <outdir>/<name>.log: nvidia-smi, the hip-info and
 # runtime-kernel examples, every test executable with --include-ignored --nocapture
 # --test-threads=1, the candle-app step (Candle's tests and demos on HIP, if
@@ -15,8 +24,13 @@
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+sanitize=""
+if [[ $# -eq 3 && "$1" == --sanitize ]]; then
+    sanitize="$2"
+    shift 2
+fi
 if [[ $# -ne 1 ]]; then
-    echo "usage: $0 <outdir>" >&2
+    echo "usage: $0 [--sanitize memcheck|racecheck|synccheck|initcheck] <outdir>" >&2
     exit 2
 fi
 mkdir -p "$1"
@@ -65,6 +79,105 @@ record() {
     esac
     [[ "$status" == 0 ]] || other_failures=$((other_failures + 1))
 }
+
+# Tests that make failing API calls on purpose (out of memory, a missing
+# kernel, the time of an untimed event, a query of an unknown attribute, the
+# shim's error codes): under the sanitizer they run apart, with API errors
+# not reported (memory errors still are). Keyed by executable name.
+declare -A DELIBERATE_API_ERRORS=(
+    [hip-safe--gpu]="gpu_out_of_memory_is_an_error_and_the_device_stays_usable gpu_function_keeps_its_module_alive gpu_events_time_and_order_streams"
+    [hip-safe--hip_safe]="device::tests::gpu_failed_attribute_query_leaves_no_last_error"
+    [hip-on-cuda--shim]="deliberate_errors_come_back_as_codes"
+    [candle-app-upstream]="extension::memory_comes_back_and_oversized_allocations_are_errors"
+)
+# Tests not run under the sanitizer, with the reason printed in the log:
+# cuDNN under compute-sanitizer offers no bf16 backward-data algorithm, so
+# the shim's MIOpen Find refuses it (hip-safe's own MIOpen test has no
+# fallback; candle-hip's convolutions fall back to im2col + GEMM and run).
+declare -A NOT_UNDER_SANITIZER=(
+    [hip-safe--gpu]="gpu_dnn_conv2d_forward_and_backward_data"
+)
+
+# Runs test executable $2 (named $1) under compute-sanitizer's $sanitize,
+# `--report-api-errors $3`, with libtest arguments $4..., and records a row
+# named $1$5: the libtest counts and the sanitizer's error count. An
+# executable that never initialises CUDA prints no error summary; it passes
+# when it exits 0.
+sanitized_run() {
+    local name="$1" exe="$2" api="$3" suffix="$4"
+    shift 4
+    local log="$out/sanitize-$sanitize-$name${suffix// /_}.log"
+    echo
+    echo "===== sanitize $sanitize: $name$suffix (API errors: $api)"
+    timeout "${SANITIZE_TIMEOUT:-1800}" \
+        "$cuda/bin/compute-sanitizer" --tool "$sanitize" --require-cuda-init no \
+        --report-api-errors "$api" --print-limit 100 --error-exitcode 86 \
+        "$exe" --include-ignored --test-threads=1 "$@" 2>&1 | tee "$log"
+    local status="${PIPESTATUS[0]}"
+    local errors result passed failed ignored label
+    errors="$(grep -aoE 'ERROR SUMMARY: [0-9]+' "$log" | tail -n 1 | grep -oE '[0-9]+$')"
+    result="$(grep -aE '^test result: ' "$log" | tail -n 1)"
+    passed="$(sed -nE 's/.* ([0-9]+) passed.*/\1/p' <<<"$result")"
+    failed="$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$result")"
+    ignored="$(sed -nE 's/.* ([0-9]+) ignored.*/\1/p' <<<"$result")"
+    if [[ -z "$errors" && "$status" -eq 0 && -n "$result" ]]; then
+        label="$sanitize: no GPU work"
+    else
+        label="$sanitize: ${errors:-?} errors"
+    fi
+    if [[ -z "$result" || "$status" -ne 0 || ( -n "$errors" && "$errors" != 0 ) ]]; then
+        label="$label (exit $status) FAILED"
+        other_failures=$((other_failures + 1))
+    fi
+    total_passed=$((total_passed + ${passed:-0}))
+    total_failed=$((total_failed + ${failed:-0}))
+    rows+=("sanitize $name$suffix|$label|${passed:--}|${failed:--}|${ignored:--}")
+}
+
+# All of executable $2's tests under the sanitizer: the deliberate API-error
+# tests apart (see DELIBERATE_API_ERRORS), NOT_UNDER_SANITIZER skipped.
+sanitize_step() {
+    local name="$1" exe="$2" t
+    local -a skips=() deliberate=()
+    read -r -a deliberate <<<"${DELIBERATE_API_ERRORS[$name]:-}"
+    for t in ${NOT_UNDER_SANITIZER[$name]:-}; do
+        echo "sanitize $sanitize: $name: $t is not run under the sanitizer (see run.sh)"
+        skips+=(--skip "$t")
+    done
+    for t in "${deliberate[@]}"; do
+        skips+=(--skip "$t")
+    done
+    sanitized_run "$name" "$exe" explicit "" "${skips[@]}"
+    if [[ ${#deliberate[@]} -gt 0 ]]; then
+        sanitized_run "$name" "$exe" no " (deliberate API errors)" --exact "${deliberate[@]}"
+    fi
+}
+
+if [[ -n "$sanitize" ]]; then
+    shopt -s nullglob
+    for test in "$here"/tests/*; do
+        sanitize_step "$(basename "$test")" "$test"
+    done
+    if [[ -x "$here/candle-app/upstream" ]]; then
+        CANDLE_APP_DEVICE=hip sanitize_step candle-app-upstream "$here/candle-app/upstream"
+    fi
+    {
+        echo
+        echo "===== summary ($sanitize)"
+        printf '%-48s %-30s %8s %8s %8s\n' "step" "status" "passed" "failed" "ignored"
+        for row in "${rows[@]}"; do
+            IFS='|' read -r name label passed failed ignored <<<"$row"
+            printf '%-48s %-30s %8s %8s %8s\n' "$name" "$label" "$passed" "$failed" "$ignored"
+        done
+        echo
+        echo "$total_passed passed, $total_failed failed"
+        if [[ "$other_failures" -gt 0 ]]; then
+            echo "$other_failures sanitizer step(s) failed"
+        fi
+    } | tee "$out/summary-$sanitize.txt"
+    [[ "$total_failed" -eq 0 && "$other_failures" -eq 0 ]]
+    exit
+fi
 
 if [[ -f "$here/unbuilt.txt" ]]; then
     while read -r name; do

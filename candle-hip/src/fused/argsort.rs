@@ -21,6 +21,7 @@ use crate::kernel::catalogue as cat;
 use crate::kernel::grid::grid_stride;
 use crate::kernel::header::{REDUCE_MAX_BLOCK, SORT_RUN as RUN};
 use crate::kernel::launch::to_u32;
+use crate::size;
 use crate::storage::HipStorage;
 
 const OP: &str = "arg_sort_last_dim";
@@ -108,14 +109,14 @@ pub fn arg_sort_last_dim(
     };
     let device = x.device();
     // SAFETY: every index of every row is written below (or an error returned).
-    let mut out = unsafe { device.alloc_storage(DType::U32, rows.rows * rows.cols) }?;
+    let mut out = unsafe { device.alloc_storage(DType::U32, rows.len()) }?;
     if rows.rows == 0 || rows.cols == 0 {
         return Ok(out);
     }
     let n_rows = rows.rows as u64;
     let cols = to_u32(OP, "the last dimension", rows.cols)?;
     let launcher = device.kernels();
-    let src = x.view_range(OP, rows.start, rows.rows * rows.cols)?;
+    let src = x.view_range(OP, rows.start, rows.len())?;
     match plan(rows.cols, dtype, launcher.wave_size() as usize)? {
         Plan::Shared { padded, threads } => {
             let kernel = shared_family.kernel(OP, dtype)?;
@@ -135,8 +136,9 @@ pub fn arg_sort_last_dim(
         Plan::Global { padded } => {
             let kernel = step_family.kernel(OP, dtype)?;
             let padded32 = to_u32(OP, "the padded row length", padded)?;
-            // SAFETY: the first stage writes every index (kernels/argsort.hip).
-            let mut idx = unsafe { device.alloc_storage(DType::U32, rows.rows * padded) }?;
+            let idx_len = size::mul(OP, "the padded rows", rows.rows, padded)?;
+            // SAFETY: the first stage writes every index (argsort.hip).
+            let mut idx = unsafe { device.alloc_storage(DType::U32, idx_len) }?;
             let cfg = grid_stride(n_rows * padded as u64 / 2, launcher.compute_units());
             {
                 let idx_view = idx.view_all_mut();
@@ -193,7 +195,7 @@ mod tests {
 
     #[test]
     fn shared_sorts_fit_48_kib_with_aligned_indices() {
-        for dtype in crate::dtype::SUPPORTED {
+        for dtype in crate::dtype::CORE {
             let max = shared_sort_max_cols(dtype);
             assert!(shared_bytes(max, dtype.size_in_bytes()) <= SHARED_SORT_BYTES);
             assert!(max <= 1 << 16, "u16 indices");

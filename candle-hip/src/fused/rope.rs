@@ -8,6 +8,7 @@ use crate::error::{Result, invalid};
 use crate::kernel::catalogue::{self as cat, Family};
 use crate::kernel::grid::grid_stride;
 use crate::kernel::launch::to_u32;
+use crate::size;
 use crate::storage::HipStorage;
 
 /// Which of candle's three layouts.
@@ -118,7 +119,7 @@ fn run(
     let s = sizes(variant, x_l, cos_l, sin_l)?;
     let kernel = variant.family().kernel(op, x.dtype())?;
     let device = x.device();
-    let len = s.b * s.h * s.t * s.d;
+    let len = size::product(op, "the input", &[s.b, s.h, s.t, s.d])?;
     // SAFETY: the kernel writes both elements of every pair, i.e. all of them.
     let mut out = unsafe { device.alloc_storage(x.dtype(), len) }?;
     if len == 0 {

@@ -9,6 +9,7 @@ use crate::error::{Result, invalid};
 use crate::kernel::catalogue::{self as cat, Family};
 use crate::kernel::header::{REDUCE_MAX_BLOCK, ROW_CACHE_BYTES};
 use crate::kernel::launch::to_u32;
+use crate::size;
 use crate::storage::HipStorage;
 
 /// Where the rows of a contiguous input are: first element, rows, columns.
@@ -29,11 +30,14 @@ impl Rows {
             .dims()
             .last()
             .ok_or_else(|| invalid(op, "the input has no last dimension"))?;
-        let rows = layout.shape().elem_count().checked_div(cols).unwrap_or(0);
+        let rows = size::numel(op, layout.dims())?
+            .checked_div(cols)
+            .unwrap_or(0);
         Ok(Rows { start, rows, cols })
     }
 
-    fn len(&self) -> usize {
+    /// Elements of all rows (the layout's element count).
+    pub(crate) fn len(&self) -> usize {
         self.rows * self.cols
     }
 }

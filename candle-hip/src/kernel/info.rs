@@ -9,6 +9,7 @@ use hip_safe::DeviceRepr;
 
 use crate::error::{HipBackendError, Result};
 use crate::kernel::header::{MAX_DIMS, MAX_OPERANDS};
+use crate::size;
 
 /// Dimensions after merging, outermost first, with each operand's strides.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,12 +46,17 @@ pub(crate) fn merge_dims(dims: &[usize], strides: &[&[usize]]) -> Merged {
             continue;
         }
         if let Some(inner) = out.dims.last_mut() {
-            let mergeable = strides
-                .iter()
-                .zip(&out.strides)
-                .all(|(s, merged)| merged.last().is_some_and(|&m| s[d] == m * *inner));
-            if mergeable {
-                *inner *= size;
+            // Sizes or strides whose products overflow are never merged
+            // (merging only saves work; the caller reports such layouts).
+            let merged_size = inner.checked_mul(size);
+            let mergeable = strides.iter().zip(&out.strides).all(|(s, merged)| {
+                merged
+                    .last()
+                    .and_then(|&m| m.checked_mul(*inner))
+                    .is_some_and(|outer| s[d] == outer)
+            });
+            if let (Some(merged_size), true) = (merged_size, mergeable) {
+                *inner = merged_size;
                 continue;
             }
         }
@@ -64,19 +70,6 @@ pub(crate) fn merge_dims(dims: &[usize], strides: &[&[usize]]) -> Merged {
         s.reverse();
     }
     out
-}
-
-/// The number of elements a strided view reaches from its first element:
-/// 0 when it is empty, else one past the largest offset.
-pub(crate) fn span(dims: &[usize], strides: &[usize]) -> usize {
-    if dims.contains(&0) {
-        return 0;
-    }
-    1 + dims
-        .iter()
-        .zip(strides)
-        .map(|(&d, &s)| (d - 1) * s)
-        .sum::<usize>()
 }
 
 /// A size or stride as the kernels take it (usize is at most 64 bits on
@@ -133,7 +126,7 @@ impl ElemInfo {
         }
         let merged = merge_dims(dims, strides);
         let mut info = ElemInfo {
-            numel: to_u64(dims.iter().product()),
+            numel: to_u64(size::numel(op, dims)?),
             rank: 0,
             inner_vec: 0,
             dims: [0; MAX_DIMS],
@@ -282,15 +275,17 @@ impl ReduceInfo {
         if red.dims.len() > MAX_DIMS {
             return Err(too_many(op, red.dims.len(), dims));
         }
+        size::numel(op, dims)?;
+        let red_size = to_u64(size::product(op, "the reduced dimensions", &red_dims)?);
         let mut info = ReduceInfo {
-            num_out: to_u64(out_dims.iter().product()),
-            red_size: to_u64(red_dims.iter().product()),
+            num_out: to_u64(size::product(op, "the kept dimensions", &out_dims)?),
+            red_size,
             out_rank: out.dims.len() as u32,
             red_rank: red.dims.len() as u32,
             mode: ReduceMode::Cols as u32,
             tile: 1,
             split: 1,
-            chunk: to_u64(red_dims.iter().product()),
+            chunk: red_size,
             out_dims: [0; MAX_DIMS],
             out_strides: [0; MAX_DIMS],
             red_dims: [0; MAX_DIMS],
@@ -353,17 +348,32 @@ pub(crate) struct IndexInfo {
     pub(crate) ids_stride: u64,
     /// gather: product of the source dimensions after `dim`.
     pub(crate) src_right: u64,
+    /// Device address of the fault word an index past its dimension is
+    /// reported in (0: none).
+    pub(crate) fault: u64,
+    /// The code such an index stores there.
+    pub(crate) fault_code: u64,
 }
 
-// SAFETY: `#[repr(C)]` of seven u64: no padding, every bit pattern valid.
+// SAFETY: `#[repr(C)]` of nine u64: no padding, every bit pattern valid.
 unsafe impl DeviceRepr for IndexInfo {}
-const _: () = assert!(std::mem::size_of::<IndexInfo>() == 7 * 8);
+const _: () = assert!(std::mem::size_of::<IndexInfo>() == 9 * 8);
 
-/// `(product of dims[..dim], dims[dim], product of dims[dim + 1..])`.
-pub(crate) fn split_at_dim(dims: &[usize], dim: usize) -> (usize, usize, usize) {
-    let left = dims[..dim].iter().product();
-    let right = dims[dim + 1..].iter().product();
-    (left, dims[dim], right)
+/// `(product of dims[..dim], dims[dim], product of dims[dim + 1..])`, for
+/// `dim < dims.len()` (callers check it).
+pub(crate) fn split_at_dim(
+    op: &'static str,
+    dims: &[usize],
+    dim: usize,
+) -> Result<(usize, usize, usize)> {
+    size::numel(op, dims)?;
+    let at = dims
+        .get(dim)
+        .copied()
+        .ok_or_else(|| crate::error::invalid(op, format!("dimension {dim} of shape {dims:?}")))?;
+    let left = size::product(op, "the leading dimensions", &dims[..dim])?;
+    let right = size::product(op, "the trailing dimensions", &dims[dim + 1..])?;
+    Ok((left, at, right))
 }
 
 #[cfg(test)]
@@ -482,13 +492,21 @@ mod tests {
     }
 
     #[test]
-    fn span_counts_reachable_elements() {
-        assert_eq!(span(&[], &[]), 1);
-        assert_eq!(span(&[2, 3], &[3, 1]), 6);
-        assert_eq!(span(&[2, 3], &[1, 2]), 6);
-        assert_eq!(span(&[4, 3], &[10, 1]), 33);
-        assert_eq!(span(&[5, 7], &[0, 0]), 1);
-        assert_eq!(span(&[2, 0, 3], &[1, 1, 1]), 0);
+    fn overflowing_products_never_merge_or_wrap() {
+        // Strides whose merge product would wrap stay separate dimensions.
+        let m = merge_dims(&[4, 1 << 62], &[&[1, 8]]);
+        assert_eq!(m.dims, vec![4, 1 << 62]);
+        let m = merge_dims(&[1 << 33, 1 << 33], &[&[1 << 33, 1]]);
+        assert_eq!(m.dims.len(), 2);
+        // Broadcast shapes whose element count wraps are errors.
+        let err = ElemInfo::new("affine", &[1 << 32, 1 << 32], &[&[0, 0]])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("affine") && err.contains("overflows"), "{err}");
+        assert!(ReduceInfo::new("sum", &[1 << 32, 1 << 32], &[0, 0], &[1]).is_err());
+        assert!(split_at_dim("gather", &[1 << 40, 0, 1 << 40], 1).is_err());
+        assert_eq!(split_at_dim("t", &[2, 3, 4], 1).unwrap(), (2, 3, 4));
+        assert!(split_at_dim("t", &[2, 3], 2).is_err());
     }
 
     #[test]
@@ -567,8 +585,8 @@ mod tests {
 
     #[test]
     fn split_around_a_dim() {
-        assert_eq!(split_at_dim(&[2, 3, 4], 0), (1, 2, 12));
-        assert_eq!(split_at_dim(&[2, 3, 4], 1), (2, 3, 4));
-        assert_eq!(split_at_dim(&[2, 3, 4], 2), (6, 4, 1));
+        assert_eq!(split_at_dim("t", &[2, 3, 4], 0).unwrap(), (1, 2, 12));
+        assert_eq!(split_at_dim("t", &[2, 3, 4], 1).unwrap(), (2, 3, 4));
+        assert_eq!(split_at_dim("t", &[2, 3, 4], 2).unwrap(), (6, 4, 1));
     }
 }

@@ -6,6 +6,7 @@ use hip_safe::DeviceRepr;
 
 use crate::error::{Result, invalid};
 use crate::kernel::info::to_u64;
+use crate::size;
 
 /// A strided `(N, C, H, W)` source: sizes and strides in elements.
 #[repr(C)]
@@ -36,13 +37,14 @@ impl Nchw {
                 ));
             }
         };
+        size::span(op, &dims, &strides)?;
         Ok(Nchw {
             dims: dims.map(to_u64),
             strides: strides.map(to_u64),
         })
     }
 
-    /// N * C * H * W.
+    /// N * C * H * W (checked when the view was made).
     pub(crate) fn numel(&self) -> usize {
         self.dims.iter().product::<u64>() as usize
     }

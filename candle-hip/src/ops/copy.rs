@@ -12,6 +12,7 @@ use crate::kernel::grid::{linear, per_pack, unrolled};
 use crate::kernel::header::ELEM_BLOCK;
 use crate::kernel::info::{ElemInfo, merge_dims, to_u64};
 use crate::ops::elementwise;
+use crate::size;
 use crate::storage::HipStorage;
 
 /// The arguments of candle's `copy2d`, in elements.
@@ -27,12 +28,8 @@ pub(crate) struct Copy2d {
 
 impl Copy2d {
     /// Elements reached from the first one with `stride` between rows.
-    fn reach(&self, stride: usize) -> usize {
-        if self.rows == 0 || self.cols == 0 {
-            0
-        } else {
-            (self.rows - 1) * stride + self.cols
-        }
+    fn reach(&self, stride: usize) -> Result<usize> {
+        size::span("copy2d", &[self.rows, self.cols], &[stride, 1])
     }
 
     /// Whether both sides are one contiguous run.
@@ -70,7 +67,7 @@ pub(crate) fn copy_strided(
     const OP: &str = "copy_strided_src";
     src.check_device(dst, OP)?;
     src.check_dtype(dst, OP)?;
-    let numel = src_l.shape().elem_count();
+    let numel = size::numel(OP, src_l.dims())?;
     if numel == 0 {
         return Ok(());
     }
@@ -120,7 +117,7 @@ fn transpose(
 ) -> Result<()> {
     const OP: &str = "copy_strided_src";
     let kernel = cat::TRANSPOSE.kernel(OP, src.dtype())?;
-    let cfg = transpose_shape(&info, k, src.dtype().size_in_bytes());
+    let cfg = transpose_shape(&info, k, dtype::elem_bytes(src.dtype()));
     let k = to_u64(k);
     let from = src.view(OP, src_l)?;
     // SAFETY: transpose_T(const ElemInfo, u64 k, const T* src, T* dst) with
@@ -157,15 +154,15 @@ pub(crate) fn copy2d(src: &HipStorage, dst: &mut HipStorage, c: Copy2d) -> Resul
     if c.rows == 0 || c.cols == 0 {
         return Ok(());
     }
-    let from = src.view_range(OP, c.src_offset, c.reach(c.src_stride))?;
-    let mut to = dst.view_range_mut(OP, c.dst_offset, c.reach(c.dst_stride))?;
+    let from = src.view_range(OP, c.src_offset, c.reach(c.src_stride)?)?;
+    let mut to = dst.view_range_mut(OP, c.dst_offset, c.reach(c.dst_stride)?)?;
     let device = src.device();
     if c.is_contiguous() {
         return memcpy(&from, &mut to, device.stream());
     }
     let kernel = cat::COPY2D.kernel(OP, src.dtype())?;
-    let per_pack = per_pack(src.dtype().size_in_bytes());
-    let numel = c.rows * c.cols;
+    let per_pack = per_pack(dtype::elem_bytes(src.dtype()));
+    let numel = size::mul(OP, "rows x columns", c.rows, c.cols)?;
     let packed = [c.cols, c.src_stride, c.dst_stride]
         .iter()
         .all(|v| v % per_pack == 0);
@@ -195,8 +192,7 @@ pub(crate) fn const_set(dst: &mut HipStorage, value: Scalar, layout: &Layout) ->
             format!("a {dtype:?} value for a {:?} storage", dst.dtype()),
         ));
     }
-    let numel = layout.shape().elem_count();
-    if numel == 0 {
+    if size::numel(OP, layout.dims())? == 0 {
         return Ok(());
     }
     let info = ElemInfo::new(OP, layout.dims(), &[layout.stride()])?;
@@ -206,7 +202,7 @@ pub(crate) fn const_set(dst: &mut HipStorage, value: Scalar, layout: &Layout) ->
         return device.stream().memset_zeros(&mut view).map_err(hip);
     }
     let kernel = cat::FILL.kernel(OP, dtype)?;
-    let cfg = elementwise::launch_shape(&info, dtype.size_in_bytes());
+    let cfg = elementwise::launch_shape(&info, dtype::elem_bytes(dtype));
     // SAFETY: fill_T(const ElemInfo, T* dst, u64 bits) writes the offsets of
     // `info` (the layout's shape and strides), all inside the view, which
     // spans the layout's reach.
@@ -261,12 +257,18 @@ mod tests {
             src_offset: 0,
             dst_offset: 0,
         };
-        assert_eq!(c.reach(c.src_stride), 24);
-        assert_eq!(c.reach(c.dst_stride), 12);
+        assert_eq!(c.reach(c.src_stride).unwrap(), 24);
+        assert_eq!(c.reach(c.dst_stride).unwrap(), 12);
         assert!(!c.is_contiguous());
         assert!(Copy2d { src_stride: 4, ..c }.is_contiguous());
         assert!(Copy2d { rows: 1, ..c }.is_contiguous());
-        assert_eq!(Copy2d { rows: 0, ..c }.reach(10), 0);
+        assert_eq!(Copy2d { rows: 0, ..c }.reach(10).unwrap(), 0);
+        let huge = Copy2d {
+            rows: 1 << 40,
+            src_stride: 1 << 40,
+            ..c
+        };
+        assert!(huge.reach(huge.src_stride).is_err());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::kernel::catalogue::{self as cat, Family, Kernel};
 use crate::kernel::grid::{linear, per_pack};
 use crate::kernel::header::{ELEM_BLOCK, UNROLL, VEC_BYTES};
 use crate::kernel::info::ElemInfo;
+use crate::size;
 use crate::storage::HipStorage;
 
 /// One input operand: a storage and the layout to read it with.
@@ -49,8 +50,8 @@ pub(crate) fn launch_into(
         }
     }
     let strides: Vec<&[usize]> = inputs.iter().map(|i| i.layout.stride()).collect();
-    let numel = first.layout.shape().elem_count();
-    if out.len() != numel * out_dtype.size_in_bytes() {
+    let numel = size::numel(op, dims)?;
+    if out.len() != size::mul(op, "the output bytes", numel, dtype::elem_bytes(out_dtype))? {
         return Err(invalid(
             op,
             format!(
@@ -65,8 +66,8 @@ pub(crate) fn launch_into(
     let device = first.storage.device();
     let widest = inputs
         .iter()
-        .map(|i| i.storage.dtype().size_in_bytes())
-        .fold(out_dtype.size_in_bytes(), usize::max);
+        .map(|i| dtype::elem_bytes(i.storage.dtype()))
+        .fold(dtype::elem_bytes(out_dtype), usize::max);
     let info = ElemInfo::new(op, dims, &strides)?.with_inner_packs(inputs.len(), per_pack(widest));
     let cfg = launch_shape(&info, widest);
     let views = inputs
@@ -96,7 +97,7 @@ fn run(
     let Some(first) = inputs.first() else {
         return Err(invalid(op, "no input"));
     };
-    let numel = first.layout.shape().elem_count();
+    let numel = size::numel(op, first.layout.dims())?;
     // SAFETY: `launch_into` writes all numel elements (or fails).
     let mut out = unsafe { first.storage.device().alloc_storage(out_dtype, numel) }?;
     launch_into(op, kernel, inputs, out.view_all_mut(), out_dtype, params)?;
@@ -191,6 +192,23 @@ pub(crate) fn cast(src: &HipStorage, layout: &Layout, dtype: DType) -> Result<Hi
     dtype::check(dtype, "to_dtype")?;
     let k = cat::CAST.pair("to_dtype", src.dtype(), dtype)?;
     run("to_dtype", k, &[input(src, layout)], dtype, &[])
+}
+
+/// Indices of candle's narrow index dtypes (i16, i32; only scatter_add
+/// and index_add take them) as a contiguous i64 copy, the "no index" marker
+/// (the dtype's maximum) becoming i64's: the indexing kernels take u8, u32
+/// and i64. `None` for the other dtypes, which need no copy.
+pub(crate) fn widen_ids(
+    ids: &HipStorage,
+    layout: &Layout,
+    op: &'static str,
+) -> Result<Option<(HipStorage, Layout)>> {
+    if !dtype::NARROW_IDS.contains(&ids.dtype()) {
+        return Ok(None);
+    }
+    let k = cat::WIDEN_IDS.kernel(op, ids.dtype())?;
+    let wide = run(op, k, &[input(ids, layout)], DType::I64, &[])?;
+    Ok(Some((wide, Layout::contiguous(layout.shape()))))
 }
 
 /// `pred != 0 ? on_true : on_false`.

@@ -27,6 +27,7 @@ use hip_safe::{GemmConfig, GemmType, StridedBatchedConfig, Transpose};
 use crate::error::{Result, hip};
 use crate::handles;
 use crate::kernel::info::merge_dims;
+use crate::size;
 use crate::storage::HipStorage;
 use crate::typed::{Typed, TypedMut};
 
@@ -134,7 +135,7 @@ pub(crate) fn plan(
     }
     if ld[rank - 2..] != [m, k]
         || rd[rank - 2..] != [k, n]
-        || ld[..rank - 2].iter().product::<usize>() != b
+        || size::product(OP, "the batch", &ld[..rank - 2])? != b
     {
         return Err(err("the layouts do not have the shapes of (b, m, n, k)"));
     }
@@ -209,8 +210,9 @@ pub(crate) fn matmul(
 ) -> Result<HipStorage> {
     let (b, m, n, _) = bmnk;
     check_dtype(lhs.dtype())?;
+    let len = size::product(OP, "the output (b, m, n)", &[b, m, n])?;
     // SAFETY: `matmul_into` writes every one of the b * m * n elements.
-    let mut out = unsafe { lhs.device().alloc_storage(lhs.dtype(), b * m * n) }?;
+    let mut out = unsafe { lhs.device().alloc_storage(lhs.dtype(), len) }?;
     matmul_into(lhs, rhs, bmnk, lhs_l, rhs_l, &mut out, 0)?;
     Ok(out)
 }
@@ -240,7 +242,12 @@ pub(crate) fn matmul_into(
     lhs.check_dtype(out, OP)?;
     check_dtype(lhs.dtype())?;
     let (b, m, n, k) = bmnk;
-    let out_len = b * m * n;
+    let out_len = size::product(OP, "the output (b, m, n)", &[b, m, n])?;
+    // Every offset below lies inside the operands' validated spans.
+    lhs.view(OP, lhs_l)?;
+    rhs.view(OP, rhs_l)?;
+    size::numel(OP, lhs_l.dims())?;
+    size::numel(OP, rhs_l.dims())?;
     if out_len == 0 {
         return Ok(());
     }
@@ -288,7 +295,7 @@ impl Operands<'_> {
             let b_start = self.lhs_l.start_offset() + call.b_offset;
             let a = Typed::<T>::new(OP, self.rhs, a_start, tail(self.rhs, a_start))?;
             let b = Typed::<T>::new(OP, self.lhs, b_start, tail(self.lhs, b_start))?;
-            let c_start = out_offset + call.c_offset;
+            let c_start = size::add(OP, "the output offset", out_offset, call.c_offset)?;
             let c_len = tail(out, c_start);
             let mut c = TypedMut::<T>::new(OP, out, c_start, c_len)?;
             let cfg = StridedBatchedConfig {
@@ -419,11 +426,11 @@ mod tests {
     /// Plans and checks the emulated result against the reference.
     fn check(lhs_l: &Layout, rhs_l: &Layout) -> Plan {
         let lhs = data(
-            lhs_l.start_offset() + crate::kernel::info::span(lhs_l.dims(), lhs_l.stride()),
+            lhs_l.start_offset() + size::span("t", lhs_l.dims(), lhs_l.stride()).unwrap(),
             1,
         );
         let rhs = data(
-            rhs_l.start_offset() + crate::kernel::info::span(rhs_l.dims(), rhs_l.stride()),
+            rhs_l.start_offset() + size::span("t", rhs_l.dims(), rhs_l.stride()).unwrap(),
             2,
         );
         let size = bmnk(lhs_l, rhs_l);

@@ -13,6 +13,7 @@ use crate::kernel::grid::grid_stride;
 use crate::kernel::launch::to_u32;
 use crate::kernel::nchw::Nchw;
 use crate::ops::elementwise;
+use crate::size;
 use crate::storage::HipStorage;
 
 /// The work items of a kernel: output elements, or output columns (n, c, x)
@@ -52,7 +53,7 @@ fn run(
 ) -> Result<HipStorage> {
     let function = kernel.family.kernel(op, x.dtype())?;
     let [n, c, _, _] = src.sizes();
-    let len = n * c * out_hw.0 * out_hw.1;
+    let len = size::product(op, "the output", &[n, c, out_hw.0, out_hw.1])?;
     let device = x.device();
     // SAFETY: the kernel writes every output element (or fails).
     let mut out = unsafe { device.alloc_storage(x.dtype(), len) }?;

@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::kernel::catalogue as cat;
 use crate::kernel::grid::unrolled;
 use crate::kernel::header::{RAND_PER_BLOCK, RAND_PER_BLOCK_F64};
+use crate::size;
 use crate::storage::HipStorage;
 
 /// The seed of a new device (any fixed value keeps runs reproducible).
@@ -81,7 +82,7 @@ pub(crate) fn sample(
         Distribution::Normal { mean, std } => (&cat::RAND_NORMAL, "rand_normal", mean, std),
     };
     let kernel = family.kernel(op, dtype)?;
-    let n = shape.elem_count();
+    let n = size::numel(op, shape.dims())?;
     // SAFETY: the kernel below writes all n elements.
     let mut out = unsafe { device.alloc_storage(dtype, n) }?;
     if n == 0 {

@@ -21,6 +21,43 @@ pub const DTYPES: [DType; 7] = [
 ];
 pub const FLOATS: [DType; 4] = [DType::F16, DType::BF16, DType::F32, DType::F64];
 pub const INDEX: [DType; 3] = [DType::U8, DType::U32, DType::I64];
+/// The dtypes with arithmetic that `DTYPES` lacks.
+pub const NEW: [DType; 3] = [DType::I16, DType::I32, DType::F8E4M3];
+/// The index dtypes candle's CPU backend takes for where_cond, scatter_add
+/// and index_add only.
+pub const NARROW_IDS: [DType; 2] = [DType::I16, DType::I32];
+/// candle's dummy dtypes: raw bytes, stored and copied only.
+pub const RAW: [DType; 4] = [DType::F6E2M3, DType::F6E3M2, DType::F4, DType::F8E8M0];
+/// Every dtype with arithmetic.
+pub const NUMERIC: [DType; 10] = [
+    DType::U8,
+    DType::U32,
+    DType::I16,
+    DType::I32,
+    DType::I64,
+    DType::F16,
+    DType::BF16,
+    DType::F32,
+    DType::F64,
+    DType::F8E4M3,
+];
+/// Every dtype of candle 0.11.1, in the order of the tally's columns.
+pub const EVERY: [DType; 14] = [
+    DType::U8,
+    DType::U32,
+    DType::I16,
+    DType::I32,
+    DType::I64,
+    DType::F16,
+    DType::BF16,
+    DType::F32,
+    DType::F64,
+    DType::F8E4M3,
+    DType::F6E2M3,
+    DType::F6E3M2,
+    DType::F4,
+    DType::F8E8M0,
+];
 
 /// HIP device 0, which every GPU test uses.
 pub fn device() -> HipDevice {
@@ -145,7 +182,9 @@ fn int_range(dtype: DType) -> (i64, i64) {
     match dtype {
         DType::U8 => (0, 255),
         DType::U32 => (0, u32::MAX as i64),
-        // i64::MIN has no absolute value; the CPU backend would panic on it.
+        // MIN has no absolute value; the CPU backend would panic on it.
+        DType::I16 => (-(i16::MAX as i64), i16::MAX as i64),
+        DType::I32 => (-(i32::MAX as i64), i32::MAX as i64),
         _ => (-(1 << 62), 1 << 62),
     }
 }
@@ -191,7 +230,67 @@ pub fn random_storage(rng: &mut Rng, dtype: DType, n: usize, domain: Domain) -> 
         DType::BF16 => CpuStorage::BF16(floats(rng).into_iter().map(bf16::from_f64).collect()),
         DType::F32 => CpuStorage::F32(floats(rng).into_iter().map(|v| v as f32).collect()),
         DType::F64 => CpuStorage::F64(floats(rng)),
+        DType::I16 => CpuStorage::I16(ints(rng).into_iter().map(|v| v as i16).collect()),
+        DType::I32 => CpuStorage::I32(ints(rng).into_iter().map(|v| v as i32).collect()),
+        // Rounded by candle (the test crate names no float8 type).
+        DType::F8E4M3 => CpuStorage::F64(floats(rng))
+            .to_dtype(&Layout::contiguous(n), DType::F8E4M3)
+            .unwrap(),
+        raw if RAW.contains(&raw) => raw_storage(raw, (0..n).map(|_| rng.next() as u8).collect()),
         other => panic!("no test data for {other:?}"),
+    }
+}
+
+/// `bytes` as a storage of the dummy dtype `dtype`.
+pub fn raw_storage(dtype: DType, bytes: Vec<u8>) -> CpuStorage {
+    match dtype {
+        DType::F6E2M3 => CpuStorage::F6E2M3(bytes),
+        DType::F6E3M2 => CpuStorage::F6E3M2(bytes),
+        DType::F4 => CpuStorage::F4(bytes),
+        DType::F8E8M0 => CpuStorage::F8E8M0(bytes),
+        other => panic!("{other:?} is not a dummy dtype"),
+    }
+}
+
+/// `bits` as an F8E4M3 storage (every pattern: candle rounds the f64 each
+/// one stands for back to it, signed zeros and NaNs included).
+pub fn f8e4m3_from_bits(bits: &[u8]) -> CpuStorage {
+    let value = |b: u8| {
+        let magnitude = match (b & 0x7f, (b >> 3) & 0xf, b & 7) {
+            (0x7f, _, _) => f64::NAN,
+            (_, 0, m) => f64::from(m) * 2f64.powi(-9),
+            (_, e, m) => (1.0 + f64::from(m) / 8.0) * 2f64.powi(i32::from(e) - 7),
+        };
+        if b & 0x80 != 0 { -magnitude } else { magnitude }
+    };
+    let values: Vec<f64> = bits.iter().map(|&b| value(b)).collect();
+    let s = CpuStorage::F64(values)
+        .to_dtype(&Layout::contiguous(bits.len()), DType::F8E4M3)
+        .unwrap();
+    assert_eq!(raw_bytes(&s), bits, "f8e4m3 patterns");
+    s
+}
+
+/// The bytes of a host storage (little-endian elements).
+pub fn raw_bytes(s: &CpuStorage) -> Vec<u8> {
+    fn le<T: Copy, const N: usize>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+        v.iter().flat_map(|&x| f(x)).collect()
+    }
+    match s {
+        CpuStorage::U8(v) => v.clone(),
+        CpuStorage::U32(v) => le(v, u32::to_le_bytes),
+        CpuStorage::I16(v) => le(v, i16::to_le_bytes),
+        CpuStorage::I32(v) => le(v, i32::to_le_bytes),
+        CpuStorage::I64(v) => le(v, i64::to_le_bytes),
+        CpuStorage::F16(v) => le(v, |x| x.to_bits().to_le_bytes()),
+        CpuStorage::BF16(v) => le(v, |x| x.to_bits().to_le_bytes()),
+        CpuStorage::F32(v) => le(v, |x| x.to_bits().to_le_bytes()),
+        CpuStorage::F64(v) => le(v, |x| x.to_bits().to_le_bytes()),
+        CpuStorage::F8E4M3(v) => v.iter().map(|x| x.to_bits()).collect(),
+        CpuStorage::F6E2M3(v)
+        | CpuStorage::F6E3M2(v)
+        | CpuStorage::F4(v)
+        | CpuStorage::F8E8M0(v) => v.clone(),
     }
 }
 
@@ -426,11 +525,19 @@ pub fn cpu_values(s: &CpuStorage) -> Vec<f64> {
     let len = match s {
         CpuStorage::U8(v) => v.len(),
         CpuStorage::U32(v) => v.len(),
+        CpuStorage::I16(v) => v.len(),
+        CpuStorage::I32(v) => v.len(),
         CpuStorage::I64(v) => v.len(),
         CpuStorage::F16(v) => v.len(),
         CpuStorage::BF16(v) => v.len(),
         CpuStorage::F32(v) => v.len(),
         CpuStorage::F64(v) => v.len(),
+        // candle 0.11.1's CPU backend never finishes converting f8e4m3 to
+        // f64 (`WithDType::to_f64` calls itself); through f32 it is exact.
+        CpuStorage::F8E4M3(v) => {
+            let l = Layout::contiguous(v.len());
+            return cpu_values(&s.to_dtype(&l, DType::F32).unwrap());
+        }
         _ => panic!("unexpected dtype"),
     };
     match s.to_dtype(&Layout::contiguous(len), DType::F64).unwrap() {
@@ -457,6 +564,16 @@ pub struct Tol {
 
 impl Tol {
     pub const EXACT: Tol = Tol { rel: 0.0, abs: 0.0 };
+    /// The bytes must match (`compare_bits`): for results that move
+    /// elements or round them once exactly on both sides.
+    pub const BITS: Tol = Tol {
+        rel: -1.0,
+        abs: -1.0,
+    };
+
+    pub fn is_bits(&self) -> bool {
+        self.rel < 0.0
+    }
 
     pub fn accepts(&self, got: f64, want: f64) -> bool {
         if got.is_nan() || want.is_nan() {
@@ -490,7 +607,26 @@ pub fn tolerance(dtype: DType) -> Tol {
             rel: 1e-12,
             abs: 1e-12,
         },
+        // One step of the 3-bit mantissa (the smallest subnormal near 0):
+        // a result a device math function puts on the other side of a
+        // rounding boundary than the host's.
+        DType::F8E4M3 => Tol {
+            rel: 0.125,
+            abs: 2f64.powi(-9),
+        },
         _ => Tol::EXACT,
+    }
+}
+
+/// The tolerance of a result that both backends round once from the same
+/// exact value (a cast, an IEEE operation, a move): `tolerance(dtype)`,
+/// except that f8e4m3 results must match bit for bit. The seven first
+/// dtypes keep the tolerances their cases always had.
+pub fn strict(dtype: DType) -> Tol {
+    if dtype == DType::F8E4M3 {
+        Tol::BITS
+    } else {
+        tolerance(dtype)
     }
 }
 
@@ -547,8 +683,41 @@ pub fn values(s: &CpuStorage) -> Values {
         CpuStorage::BF16(v) => Values::Float(v.iter().map(|x| x.to_f64()).collect()),
         CpuStorage::F32(v) => Values::Float(v.iter().map(|&x| x.into()).collect()),
         CpuStorage::F64(v) => Values::Float(v.clone()),
-        other => panic!("no comparison for {:?}", other.dtype()),
+        CpuStorage::I16(v) => Values::Int(v.iter().map(|&x| x.into()).collect()),
+        CpuStorage::I32(v) => Values::Int(v.iter().map(|&x| x.into()).collect()),
+        // to_f32 is exact (`to_f64` would be WithDType's, which never returns).
+        CpuStorage::F8E4M3(v) => Values::Float(v.iter().map(|x| x.to_f32().into()).collect()),
+        // The dummy dtypes' bytes, which must match exactly.
+        CpuStorage::F6E2M3(v)
+        | CpuStorage::F6E3M2(v)
+        | CpuStorage::F4(v)
+        | CpuStorage::F8E8M0(v) => Values::Int(v.iter().map(|&x| x.into()).collect()),
     }
+}
+
+/// `Ok` when the bytes of `got` equal those of `want` (same dtype), an
+/// f8e4m3 NaN matching either NaN (x86 and GPUs give the NaNs they create
+/// different signs).
+pub fn compare_bits(got: &CpuStorage, want: &CpuStorage) -> std::result::Result<(), String> {
+    if want.dtype() != got.dtype() {
+        return Err(format!(
+            "dtype {:?}, expected {:?}",
+            got.dtype(),
+            want.dtype()
+        ));
+    }
+    let canonical = |bytes: Vec<u8>| -> Vec<u8> {
+        if got.dtype() == DType::F8E4M3 {
+            bytes
+                .into_iter()
+                .map(|b| if b & 0x7f == 0x7f { 0x7f } else { b })
+                .collect()
+        } else {
+            bytes
+        }
+    };
+    let (g, w) = (canonical(raw_bytes(got)), canonical(raw_bytes(want)));
+    compare_elements(&g, &w, |a, b| a == b).map_err(|why| format!("{why} (bytes)"))
 }
 
 /// `Ok` when every element of `got` passes `accepts` against the one of
@@ -640,6 +809,7 @@ impl Tally {
         tol: Tol,
     ) {
         let outcome = match (want, got.and_then(|h| h.to_cpu_storage())) {
+            (Ok(w), Ok(g)) if tol.is_bits() => compare_bits(&g, &w),
             (Ok(w), Ok(g)) => compare(&g, &w, tol),
             (Err(_), Err(_)) => Ok(()),
             (Ok(_), Err(e)) => Err(format!("HIP failed where the CPU succeeded: {e}")),
@@ -702,14 +872,19 @@ impl Tally {
         let mut ops: Vec<&String> = self.counts.keys().map(|(op, _)| op).collect();
         ops.dedup();
         let width = ops.iter().map(|op| op.len()).max().unwrap_or(0).max(10) + 2;
+        // A column per dtype that has cases.
+        let columns: Vec<DType> = EVERY
+            .into_iter()
+            .filter(|d| self.counts.keys().any(|(_, c)| *c == d.as_str()))
+            .collect();
         print!("  {:<width$}", "op \\ dtype");
-        for d in DTYPES {
+        for d in &columns {
             print!("{:>9}", d.as_str());
         }
         println!();
         for op in ops {
             print!("  {op:<width$}");
-            for d in DTYPES {
+            for d in &columns {
                 match self.counts.get(&(op.clone(), d.as_str())) {
                     Some(&(n, 0)) => print!("{n:>9}"),
                     Some(&(n, f)) => print!("{:>9}", format!("{f}!/{n}")),
@@ -827,4 +1002,33 @@ fn layouts_have_the_requested_shape_and_fit_their_storage() {
             }
         }
     }
+}
+
+#[test]
+fn every_dtype_has_test_data_and_a_bitwise_comparison() {
+    let mut rng = Rng(5);
+    for dtype in EVERY {
+        let s = random_storage(&mut rng, dtype, 9, Domain::Special);
+        assert_eq!(s.dtype(), dtype);
+        assert_eq!(raw_bytes(&s).len(), 9 * dtype.size_in_bytes().max(1));
+        assert!(compare_bits(&s, &s).is_ok(), "{dtype:?}");
+    }
+    let patterns: Vec<u8> = (0..=255).collect();
+    let all = f8e4m3_from_bits(&patterns);
+    assert_eq!(raw_bytes(&all), patterns);
+    let values = cpu_values(&all);
+    assert_eq!(values[0x38], 1.0);
+    assert_eq!(values[0xfe], -448.0);
+    assert_eq!(values[0x01], 2f64.powi(-9));
+    assert!(values[0x7f].is_nan() && values[0xff].is_nan());
+    let f8 = |b: u8| f8e4m3_from_bits(&[b]);
+    assert!(compare_bits(&f8(0x7f), &f8(0xff)).is_ok());
+    assert!(compare_bits(&f8(0x00), &f8(0x80)).is_err());
+    assert!(compare_bits(&f8(0x38), &f8(0x39)).is_err());
+    assert!(Tol::BITS.is_bits() && !Tol::EXACT.is_bits());
+    assert!(strict(DType::F8E4M3).is_bits() && !strict(DType::F16).is_bits());
+    // One f8e4m3 step passes the f8e4m3 tolerance, two do not.
+    let t = tolerance(DType::F8E4M3);
+    assert!(t.accepts(values[0x39], values[0x38]) && !t.accepts(values[0x3a], values[0x38]));
+    assert!(t.accepts(values[0x02], values[0x01]));
 }

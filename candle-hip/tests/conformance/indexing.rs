@@ -6,11 +6,9 @@
 
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::{CpuStorage, DType, Layout, Result, Shape};
+use candle_hip::{HipDevice, HipStorage};
 
-use crate::common::{
-    Ctx, DENSE_FORMS, DTYPES, Domain, FLOATS, FORMS, Form, INDEX, Rng, Tol, cpu, describe,
-    tolerance,
-};
+use crate::common::{Ctx, DENSE_FORMS, Domain, FORMS, Form, Rng, Tol, cpu, describe, strict};
 
 /// Index values for a dimension of `size`: valid positions, and now and then
 /// the dtype's maximum, candle's "no index" marker.
@@ -40,14 +38,26 @@ fn random_ids(rng: &mut Rng, dtype: DType, n: usize, size: usize) -> CpuStorage 
                 .map(|&v| if v == u64::MAX { i64::MAX } else { v as i64 })
                 .collect(),
         ),
+        DType::I16 => CpuStorage::I16(
+            ids.iter()
+                .map(|&v| if v == u64::MAX { i16::MAX } else { v as i16 })
+                .collect(),
+        ),
+        DType::I32 => CpuStorage::I32(
+            ids.iter()
+                .map(|&v| if v == u64::MAX { i32::MAX } else { v as i32 })
+                .collect(),
+        ),
         other => panic!("no index data for {other:?}"),
     }
 }
 
-pub fn index_select(ctx: &mut Ctx) {
-    for ids_dtype in INDEX {
+/// index_select with every index dtype of `ids` and value dtype of `values`
+/// (as for every case function of this module).
+pub fn index_select(ctx: &mut Ctx, ids: &[DType], values: &[DType]) {
+    for &ids_dtype in ids {
         let name = format!("index_select (ids {})", ids_dtype.as_str());
-        for dtype in DTYPES {
+        for &dtype in values {
             for shape in ctx.shapes.clone() {
                 if shape.is_empty() {
                     continue;
@@ -76,7 +86,7 @@ pub fn index_select(ctx: &mut Ctx) {
                         )
                     };
                     ctx.tally
-                        .check(&name, dtype, desc, want, got, tolerance(dtype));
+                        .check(&name, dtype, desc, want, got, strict(dtype));
                 }
             }
         }
@@ -101,10 +111,10 @@ fn with_dim(shape: &[usize], dim: usize, size: usize) -> Vec<usize> {
     s
 }
 
-pub fn gather(ctx: &mut Ctx) {
-    for ids_dtype in INDEX {
+pub fn gather(ctx: &mut Ctx, ids: &[DType], values: &[DType]) {
+    for &ids_dtype in ids {
         let name = format!("gather (ids {})", ids_dtype.as_str());
-        for dtype in DTYPES {
+        for &dtype in values {
             for shape in ctx.shapes.clone() {
                 if shape.is_empty() {
                     continue;
@@ -122,7 +132,7 @@ pub fn gather(ctx: &mut Ctx) {
                     let desc =
                         || format!("{} dim {dim} ids {ids_shape:?}", describe(&shape, &[&ls]));
                     ctx.tally
-                        .check(&name, dtype, desc, want, got, tolerance(dtype));
+                        .check(&name, dtype, desc, want, got, strict(dtype));
                 }
             }
         }
@@ -132,7 +142,7 @@ pub fn gather(ctx: &mut Ctx) {
 /// Operand values of scatter, scatter_add and index_add: for integers,
 /// small enough that many updates of one element stay in range.
 fn update_domain(dtype: DType) -> Domain {
-    if FLOATS.contains(&dtype) {
+    if dtype.is_float() {
         Domain::Signed
     } else {
         Domain::Ints(0, 3)
@@ -158,15 +168,15 @@ fn scattered<S: BackendStorage>(
     Ok(d)
 }
 
-pub fn scatter(ctx: &mut Ctx) {
+pub fn scatter(ctx: &mut Ctx, ids: &[DType], values: &[DType]) {
     for add in [false, true] {
-        for ids_dtype in INDEX {
+        for &ids_dtype in ids {
             let name = format!(
                 "{} (ids {})",
                 if add { "scatter_add" } else { "scatter" },
                 ids_dtype.as_str()
             );
-            for dtype in DTYPES {
+            for &dtype in values {
                 let domain = update_domain(dtype);
                 for shape in ctx.shapes.clone() {
                     if shape.is_empty() {
@@ -207,10 +217,10 @@ pub fn scatter(ctx: &mut Ctx) {
     }
 }
 
-pub fn index_add(ctx: &mut Ctx) {
-    for ids_dtype in INDEX {
+pub fn index_add(ctx: &mut Ctx, ids: &[DType], values: &[DType]) {
+    for &ids_dtype in ids {
         let name = format!("index_add (ids {})", ids_dtype.as_str());
-        for dtype in DTYPES {
+        for &dtype in values {
             let domain = update_domain(dtype);
             for shape in ctx.shapes.clone() {
                 if shape.is_empty() {
@@ -240,25 +250,29 @@ pub fn index_add(ctx: &mut Ctx) {
 /// mostly among the first `distinct` positions (many updates of the same
 /// element), some the "no index" marker, some past the dimension (the CPU
 /// backend rejects those; the device skips them, so the CPU gets the marker
-/// in their place), for i64 some negative.
+/// in their place), for i64 some negative; and whether any index is past
+/// the dimension (the device must then report it).
 fn ids_with_edges(
     rng: &mut Rng,
     dtype: DType,
     n: usize,
     size: usize,
     distinct: usize,
-) -> (CpuStorage, CpuStorage) {
+) -> (CpuStorage, CpuStorage, bool) {
     let max = match dtype {
         DType::U8 => u64::from(u8::MAX),
         DType::U32 => u64::from(u32::MAX),
+        DType::I16 => i16::MAX as u64,
+        DType::I32 => i32::MAX as u64,
         _ => i64::MAX as u64,
     };
+    let signed = matches!(dtype, DType::I16 | DType::I32 | DType::I64);
     let (mut dev, mut host) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for _ in 0..n {
         let id = match rng.below(10) {
             0 => max,
             1 if (size as u64) < max => (size as u64 + rng.below(1000) as u64).min(max - 1),
-            2 if dtype == DType::I64 => (-1 - rng.below(5) as i64) as u64,
+            2 if signed => (-1 - rng.below(5) as i64) as u64,
             _ => rng.below(distinct.min(size).min(max as usize).max(1)) as u64,
         };
         dev.push(id);
@@ -267,9 +281,32 @@ fn ids_with_edges(
     let storage = |ids: Vec<u64>| match dtype {
         DType::U8 => CpuStorage::U8(ids.iter().map(|&v| v as u8).collect()),
         DType::U32 => CpuStorage::U32(ids.iter().map(|&v| v as u32).collect()),
+        DType::I16 => CpuStorage::I16(ids.iter().map(|&v| v as i16).collect()),
+        DType::I32 => CpuStorage::I32(ids.iter().map(|&v| v as i32).collect()),
         _ => CpuStorage::I64(ids.iter().map(|&v| v as i64).collect()),
     };
-    (storage(dev), storage(host))
+    let past = dev.iter().zip(&host).any(|(d, h)| d != h);
+    (storage(dev), storage(host), past)
+}
+
+/// `got`, when the device's next synchronisation reports an index past the
+/// dimension for `op` exactly when `past`; otherwise an error saying what
+/// was reported instead (a failed case).
+fn with_fault_report(
+    dev: &HipDevice,
+    got: Result<HipStorage>,
+    past: bool,
+    op: &str,
+) -> Result<HipStorage> {
+    let report = dev.synchronize();
+    match (&report, past) {
+        (Ok(()), false) => got,
+        (Err(e), true) if e.to_string().contains(op) => got,
+        _ => Err(candle_core::Error::Msg(format!(
+            "indices past the dimension: {past}, but the device reported {:?}",
+            report.err().map(|e| e.to_string())
+        ))),
+    }
 }
 
 /// Cases of the shared-memory tile form of scatter, scatter_add and
@@ -277,7 +314,7 @@ fn ids_with_edges(
 /// ranges (not whole ones), column counts that are not whole tiles, left >
 /// 1, many updates of the same element, the marker and indices past the
 /// dimension; every value and index dtype; exact equality.
-pub fn update_tiles(ctx: &mut Ctx) {
+pub fn update_tiles(ctx: &mut Ctx, ids: &[DType], values: &[DType]) {
     // (destination shape, dim, updates, distinct positions)
     let cases: [(&[usize], usize, usize, usize); 5] = [
         (&[2, 2500, 20], 1, 3000, 2500),
@@ -287,8 +324,8 @@ pub fn update_tiles(ctx: &mut Ctx) {
         (&[2, 200, 1024], 1, 400, 200),
     ];
     for (shape, dim, n, distinct) in cases {
-        for ids_dtype in INDEX {
-            for dtype in DTYPES {
+        for &ids_dtype in ids {
+            for &dtype in values {
                 let domain = update_domain(dtype);
                 let (dst, ld) = ctx.input(dtype, shape, Form::Contiguous, domain);
                 let src_shape = with_dim(shape, dim, n);
@@ -296,7 +333,7 @@ pub fn update_tiles(ctx: &mut Ctx) {
                 let desc = || format!("dst {shape:?} dim {dim} src {src_shape:?}");
                 for add in [false, true] {
                     let count: usize = src_shape.iter().product();
-                    let (dev_ids, cpu_ids) =
+                    let (dev_ids, cpu_ids, past) =
                         ids_with_edges(&mut ctx.rng, ids_dtype, count, shape[dim], distinct);
                     let hip_ids = ctx.dev.storage_from_cpu_storage(&dev_ids).expect("upload");
                     let lids = Layout::contiguous(src_shape.as_slice());
@@ -316,16 +353,22 @@ pub fn update_tiles(ctx: &mut Ctx) {
                         (&src.hip, &ls),
                         dim,
                     );
-                    let op = if add { "scatter_add" } else { "scatter" };
+                    let (op, reported) = if add {
+                        ("scatter_add", "scatter-add")
+                    } else {
+                        ("scatter", "scatter")
+                    };
+                    let got = with_fault_report(&ctx.dev, got, past, reported);
                     let name = format!("{op} tiles (ids {})", ids_dtype.as_str());
                     ctx.tally.check(&name, dtype, desc, want, got, Tol::EXACT);
                 }
-                let (dev_ids, cpu_ids) =
+                let (dev_ids, cpu_ids, past) =
                     ids_with_edges(&mut ctx.rng, ids_dtype, n, shape[dim], distinct);
                 let hip_ids = ctx.dev.storage_from_cpu_storage(&dev_ids).expect("upload");
                 let lids = Layout::contiguous(n);
                 let want = cpu(|| dst.cpu.index_add(&ld, &cpu_ids, &lids, &src.cpu, &ls, dim));
                 let got = dst.hip.index_add(&ld, &hip_ids, &lids, &src.hip, &ls, dim);
+                let got = with_fault_report(&ctx.dev, got, past, "index-add");
                 let name = format!("index_add tiles (ids {})", ids_dtype.as_str());
                 ctx.tally.check(&name, dtype, desc, want, got, Tol::EXACT);
             }

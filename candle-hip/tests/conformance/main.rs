@@ -25,6 +25,9 @@
 //!   the unit roundoff of the output and accumulation types (`common::Tol`).
 //!   Selection ops (max pooling, nearest upsampling, argsort) must match
 //!   exactly.
+//! - `dtypes` runs the storage-op cases of the suite for the dtypes added
+//!   after the first seven (i16, i32, f8e4m3 and candle's dummy dtypes),
+//!   with data of its own, and checks f8e4m3 ops on every bit pattern.
 //! - `random` (the device's random numbers), `errors` (what is refused) and
 //!   `large` (64-bit offsets) test the device directly.
 //!
@@ -36,18 +39,22 @@
 
 mod common;
 mod conv;
+mod conv_fallback;
 mod copy;
+mod dtypes;
 mod elementwise;
 mod errors;
 mod fused;
+mod index_faults;
 mod indexing;
 mod large;
 mod matmul;
+mod overflow;
 mod pool;
 mod random;
 mod reduce;
 
-use common::{Ctx, Rng, Tally, device, shapes};
+use common::{Ctx, DTYPES, FLOATS, INDEX, Rng, Tally, device, shapes};
 use indexing::{few_updates, many_updates};
 
 #[test]
@@ -64,19 +71,19 @@ fn conformance_with_the_cpu_backend() {
         shapes,
         updates: few_updates,
     };
-    copy::round_trips(&mut ctx);
-    elementwise::all_unary(&mut ctx);
-    elementwise::scalar_params(&mut ctx);
-    elementwise::all_binary(&mut ctx);
-    elementwise::comparisons(&mut ctx);
-    elementwise::casts(&mut ctx);
-    elementwise::where_cond(&mut ctx);
-    reduce::reductions(&mut ctx);
-    indexing::index_select(&mut ctx);
-    indexing::gather(&mut ctx);
-    indexing::scatter(&mut ctx);
-    indexing::index_add(&mut ctx);
-    copy::copies(&mut ctx);
+    copy::round_trips(&mut ctx, &DTYPES);
+    elementwise::all_unary(&mut ctx, &FLOATS, &DTYPES);
+    elementwise::scalar_params(&mut ctx, &DTYPES);
+    elementwise::all_binary(&mut ctx, &DTYPES);
+    elementwise::comparisons(&mut ctx, &DTYPES);
+    elementwise::casts(&mut ctx, &DTYPES, &DTYPES);
+    elementwise::where_cond(&mut ctx, &INDEX, &DTYPES);
+    reduce::reductions(&mut ctx, &DTYPES);
+    indexing::index_select(&mut ctx, &INDEX, &DTYPES);
+    indexing::gather(&mut ctx, &INDEX, &DTYPES);
+    indexing::scatter(&mut ctx, &INDEX, &DTYPES);
+    indexing::index_add(&mut ctx, &INDEX, &DTYPES);
+    copy::copies(&mut ctx, &DTYPES);
     // A second pass with its own random stream (so that the data of the
     // cases above does not depend on it): shapes that reach the kernels' packed, tiled, split and
     // batched paths. Inner dimensions of whole 16-byte packs for every dtype
@@ -98,14 +105,14 @@ fn conformance_with_the_cpu_backend() {
         ],
         updates: many_updates,
     };
-    elementwise::all_binary(&mut paths);
-    elementwise::where_cond(&mut paths);
-    elementwise::casts(&mut paths);
-    copy::copies(&mut paths);
-    indexing::scatter(&mut paths);
-    indexing::index_add(&mut paths);
-    indexing::update_tiles(&mut paths);
+    elementwise::all_binary(&mut paths, &DTYPES);
+    elementwise::where_cond(&mut paths, &INDEX, &DTYPES);
+    elementwise::casts(&mut paths, &DTYPES, &DTYPES);
+    copy::copies(&mut paths, &DTYPES);
+    indexing::scatter(&mut paths, &INDEX, &DTYPES);
+    indexing::index_add(&mut paths, &INDEX, &DTYPES);
+    indexing::update_tiles(&mut paths, &INDEX, &DTYPES);
     paths.shapes = vec![vec![3, 200_000], vec![20_000, 33], vec![300, 5000]];
-    reduce::reductions(&mut paths);
+    reduce::reductions(&mut paths, &DTYPES);
     paths.tally.finish("conformance");
 }

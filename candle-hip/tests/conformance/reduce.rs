@@ -7,7 +7,7 @@ use candle_core::op::ReduceOp;
 use candle_core::{CpuStorage, DType, Layout, Result};
 
 use crate::common::{
-    Ctx, DTYPES, Domain, FORMS, Form, Pair, Rng, Tol, cpu, describe, random_storage, tolerance,
+    Ctx, Domain, FORMS, Form, Pair, Rng, Tol, cpu, describe, random_storage, tolerance,
 };
 
 /// Tolerance for a sum of `count` values of magnitude at most 3: the
@@ -34,12 +34,12 @@ fn sum_tolerance(dtype: DType, count: usize) -> Tol {
     }
 }
 
-/// candle's CPU backend sums f16/bf16 in the half type itself; the kernels
-/// sum in f32. The reference for half dtypes is therefore the CPU's f32 sum
-/// of the same values, rounded to the dtype.
+/// candle's CPU backend sums f16/bf16/f8e4m3 in the narrow type itself;
+/// the kernels sum in f32. The reference for these dtypes is therefore the
+/// CPU's f32 sum of the same values, rounded to the dtype.
 fn cpu_sum(x: &CpuStorage, l: &Layout, dims: &[usize]) -> Result<CpuStorage> {
     match x.dtype() {
-        DType::F16 | DType::BF16 => {
+        DType::F16 | DType::BF16 | DType::F8E4M3 => {
             let wide = x.to_dtype(l, DType::F32)?;
             let sum = wide.reduce_op(ReduceOp::Sum, &Layout::contiguous(l.dims()), dims)?;
             let mut out_dims = l.dims().to_vec();
@@ -64,7 +64,7 @@ fn canonical(l: &Layout) -> Layout {
     }
 }
 
-const REDUCE_OPS: [(ReduceOp, &str); 5] = [
+pub const REDUCE_OPS: [(ReduceOp, &str); 5] = [
     (ReduceOp::Sum, "reduce sum"),
     (ReduceOp::Min, "reduce min"),
     (ReduceOp::Max, "reduce max"),
@@ -76,9 +76,14 @@ const REDUCE_OPS: [(ReduceOp, &str); 5] = [
 /// reference computes exactly in the dtype (none for u8 sums that could
 /// wrap), or of a min/max/argmin/argmax (`pick`).
 fn reduce_domain(op: ReduceOp, dtype: DType, red: usize, pick: Domain) -> Option<Domain> {
+    // i16 values whose sums stay in range: of at most this magnitude, and
+    // for long sums a random walk of -1, 0, 1 steps (over 1,000,003 values
+    // a standard deviation of 816, far from 2^15).
+    let i16_bound = (i16::MAX as usize / red.max(1)).clamp(1, 5) as i64;
     match (op, dtype) {
         (ReduceOp::Sum, DType::U8) if red * 3 > 255 => None,
         (ReduceOp::Sum, DType::U8) => Some(Domain::Ints(0, 3)),
+        (ReduceOp::Sum, DType::I16) => Some(Domain::Ints(-i16_bound, i16_bound)),
         (ReduceOp::Sum, DType::U32) => Some(Domain::Ints(0, 1000)),
         (ReduceOp::Sum, _) => Some(Domain::Signed),
         _ => Some(pick),
@@ -86,7 +91,7 @@ fn reduce_domain(op: ReduceOp, dtype: DType, red: usize, pick: Domain) -> Option
 }
 
 /// Checks `op` over `dims` of `x` (viewed through `l`) against the CPU.
-fn check_reduction(
+pub fn check_reduction(
     ctx: &mut Ctx,
     (op, name): (ReduceOp, &str),
     dtype: DType,
@@ -103,20 +108,21 @@ fn check_reduction(
         }
     });
     let got = x.hip.reduce_op(op, l, dims);
-    let tol = if op == ReduceOp::Sum {
-        sum_tolerance(dtype, red)
-    } else {
-        tolerance(dtype)
+    let tol = match (op, dtype) {
+        (ReduceOp::Sum, _) => sum_tolerance(dtype, red),
+        // An element itself (equal values, -0 and +0, may come out either).
+        (_, DType::F8E4M3) => Tol::EXACT,
+        _ => tolerance(dtype),
     };
     let desc = || format!("{} dims {dims:?}", describe(l.dims(), &[l]));
     ctx.tally.check(name, dtype, desc, want, got, tol);
 }
 
-pub fn reductions(ctx: &mut Ctx) {
+pub fn reductions(ctx: &mut Ctx, dtypes: &[DType]) {
     let mut shapes = ctx.shapes.clone();
     shapes.extend([vec![3, 5000], vec![70, 300], vec![300, 70], vec![2, 40_000]]);
     for op in REDUCE_OPS {
-        for dtype in DTYPES {
+        for &dtype in dtypes {
             for shape in &shapes {
                 if shape.is_empty() {
                     continue;
@@ -148,15 +154,15 @@ pub fn reductions(ctx: &mut Ctx) {
             }
         }
     }
-    packed_column_reductions(ctx);
-    whole_tensor_reductions(ctx);
+    packed_column_reductions(ctx, dtypes);
+    whole_tensor_reductions(ctx, dtypes);
 }
 
 /// Reductions to a single output long enough to be cut into chunks whose
 /// partial states a finish launch combines: every op and dtype, contiguous
 /// and offset views, an odd length, and a 2-D sum over both dimensions. Its
 /// own random stream keeps the data of the other cases independent of it.
-fn whole_tensor_reductions(ctx: &mut Ctx) {
+fn whole_tensor_reductions(ctx: &mut Ctx, dtypes: &[DType]) {
     let saved = std::mem::replace(&mut ctx.rng, Rng(0x5eed_1234_abcd_0003));
     let cases: [(&[usize], &[usize]); 3] = [
         (&[300_000], &[0]),
@@ -164,7 +170,7 @@ fn whole_tensor_reductions(ctx: &mut Ctx) {
         (&[4, 250_000], &[0, 1]),
     ];
     for op in REDUCE_OPS {
-        for dtype in DTYPES {
+        for &dtype in dtypes {
             for (shape, dims) in cases {
                 if dims.len() > 1 && op.0 != ReduceOp::Sum {
                     continue;
@@ -217,7 +223,7 @@ fn column_case(base: &[usize], offset: usize, dims: &[usize]) -> ColumnCase {
 /// units: 4352 outputs is past the thread-per-output finish threshold).
 /// Its own random stream keeps the data of the other cases independent of
 /// it.
-fn packed_column_reductions(ctx: &mut Ctx) {
+fn packed_column_reductions(ctx: &mut Ctx, dtypes: &[DType]) {
     let mut rng = Rng(0x5eed_c015_0000_0003);
     let mut cases = vec![
         column_case(&[250, 256], 0, &[0]),
@@ -258,7 +264,7 @@ fn packed_column_reductions(ctx: &mut Ctx) {
             if case.dims.len() > 1 && op.0 != ReduceOp::Sum {
                 continue;
             }
-            for dtype in DTYPES {
+            for &dtype in dtypes {
                 let picks = if big {
                     vec![rng.pick(&[Domain::Special, Domain::Ints(0, 5)])]
                 } else {

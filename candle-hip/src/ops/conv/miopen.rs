@@ -6,8 +6,9 @@ use hip_safe::{ConvConfig, ConvTransposeConfig, DnnType};
 
 use super::{Dense, Problem};
 use crate::device::HipDevice;
-use crate::error::{Result, hip};
+use crate::error::Result;
 use crate::handles;
+use crate::size;
 use crate::storage::HipStorage;
 use crate::typed::{Typed, TypedMut};
 
@@ -16,6 +17,11 @@ use crate::typed::{Typed, TypedMut};
 pub(crate) fn applies(dtype: DType, device: &HipDevice) -> bool {
     matches!(dtype, DType::F16 | DType::BF16 | DType::F32) && handles::dnn(device).is_ok()
 }
+
+/// What the convolution call itself returned: MIOpen's own failures (no
+/// solver for a configuration, ...) are kept apart from errors of the
+/// preparation, because another path may still answer them.
+pub(crate) type Answer = std::result::Result<(), hip_safe::Error>;
 
 /// Runs `prob` with MIOpen into the contiguous `y`.
 pub(crate) fn run(
@@ -26,7 +32,7 @@ pub(crate) fn run(
     w: &HipStorage,
     w_l: &Layout,
     y: &mut HipStorage,
-) -> Result<()> {
+) -> Result<Answer> {
     let x = Dense::of(x, x_l)?;
     let w = Dense::of(w, w_l)?;
     match y.dtype() {
@@ -45,12 +51,12 @@ fn convolve<T: DnnType + WithDType>(
     x: &Dense<'_>,
     w: &Dense<'_>,
     y: &mut HipStorage,
-) -> Result<()> {
+) -> Result<Answer> {
     let dnn = handles::dnn(y.device())?;
     let [n, c, h, wd] = prob.x.sizes();
     let [_, k_out, oh, ow] = prob.y;
     let x_len = prob.x.numel();
-    let w_len = prob.w.iter().product();
+    let w_len = size::numel(op, &prob.w)?;
     let xv = Typed::<T>::new(op, x.storage(), x.start(), x_len)?;
     let wv = Typed::<T>::new(op, w.storage(), w.start(), w_len)?;
     let mut yv = TypedMut::<T>::new(op, y, 0, n * k_out * oh * ow)?;
@@ -68,8 +74,7 @@ fn convolve<T: DnnType + WithDType>(
             dilation: prob.dilation,
             groups: prob.groups,
         };
-        dnn.conv_transpose::<T>(&cfg, &xv, &wv, &mut yv)
-            .map_err(hip)
+        Ok(dnn.conv_transpose::<T>(&cfg, &xv, &wv, &mut yv))
     } else {
         let cfg = ConvConfig {
             batch: n,
@@ -82,6 +87,6 @@ fn convolve<T: DnnType + WithDType>(
             dilation: prob.dilation,
             groups: prob.groups,
         };
-        dnn.conv_forward::<T>(cfg, &xv, &wv, &mut yv).map_err(hip)
+        Ok(dnn.conv_forward::<T>(cfg, &xv, &wv, &mut yv))
     }
 }

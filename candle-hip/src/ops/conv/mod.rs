@@ -3,8 +3,11 @@
 //! parameters (padding, stride, dilation, output padding, groups).
 //!
 //! Which path runs ([`ConvPath`]): MIOpen for f16, bf16 and f32 when the
-//! MIOpen library loads; im2col (`kernels/im2col.hip`) + rocBLAS otherwise,
-//! and always for f64 (hip-safe's `Dnn` has no f64). Both take any input
+//! MIOpen library loads; im2col (`im2col.hip`) + rocBLAS otherwise, and
+//! always for f64 (hip-safe's `Dnn` has no f64). A configuration MIOpen
+//! fails on (it has no solver for some shapes and dtypes) runs through
+//! im2col + GEMM instead, with a `tracing` warning, and so do its repeats
+//! on that device. Both take any input
 //! layout (non-contiguous inputs are copied for MIOpen, read in place by
 //! im2col) and write a new contiguous output.
 //!
@@ -17,11 +20,15 @@ mod gemm;
 mod miopen;
 pub(crate) mod params;
 
-use candle_core::Layout;
+use std::collections::HashSet;
+use std::sync::Mutex;
+
 use candle_core::backend::BackendStorage;
+use candle_core::{DType, Layout};
 
 use crate::error::{Result, invalid};
 use crate::kernel::nchw::Nchw;
+use crate::size;
 use crate::storage::HipStorage;
 
 /// Which implementation runs a convolution.
@@ -134,7 +141,30 @@ impl Problem {
             transposed,
         };
         prob.y = prob.output_dims().map_err(|reason| invalid(op, reason))?;
+        prob.check_sizes(op)?;
         Ok(prob)
+    }
+
+    /// Errors unless every size the two paths compute fits: the operands,
+    /// the output and the column matrix of one image (the im2col and
+    /// col2im products of the paths are bounded by these).
+    fn check_sizes(&self, op: &'static str) -> Result<()> {
+        let [n, c, h, w] = self.x.sizes();
+        let [k, _, kh, kw] = self.w;
+        size::numel(op, &self.w)?;
+        size::numel(op, &self.y)?;
+        size::numel(op, &[n, c, h, w])?;
+        size::product(
+            op,
+            "the forward columns",
+            &[c, kh, kw, self.y[2], self.y[3]],
+        )?;
+        size::product(
+            op,
+            "the transposed columns",
+            &[k, kh, kw, h, w, self.groups],
+        )?;
+        Ok(())
     }
 
     /// `(N, K, out_h, out_w)`, or why the parameters do not fit.
@@ -147,10 +177,16 @@ impl Problem {
                 self.stride, self.dilation
             ));
         }
+        let overflow = || {
+            format!(
+                "weights {:?}, groups {g}, padding {:?}, stride {:?}, dilation {:?} and output padding {:?} overflow",
+                self.w, self.padding, self.stride, self.dilation, self.output_padding
+            )
+        };
         let (in_ch, k) = if self.transposed {
-            (self.w[0], self.w[1] * g)
+            (self.w[0], self.w[1].checked_mul(g).ok_or_else(overflow)?)
         } else {
-            (self.w[1] * g, self.w[0])
+            (self.w[1].checked_mul(g).ok_or_else(overflow)?, self.w[0])
         };
         if in_ch != c || k % g != 0 || c % g != 0 {
             return Err(format!(
@@ -165,7 +201,11 @@ impl Problem {
         }
         let mut out = [0; 2];
         for (d, size) in [h, w].into_iter().enumerate() {
-            let reach = self.dilation[d] * (self.w[2 + d].max(1) - 1) + 1;
+            let reach = self.dilation[d]
+                .checked_mul(self.w[2 + d].max(1) - 1)
+                .and_then(|r| r.checked_add(1))
+                .ok_or_else(overflow)?;
+            let padding = self.padding[d].checked_mul(2).ok_or_else(overflow)?;
             out[d] = if self.transposed {
                 if self.output_padding[d] >= self.stride[d].max(self.dilation[d]) {
                     return Err(format!(
@@ -173,12 +213,16 @@ impl Problem {
                         self.output_padding, self.stride, self.dilation
                     ));
                 }
-                ((size.max(1) - 1) * self.stride[d] + reach + self.output_padding[d])
-                    .checked_sub(2 * self.padding[d])
+                let full = (size.max(1) - 1)
+                    .checked_mul(self.stride[d])
+                    .and_then(|s| s.checked_add(reach))
+                    .and_then(|s| s.checked_add(self.output_padding[d]))
+                    .ok_or_else(overflow)?;
+                full.checked_sub(padding)
                     .filter(|&o| o > 0)
                     .ok_or_else(|| format!("padding {:?} leaves no output", self.padding))?
             } else {
-                let padded = size + 2 * self.padding[d];
+                let padded = size.checked_add(padding).ok_or_else(overflow)?;
                 if padded < reach {
                     return Err(format!(
                         "the kernel {:?} with dilation {:?} does not fit the padded input ({h}, {w}) + 2 * {:?}",
@@ -193,7 +237,7 @@ impl Problem {
         Ok([n, k, out[0], out[1]])
     }
 
-    /// Elements of the output.
+    /// Elements of the output (checked by `check_sizes`).
     pub(crate) fn y_len(&self) -> usize {
         self.y.iter().product()
     }
@@ -221,7 +265,7 @@ fn run(
     if prob.y_len() == 0 {
         return Ok(y);
     }
-    if x_l.shape().elem_count() == 0 || w_l.shape().elem_count() == 0 {
+    if prob.x.numel() == 0 || size::numel(op, w_l.dims())? == 0 {
         // Sums of no terms.
         let mut all = y.view_all_mut();
         device
@@ -230,17 +274,81 @@ fn run(
             .map_err(crate::error::hip)?;
         return Ok(y);
     }
+    let key = Refused::key(x.dtype(), prob);
     let use_miopen = match path {
         ConvPath::Gemm => false,
         ConvPath::Miopen => true,
-        ConvPath::Auto => miopen::applies(x.dtype(), device),
+        ConvPath::Auto => {
+            miopen::applies(x.dtype(), device) && !device.miopen_refused().contains(&key)
+        }
     };
     if use_miopen {
-        miopen::run(op, prob, x, x_l, w, w_l, &mut y)?;
-    } else {
-        gemm::run(op, prob, x, x_l, w, w_l, &mut y)?;
+        match miopen::run(op, prob, x, x_l, w, w_l, &mut y)? {
+            Ok(()) => return Ok(y),
+            Err(e) if path == ConvPath::Auto && matches!(e, hip_safe::Error::Dnn(_)) => {
+                tracing::warn!(
+                    op,
+                    configuration = ?key,
+                    error = %e,
+                    "MIOpen cannot run this convolution: it and its repeats on this device \
+                     run through im2col + GEMM"
+                );
+                device.miopen_refused().insert(key);
+            }
+            Err(e) => return Err(crate::error::hip(e)),
+        }
     }
+    gemm::run(op, prob, x, x_l, w, w_l, &mut y)?;
     Ok(y)
+}
+
+/// The convolution configurations MIOpen failed on one device: with
+/// `ConvPath::Auto` they run through im2col + GEMM from then on, without
+/// asking MIOpen again (each failed Find costs time and a log line).
+#[derive(Default)]
+pub(crate) struct Refused(Mutex<HashSet<ConvKey>>);
+
+/// What MIOpen sees of a convolution (its operands are made dense).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ConvKey {
+    dtype: DType,
+    x: [usize; 4],
+    w: [usize; 4],
+    padding: [usize; 2],
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    output_padding: [usize; 2],
+    groups: usize,
+    transposed: bool,
+}
+
+impl Refused {
+    fn key(dtype: DType, prob: &Problem) -> ConvKey {
+        ConvKey {
+            dtype,
+            x: prob.x.sizes(),
+            w: prob.w,
+            padding: prob.padding,
+            stride: prob.stride,
+            dilation: prob.dilation,
+            output_padding: prob.output_padding,
+            groups: prob.groups,
+            transposed: prob.transposed,
+        }
+    }
+
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<ConvKey>> {
+        // A set of plain keys stays valid whatever a panicking holder did.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn contains(&self, key: &ConvKey) -> bool {
+        self.set().contains(key)
+    }
+
+    fn insert(&self, key: ConvKey) {
+        self.set().insert(key);
+    }
 }
 
 /// 2-D convolution (cross-correlation) of `x: (N, C, H, W)` with
@@ -314,7 +422,7 @@ impl Dense<'_> {
         if let Some((start, _)) = layout.contiguous_offsets() {
             return Ok(Dense::Borrowed(storage, start));
         }
-        let len = layout.shape().elem_count();
+        let len = size::numel("conv", layout.dims())?;
         // SAFETY: `copy_strided_src` writes all `len` elements.
         let mut copy = unsafe { storage.device().alloc_storage(storage.dtype(), len) }?;
         storage.copy_strided_src(&mut copy, 0, layout)?;

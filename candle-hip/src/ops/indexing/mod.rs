@@ -5,6 +5,7 @@
 //! index_add except index_add's destination must be contiguous; index_select
 //! takes strided 1-D indices.
 
+pub(crate) mod fault;
 mod plan;
 
 use candle_core::Layout;
@@ -16,7 +17,9 @@ use crate::kernel::catalogue::{self as cat, Kernel};
 use crate::kernel::grid::{per_pack, unrolled};
 use crate::kernel::info::{IndexInfo, split_at_dim, to_u64};
 use crate::ops::elementwise;
+use crate::size;
 use crate::storage::HipStorage;
+use fault::Reporter;
 use plan::{INDEX_ADD, SCATTER, SCATTER_ADD, UpdateFamilies, Updates};
 
 /// The kernel and launch shape that apply the updates `info` describes
@@ -123,9 +126,9 @@ pub(crate) fn index_select(
         ));
     };
     let kernel = cat::INDEX_SELECT.pair(OP, ids.dtype(), src.dtype())?;
-    let (left, src_dim, right) = split_at_dim(src_l.dims(), dim);
-    let numel = left * n_ids * right;
-    let info = IndexInfo {
+    let (left, src_dim, right) = split_at_dim(OP, src_l.dims(), dim)?;
+    let numel = size::product(OP, "the output", &[left, n_ids, right])?;
+    let mut info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
         src_dim: to_u64(src_dim),
@@ -133,6 +136,7 @@ pub(crate) fn index_select(
         ids_stride: to_u64(ids_l.stride()[0]),
         ..IndexInfo::default()
     };
+    src.device().faults().arm(&mut info, Reporter::IndexSelect);
     let per_pack = per_pack(src.dtype().size_in_bytes());
     let work = if right % per_pack == 0 {
         numel / per_pack
@@ -168,8 +172,8 @@ pub(crate) fn gather(
         ));
     }
     let kernel = cat::GATHER.pair(OP, ids.dtype(), src.dtype())?;
-    let (left, ids_dim, right) = split_at_dim(ids_l.dims(), dim);
-    let (src_left, src_dim, src_right) = split_at_dim(src_l.dims(), dim);
+    let (left, ids_dim, right) = split_at_dim(OP, ids_l.dims(), dim)?;
+    let (src_left, src_dim, src_right) = split_at_dim(OP, src_l.dims(), dim)?;
     if left > src_left || right > src_right {
         return Err(invalid(
             OP,
@@ -180,8 +184,8 @@ pub(crate) fn gather(
             ),
         ));
     }
-    let numel = left * ids_dim * right;
-    let info = IndexInfo {
+    let numel = size::product(OP, "the output", &[left, ids_dim, right])?;
+    let mut info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
         src_dim: to_u64(src_dim),
@@ -189,6 +193,7 @@ pub(crate) fn gather(
         src_right: to_u64(src_right),
         ..IndexInfo::default()
     };
+    src.device().faults().arm(&mut info, Reporter::Gather);
     // SAFETY: the kernel writes all numel outputs; ids and out hold numel =
     // left * ids_dim * right elements; the source offset (l * src_dim + id)
     // * src_right + r with l < left <= src_left, id < src_dim (checked by the
@@ -209,9 +214,9 @@ pub(crate) fn scatter(
     dim: usize,
     mode: Scatter,
 ) -> Result<()> {
-    let (op, families) = match mode {
-        Scatter::Set => ("scatter", &SCATTER),
-        Scatter::Add => ("scatter-add", &SCATTER_ADD),
+    let (op, families, reporter) = match mode {
+        Scatter::Set => ("scatter", &SCATTER, Reporter::Scatter),
+        Scatter::Add => ("scatter-add", &SCATTER_ADD, Reporter::ScatterAdd),
     };
     dst.check_device(ids, op)?;
     dst.check_device(src, op)?;
@@ -231,8 +236,8 @@ pub(crate) fn scatter(
             ),
         ));
     }
-    let (left, ids_dim, right) = split_at_dim(ids_l.dims(), dim);
-    let (dst_left, dst_dim, dst_right) = split_at_dim(dst_l.dims(), dim);
+    let (left, ids_dim, right) = split_at_dim(op, ids_l.dims(), dim)?;
+    let (dst_left, dst_dim, dst_right) = split_at_dim(op, dst_l.dims(), dim)?;
     if (left, right) != (dst_left, dst_right) {
         return Err(invalid(
             op,
@@ -243,14 +248,20 @@ pub(crate) fn scatter(
             ),
         ));
     }
-    let info = IndexInfo {
+    let mut info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
         dst_dim: to_u64(dst_dim),
         ids_dim: to_u64(ids_dim),
         ..IndexInfo::default()
     };
+    let wide = match mode {
+        Scatter::Add => elementwise::widen_ids(ids, ids_l, op)?,
+        Scatter::Set => None,
+    };
+    let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
     let device = dst.device().clone();
+    device.faults().arm(&mut info, reporter);
     let (kernel, cfg) = plan_updates(op, families, &info, ids, dst)?;
     if left * right == 0 || ids_dim == 0 {
         return Ok(());
@@ -289,9 +300,9 @@ pub(crate) fn index_add(
     require_contiguous(src_l, OP)?;
     check_dim(dim, dst_l.dims(), OP)?;
     check_dim(dim, src_l.dims(), OP)?;
-    let n_ids = ids_l.shape().elem_count();
-    let (left, dst_dim, right) = split_at_dim(dst_l.dims(), dim);
-    let (src_left, src_dim, src_right) = split_at_dim(src_l.dims(), dim);
+    let n_ids = size::numel(OP, ids_l.dims())?;
+    let (left, dst_dim, right) = split_at_dim(OP, dst_l.dims(), dim)?;
+    let (src_left, src_dim, src_right) = split_at_dim(OP, src_l.dims(), dim)?;
     if (left, right) != (src_left, src_right) || n_ids != src_dim {
         return Err(invalid(
             OP,
@@ -303,7 +314,7 @@ pub(crate) fn index_add(
             ),
         ));
     }
-    let info = IndexInfo {
+    let mut info = IndexInfo {
         left: to_u64(left),
         right: to_u64(right),
         src_dim: to_u64(src_dim),
@@ -311,9 +322,12 @@ pub(crate) fn index_add(
         ids_dim: to_u64(n_ids),
         ..IndexInfo::default()
     };
+    let wide = elementwise::widen_ids(ids, ids_l, OP)?;
+    let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
     let device = dst.device();
+    device.faults().arm(&mut info, Reporter::IndexAdd);
     let (kernel, cfg) = plan_updates(OP, &INDEX_ADD, &info, ids, dst)?;
-    let numel = dst_l.shape().elem_count();
+    let numel = size::numel(OP, dst_l.dims())?;
     // SAFETY: the copy below writes all numel elements.
     let mut out = unsafe { device.alloc_storage(dst.dtype(), numel) }?;
     elementwise::copy_into(dst, dst_l, out.view_all_mut())?;

@@ -12,6 +12,7 @@ use crate::error::{Result, invalid};
 use crate::kernel::catalogue::reduce_family;
 use crate::kernel::header::REDUCE_STATE_BYTES;
 use crate::kernel::info::{ReduceInfo, ReduceMode};
+use crate::size;
 use crate::storage::HipStorage;
 
 /// Reduces `src` over `dims`. The output is contiguous in the order of the
@@ -30,7 +31,7 @@ pub(crate) fn reduce(
         ReduceOp::ArgMin | ReduceOp::ArgMax => DType::U32,
         ReduceOp::Sum | ReduceOp::Min | ReduceOp::Max => src.dtype(),
     };
-    if op != ReduceOp::Sum && layout.shape().elem_count() == 0 {
+    if op != ReduceOp::Sum && size::numel(name, layout.dims())? == 0 {
         return Err(candle_core::Error::EmptyTensor { op: "reduce" }.bt());
     }
     let mut reduce_dims = dims.to_vec();

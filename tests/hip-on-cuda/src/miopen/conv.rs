@@ -125,6 +125,15 @@ fn workspace_size(h: &Handle, call: &Call) -> MiopenResult<usize> {
         .unwrap_or(0))
 }
 
+/// Set (to anything), every Find fails with `miopenStatusBadParm`, as real
+/// MIOpen does for configurations it has no solver for: lets GPU tests
+/// exercise a backend's fallback path.
+const REFUSE_VAR: &str = "HIP_ON_CUDA_MIOPEN_REFUSE";
+
+fn refused_by_request() -> bool {
+    std::env::var_os(REFUSE_VAR).is_some()
+}
+
 /// Runs Find, records the families on the handle and writes the results.
 ///
 /// # Safety
@@ -140,6 +149,9 @@ unsafe fn find(
 ) -> MiopenResult {
     non_null(returned, BAD_PARM)?;
     non_null(results, BAD_PARM)?;
+    if refused_by_request() {
+        return Err(BAD_PARM);
+    }
     let request = usize::try_from(request).map_err(|_| BAD_PARM)?;
     if request == 0 {
         return Err(BAD_PARM);
