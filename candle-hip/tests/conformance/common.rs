@@ -921,6 +921,27 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// The context of a suite's second pass: shapes that reach the
+    /// kernels' packed, tiled, split and batched paths (inner dimensions of
+    /// whole 16-byte packs for every dtype, batched transposes with whole
+    /// and partial tiles), update walks of several batches, a random stream
+    /// of its own (`seed`) and the tally so far.
+    pub fn paths(dev: HipDevice, seed: u64, tally: Tally) -> Ctx {
+        Ctx {
+            dev,
+            rng: Rng(seed),
+            tally,
+            shapes: vec![
+                vec![6, 64],
+                vec![3, 5, 48],
+                vec![3, 70, 40],
+                vec![130, 67],
+                vec![2, 3, 40, 24],
+            ],
+            updates: crate::indexing::many_updates,
+        }
+    }
+
     pub fn upload(&self, cpu: CpuStorage) -> Pair {
         let hip = self.dev.storage_from_cpu_storage(&cpu).expect("upload");
         Pair { cpu, hip }

@@ -28,7 +28,7 @@ use crate::common::{
     Ctx, DTYPES, INDEX, NARROW_IDS, NEW, NUMERIC, Pair, RAW, Rng, Tol, Values, compare, cpu,
     describe, f8e4m3_from_bits, raw_storage, shapes, start, strict, tolerance, values,
 };
-use crate::indexing::{few_updates, many_updates};
+use crate::indexing::few_updates;
 use crate::reduce::{REDUCE_OPS, check_reduction};
 use crate::{copy, elementwise, indexing, reduce};
 
@@ -73,19 +73,7 @@ fn every_candle_dtype_with_the_cpu_backend() {
     copy::copies(&mut ctx, &stored);
     // The second pass of the suite (packed, tiled, split and batched kernel
     // paths), with a random stream of its own.
-    let mut paths = Ctx {
-        dev,
-        rng: Rng(0x5eed_1234_abcd_0011),
-        tally: std::mem::take(&mut ctx.tally),
-        shapes: vec![
-            vec![6, 64],
-            vec![3, 5, 48],
-            vec![3, 70, 40],
-            vec![130, 67],
-            vec![2, 3, 40, 24],
-        ],
-        updates: many_updates,
-    };
+    let mut paths = Ctx::paths(dev, 0x5eed_1234_abcd_0011, std::mem::take(&mut ctx.tally));
     elementwise::all_binary(&mut paths, &NEW);
     elementwise::where_cond(&mut paths, &INDEX, &NEW);
     elementwise::where_cond(&mut paths, &NARROW_IDS, &NEW);

@@ -55,7 +55,7 @@ mod random;
 mod reduce;
 
 use common::{Ctx, DTYPES, FLOATS, INDEX, Rng, Tally, device, shapes};
-use indexing::{few_updates, many_updates};
+use indexing::few_updates;
 
 #[test]
 #[ignore = "needs a HIP device"]
@@ -92,19 +92,7 @@ fn conformance_with_the_cpu_backend() {
     // several batches, and reductions large enough to be cut into chunks
     // whose partial states a second launch combines (long rows; outer
     // dimensions with few and with many outputs).
-    let mut paths = Ctx {
-        dev,
-        rng: Rng(0x5eed_1234_abcd_0002),
-        tally: std::mem::take(&mut ctx.tally),
-        shapes: vec![
-            vec![6, 64],
-            vec![3, 5, 48],
-            vec![3, 70, 40],
-            vec![130, 67],
-            vec![2, 3, 40, 24],
-        ],
-        updates: many_updates,
-    };
+    let mut paths = Ctx::paths(dev, 0x5eed_1234_abcd_0002, std::mem::take(&mut ctx.tally));
     elementwise::all_binary(&mut paths, &DTYPES);
     elementwise::where_cond(&mut paths, &INDEX, &DTYPES);
     elementwise::casts(&mut paths, &DTYPES, &DTYPES);
