@@ -412,8 +412,8 @@ mod tests {
         ]
     }
 
-    /// The unary ops candle defines on integers (the others are `todo!()`
-    /// or 0 in its `UnaryOpT` integer functions; candle-hip refuses them).
+    /// The unary ops candle defines on integers (the others are left
+    /// unimplemented or 0 in its `UnaryOpT` integer functions; candle-hip refuses them).
     const INTEGER_UNARY: [&str; 6] = ["urelu", "uabs", "uceil", "ufloor", "uround", "usign"];
 
     #[test]
