@@ -35,13 +35,11 @@ pub(crate) fn add(op: &'static str, what: &str, a: usize, b: usize) -> Result<us
 /// none, but its other dimensions must still multiply without overflow:
 /// kernels and launch plans take products of any subset of them.
 pub(crate) fn numel(op: &'static str, dims: &[usize]) -> Result<usize> {
-    let nonzero: Vec<usize> = dims.iter().map(|&d| d.max(1)).collect();
-    product(op, "the shape", &nonzero)?;
-    Ok(if dims.contains(&0) {
-        0
-    } else {
-        product(op, "the shape", dims)?
-    })
+    let nonzero = dims
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d.max(1)))
+        .ok_or_else(|| overflow(op, || format!("the shape {dims:?}")))?;
+    Ok(if dims.contains(&0) { 0 } else { nonzero })
 }
 
 /// The number of elements a strided view reaches from its first element:
