@@ -29,6 +29,7 @@ use crate::common::{
     describe, f8e4m3_from_bits, raw_storage, shapes, start, strict, tolerance, values,
 };
 use crate::indexing::few_updates;
+use crate::random::moments;
 use crate::reduce::{REDUCE_OPS, check_reduction};
 use crate::{copy, elementwise, indexing, reduce};
 
@@ -430,19 +431,6 @@ fn dummy_dtypes_are_refused(ctx: &mut Ctx) {
                 .check(&name, dtype, || "4 elements".into(), want, got, Tol::EXACT);
         }
     }
-}
-
-/// Moments of an f8e4m3 sample.
-fn moments(s: &CpuStorage) -> (f64, f64, f64, f64) {
-    let Values::Float(v) = values(s) else {
-        panic!("not floats")
-    };
-    let n = v.len() as f64;
-    let mean = v.iter().sum::<f64>() / n;
-    let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
-    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (mean, var, min, max)
 }
 
 /// f8e4m3 random numbers (which candle's CPU backend draws too): in range,

@@ -6,8 +6,8 @@ use candle_core::{CpuStorage, DType, Shape};
 
 use crate::common::{FLOATS, Tol, Values, compare, device, values};
 
-/// Mean and variance of the values of a float storage.
-fn moments(s: &CpuStorage) -> (f64, f64, f64, f64) {
+/// Mean, variance, minimum and maximum of the values of a float storage.
+pub fn moments(s: &CpuStorage) -> (f64, f64, f64, f64) {
     let Values::Float(v) = values(s) else {
         panic!("not floats")
     };
