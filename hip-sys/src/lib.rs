@@ -50,12 +50,14 @@ pub const HIP_WINDOWS_NAMES: &[&str] = &["amdhip64_7.dll", "amdhip64_6.dll", "am
 /// ([`HIP_WINDOWS_NAMES`] on Windows, [`HIP_LINUX_NAMES`] elsewhere).
 pub const HIP_LIBRARY: loader::LibrarySpec = loader::LibrarySpec {
     name: "libamdhip64",
+    description: "a HIP runtime",
     override_var: "HIP_SYS_LIBAMDHIP64",
     file_names: if cfg!(windows) {
         HIP_WINDOWS_NAMES
     } else {
         HIP_LINUX_NAMES
     },
+    identifying_symbols: &["hipRuntimeGetVersion", "hipGetDeviceCount"],
 };
 
 /// hipRTC's file names on Linux, newest major first (ROCm 5 has none: its
@@ -86,12 +88,14 @@ pub const HIPRTC_WINDOWS_NAMES: &[&str] = &[
 /// ([`HIPRTC_WINDOWS_NAMES`] on Windows, [`HIPRTC_LINUX_NAMES`] elsewhere).
 pub const HIPRTC_LIBRARY: loader::LibrarySpec = loader::LibrarySpec {
     name: "libhiprtc",
+    description: "hipRTC",
     override_var: "HIP_SYS_LIBHIPRTC",
     file_names: if cfg!(windows) {
         HIPRTC_WINDOWS_NAMES
     } else {
         HIPRTC_LINUX_NAMES
     },
+    identifying_symbols: &["hiprtcVersion"],
 };
 
 /// The HIP runtime, loaded on first use with the search order described in
@@ -99,9 +103,9 @@ pub const HIPRTC_LIBRARY: loader::LibrarySpec = loader::LibrarySpec {
 pub fn hip() -> Result<&'static HipApi, LoadError> {
     static API: OnceLock<Result<HipApi, LoadError>> = OnceLock::new();
     API.get_or_init(|| {
-        let dirs = loader::default_search_dirs();
-        let candidates = loader::candidates(&HIP_LIBRARY, &dirs, true);
-        loader::open_first(HIP_LIBRARY.name, candidates).map(HipApi::from_library)
+        let search = loader::default_search_dirs();
+        let candidates = loader::candidates(&HIP_LIBRARY, &search.dirs, true);
+        loader::open(&HIP_LIBRARY, candidates, search.skipped).map(HipApi::from_library)
     })
     .as_ref()
     .map_err(Clone::clone)
@@ -113,11 +117,15 @@ pub fn hiprtc() -> Result<&'static HiprtcApi, LoadError> {
     static API: OnceLock<Result<HiprtcApi, LoadError>> = OnceLock::new();
     API.get_or_init(|| {
         load_companion(&HIPRTC_LIBRARY, HiprtcApi::from_library).or_else(|err| {
-            // ROCm 5 has no libhiprtc: hiprtc* live in libamdhip64 itself.
+            // ROCm 5 has no libhiprtc: hiprtc* live in libamdhip64 itself
+            // (unless an override named a file, whose failure stands).
+            if !matches!(err, LoadError::NotLoaded { .. }) {
+                return Err(err);
+            }
             let runtime = hip().map_err(|_| err.clone())?;
             if runtime_version().is_ok_and(|v| v.major < 6) {
                 let origin = runtime.library().origin().clone();
-                loader::open_first(HIPRTC_LIBRARY.name, vec![origin]).map(HiprtcApi::from_library)
+                loader::open_first(&HIPRTC_LIBRARY, vec![origin]).map(HiprtcApi::from_library)
             } else {
                 Err(err)
             }
@@ -127,9 +135,10 @@ pub fn hiprtc() -> Result<&'static HiprtcApi, LoadError> {
     .map_err(Clone::clone)
 }
 
-/// Candidates for a companion library of the HIP runtime `runtime`: its
-/// override variable, then the runtime's own directory, or the system loader
-/// when the runtime itself came from the system loader.
+/// Candidates for a companion library of the HIP runtime `runtime`: the
+/// runtime's own directory, or the system loader when the runtime itself
+/// came from the system loader. (A set override variable replaces them, see
+/// [`load_companion`].)
 pub fn companion_candidates(
     runtime: &loader::Library,
     spec: &loader::LibrarySpec,
@@ -156,8 +165,9 @@ pub fn runtime_version() -> Result<RuntimeVersion, String> {
 }
 
 /// Loads a companion library of the HIP runtime (rocBLAS, MIOpen) from the
-/// directory where [`hip`] found libamdhip64, and builds its function table.
-/// Used by the other -sys crates' lazily initialised statics.
+/// directory where [`hip`] found libamdhip64, or the file its override
+/// variable names, and builds its function table. Used by the other -sys
+/// crates' lazily initialised statics.
 pub fn load_companion<Api>(
     spec: &loader::LibrarySpec,
     from_library: fn(loader::Library) -> Api,
@@ -167,7 +177,7 @@ pub fn load_companion<Api>(
         cause: e.summary(),
     })?;
     let candidates = companion_candidates(runtime.library(), spec);
-    loader::open_first(spec.name, candidates).map(from_library)
+    loader::open(spec, candidates, Vec::new()).map(from_library)
 }
 
 #[cfg(test)]
@@ -242,9 +252,8 @@ mod file_name_tests {
     #[test]
     fn windows_candidates_are_each_dll_in_each_folder_then_the_system_loader() {
         let spec = loader::LibrarySpec {
-            name: "amdhip64",
-            override_var: "HIP_SYS_TEST_WINDOWS_NAMES_NEVER_SET",
             file_names: HIP_WINDOWS_NAMES,
+            ..HIP_LIBRARY
         };
         let dir = PathBuf::from("C:/Program Files/AMD/ROCm/6.4/bin");
         let candidates = loader::candidates(&spec, std::slice::from_ref(&dir), true);

@@ -5,15 +5,25 @@
 //! order:
 //!
 //! 1. an explicit override variable naming a file (for example
-//!    `HIP_SYS_LIBAMDHIP64=/opt/rocm-6.4.0/lib/libamdhip64.so.6`);
-//! 2. `$ROCM_PATH/lib`, `$HIP_PATH/lib`, `/opt/rocm/lib`, then every
+//!    `HIP_SYS_LIBAMDHIP64=/opt/rocm-6.4.0/lib/libamdhip64.so.6`): when it is
+//!    set, that file is the only candidate and its failure is the error;
+//! 2. otherwise `$ROCM_PATH/lib`, `$HIP_PATH/lib`, `/opt/rocm/lib`, then every
 //!    `/opt/rocm-*/lib`, newest version first;
-//! 3. the system loader with the bare file names.
+//! 3. then the system loader with the bare file names.
 //!
 //! Within a directory, file names are tried newest major version first.
 //! Companion libraries (hipRTC, rocBLAS, MIOpen) are searched only in the
 //! directory where the HIP runtime was found, so that two ROCm releases are
 //! never mixed in one process.
+//!
+//! Paths from the environment must be absolute: a relative override is an
+//! error and a relative `ROCM_PATH`/`HIP_PATH` is skipped (and listed in the
+//! error), because resolving them against the working directory would load
+//! whatever library the current folder happens to hold. On Unix a library
+//! is opened with `RTLD_NOW`, so that an unresolvable symbol of the library
+//! or of its dependencies is a load error rather than a process abort at the
+//! first call; a library that loads but lacks the entry points that identify
+//! it ([`LibrarySpec::identifying_symbols`]) is rejected as "not a <name>".
 
 use std::ffi::OsString;
 use std::fmt;
@@ -43,8 +53,21 @@ pub enum AttemptFailure {
     /// No such file.
     NotFound,
     /// The file exists but the dynamic loader refused it (wrong format, a
-    /// missing dependency, a missing `GLIBC_x.y` version, ...).
+    /// missing dependency, a missing `GLIBC_x.y` version, an unresolvable
+    /// symbol, ...).
     LoadFailed(String),
+    /// The path exists but is not a regular file (a directory, a device).
+    NotAFile,
+    /// The file loaded but lacks entry points that identify the library: it
+    /// is some other library.
+    WrongLibrary {
+        /// What was searched for, e.g. `a HIP runtime`.
+        expected: &'static str,
+        /// The identifying symbols it does not export.
+        missing: Vec<&'static str>,
+    },
+    /// The path was not tried: it came from the environment and is relative.
+    Relative(&'static str),
 }
 
 /// One tried candidate and its outcome.
@@ -63,6 +86,18 @@ impl fmt::Display for Attempt {
             AttemptFailure::LoadFailed(msg) => {
                 write!(f, "{}: found but failed to load: {msg}", self.candidate)
             }
+            AttemptFailure::NotAFile => write!(f, "{}: not a regular file", self.candidate),
+            AttemptFailure::WrongLibrary { expected, missing } => write!(
+                f,
+                "{}: loaded but lacks {}: not {expected}",
+                self.candidate,
+                missing.join(", ")
+            ),
+            AttemptFailure::Relative(variable) => write!(
+                f,
+                "{}: skipped, {variable} is a relative path (not resolved against the working directory)",
+                self.candidate
+            ),
         }
     }
 }
@@ -77,6 +112,19 @@ pub enum LoadError {
         library: &'static str,
         /// Every candidate in search order with its failure.
         attempts: Vec<Attempt>,
+    },
+    /// The override variable names a file that cannot be used. Nothing else
+    /// was tried: a set override is the only candidate.
+    #[error("{library}: {variable}={} {}; unset {variable} to search the default locations", .path.display(), describe_override_failure(.failure))]
+    Override {
+        /// The library's display name, e.g. `libamdhip64`.
+        library: &'static str,
+        /// The override variable, e.g. `HIP_SYS_LIBAMDHIP64`.
+        variable: &'static str,
+        /// Its value.
+        path: PathBuf,
+        /// Why the file cannot be used.
+        failure: AttemptFailure,
     },
     /// A library this one depends on (the HIP runtime) could not be loaded.
     #[error("{library} needs the HIP runtime, which is unavailable: {cause}")]
@@ -93,9 +141,10 @@ impl LoadError {
     /// library is installed but broken or incompatible (as opposed to absent).
     pub fn is_present_but_broken(&self) -> bool {
         match self {
-            LoadError::NotLoaded { attempts, .. } => attempts
-                .iter()
-                .any(|a| matches!(a.failure, AttemptFailure::LoadFailed(_))),
+            LoadError::NotLoaded { attempts, .. } => {
+                attempts.iter().any(|a| a.failure.is_present_but_broken())
+            }
+            LoadError::Override { failure, .. } => failure.is_present_but_broken(),
             LoadError::Dependency { .. } => false,
         }
     }
@@ -105,12 +154,20 @@ impl LoadError {
     pub fn summary(&self) -> String {
         match self {
             LoadError::NotLoaded { library, attempts } => {
-                match attempts.iter().find_map(|a| match &a.failure {
-                    AttemptFailure::LoadFailed(m) => Some((a, m)),
-                    AttemptFailure::NotFound => None,
-                }) {
-                    Some((a, m)) => {
-                        format!("{library} found at {} but failed to load: {m}", a.candidate)
+                match attempts.iter().find(|a| a.failure.is_present_but_broken()) {
+                    Some(Attempt {
+                        candidate,
+                        failure: AttemptFailure::LoadFailed(m),
+                    }) => format!("{library} found at {candidate} but failed to load: {m}"),
+                    Some(Attempt {
+                        candidate,
+                        failure: AttemptFailure::WrongLibrary { expected, missing },
+                    }) => format!(
+                        "{library} at {candidate} is not {expected} (it lacks {})",
+                        missing.join(", ")
+                    ),
+                    Some(Attempt { candidate, .. }) => {
+                        format!("{library} found at {candidate} but it is not a regular file")
                     }
                     None => format!(
                         "{library} not found ({} locations searched; set ROCM_PATH or install ROCm)",
@@ -118,7 +175,35 @@ impl LoadError {
                     ),
                 }
             }
-            LoadError::Dependency { .. } => self.to_string(),
+            LoadError::Override { .. } | LoadError::Dependency { .. } => self.to_string(),
+        }
+    }
+}
+
+impl AttemptFailure {
+    /// True when a file exists at the candidate but cannot be used.
+    fn is_present_but_broken(&self) -> bool {
+        matches!(
+            self,
+            AttemptFailure::LoadFailed(_)
+                | AttemptFailure::NotAFile
+                | AttemptFailure::WrongLibrary { .. }
+        )
+    }
+}
+
+/// The failure of one named file, as a phrase ("is not a regular file").
+fn describe_override_failure(failure: &AttemptFailure) -> String {
+    match failure {
+        AttemptFailure::NotFound => "does not exist".to_string(),
+        AttemptFailure::LoadFailed(msg) => format!("failed to load: {msg}"),
+        AttemptFailure::NotAFile => "is not a regular file".to_string(),
+        AttemptFailure::WrongLibrary { expected, missing } => {
+            format!("loaded but lacks {}: not {expected}", missing.join(", "))
+        }
+        AttemptFailure::Relative(_) => {
+            "is a relative path, which is not resolved against the working directory: give an absolute path"
+                .to_string()
         }
     }
 }
@@ -179,21 +264,36 @@ impl Library {
     }
 }
 
-/// What to search for: the library's display name, its override variable and
-/// its file names in preference order.
+/// What to search for: the library's display name, its override variable,
+/// its file names in preference order and the symbols that identify it.
 #[derive(Clone, Debug)]
 pub struct LibrarySpec {
     /// Display name used in messages, e.g. `libamdhip64`.
     pub name: &'static str,
+    /// What the library is, for "not <what>" messages, e.g. `a HIP runtime`.
+    pub description: &'static str,
     /// Environment variable naming an explicit file to load.
     pub override_var: &'static str,
     /// File names, newest major version first.
     pub file_names: &'static [&'static str],
+    /// Entry points every release of the library exports: a file without
+    /// them is some other library and is not used.
+    pub identifying_symbols: &'static [&'static str],
 }
 
-/// The directories searched for the HIP runtime, in order, computed from the
+/// The folders to search and the environment values that were skipped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SearchDirs {
+    /// The folders, in search order.
+    pub dirs: Vec<PathBuf>,
+    /// `ROCM_PATH`/`HIP_PATH` values that were not used (relative paths),
+    /// reported with the attempts when nothing loads.
+    pub skipped: Vec<Attempt>,
+}
+
+/// The folders searched for the HIP runtime, in order, computed from the
 /// environment (`ROCM_PATH`, `HIP_PATH`) and the `/opt` tree.
-pub fn default_search_dirs() -> Vec<PathBuf> {
+pub fn default_search_dirs() -> SearchDirs {
     search_dirs_from(
         std::env::var_os("ROCM_PATH"),
         std::env::var_os("HIP_PATH"),
@@ -201,20 +301,31 @@ pub fn default_search_dirs() -> Vec<PathBuf> {
     )
 }
 
-/// The search directories for given `ROCM_PATH` / `HIP_PATH` values and an
-/// `/opt`-like root; split out of [`default_search_dirs`] for testing.
+/// The search folders for given `ROCM_PATH` / `HIP_PATH` values and an
+/// `/opt`-like root; split out of [`default_search_dirs`] for testing. Empty
+/// values are ignored and relative ones skipped (listed in
+/// [`SearchDirs::skipped`]).
 pub fn search_dirs_from(
     rocm_path: Option<OsString>,
     hip_path: Option<OsString>,
     opt_root: &Path,
-) -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    for root in [rocm_path, hip_path].into_iter().flatten() {
-        if !root.is_empty() {
-            dirs.push(PathBuf::from(root).join("lib"));
+) -> SearchDirs {
+    let mut search = SearchDirs::default();
+    for (variable, root) in [("ROCM_PATH", rocm_path), ("HIP_PATH", hip_path)] {
+        let Some(root) = root.filter(|r| !r.is_empty()).map(PathBuf::from) else {
+            continue;
+        };
+        let dir = root.join("lib");
+        if root.is_absolute() {
+            search.dirs.push(dir);
+        } else {
+            search.skipped.push(Attempt {
+                candidate: Candidate::Path(dir),
+                failure: AttemptFailure::Relative(variable),
+            });
         }
     }
-    dirs.push(opt_root.join("rocm").join("lib"));
+    search.dirs.push(opt_root.join("rocm").join("lib"));
     let mut versioned: Vec<(Vec<u64>, PathBuf)> = std::fs::read_dir(opt_root)
         .into_iter()
         .flatten()
@@ -231,20 +342,18 @@ pub fn search_dirs_from(
         })
         .collect();
     versioned.sort_by(|a, b| b.0.cmp(&a.0));
-    dirs.extend(versioned.into_iter().map(|(_, p)| p));
+    search.dirs.extend(versioned.into_iter().map(|(_, p)| p));
     let mut seen = std::collections::HashSet::new();
-    dirs.retain(|d| seen.insert(d.clone()));
-    dirs
+    search.dirs.retain(|d| seen.insert(d.clone()));
+    search
 }
 
-/// The candidates for `spec`, in order: the override file, each file name in
-/// each directory, then each file name through the system loader (only when
-/// `use_system_loader`).
+/// The candidates of the default search for `spec`, in order: each file
+/// name in each folder, then each file name through the system loader (only
+/// when `use_system_loader`). The override variable is not among them: see
+/// [`open`].
 pub fn candidates(spec: &LibrarySpec, dirs: &[PathBuf], use_system_loader: bool) -> Vec<Candidate> {
     let mut out = Vec::new();
-    if let Some(file) = std::env::var_os(spec.override_var).filter(|v| !v.is_empty()) {
-        out.push(Candidate::Path(PathBuf::from(file)));
-    }
     for dir in dirs {
         for name in spec.file_names {
             out.push(Candidate::Path(dir.join(name)));
@@ -260,11 +369,60 @@ pub fn candidates(spec: &LibrarySpec, dirs: &[PathBuf], use_system_loader: bool)
     out
 }
 
-/// Opens the first candidate that loads, or reports every attempt.
-pub fn open_first(name: &'static str, candidates: Vec<Candidate>) -> Result<Library, LoadError> {
+/// The value of `spec`'s override variable, when set and not empty.
+pub fn override_value(spec: &LibrarySpec) -> Option<PathBuf> {
+    std::env::var_os(spec.override_var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Opens `spec`: the file its override variable names if set (and nothing
+/// else), otherwise the first of `candidates` that loads, reporting `skipped`
+/// with the attempts when none does.
+pub fn open(
+    spec: &LibrarySpec,
+    candidates: Vec<Candidate>,
+    skipped: Vec<Attempt>,
+) -> Result<Library, LoadError> {
+    match override_value(spec) {
+        Some(path) => open_override(spec, path),
+        None => open_first(spec, candidates).map_err(|err| match err {
+            LoadError::NotLoaded { library, attempts } => LoadError::NotLoaded {
+                library,
+                attempts: skipped.into_iter().chain(attempts).collect(),
+            },
+            other => other,
+        }),
+    }
+}
+
+/// Opens the file an override variable names; its failure is the error.
+pub fn open_override(spec: &LibrarySpec, path: PathBuf) -> Result<Library, LoadError> {
+    let candidate = Candidate::Path(path.clone());
+    let opened = if path.is_absolute() {
+        open_candidate(spec, &candidate)
+    } else {
+        Err(AttemptFailure::Relative(spec.override_var))
+    };
+    opened
+        .map(|inner| Library {
+            inner,
+            origin: candidate,
+        })
+        .map_err(|failure| LoadError::Override {
+            library: spec.name,
+            variable: spec.override_var,
+            path,
+            failure,
+        })
+}
+
+/// Opens the first candidate that loads and is `spec`'s library, or
+/// reports every attempt.
+pub fn open_first(spec: &LibrarySpec, candidates: Vec<Candidate>) -> Result<Library, LoadError> {
     let mut attempts = Vec::new();
     for candidate in candidates {
-        match open_candidate(&candidate) {
+        match open_candidate(spec, &candidate) {
             Ok(inner) => {
                 return Ok(Library {
                     inner,
@@ -275,26 +433,28 @@ pub fn open_first(name: &'static str, candidates: Vec<Candidate>) -> Result<Libr
         }
     }
     Err(LoadError::NotLoaded {
-        library: name,
+        library: spec.name,
         attempts,
     })
 }
 
-fn open_candidate(candidate: &Candidate) -> Result<libloading::Library, AttemptFailure> {
+fn open_candidate(
+    spec: &LibrarySpec,
+    candidate: &Candidate,
+) -> Result<libloading::Library, AttemptFailure> {
     let target: &std::ffi::OsStr = match candidate {
         Candidate::Path(p) => {
-            if !p.is_file() {
-                return Err(AttemptFailure::NotFound);
+            // `metadata` follows symbolic links, as the loader does.
+            match std::fs::metadata(p) {
+                Err(_) => return Err(AttemptFailure::NotFound),
+                Ok(meta) if !meta.is_file() => return Err(AttemptFailure::NotAFile),
+                Ok(_) => p.as_os_str(),
             }
-            p.as_os_str()
         }
         Candidate::SystemName(n) => n.as_ref(),
     };
-    // SAFETY: loading a library runs its initialisers. The ROCm libraries'
-    // initialisers only set up internal state; this is the unavoidable
-    // contract of dynamic loading and is why only well-known names are tried.
-    match unsafe { libloading::Library::new(target) } {
-        Ok(lib) => Ok(lib),
+    let library = match dlopen_now(target) {
+        Ok(lib) => lib,
         Err(e) => {
             let msg = error_chain(&e);
             // For a bare name the system loader reports absence as
@@ -306,13 +466,48 @@ fn open_candidate(candidate: &Candidate) -> Result<libloading::Library, AttemptF
                 }
                 Candidate::Path(_) => false,
             };
-            if absent {
-                Err(AttemptFailure::NotFound)
+            return Err(if absent {
+                AttemptFailure::NotFound
             } else {
-                Err(AttemptFailure::LoadFailed(msg))
-            }
+                AttemptFailure::LoadFailed(msg)
+            });
         }
+    };
+    let missing: Vec<&'static str> = spec
+        .identifying_symbols
+        .iter()
+        .copied()
+        // SAFETY: only the symbol's presence is checked; the pointer is
+        // never dereferenced or called.
+        .filter(|name| unsafe { library.get::<*const ()>(name.as_bytes()) }.is_err())
+        .collect();
+    if missing.is_empty() {
+        Ok(library)
+    } else {
+        Err(AttemptFailure::WrongLibrary {
+            expected: spec.description,
+            missing,
+        })
     }
+}
+
+/// Opens a shared library with every symbol resolved now (`RTLD_NOW` on
+/// Unix), so that a symbol missing from it or from one of its dependencies
+/// is a load error, not an abort at the first call that needs it.
+fn dlopen_now(target: &std::ffi::OsStr) -> Result<libloading::Library, libloading::Error> {
+    // SAFETY: loading a library runs its initialisers. The ROCm libraries'
+    // initialisers only set up internal state; this is the unavoidable
+    // contract of dynamic loading and is why only well-known names, or the
+    // file the user named, are tried.
+    #[cfg(unix)]
+    let library = unsafe {
+        use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+        Library::open(Some(target), RTLD_NOW | RTLD_LOCAL).map(Into::into)
+    };
+    // SAFETY: as above; Windows resolves a DLL's imports when it loads.
+    #[cfg(not(unix))]
+    let library = unsafe { libloading::Library::new(target) };
+    library
 }
 
 /// The error and its sources joined: libloading's own message is only

@@ -36,7 +36,23 @@ fn failure_at<'a>(err: &'a LoadError, path: &Path) -> &'a AttemptFailure {
 fn load_failure_message(failure: &AttemptFailure) -> &str {
     match failure {
         AttemptFailure::LoadFailed(msg) => msg,
-        AttemptFailure::NotFound => panic!("expected a load failure, got not found"),
+        other => panic!("expected a load failure, got {other:?}"),
+    }
+}
+
+/// The failure of an override, which must be the only file tried.
+fn override_failure(err: LoadError, variable: &str, path: &Path) -> AttemptFailure {
+    match err {
+        LoadError::Override {
+            library,
+            variable: v,
+            path: p,
+            failure,
+        } => {
+            assert_eq!((library, v, p.as_path()), ("libamdhip64", variable, path));
+            failure
+        }
+        other => panic!("expected the override's failure, got {other:?}"),
     }
 }
 
@@ -59,7 +75,8 @@ fn search_dirs_put_variables_first_then_opt_rocm_then_versions_newest_first() {
         Some("/custom/rocm".into()),
         Some("/custom/hip".into()),
         opt.path(),
-    );
+    )
+    .dirs;
     let lib = |name: &str| opt.path().join(name).join("lib");
     assert_eq!(
         dirs,
@@ -82,7 +99,7 @@ fn search_dirs_skip_empty_variables_and_duplicates() {
     let opt = TempDir::new("opt-dup");
     opt.mkdir("rocm-6.4.3");
     let rocm = opt.path().join("rocm-6.4.3");
-    let dirs = search_dirs_from(Some("".into()), Some(rocm.clone().into()), opt.path());
+    let dirs = search_dirs_from(Some("".into()), Some(rocm.clone().into()), opt.path()).dirs;
     assert_eq!(
         dirs,
         vec![rocm.join("lib"), opt.path().join("rocm").join("lib")],
@@ -90,7 +107,7 @@ fn search_dirs_skip_empty_variables_and_duplicates() {
     );
     let missing_opt = opt.path().join("absent");
     assert_eq!(
-        search_dirs_from(None, None, &missing_opt),
+        search_dirs_from(None, None, &missing_opt).dirs,
         vec![missing_opt.join("rocm").join("lib")]
     );
 }
@@ -104,7 +121,7 @@ fn default_search_dirs_read_rocm_path_and_hip_path() {
         .collect();
     support::set_env("ROCM_PATH", "/from/rocm_path");
     support::set_env("HIP_PATH", "/from/hip_path");
-    let dirs = loader::default_search_dirs();
+    let dirs = loader::default_search_dirs().dirs;
     for (name, value) in saved {
         match value {
             Some(v) => support::set_env(name, v),
@@ -117,29 +134,48 @@ fn default_search_dirs_read_rocm_path_and_hip_path() {
 }
 
 #[test]
-fn candidates_are_override_then_each_folder_newest_name_first_then_system() {
-    let _env = serial();
-    const VAR: &str = "HIP_SYS_TEST_CANDIDATES";
-    let spec = hip_spec(VAR);
+fn candidates_are_each_folder_newest_name_first_then_system() {
     let dirs = [PathBuf::from("/a"), PathBuf::from("/b")];
-    support::set_env(VAR, "/explicit/libamdhip64.so.6");
-    let with_override = loader::candidates(&spec, &dirs, true);
-    support::set_env(VAR, "");
-    let empty_override = loader::candidates(&spec, &dirs, false);
-    support::remove_env(VAR);
-
+    let spec = hip_spec("HIP_SYS_TEST_UNSET");
     let names = HIP_LIBRARY.file_names;
-    let mut expected = vec![Candidate::Path("/explicit/libamdhip64.so.6".into())];
+    let mut expected = Vec::new();
     for dir in &dirs {
         expected.extend(names.iter().map(|n| Candidate::Path(dir.join(n))));
     }
+    let without_system = expected.clone();
     expected.extend(names.iter().map(|n| Candidate::SystemName(n.to_string())));
-    assert_eq!(with_override, expected);
     assert_eq!(names[0], "libamdhip64.so.7");
+    assert_eq!(loader::candidates(&spec, &dirs, true), expected);
+    assert_eq!(loader::candidates(&spec, &dirs, false), without_system);
+}
+
+#[test]
+fn relative_rocm_path_and_hip_path_are_skipped_and_reported() {
+    let _env = serial();
+    let opt = TempDir::new("opt-relative");
+    let search = search_dirs_from(Some("rocm-here".into()), Some("./hip".into()), opt.path());
+    assert_eq!(search.dirs, vec![opt.path().join("rocm").join("lib")]);
     assert_eq!(
-        empty_override,
-        expected[1..1 + 2 * names.len()].to_vec(),
-        "an empty override is ignored, no system names when disabled"
+        search.skipped,
+        vec![
+            Attempt {
+                candidate: Candidate::Path("rocm-here/lib".into()),
+                failure: AttemptFailure::Relative("ROCM_PATH"),
+            },
+            Attempt {
+                candidate: Candidate::Path("./hip/lib".into()),
+                failure: AttemptFailure::Relative("HIP_PATH"),
+            },
+        ]
+    );
+    let candidates = loader::candidates(&hip_spec("HIP_SYS_TEST_UNSET"), &search.dirs, false);
+    let err =
+        loader::open(&hip_spec("HIP_SYS_TEST_UNSET"), candidates, search.skipped).unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "rocm-here/lib: skipped, ROCM_PATH is a relative path (not resolved against the working directory)"
+        ),
+        "{err}"
     );
 }
 
@@ -150,7 +186,7 @@ fn nothing_found_lists_every_path_as_not_found() {
     let b = TempDir::new("empty-b");
     let dirs = [a.path().to_path_buf(), b.path().to_path_buf()];
     let candidates = loader::candidates(&hip_spec("HIP_SYS_TEST_UNSET"), &dirs, false);
-    let err = loader::open_first("libamdhip64", candidates.clone()).unwrap_err();
+    let err = loader::open_first(&HIP_LIBRARY, candidates.clone()).unwrap_err();
 
     assert_eq!(attempts(&err).len(), candidates.len());
     assert!(
@@ -173,14 +209,14 @@ fn nothing_found_lists_every_path_as_not_found() {
 fn absent_system_name_is_not_found() {
     let _env = serial();
     let err = loader::open_first(
-        "libabsent",
+        &HIP_LIBRARY,
         vec![Candidate::SystemName("librocm-sys-test-absent.so.6".into())],
     )
     .unwrap_err();
     assert_eq!(attempts(&err)[0].failure, AttemptFailure::NotFound);
     assert!(
         err.to_string()
-            .contains("librocm-sys-test-absent.so.6 (system loader): not found")
+            .contains("librocm-sys-test-absent.so.6 (system loader): not found"),
     );
 }
 
@@ -195,7 +231,7 @@ fn empty_and_text_files_are_found_but_fail_to_load() {
         &[dir.path().to_path_buf()],
         false,
     );
-    let err = loader::open_first("libamdhip64", candidates).unwrap_err();
+    let err = loader::open_first(&HIP_LIBRARY, candidates).unwrap_err();
 
     assert_eq!(
         failure_at(&err, &dir.path().join("libamdhip64.so.7")),
@@ -243,7 +279,7 @@ fn missing_dependency_is_a_load_failure_naming_the_dependency() {
         Candidate::Path(lib.clone()),
         Candidate::SystemName(lib.display().to_string()),
     ] {
-        let err = loader::open_first("libamdhip64", vec![candidate]).unwrap_err();
+        let err = loader::open_first(&HIP_LIBRARY, vec![candidate]).unwrap_err();
         let msg = load_failure_message(&attempts(&err)[0].failure);
         assert!(
             msg.contains("librocmsystestdep.so"),
@@ -254,31 +290,64 @@ fn missing_dependency_is_a_load_failure_naming_the_dependency() {
 }
 
 #[test]
-fn unrelated_library_loads_and_every_call_reports_its_missing_symbol() {
+fn a_library_without_the_runtime_entry_points_is_not_a_hip_runtime() {
     let _env = serial();
     let dir = TempDir::new("unrelated");
     let path = dir.path().join("libamdhip64.so.6");
     if !build_shared_object(&path, UNRELATED_LIBRARY, &[]) {
         return;
     }
-    let library = loader::open_first("libamdhip64", vec![Candidate::Path(path.clone())])
-        .expect("a valid shared object loads");
-    assert_eq!(library.directory(), Some(dir.path()));
-    let api = HipApi::from_library(library);
-    assert_eq!(api.missing_symbols(), HipApi::SYMBOLS.to_vec());
-
-    let mut count = -1;
-    // SAFETY: `count` is a valid out-pointer; the call fails before C code runs.
-    let err = unsafe { api.hipGetDeviceCount(&mut count) }.unwrap_err();
-    assert_eq!(err.symbol, "hipGetDeviceCount");
+    let err = loader::open_first(&HIP_LIBRARY, vec![Candidate::Path(path.clone())]).unwrap_err();
     assert_eq!(
-        err.to_string(),
+        attempts(&err)[0].failure,
+        AttemptFailure::WrongLibrary {
+            expected: "a HIP runtime",
+            missing: vec!["hipRuntimeGetVersion", "hipGetDeviceCount"],
+        }
+    );
+    assert!(err.is_present_but_broken());
+    assert_eq!(
+        err.summary(),
         format!(
-            "symbol hipGetDeviceCount is missing from {}",
+            "libamdhip64 at {} is not a HIP runtime (it lacks hipRuntimeGetVersion, hipGetDeviceCount)",
             path.display()
         )
     );
-    assert_eq!(count, -1);
+}
+
+#[test]
+fn a_dependency_lacking_a_symbol_is_a_load_error_not_an_abort_at_first_call() {
+    let _env = serial();
+    let dir = TempDir::new("dep-symbol");
+    let dep = dir.path().join("librocmsystestdep.so");
+    let lib = dir.path().join("libamdhip64.so.6");
+    let link = format!("-L{}", dir.path().display());
+    // The runtime calls a function of its dependency lazily bound under
+    // RTLD_LAZY: with the function gone from the dependency, the first call
+    // would kill the process with "symbol lookup error".
+    let runtime = format!(
+        "{FAKE_HIP_RUNTIME}\nextern int helper_from_dependency(void);\n\
+         int hipInit(unsigned flags) {{ return helper_from_dependency() + (int)flags; }}\n"
+    );
+    if !build_shared_object(
+        &dep,
+        "int helper_from_dependency(void) { return 0; }\n",
+        &[],
+    ) || !build_shared_object(
+        &lib,
+        &runtime,
+        &[&link, "-lrocmsystestdep", "-Wl,-rpath,$ORIGIN"],
+    ) {
+        return;
+    }
+    assert!(build_shared_object(&dep, UNRELATED_LIBRARY, &[]));
+
+    let err = loader::open_first(&HIP_LIBRARY, vec![Candidate::Path(lib)]).unwrap_err();
+    let msg = load_failure_message(&attempts(&err)[0].failure);
+    assert!(
+        msg.contains("helper_from_dependency"),
+        "loader message: {msg}"
+    );
 }
 
 #[test]
@@ -290,7 +359,7 @@ fn a_missing_symbol_fails_only_the_calls_that_need_it() {
         return;
     }
     let api = HipApi::from_library(
-        loader::open_first("libamdhip64", vec![Candidate::Path(path)]).expect("fake loads"),
+        loader::open_first(&HIP_LIBRARY, vec![Candidate::Path(path)]).expect("fake loads"),
     );
     let (mut version, mut count) = (0, -1);
     // SAFETY: valid out-pointers; the fake writes one int each.
@@ -310,42 +379,83 @@ fn a_missing_symbol_fails_only_the_calls_that_need_it() {
 }
 
 #[test]
-fn override_variable_wins_and_an_absent_override_is_reported() {
+fn a_set_override_is_the_only_candidate_and_its_failure_is_the_error() {
     let _env = serial();
     const VAR: &str = "HIP_SYS_TEST_OVERRIDE";
     let chosen = TempDir::new("override");
     let searched = TempDir::new("override-searched");
     let explicit = chosen.path().join("my-hip.so");
-    if !build_shared_object(&explicit, FAKE_HIP_RUNTIME, &[]) {
+    let fallback = searched.path().join("libamdhip64.so.6");
+    if !build_shared_object(&explicit, FAKE_HIP_RUNTIME, &[])
+        || !build_shared_object(&fallback, FAKE_HIP_RUNTIME, &[])
+    {
         return;
     }
-    searched.write("libamdhip64.so.6", b"");
-    let dirs = [searched.path().to_path_buf()];
-
-    support::set_env(VAR, &explicit);
-    let loaded = loader::open_first(
-        "libamdhip64",
-        loader::candidates(&hip_spec(VAR), &dirs, false),
-    );
+    let spec = hip_spec(VAR);
+    let text = chosen.write("notes.txt", b"not a library\n");
+    let unrelated = chosen.path().join("libunrelated.so");
+    assert!(build_shared_object(&unrelated, UNRELATED_LIBRARY, &[]));
     let absent = chosen.path().join("absent.so");
-    support::set_env(VAR, &absent);
-    let err = loader::open_first(
-        "libamdhip64",
-        loader::candidates(&hip_spec(VAR), &dirs, false),
-    );
+    let open_with = |value: &std::ffi::OsStr| {
+        support::set_env(VAR, value);
+        let candidates = loader::candidates(&spec, &[searched.path().to_path_buf()], false);
+        loader::open(&spec, candidates, Vec::new())
+    };
+    let loaded = open_with(explicit.as_os_str());
+    let results = [
+        open_with(absent.as_os_str()),
+        open_with(chosen.path().as_os_str()),
+        open_with(text.as_os_str()),
+        open_with(unrelated.as_os_str()),
+    ];
+    // A relative value is refused even where it names a loadable file from
+    // the working directory.
+    let cwd = std::env::current_dir().expect("working directory");
+    std::env::set_current_dir(chosen.path()).expect("enter folder");
+    let relative = open_with("my-hip.so".as_ref());
+    std::env::set_current_dir(cwd).expect("leave folder");
+    support::set_env(VAR, "");
+    let empty = open_with("".as_ref());
     support::remove_env(VAR);
 
     assert_eq!(
         loaded.expect("override loads").origin(),
         &Candidate::Path(explicit)
     );
-    let err = err.unwrap_err();
-    assert_eq!(attempts(&err)[0].candidate, Candidate::Path(absent.clone()));
-    assert_eq!(attempts(&err)[0].failure, AttemptFailure::NotFound);
+    let [absent_err, dir_err, text_err, unrelated_err] = results.map(Result::unwrap_err);
+    let message = absent_err.to_string();
+    assert_eq!(
+        override_failure(absent_err, VAR, &absent),
+        AttemptFailure::NotFound
+    );
+    assert_eq!(
+        message,
+        format!(
+            "libamdhip64: {VAR}={} does not exist; unset {VAR} to search the default locations",
+            absent.display()
+        )
+    );
+    assert_eq!(
+        override_failure(dir_err, VAR, chosen.path()),
+        AttemptFailure::NotAFile
+    );
     assert!(matches!(
-        failure_at(&err, &searched.path().join("libamdhip64.so.6")),
+        override_failure(text_err, VAR, &text),
         AttemptFailure::LoadFailed(_)
     ));
+    assert!(matches!(
+        override_failure(unrelated_err, VAR, &unrelated),
+        AttemptFailure::WrongLibrary { .. }
+    ));
+    assert_eq!(
+        override_failure(relative.unwrap_err(), VAR, Path::new("my-hip.so")),
+        AttemptFailure::Relative(VAR)
+    );
+    assert_eq!(
+        empty.expect("an empty override is unset").origin(),
+        &Candidate::Path(fallback),
+        "an empty override is ignored"
+    );
 }
 
 #[test]
@@ -357,7 +467,7 @@ fn companions_are_searched_only_next_to_the_runtime() {
         return;
     }
     let runtime =
-        loader::open_first("libamdhip64", vec![Candidate::Path(runtime_path)]).expect("fake loads");
+        loader::open_first(&HIP_LIBRARY, vec![Candidate::Path(runtime_path)]).expect("fake loads");
     let spec = LibrarySpec {
         override_var: "HIP_SYS_TEST_UNSET",
         ..HIPRTC_LIBRARY

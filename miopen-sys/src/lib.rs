@@ -32,12 +32,14 @@ pub const MIOPEN_WINDOWS_NAMES: &[&str] = &["MIOpen.dll"];
 /// ([`MIOPEN_WINDOWS_NAMES`] on Windows, [`MIOPEN_LINUX_NAMES`] elsewhere).
 pub const MIOPEN_LIBRARY: hip_sys::loader::LibrarySpec = hip_sys::loader::LibrarySpec {
     name: "libMIOpen",
+    description: "MIOpen",
     override_var: "MIOPEN_SYS_LIBMIOPEN",
     file_names: if cfg!(windows) {
         MIOPEN_WINDOWS_NAMES
     } else {
         MIOPEN_LINUX_NAMES
     },
+    identifying_symbols: &["miopenGetVersion"],
 };
 
 hip_sys::companion_library! {

@@ -30,12 +30,14 @@ pub const ROCBLAS_WINDOWS_NAMES: &[&str] = &["rocblas.dll"];
 /// ([`ROCBLAS_WINDOWS_NAMES`] on Windows, [`ROCBLAS_LINUX_NAMES`] elsewhere).
 pub const ROCBLAS_LIBRARY: hip_sys::loader::LibrarySpec = hip_sys::loader::LibrarySpec {
     name: "librocblas",
+    description: "rocBLAS",
     override_var: "ROCBLAS_SYS_LIBROCBLAS",
     file_names: if cfg!(windows) {
         ROCBLAS_WINDOWS_NAMES
     } else {
         ROCBLAS_LINUX_NAMES
     },
+    identifying_symbols: &["rocblas_get_version_string_size"],
 };
 
 hip_sys::companion_library! {
