@@ -11,8 +11,13 @@
 # error count (see sanitize_step): every memory, race or sync error fails the
 # run, and so does every failing API call, except in the tests listed in
 # DELIBERATE_API_ERRORS, which make such calls on purpose and run apart.
-# Executables that never initialise CUDA pass (--require-cuda-init no). Each
-# executable is stopped after $SANITIZE_TIMEOUT seconds (default 1800).
+# Executables that never initialise CUDA pass (--require-cuda-init no). The
+# executables run as parallel processes (the sanitizers are slow and mostly
+# host-bound), each stopped after $SANITIZE_TIMEOUT seconds (default 1800);
+# $SANITIZE_ONLY, an extended regular expression, keeps only the executables
+# whose names match it (e.g. `candle-hip--conformance|candle-app-upstream`).
+# Run the plain suite first on the same machine: it fills the kernel cache,
+# so that the sanitized processes do not compile every kernel again.
 #
 # Steps, each logged to <outdir>/<name>.log: nvidia-smi, the hip-info and
 # runtime-kernel examples, every test executable with --include-ignored --nocapture
@@ -99,22 +104,21 @@ declare -A NOT_UNDER_SANITIZER=(
 )
 
 # Runs test executable $2 (named $1) under compute-sanitizer's $sanitize,
-# `--report-api-errors $3`, with libtest arguments $4..., and records a row
-# named $1$5: the libtest counts and the sanitizer's error count. An
-# executable that never initialises CUDA prints no error summary; it passes
-# when it exits 0.
+# `--report-api-errors $3`, with libtest arguments $4..., and writes a row
+# named $1$5 (the libtest counts and the sanitizer's error count, then
+# "FAILED" or "ok") to the folder $sanitize_rows. An executable that never
+# initialises CUDA prints no error summary; it passes when it exits 0.
 sanitized_run() {
     local name="$1" exe="$2" api="$3" suffix="$4"
     shift 4
     local log="$out/sanitize-$sanitize-$name${suffix// /_}.log"
-    echo
-    echo "===== sanitize $sanitize: $name$suffix (API errors: $api)"
+    echo "===== sanitize $sanitize: $name$suffix (API errors: $api)" > "$log"
     timeout "${SANITIZE_TIMEOUT:-1800}" \
         "$cuda/bin/compute-sanitizer" --tool "$sanitize" --require-cuda-init no \
         --report-api-errors "$api" --print-limit 100 --error-exitcode 86 \
-        "$exe" --include-ignored --test-threads=1 "$@" 2>&1 | tee "$log"
-    local status="${PIPESTATUS[0]}"
-    local errors result passed failed ignored label
+        "$exe" --include-ignored --test-threads=1 "$@" >> "$log" 2>&1
+    local status=$?
+    local errors result passed failed ignored label verdict=ok
     errors="$(grep -aoE 'ERROR SUMMARY: [0-9]+' "$log" | tail -n 1 | grep -oE '[0-9]+$')"
     result="$(grep -aE '^test result: ' "$log" | tail -n 1)"
     passed="$(sed -nE 's/.* ([0-9]+) passed.*/\1/p' <<<"$result")"
@@ -126,12 +130,14 @@ sanitized_run() {
         label="$sanitize: ${errors:-?} errors"
     fi
     if [[ -z "$result" || "$status" -ne 0 || ( -n "$errors" && "$errors" != 0 ) ]]; then
-        label="$label (exit $status) FAILED"
-        other_failures=$((other_failures + 1))
+        label="$label (exit $status"
+        [[ "$status" -eq 124 ]] && label="$label, timed out"
+        label="$label) FAILED"
+        verdict=FAILED
     fi
-    total_passed=$((total_passed + ${passed:-0}))
-    total_failed=$((total_failed + ${failed:-0}))
-    rows+=("sanitize $name$suffix|$label|${passed:--}|${failed:--}|${ignored:--}")
+    echo "sanitize $name$suffix|$label|${passed:--}|${failed:--}|${ignored:--}|$verdict" \
+        > "$sanitize_rows/$name${suffix// /_}.row"
+    echo "----- sanitize $sanitize: $name$suffix: $label"
 }
 
 # All of executable $2's tests under the sanitizer: the deliberate API-error
@@ -147,27 +153,41 @@ sanitize_step() {
     for t in "${deliberate[@]}"; do
         skips+=(--skip "$t")
     done
-    sanitized_run "$name" "$exe" explicit "" "${skips[@]}"
+    sanitized_run "$name" "$exe" explicit "" "${skips[@]}" &
     if [[ ${#deliberate[@]} -gt 0 ]]; then
-        sanitized_run "$name" "$exe" no " (deliberate API errors)" --exact "${deliberate[@]}"
+        sanitized_run "$name" "$exe" no " (deliberate API errors)" --exact "${deliberate[@]}" &
     fi
 }
 
 if [[ -n "$sanitize" ]]; then
+    sanitize_rows="$out/sanitize-$sanitize-rows"
+    rm -rf "$sanitize_rows"
+    mkdir -p "$sanitize_rows"
     shopt -s nullglob
     for test in "$here"/tests/*; do
-        sanitize_step "$(basename "$test")" "$test"
+        if [[ -z "${SANITIZE_ONLY:-}" || "$(basename "$test")" =~ ^(${SANITIZE_ONLY})$ ]]; then
+            sanitize_step "$(basename "$test")" "$test"
+        fi
     done
-    if [[ -x "$here/candle-app/upstream" ]]; then
+    if [[ -x "$here/candle-app/upstream" &&
+          ( -z "${SANITIZE_ONLY:-}" || candle-app-upstream =~ ^(${SANITIZE_ONLY})$ ) ]]; then
         CANDLE_APP_DEVICE=hip sanitize_step candle-app-upstream "$here/candle-app/upstream"
     fi
+    wait
+    for row in "$sanitize_rows"/*.row; do
+        IFS='|' read -r name label passed failed ignored verdict < "$row"
+        rows+=("$name|$label|$passed|$failed|$ignored")
+        [[ "$passed" == - ]] || total_passed=$((total_passed + passed))
+        [[ "$failed" == - ]] || total_failed=$((total_failed + failed))
+        [[ "$verdict" == ok ]] || other_failures=$((other_failures + 1))
+    done
     {
         echo
         echo "===== summary ($sanitize)"
-        printf '%-48s %-30s %8s %8s %8s\n' "step" "status" "passed" "failed" "ignored"
+        printf '%-48s %-36s %8s %8s %8s\n' "step" "status" "passed" "failed" "ignored"
         for row in "${rows[@]}"; do
             IFS='|' read -r name label passed failed ignored <<<"$row"
-            printf '%-48s %-30s %8s %8s %8s\n' "$name" "$label" "$passed" "$failed" "$ignored"
+            printf '%-48s %-36s %8s %8s %8s\n' "$name" "$label" "$passed" "$failed" "$ignored"
         done
         echo
         echo "$total_passed passed, $total_failed failed"
@@ -175,7 +195,7 @@ if [[ -n "$sanitize" ]]; then
             echo "$other_failures sanitizer step(s) failed"
         fi
     } | tee "$out/summary-$sanitize.txt"
-    [[ "$total_failed" -eq 0 && "$other_failures" -eq 0 ]]
+    [[ "$total_failed" -eq 0 && "$other_failures" -eq 0 && ${#rows[@]} -gt 0 ]]
     exit
 fi
 
