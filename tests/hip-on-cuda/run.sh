@@ -95,6 +95,12 @@ declare -A DELIBERATE_API_ERRORS=(
     [hip-on-cuda--shim]="deliberate_errors_come_back_as_codes"
     [candle-app-upstream]="extension::memory_comes_back_and_oversized_allocations_are_errors"
 )
+# Tests that compare the device's free memory before and after: the other
+# sanitized processes allocate meanwhile, so these run after them, alone.
+declare -A ALONE_ON_GPU=(
+    [hip-safe--gpu]="gpu_no_leak_over_10000_alloc_launch_free_cycles"
+    [hip-safe--stress]="gpu_stress_8_threads_mixed_ops_match_host_and_free_all_memory"
+)
 # Tests not run under the sanitizer, with the reason printed in the log:
 # cuDNN under compute-sanitizer offers no bf16 backward-data algorithm, so
 # the shim's MIOpen Find refuses it (hip-safe's own MIOpen test has no
@@ -119,7 +125,11 @@ sanitized_run() {
         "$exe" --include-ignored --test-threads=1 "$@" >> "$log" 2>&1
     local status=$?
     local errors result passed failed ignored label verdict=ok
-    errors="$(grep -aoE 'ERROR SUMMARY: [0-9]+' "$log" | tail -n 1 | grep -oE '[0-9]+$')"
+    # memcheck, synccheck and initcheck end with "ERROR SUMMARY: N errors",
+    # racecheck with "RACECHECK SUMMARY: H hazards displayed (N errors, W
+    # warnings)"; without a kernel launch, racecheck prints no summary.
+    errors="$(grep -aoE 'ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: .*\([0-9]+ errors' "$log" |
+        tail -n 1 | grep -oE '[0-9]+$|[0-9]+ errors' | grep -oE '[0-9]+' | tail -n 1)"
     result="$(grep -aE '^test result: ' "$log" | tail -n 1)"
     passed="$(sed -nE 's/.* ([0-9]+) passed.*/\1/p' <<<"$result")"
     failed="$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$result")"
@@ -150,7 +160,7 @@ sanitize_step() {
         echo "sanitize $sanitize: $name: $t is not run under the sanitizer (see run.sh)"
         skips+=(--skip "$t")
     done
-    for t in "${deliberate[@]}"; do
+    for t in "${deliberate[@]}" ${ALONE_ON_GPU[$name]:-}; do
         skips+=(--skip "$t")
     done
     sanitized_run "$name" "$exe" explicit "" "${skips[@]}" &
@@ -174,6 +184,14 @@ if [[ -n "$sanitize" ]]; then
         CANDLE_APP_DEVICE=hip sanitize_step candle-app-upstream "$here/candle-app/upstream"
     fi
     wait
+    for name in "${!ALONE_ON_GPU[@]}"; do
+        read -r -a alone <<<"${ALONE_ON_GPU[$name]}"
+        if [[ -x "$here/tests/$name" &&
+              ( -z "${SANITIZE_ONLY:-}" || "$name" =~ ^(${SANITIZE_ONLY})$ ) ]]; then
+            sanitized_run "$name" "$here/tests/$name" explicit " (alone on the GPU)" \
+                --exact "${alone[@]}"
+        fi
+    done
     for row in "$sanitize_rows"/*.row; do
         IFS='|' read -r name label passed failed ignored verdict < "$row"
         rows+=("$name|$label|$passed|$failed|$ignored")
