@@ -835,10 +835,15 @@ fn gpu_no_leak_over_10000_alloc_launch_free_cycles() {
         start.elapsed(),
         dev.supports_memory_pools()
     );
-    assert_eq!(
-        before, after,
-        "device free memory changed over 10000 cycles"
-    );
+    // compute-sanitizer allocates device memory of its own while the test
+    // runs: under it (run.sh --sanitize sets the variable) only the plain run
+    // can compare the device's free memory.
+    if std::env::var_os("HIP_SAFE_TEST_UNDER_SANITIZER").is_none() {
+        assert_eq!(
+            before, after,
+            "device free memory changed over 10000 cycles"
+        );
+    }
 }
 
 #[test]

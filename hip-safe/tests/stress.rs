@@ -659,12 +659,16 @@ fn gpu_stress_8_threads_mixed_ops_match_host_and_free_all_memory() {
          {empty} receives found an empty mailbox)"
     );
     assert!(adopted > 0, "no thread ever received a snapshot");
-    assert_eq!(
-        before,
-        after,
-        "device free memory changed by {} B over the run",
-        before as i64 - after as i64
-    );
+    // Under compute-sanitizer (which allocates device memory of its own; run.sh
+    // --sanitize sets the variable) only the plain run compares free memory.
+    if std::env::var_os("HIP_SAFE_TEST_UNDER_SANITIZER").is_none() {
+        assert_eq!(
+            before,
+            after,
+            "device free memory changed by {} B over the run",
+            before as i64 - after as i64
+        );
+    }
     drop((warm_blas, warm_stream));
 }
 

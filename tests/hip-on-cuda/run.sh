@@ -95,12 +95,6 @@ declare -A DELIBERATE_API_ERRORS=(
     [hip-on-cuda--shim]="deliberate_errors_come_back_as_codes"
     [candle-app-upstream]="extension::memory_comes_back_and_oversized_allocations_are_errors"
 )
-# Tests that compare the device's free memory before and after: the other
-# sanitized processes allocate meanwhile, so these run after them, alone.
-declare -A ALONE_ON_GPU=(
-    [hip-safe--gpu]="gpu_no_leak_over_10000_alloc_launch_free_cycles"
-    [hip-safe--stress]="gpu_stress_8_threads_mixed_ops_match_host_and_free_all_memory"
-)
 # Tests not run under the sanitizer, with the reason printed in the log:
 # cuDNN under compute-sanitizer offers no bf16 backward-data algorithm, so
 # the shim's MIOpen Find refuses it (hip-safe's own MIOpen test has no
@@ -160,7 +154,7 @@ sanitize_step() {
         echo "sanitize $sanitize: $name: $t is not run under the sanitizer (see run.sh)"
         skips+=(--skip "$t")
     done
-    for t in "${deliberate[@]}" ${ALONE_ON_GPU[$name]:-}; do
+    for t in "${deliberate[@]}"; do
         skips+=(--skip "$t")
     done
     sanitized_run "$name" "$exe" explicit "" "${skips[@]}" &
@@ -170,6 +164,9 @@ sanitize_step() {
 }
 
 if [[ -n "$sanitize" ]]; then
+    # Tests that compare the device's free memory skip that comparison: the
+    # sanitizer and the other sanitized processes allocate meanwhile.
+    export HIP_SAFE_TEST_UNDER_SANITIZER=1
     sanitize_rows="$out/sanitize-$sanitize-rows"
     rm -rf "$sanitize_rows"
     mkdir -p "$sanitize_rows"
@@ -184,14 +181,6 @@ if [[ -n "$sanitize" ]]; then
         CANDLE_APP_DEVICE=hip sanitize_step candle-app-upstream "$here/candle-app/upstream"
     fi
     wait
-    for name in "${!ALONE_ON_GPU[@]}"; do
-        read -r -a alone <<<"${ALONE_ON_GPU[$name]}"
-        if [[ -x "$here/tests/$name" &&
-              ( -z "${SANITIZE_ONLY:-}" || "$name" =~ ^(${SANITIZE_ONLY})$ ) ]]; then
-            sanitized_run "$name" "$here/tests/$name" explicit " (alone on the GPU)" \
-                --exact "${alone[@]}"
-        fi
-    done
     for row in "$sanitize_rows"/*.row; do
         IFS='|' read -r name label passed failed ignored verdict < "$row"
         rows+=("$name|$label|$passed|$failed|$ignored")
