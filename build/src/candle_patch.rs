@@ -49,8 +49,10 @@ pub fn out_root(repo: &Path) -> PathBuf {
 
 /// Fetches, unpacks and patches each release whose patches changed since the last run (so
 /// that cargo does not rebuild an unchanged patched crate), then writes the retargeted tests.
-pub fn run(repo: &Path) -> Result<()> {
+/// Returns the patched source folders.
+pub fn run(repo: &Path) -> Result<Vec<PathBuf>> {
     let out = out_root(repo);
+    let mut patched = Vec::new();
     for release in &RELEASES {
         let patches = patch_files(&repo.join("patches").join(release.dir_name()))?;
         let stamp = stamp(&patches)?;
@@ -67,9 +69,9 @@ pub fn run(repo: &Path) -> Result<()> {
             std::fs::write(&stamp_file, &stamp)?;
         }
         write_tests(&src, &out.join("tests").join(release.name), release)?;
-        println!("{}", src.display());
+        patched.push(src);
     }
-    Ok(())
+    Ok(patched)
 }
 
 /// What the patched sources depend on besides the fixed release: the names and contents of

@@ -6,6 +6,7 @@ mod candle_patch;
 mod fetch;
 mod generate;
 mod symbols;
+mod text_generation;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,7 +35,10 @@ const USAGE: &str = "usage: rocm-tools <command>
   fetch     download and unpack the ROCm 6.4 development packages into build/.rocm/6.4
   bindgen   fetch (if needed), then regenerate */src/generated/{types,functions}.rs (rustfmt-formatted)
   symbols   download the ROCm 5.x, 6.4 and 7.x runtime packages into build/.rocm and write
-            their exported function names to build/symbols/<library>-<version>.txt";
+            their exported function names to build/symbols/<library>-<version>.txt
+  candle-patch  write the patched Candle sources into build/.candle-patched
+  generate [ARGS]  apply the Candle patches, then run examples/candle-app's text generation
+            program with ARGS (no ARGS: the embedded default model; `-- --help` lists them)";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -44,7 +48,15 @@ fn main() {
         Some("bindgen") => fetch::ensure(&repo, &fetch::DEV_6_4)
             .and_then(|dir| generate::run(&repo, &generate::include_dir(&dir), "6.4")),
         Some("symbols") => symbols::run(&repo),
-        Some("candle-patch") => candle_patch::run(&repo),
+        Some("candle-patch") => candle_patch::run(&repo).map(|dirs| {
+            for dir in dirs {
+                println!("{}", dir.display());
+            }
+        }),
+        Some("generate") => match text_generation::run(&repo, &args[1..]) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(2);

@@ -15,6 +15,10 @@
 #    report. The weights are taken from $MINILM_DIR, else
 #    <here>/minilm-model, else <here>/../../examples/candle-app/target/minilm
 #    (where they are when staged at <repo>/.stage/candle-app).
+# 3. generation (generation.sh check): the generation package's GPU tests, the
+#    embedded default on HIP, and a Llama-3.2-1B shape against Hugging Face
+#    transformers; CANDLE_APP_GENERATION=0 skips it. The generation benchmark
+#    is a command of its own: `generation.sh bench <outdir> llama-3.2-1b`.
 # Writes <outdir>/rows.txt (lines "step|status|passed|failed|ignored") and a
 # summary table; exits non-zero if anything failed or did not run (MiniLM
 # without weights is a SKIPPED row, not a failure).
@@ -120,6 +124,11 @@ else
     fi
     logged minilm "$here/minilm" run --model "$weights" "${torch[@]}"
     record "candle-app minilm" $?
+fi
+
+# 3. Text generation.
+if [[ "${CANDLE_APP_GENERATION:-1}" != 0 ]]; then
+    "$here/generation.sh" check "$out" || failures=$((failures + 1))
 fi
 
 echo

@@ -7,6 +7,9 @@
 #   <dest>/minilm            the MiniLM demo, <dest>/custom-kernel the
 #                            user-defined kernel demo
 #   <dest>/torch_minilm.py   PyTorch's side of the MiniLM demo, sentences.txt
+#   <dest>/generate          the generation program, <dest>/generation its
+#                            package's tests; generation.sh, torch_generate.py
+#                            and generate_report.py (the generation steps)
 #   <dest>/run.sh            the runner (scripts/run.sh)
 #
 # The MiniLM weights are not staged (about 44 MiB as f16, which would push the
@@ -31,7 +34,7 @@ dest="$(cd "$dest" && pwd)"
 
 json="$(mktemp)"
 trap 'rm -f "$json"' EXIT
-(cd "$app" && cargo build --release -p upstream-tests -p candle-app-demos --tests --bins \
+(cd "$app" && cargo build --release -p upstream-tests -p candle-app-demos -p candle-app-generate --tests --bins \
     --message-format=json > "$json")
 # "<target>\t<path>" of the upstream test harness and the demo programs (not the
 # demos' own test harnesses, which carry the same target names).
@@ -40,18 +43,19 @@ jq -r 'select(.reason == "compiler-artifact" and .executable != null)
        | [.target.name, .executable] | @tsv' "$json" |
 while IFS=$'\t' read -r target path; do
     case "$target" in
-        upstream | minilm | custom-kernel)
+        upstream | minilm | custom-kernel | generate | generation)
             cp "$path" "$dest/$target"
             strip "$dest/$target"
             ;;
     esac
 done
-for file in upstream minilm custom-kernel; do
+for file in upstream minilm custom-kernel generate generation; do
     [[ -x "$dest/$file" ]] || { echo "stage.sh: $file was not built" >&2; exit 1; }
 done
 cp "$app/demos/minilm/torch_minilm.py" "$app/demos/minilm/sentences.txt" "$dest/"
-cp "$app/scripts/run.sh" "$dest/run.sh"
-chmod +x "$dest/run.sh"
+cp "$app/scripts/run.sh" "$app/scripts/generation.sh" "$app/scripts/torch_generate.py" \
+    "$app/scripts/generate_report.py" "$dest/"
+chmod +x "$dest/run.sh" "$dest/generation.sh"
 
 weights="$app/target/minilm"
 if [[ ! -f "$weights/model.safetensors" ]]; then

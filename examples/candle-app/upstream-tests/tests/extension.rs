@@ -316,7 +316,11 @@ fn memory_comes_back_and_oversized_allocations_are_errors() -> Result<()> {
     let round = |i: usize| -> Result<f32> {
         let a = Tensor::arange(0f32, 1024., &device)?;
         let b = a.affine(2.0, 1.0)?.mul(&a)?.sum_all()?;
-        if i % 1000 == 0 { b.to_scalar::<f32>() } else { Ok(0.0) }
+        if i % 1000 == 0 {
+            b.to_scalar::<f32>()
+        } else {
+            Ok(0.0)
+        }
     };
     // One round first: kernel modules stay loaded for the device's life.
     let expect = round(0)?;
@@ -334,10 +338,15 @@ fn memory_comes_back_and_oversized_allocations_are_errors() -> Result<()> {
     );
     assert_eq!(after.map(|(r, _)| r), before.map(|(r, _)| r));
     if let Some(h) = hip {
-        let (_, total) = h.hip_device().memory_info().map_err(candle_core::Error::wrap)?;
+        let (_, total) = h
+            .hip_device()
+            .memory_info()
+            .map_err(candle_core::Error::wrap)?;
         let elems = total / 4 + (1 << 28);
         assert!(Tensor::zeros(elems, DType::F32, &device).is_err());
-        let sum = Tensor::ones(4, DType::F32, &device)?.sum_all()?.to_scalar::<f32>()?;
+        let sum = Tensor::ones(4, DType::F32, &device)?
+            .sum_all()?
+            .to_scalar::<f32>()?;
         assert_eq!(sum, 4.0);
     }
     Ok(())

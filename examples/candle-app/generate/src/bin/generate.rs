@@ -1,0 +1,459 @@
+//! Text generation on HIP (or the CPU) with candle-transformers.
+//!
+//! ```text
+//! generate [run] [--model DIR | --shape NAME] [--prompt TEXT | --prompt-ids 1,2,3]
+//!          [--max-tokens N] [--dtype f32|f16|bf16] [--device cpu|hip|hip:N]
+//!          [--temperature T] [--top-k K] [--top-p P] [--repeat-penalty R]
+//!          [--repeat-last-n N] [--seed S] [--weights-seed S] [--ignore-eos] [--json]
+//!          [--logits-out FILE]
+//!     generates from the prompt, printing tokens as they come, then one line each for time
+//!     to first token, prefill tokens/s, decode tokens/s and peak memory (--json: one JSON
+//!     object instead). Without --model or --shape: the embedded default, a small Llama
+//!     with random weights from a fixed seed and a byte-level tokenizer. --logits-out
+//!     writes every step's f32 logits ([steps, vocab], little-endian) to FILE and the ids
+//!     to FILE.json.
+//! generate write-model --shape NAME --out DIR [--dtype D] [--weights-seed S]
+//!     writes a seeded random-weight model folder (config.json, model.safetensors)
+//! generate bench [--model DIR | --shape NAME] [--dtype D] [--device D] [--batch B[,B..]]
+//!                [--prompt-len P[,P..]] [--new-tokens N] [--iters I] [--json FILE]
+//!     prefill and decode timings per (batch, prompt length), one JSON object per case
+//! ```
+//! Shapes: tiny, tinyllama-1.1b, llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b. Exit status: 0
+//! on success, 1 when generation fails, 2 for bad arguments.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use candle_app_generate::generation::{self, Settings};
+use candle_app_generate::model::{self, Model, Source};
+use candle_app_generate::shapes::{SHAPES, Shape};
+use candle_app_generate::{AppResult, app_error, device, weights};
+use candle_core::{DType, Device};
+use serde_json::json;
+
+/// The seed of the embedded default's weights.
+const DEFAULT_WEIGHTS_SEED: u64 = 20_261_123;
+
+/// The prompt when none is given.
+const DEFAULT_PROMPT: &str = "The GPU said:";
+
+/// Parsed `--flag value` pairs and bare `--flags`.
+struct Args {
+    values: HashMap<String, String>,
+    flags: Vec<String>,
+}
+
+/// Flags that take no value.
+const SWITCHES: [&str; 2] = ["--json", "--ignore-eos"];
+
+impl Args {
+    /// Parses `args`; `json_takes_file` for `bench`, whose `--json` names a file.
+    fn parse(args: &[String], json_takes_file: bool) -> AppResult<Args> {
+        let mut values = HashMap::new();
+        let mut flags = Vec::new();
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            if !arg.starts_with("--") {
+                return Err(app_error(format!("unexpected argument `{arg}`")));
+            }
+            if SWITCHES.contains(&arg.as_str()) && !(arg == "--json" && json_takes_file) {
+                flags.push(arg.clone());
+                continue;
+            }
+            let value = it
+                .next()
+                .ok_or_else(|| app_error(format!("{arg} needs a value")))?;
+            values.insert(arg.clone(), value.clone());
+        }
+        Ok(Args { values, flags })
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.values.get(key).map(String::as_str)
+    }
+
+    fn flag(&self, key: &str) -> bool {
+        self.flags.iter().any(|f| f == key)
+    }
+
+    fn number<T: std::str::FromStr>(&self, key: &str) -> AppResult<Option<T>> {
+        self.get(key)
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| app_error(format!("{key} {v}: not a valid number")))
+            })
+            .transpose()
+    }
+
+    fn list(&self, key: &str, default: &str) -> AppResult<Vec<usize>> {
+        self.get(key)
+            .unwrap_or(default)
+            .split(',')
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| app_error(format!("{key}: `{v}` is not a number")))
+            })
+            .collect()
+    }
+
+    fn reject_unknown(&self, known: &[&str]) -> AppResult<()> {
+        for key in self.values.keys().chain(&self.flags) {
+            if !known.contains(&key.as_str()) {
+                return Err(app_error(format!("unknown option {key}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A bad command line: exit status 2.
+struct Usage(String);
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (command, rest) = match args.first().map(String::as_str) {
+        Some(c @ ("run" | "write-model" | "bench")) => (c, &args[1..]),
+        Some("--help" | "-h") => {
+            println!("{}", usage());
+            return ExitCode::SUCCESS;
+        }
+        _ => ("run", &args[..]),
+    };
+    // `bench` takes `--json FILE`, where `run` takes a bare `--json`.
+    let parsed = match Args::parse(rest, command == "bench") {
+        Ok(a) => a,
+        Err(e) => return fail(Err(Usage(e.to_string()))),
+    };
+    let result = match command {
+        "write-model" => write_model(&parsed),
+        "bench" => bench(&parsed),
+        _ => run(&parsed),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => match e.downcast::<UsageError>() {
+            Ok(u) => fail(Err(Usage(u.0))),
+            Err(e) => fail(Ok(e.to_string())),
+        },
+    }
+}
+
+/// A usage error raised inside a command.
+#[derive(Debug)]
+struct UsageError(String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn usage_error(message: impl Into<String>) -> candle_app_generate::AppError {
+    Box::new(UsageError(message.into()))
+}
+
+/// Prints the error; exit status 2 for usage, 1 otherwise.
+fn fail(error: Result<String, Usage>) -> ExitCode {
+    match error {
+        Ok(message) => {
+            eprintln!("generate: error: {message}");
+            ExitCode::from(1)
+        }
+        Err(Usage(message)) => {
+            eprintln!("generate: {message}\n\n{}", usage());
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn usage() -> String {
+    let names: Vec<&str> = SHAPES.iter().map(|(n, _)| *n).collect();
+    format!(
+        "usage: generate [run] [--model DIR | --shape NAME] [--prompt TEXT | --prompt-ids IDS] \
+         [--max-tokens N] [--dtype f32|f16|bf16] [--device cpu|hip|hip:N] [--temperature T] \
+         [--top-k K] [--top-p P] [--repeat-penalty R] [--repeat-last-n N] [--seed S] \
+         [--weights-seed S] [--ignore-eos] [--json] [--logits-out FILE]\n       \
+         generate write-model --shape NAME --out DIR [--dtype D] [--weights-seed S]\n       \
+         generate bench [--model DIR | --shape NAME] [--dtype D] [--device D] [--batch B,..] \
+         [--prompt-len P,..] [--new-tokens N] [--iters I] [--json FILE]\n\
+         shapes: {}",
+        names.join(", ")
+    )
+}
+
+/// The model source the arguments name; the embedded default without either.
+fn source(args: &Args) -> AppResult<(Source, bool)> {
+    let seed = args
+        .number("--weights-seed")?
+        .unwrap_or(DEFAULT_WEIGHTS_SEED);
+    match (args.get("--model"), args.get("--shape")) {
+        (Some(_), Some(_)) => Err(usage_error("give --model or --shape, not both")),
+        (Some(dir), None) => Ok((Source::Dir(PathBuf::from(dir)), false)),
+        (None, Some(name)) => Ok((Source::Shape(shape(name)?, seed), false)),
+        (None, None) => Ok((Source::Shape(Shape::Tiny, seed), true)),
+    }
+}
+
+fn shape(name: &str) -> AppResult<Shape> {
+    Shape::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = SHAPES.iter().map(|(n, _)| *n).collect();
+        usage_error(format!(
+            "unknown shape `{name}` (one of {})",
+            names.join(", ")
+        ))
+    })
+}
+
+/// The device and dtype: --device, else HIP when present (saying why not); --dtype, else
+/// bf16 on HIP and f32 on the CPU.
+fn device_and_dtype(args: &Args, quiet: bool) -> AppResult<(Device, DType)> {
+    let (device, reason) = device::select(args.get("--device"))?;
+    if let Some(reason) = reason
+        && !quiet
+    {
+        eprintln!("generate: running on the CPU: {reason}");
+    }
+    let dtype = match args.get("--dtype") {
+        Some(name) => model::parse_dtype(name).map_err(|e| usage_error(e.to_string()))?,
+        None if device.is_cpu() => DType::F32,
+        None => DType::BF16,
+    };
+    Ok((device, dtype))
+}
+
+fn run(args: &Args) -> AppResult<()> {
+    args.reject_unknown(&[
+        "--model",
+        "--shape",
+        "--prompt",
+        "--prompt-ids",
+        "--max-tokens",
+        "--dtype",
+        "--device",
+        "--temperature",
+        "--top-k",
+        "--top-p",
+        "--repeat-penalty",
+        "--repeat-last-n",
+        "--seed",
+        "--weights-seed",
+        "--ignore-eos",
+        "--json",
+        "--logits-out",
+    ])
+    .map_err(|e| usage_error(e.to_string()))?;
+    let json_out = args.flag("--json");
+    let settings = Settings {
+        max_tokens: args.number("--max-tokens")?.unwrap_or(64),
+        temperature: args.number("--temperature")?,
+        top_k: args.number("--top-k")?,
+        top_p: args.number("--top-p")?,
+        repeat_penalty: args.number("--repeat-penalty")?.unwrap_or(1.0),
+        repeat_last_n: args.number("--repeat-last-n")?.unwrap_or(64),
+        seed: args.number("--seed")?.unwrap_or(299_792_458),
+        ignore_eos: args.flag("--ignore-eos"),
+    };
+    let (source, embedded) = source(args)?;
+    let (device, dtype) = device_and_dtype(args, false)?;
+    if embedded && !json_out {
+        eprintln!(
+            "generate: no --model: using the embedded default, a small Llama-architecture model \
+             with random weights (seed {DEFAULT_WEIGHTS_SEED}) and a byte-level tokenizer; its \
+             text is noise, its speed and numerics are real"
+        );
+    }
+    let mut model = Model::load(&source, dtype, &device)?;
+    let prompt = match (args.get("--prompt"), args.get("--prompt-ids")) {
+        (Some(_), Some(_)) => return Err(usage_error("give --prompt or --prompt-ids, not both")),
+        (_, Some(ids)) => ids
+            .split(',')
+            .map(|v| {
+                v.trim()
+                    .parse::<u32>()
+                    .map_err(|_| usage_error(format!("--prompt-ids: `{v}` is not a token id")))
+            })
+            .collect::<AppResult<Vec<u32>>>()?,
+        (text, None) => model.codec.encode(text.unwrap_or(DEFAULT_PROMPT))?,
+    };
+    if let Some(&bad) = prompt.iter().find(|&&id| id as usize >= model.vocab) {
+        return Err(usage_error(format!(
+            "--prompt-ids: token {bad} is outside the vocabulary of {}",
+            model.vocab
+        )));
+    }
+    if !json_out {
+        eprintln!(
+            "generate: {} on {} in {}, {} prompt tokens",
+            model.description,
+            device::describe(&device),
+            model::dtype_name(dtype),
+            prompt.len()
+        );
+        print!("{}", model.codec.decode(&prompt)?);
+    }
+    let mut stream = candle_app_generate::codec::TextStream::new();
+    let keep_logits = args.get("--logits-out").is_some();
+    let codec = std::mem::replace(
+        &mut model.codec,
+        candle_app_generate::codec::TextCodec::Bytes { bos: 0 },
+    );
+    let outcome = generation::generate(&mut model, &prompt, &settings, keep_logits, |id| {
+        if !json_out {
+            print!("{}", stream.push(&codec, id)?);
+            std::io::stdout().flush()?;
+        }
+        Ok(())
+    });
+    model.codec = codec;
+    let outcome = outcome?;
+    if let Some(file) = args.get("--logits-out") {
+        write_logits(file, &outcome, &model)?;
+    }
+    let peak = device::peak_memory(&device);
+    if json_out {
+        let report = json!({
+            "model": model.description,
+            "device": device::describe(&device),
+            "dtype": model::dtype_name(dtype),
+            "prompt_tokens": outcome.prompt.len(),
+            "prompt_ids": outcome.prompt,
+            "generated_ids": outcome.generated,
+            "text": model.codec.decode(&outcome.generated)?,
+            "time_to_first_token_ms": outcome.time_to_first_token.as_secs_f64() * 1e3,
+            "prefill_tokens_per_s": outcome.prefill_tokens_per_s(),
+            "decode_tokens_per_s": outcome.decode_tokens_per_s(),
+            "peak_memory_bytes": peak.map(|p| p.0),
+            "peak_memory_kind": peak.map(|p| p.1),
+        });
+        println!("{report}");
+    } else {
+        println!();
+        eprintln!(
+            "time to first token: {:.1} ms",
+            outcome.time_to_first_token.as_secs_f64() * 1e3
+        );
+        eprintln!("prefill: {:.1} tokens/s", outcome.prefill_tokens_per_s());
+        eprintln!(
+            "decode: {:.1} tokens/s ({} tokens)",
+            outcome.decode_tokens_per_s(),
+            outcome.generated.len()
+        );
+        match peak {
+            Some((bytes, kind)) => eprintln!("peak memory: {:.1} MiB ({kind})", mib(bytes)),
+            None => eprintln!("peak memory: unknown"),
+        }
+    }
+    Ok(())
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 20) as f64
+}
+
+/// Writes `outcome`'s logits to `file` and its ids to `file.json`.
+fn write_logits(file: &str, outcome: &generation::Outcome, model: &Model) -> AppResult<()> {
+    let mut bytes = Vec::with_capacity(outcome.logits.len() * model.vocab * 4);
+    for row in &outcome.logits {
+        for v in row {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    std::fs::write(file, bytes).map_err(|e| app_error(format!("{file}: {e}")))?;
+    let meta = json!({
+        "tokens": outcome.generated,
+        "prompt_ids": outcome.prompt,
+        "vocab": model.vocab,
+        "device": device::describe(model.device()),
+        "dtype": model::dtype_name(model.dtype),
+    });
+    std::fs::write(format!("{file}.json"), meta.to_string())
+        .map_err(|e| app_error(format!("{file}.json: {e}")))?;
+    Ok(())
+}
+
+fn write_model(args: &Args) -> AppResult<()> {
+    args.reject_unknown(&["--shape", "--out", "--dtype", "--weights-seed"])
+        .map_err(|e| usage_error(e.to_string()))?;
+    let shape = shape(
+        args.get("--shape")
+            .ok_or_else(|| usage_error("write-model needs --shape"))?,
+    )?;
+    let out = args
+        .get("--out")
+        .ok_or_else(|| usage_error("write-model needs --out"))?;
+    let dtype = model::parse_dtype(args.get("--dtype").unwrap_or("bf16"))
+        .map_err(|e| usage_error(e.to_string()))?;
+    let seed = args
+        .number("--weights-seed")?
+        .unwrap_or(DEFAULT_WEIGHTS_SEED);
+    let start = std::time::Instant::now();
+    let bytes = weights::write_model(&shape.config(), seed, dtype, std::path::Path::new(out))?;
+    eprintln!(
+        "generate: wrote {} ({}, seed {seed}, {:.2} GB of weights) to {out} in {:.1} s",
+        shape.name(),
+        model::dtype_name(dtype),
+        bytes as f64 / 1e9,
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn bench(args: &Args) -> AppResult<()> {
+    args.reject_unknown(&[
+        "--model",
+        "--shape",
+        "--dtype",
+        "--device",
+        "--batch",
+        "--prompt-len",
+        "--new-tokens",
+        "--iters",
+        "--json",
+        "--weights-seed",
+    ])
+    .map_err(|e| usage_error(e.to_string()))?;
+    let (source, _) = source(args)?;
+    let (device, dtype) = device_and_dtype(args, true)?;
+    let batches = args.list("--batch", "1")?;
+    let prompts = args.list("--prompt-len", "512")?;
+    let new_tokens = args.number("--new-tokens")?.unwrap_or(128);
+    let iters = args.number("--iters")?.unwrap_or(3);
+    let mut model = Model::load(&source, dtype, &device)?;
+    let copy = generation::copy_bandwidth(&device)?;
+    for &batch in &batches {
+        for &prompt_len in &prompts {
+            let r = generation::bench(&mut model, batch, prompt_len, new_tokens, iters)?;
+            let row = json!({
+                "framework": "candle",
+                "device": device::describe(&device),
+                "model": model.description,
+                "dtype": model::dtype_name(dtype),
+                "batch": r.batch,
+                "prompt_len": r.prompt_len,
+                "new_tokens": r.new_tokens,
+                "prefill_ms": r.prefill_ms,
+                "prefill_tokens_per_s": (r.batch * r.prompt_len) as f64 / r.prefill_ms * 1e3,
+                "decode_ms_per_token": r.decode_ms_per_token,
+                "decode_tokens_per_s": r.batch as f64 / r.decode_ms_per_token * 1e3,
+                "host_ms_per_token": r.host_ms_per_token,
+                "weight_bytes": model.weight_bytes,
+                "copy_gb_per_s": copy,
+                "peak_memory_bytes": device::peak_memory(&device).map(|p| p.0),
+            });
+            println!("{row}");
+            if let Some(file) = args.get("--json") {
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(file)
+                    .map_err(|e| app_error(format!("{file}: {e}")))?;
+                writeln!(f, "{row}").map_err(|e| app_error(format!("{file}: {e}")))?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,27 @@
+//! Text generation with candle-transformers' Llama, Mistral, Qwen2 and Qwen3 on a HIP device
+//! through candle-hip (or on the CPU), as an LLM worker built on Candle runs it.
+//!
+//! - [`shapes`]: named configurations of real models and the embedded tiny default;
+//! - [`weights`]: seeded random weights, in memory or written as a model folder;
+//! - [`model`]: loading a model folder or a shape, one interface over the architectures;
+//! - [`codec`]: tokenizers (Hugging Face's, or bytes for the seeded models);
+//! - [`generation`]: the decode loop with sampling, timings and the benchmark;
+//! - [`device`]: choosing HIP or the CPU.
+
+pub mod codec;
+pub mod device;
+pub mod generation;
+pub mod model;
+pub mod shapes;
+pub mod weights;
+
+/// The program's errors: a message for the user (Candle's, the tokenizer's, or our own).
+pub type AppError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A result with an [`AppError`].
+pub type AppResult<T> = Result<T, AppError>;
+
+/// An error carrying `message`.
+pub fn app_error(message: impl Into<String>) -> AppError {
+    message.into().into()
+}

@@ -1,0 +1,315 @@
+//! Loading a causal language model (Llama, Mistral, Qwen2, Qwen3 from candle-transformers)
+//! from a Hugging Face model folder or a named shape, and one interface over the four.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, IndexOp, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::{llama, mistral, qwen2, qwen3};
+use serde_json::Value;
+
+use crate::codec::TextCodec;
+use crate::shapes::{BYTE_TOKENIZER_KEY, Shape};
+use crate::{AppResult, app_error, weights};
+
+/// The architectures this program runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama 2 and 3 (`LlamaForCausalLM`).
+    Llama,
+    /// Mistral (`MistralForCausalLM`).
+    Mistral,
+    /// Qwen2 and Qwen2.5 (`Qwen2ForCausalLM`).
+    Qwen2,
+    /// Qwen3 (`Qwen3ForCausalLM`).
+    Qwen3,
+}
+
+impl Arch {
+    /// The architecture a `config.json` names (`architectures[0]`, else `model_type`).
+    pub fn of(config: &Value) -> AppResult<Arch> {
+        let named = config["architectures"][0]
+            .as_str()
+            .or_else(|| config["model_type"].as_str())
+            .unwrap_or("");
+        match named {
+            "LlamaForCausalLM" | "llama" => Ok(Arch::Llama),
+            "MistralForCausalLM" | "mistral" => Ok(Arch::Mistral),
+            "Qwen2ForCausalLM" | "qwen2" => Ok(Arch::Qwen2),
+            "Qwen3ForCausalLM" | "qwen3" => Ok(Arch::Qwen3),
+            "" => Err(app_error(
+                "config.json names no architecture (`architectures` or `model_type`)",
+            )),
+            other => Err(app_error(format!(
+                "unknown architecture `{other}`: this program runs Llama, Mistral, Qwen2 and Qwen3"
+            ))),
+        }
+    }
+}
+
+/// The dtype called `name` (`f32`, `f16`, `bf16`).
+pub fn parse_dtype(name: &str) -> AppResult<DType> {
+    match name {
+        "f32" => Ok(DType::F32),
+        "f16" => Ok(DType::F16),
+        "bf16" => Ok(DType::BF16),
+        other => Err(app_error(format!(
+            "unknown dtype `{other}` (f32, f16 or bf16)"
+        ))),
+    }
+}
+
+/// The short name of a model dtype.
+pub fn dtype_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        _ => "f32",
+    }
+}
+
+/// Where a model comes from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A Hugging Face layout folder.
+    Dir(PathBuf),
+    /// A named shape with seeded random weights built in memory.
+    Shape(Shape, u64),
+}
+
+/// A model's files checked before anything is loaded: the config and the weight files.
+pub struct Folder {
+    /// The parsed `config.json`.
+    pub config: Value,
+    /// `model.safetensors`, or every shard the index names.
+    pub weights: Vec<PathBuf>,
+}
+
+impl Folder {
+    /// Reads `dir`'s config and finds its weights; a missing file or shard is an error
+    /// naming it.
+    pub fn open(dir: &Path) -> AppResult<Folder> {
+        if !dir.is_dir() {
+            return Err(app_error(format!(
+                "model folder {} does not exist",
+                dir.display()
+            )));
+        }
+        let config_file = dir.join("config.json");
+        let text = std::fs::read_to_string(&config_file).map_err(|e| {
+            app_error(format!(
+                "{}: {e} (a model folder needs config.json)",
+                config_file.display()
+            ))
+        })?;
+        let config: Value = serde_json::from_str(&text)
+            .map_err(|e| app_error(format!("{}: {e}", config_file.display())))?;
+        let single = dir.join("model.safetensors");
+        let index = dir.join("model.safetensors.index.json");
+        let weights = if single.is_file() {
+            vec![single]
+        } else if index.is_file() {
+            shards(dir, &index)?
+        } else {
+            return Err(app_error(format!(
+                "{}: neither model.safetensors nor model.safetensors.index.json",
+                dir.display()
+            )));
+        };
+        Ok(Folder { config, weights })
+    }
+}
+
+/// The shard files a safetensors index names, each checked to exist.
+fn shards(dir: &Path, index: &Path) -> AppResult<Vec<PathBuf>> {
+    let text = std::fs::read_to_string(index)
+        .map_err(|e| app_error(format!("{}: {e}", index.display())))?;
+    let json: Value =
+        serde_json::from_str(&text).map_err(|e| app_error(format!("{}: {e}", index.display())))?;
+    let map = json["weight_map"]
+        .as_object()
+        .ok_or_else(|| app_error(format!("{}: no weight_map", index.display())))?;
+    let mut files: Vec<&str> = map.values().filter_map(Value::as_str).collect();
+    files.sort_unstable();
+    files.dedup();
+    let mut out = Vec::new();
+    for file in files {
+        let path = dir.join(file);
+        if !path.is_file() {
+            return Err(app_error(format!(
+                "{} names the shard {file}, which is missing (a partial download?)",
+                index.display()
+            )));
+        }
+        out.push(path);
+    }
+    Ok(out)
+}
+
+/// One of the supported models, with its KV cache.
+enum Net {
+    Llama(Box<llama::Llama>, Box<llama::Cache>, Box<llama::Config>),
+    Mistral(Box<mistral::Model>),
+    Qwen2(Box<qwen2::ModelForCausalLM>),
+    Qwen3(Box<qwen3::ModelForCausalLM>),
+}
+
+/// A loaded model: the network, its tokenizer and what the config says.
+pub struct Model {
+    net: Net,
+    /// The architecture.
+    pub arch: Arch,
+    /// The tokenizer.
+    pub codec: TextCodec,
+    /// Token ids that end generation.
+    pub eos: Vec<u32>,
+    /// The longest sequence the model takes (prompt and generated tokens).
+    pub max_positions: usize,
+    /// The vocabulary size (logits per token).
+    pub vocab: usize,
+    /// Bytes of all weights, in the model's dtype.
+    pub weight_bytes: u64,
+    /// The dtype the model computes in.
+    pub dtype: DType,
+    device: Device,
+    /// A short description for reports.
+    pub description: String,
+}
+
+impl Model {
+    /// Loads the model from `source` in `dtype` onto `device`.
+    pub fn load(source: &Source, dtype: DType, device: &Device) -> AppResult<Model> {
+        check_dtype(dtype, device)?;
+        let (config, vb, weight_bytes, description, dir) = match source {
+            Source::Dir(dir) => {
+                let folder = Folder::open(dir)?;
+                let bytes = folder
+                    .weights
+                    .iter()
+                    .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+                    .sum();
+                // SAFETY: the weight files are memory-mapped; they must not change while the
+                // program runs, which holds for a model folder nobody writes to meanwhile.
+                let vb =
+                    unsafe { VarBuilder::from_mmaped_safetensors(&folder.weights, dtype, device)? };
+                (
+                    folder.config,
+                    vb,
+                    bytes,
+                    dir.display().to_string(),
+                    Some(dir),
+                )
+            }
+            Source::Shape(shape, seed) => {
+                let config = shape.config();
+                let tensors = weights::build(&config, *seed, dtype, device)?;
+                let bytes = tensors
+                    .values()
+                    .map(|t| (t.elem_count() * dtype.size_in_bytes()) as u64)
+                    .sum();
+                let vb = VarBuilder::from_tensors(tensors, dtype, device);
+                let what = format!("{} shape, random weights from seed {seed}", shape.name());
+                (config, vb, bytes, what, None)
+            }
+        };
+        let arch = Arch::of(&config)?;
+        let number = |key: &str| config[key].as_u64().map(|v| v as usize);
+        let max_positions = number("max_position_embeddings")
+            .ok_or_else(|| app_error("config.json: no max_position_embeddings"))?;
+        let vocab = number("vocab_size").ok_or_else(|| app_error("config.json: no vocab_size"))?;
+        let eos = match &config["eos_token_id"] {
+            Value::Array(ids) => ids
+                .iter()
+                .filter_map(|v| v.as_u64())
+                .map(|v| v as u32)
+                .collect(),
+            v => v.as_u64().map(|v| v as u32).into_iter().collect(),
+        };
+        let codec = if config[BYTE_TOKENIZER_KEY] == Value::Bool(true) {
+            let bos = config["bos_token_id"].as_u64().unwrap_or(0) as u32;
+            TextCodec::Bytes { bos }
+        } else {
+            match dir {
+                Some(dir) => TextCodec::from_dir(dir)?,
+                None => return Err(app_error("a shape without a tokenizer")),
+            }
+        };
+        let bad = |e: serde_json::Error| app_error(format!("config.json for {arch:?}: {e}"));
+        let net = match arch {
+            Arch::Llama => {
+                let cfg: llama::LlamaConfig =
+                    serde_json::from_value(config.clone()).map_err(bad)?;
+                let cfg = cfg.into_config(false);
+                let cache = llama::Cache::new(true, dtype, &cfg, device)?;
+                let model = llama::Llama::load(vb, &cfg)?;
+                Net::Llama(Box::new(model), Box::new(cache), Box::new(cfg))
+            }
+            Arch::Mistral => {
+                let cfg: mistral::Config = serde_json::from_value(config.clone()).map_err(bad)?;
+                Net::Mistral(Box::new(mistral::Model::new(&cfg, vb)?))
+            }
+            Arch::Qwen2 => {
+                let cfg: qwen2::Config = serde_json::from_value(config.clone()).map_err(bad)?;
+                Net::Qwen2(Box::new(qwen2::ModelForCausalLM::new(&cfg, vb)?))
+            }
+            Arch::Qwen3 => {
+                let cfg: qwen3::Config = serde_json::from_value(config.clone()).map_err(bad)?;
+                Net::Qwen3(Box::new(qwen3::ModelForCausalLM::new(&cfg, vb)?))
+            }
+        };
+        Ok(Model {
+            net,
+            arch,
+            codec,
+            eos,
+            max_positions,
+            vocab,
+            weight_bytes,
+            dtype,
+            device: device.clone(),
+            description: format!("{arch:?} ({description})"),
+        })
+    }
+
+    /// The device the model runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Runs `ids` (`[batch, tokens]`) at position `pos` (the tokens already in the KV cache)
+    /// and returns the f32 logits of each sequence's last token, `[batch, vocab]`.
+    pub fn forward(&mut self, ids: &Tensor, pos: usize) -> AppResult<Tensor> {
+        let logits = match &mut self.net {
+            Net::Llama(model, cache, _) => model.forward(ids, pos, cache)?,
+            Net::Mistral(model) => model.forward(ids, pos)?.i((.., 0))?,
+            Net::Qwen2(model) => model.forward(ids, pos)?.i((.., 0))?,
+            Net::Qwen3(model) => model.forward(ids, pos)?.i((.., 0))?,
+        };
+        Ok(logits.to_dtype(DType::F32)?)
+    }
+
+    /// Empties the KV cache (the next forward starts at position 0).
+    pub fn reset(&mut self) -> AppResult<()> {
+        match &mut self.net {
+            Net::Llama(_, cache, cfg) => {
+                **cache = llama::Cache::new(true, self.dtype, cfg, &self.device)?;
+            }
+            Net::Mistral(model) => model.clear_kv_cache(),
+            Net::Qwen2(model) => model.clear_kv_cache(),
+            Net::Qwen3(model) => model.clear_kv_cache(),
+        }
+        Ok(())
+    }
+}
+
+/// Fails clearly when `device` cannot compute in `dtype` (a small matmul is tried).
+fn check_dtype(dtype: DType, device: &Device) -> AppResult<()> {
+    let probe = Tensor::ones((2, 2), dtype, device).and_then(|t| t.matmul(&t));
+    probe.map(|_| ()).map_err(|e| {
+        app_error(format!(
+            "dtype {} cannot run on {:?}: {e}",
+            dtype_name(dtype),
+            device.location()
+        ))
+    })
+}

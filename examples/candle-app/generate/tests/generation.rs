@@ -1,0 +1,288 @@
+//! The generation program's library on the CPU (determinism, the KV cache against a full
+//! forward, model folders, bad input) and, `#[ignore]`d, HIP against the CPU: run with
+//! `--include-ignored` on a GPU machine.
+
+use std::path::{Path, PathBuf};
+
+use candle_app_generate::generation::{self, Settings};
+use candle_app_generate::model::{Folder, Model, Source};
+use candle_app_generate::shapes::Shape;
+use candle_app_generate::weights;
+use candle_core::{DType, Device, Tensor};
+
+const SEED: u64 = 20_261_123;
+
+fn tiny(dtype: DType, device: &Device) -> Model {
+    Model::load(&Source::Shape(Shape::Tiny, SEED), dtype, device).expect("tiny model")
+}
+
+fn hip() -> Device {
+    candle_hip::extension::hip_device(0).expect("HIP device 0")
+}
+
+fn greedy(max_tokens: usize) -> Settings {
+    Settings {
+        max_tokens,
+        ignore_eos: true,
+        ..Settings::default()
+    }
+}
+
+/// A fresh temporary folder.
+fn temp_dir(label: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("generate-test-{label}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn prompt(len: usize) -> Vec<u32> {
+    (0..len).map(|i| ((i * 31 + 7) % 256) as u32).collect()
+}
+
+/// Largest |a - b| over largest |b|.
+fn relative_difference(a: &[f32], b: &[f32]) -> f32 {
+    let diff = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    let scale = b.iter().map(|y| y.abs()).fold(0f32, f32::max);
+    diff / scale
+}
+
+/// Smallest gap between the two largest logits over the steps.
+fn smallest_margin(steps: &[Vec<f32>]) -> f32 {
+    steps
+        .iter()
+        .map(|row| {
+            let mut sorted = row.clone();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            sorted[0] - sorted[1]
+        })
+        .fold(f32::INFINITY, f32::min)
+}
+
+/// The last-token logits after prefilling `len` tokens and decoding 3 more one at a time,
+/// and those of one forward of the whole sequence without a cache.
+fn cached_and_full(model: &mut Model, len: usize) -> (Vec<f32>, Vec<f32>) {
+    let dev = model.device().clone();
+    let ids = prompt(len + 3);
+    model.reset().unwrap();
+    let mut logits = model
+        .forward(
+            &Tensor::new(&ids[..len], &dev)
+                .unwrap()
+                .unsqueeze(0)
+                .unwrap(),
+            0,
+        )
+        .unwrap();
+    for (i, &id) in ids[len..].iter().enumerate() {
+        let input = Tensor::new(&[id], &dev).unwrap().unsqueeze(0).unwrap();
+        logits = model.forward(&input, len + i).unwrap();
+    }
+    let cached = logits.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
+    model.reset().unwrap();
+    let full = model
+        .forward(
+            &Tensor::new(ids.as_slice(), &dev)
+                .unwrap()
+                .unsqueeze(0)
+                .unwrap(),
+            0,
+        )
+        .unwrap();
+    let full = full.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
+    model.reset().unwrap();
+    (cached, full)
+}
+
+fn check_kv_cache(device: &Device, lengths: &[usize]) {
+    let mut model = tiny(DType::F32, device);
+    for &len in lengths {
+        let (cached, full) = cached_and_full(&mut model, len);
+        let rel = relative_difference(&cached, &full);
+        println!("kv cache, prompt {len}: relative difference {rel:.2e}");
+        assert!(rel < 1e-4, "prompt {len}: {rel}");
+    }
+}
+
+#[test]
+fn the_embedded_default_is_deterministic() {
+    let mut a = tiny(DType::F32, &Device::Cpu);
+    let mut b = tiny(DType::F32, &Device::Cpu);
+    let p = prompt(5);
+    let x = generation::generate(&mut a, &p, &greedy(16), false, |_| Ok(())).unwrap();
+    let y = generation::generate(&mut b, &p, &greedy(16), false, |_| Ok(())).unwrap();
+    assert_eq!(x.generated.len(), 16);
+    assert_eq!(x.generated, y.generated);
+    // The same model again after a reset gives the same tokens.
+    let z = generation::generate(&mut a, &p, &greedy(16), false, |_| Ok(())).unwrap();
+    assert_eq!(x.generated, z.generated);
+}
+
+#[test]
+fn seeded_sampling_is_reproducible_and_differs_from_greedy() {
+    let mut model = tiny(DType::F32, &Device::Cpu);
+    let sampled = Settings {
+        temperature: Some(1.5),
+        top_k: Some(50),
+        top_p: Some(0.95),
+        repeat_penalty: 1.1,
+        seed: 42,
+        ..greedy(24)
+    };
+    let p = prompt(4);
+    let run = |model: &mut Model, s: &Settings| {
+        generation::generate(model, &p, s, false, |_| Ok(()))
+            .unwrap()
+            .generated
+    };
+    let first = run(&mut model, &sampled);
+    assert_eq!(first, run(&mut model, &sampled));
+    assert_ne!(first, run(&mut model, &greedy(24)));
+}
+
+#[test]
+fn the_kv_cache_matches_a_full_forward_on_the_cpu() {
+    check_kv_cache(&Device::Cpu, &[1, 7, 512]);
+}
+
+#[test]
+fn a_written_model_loads_with_the_in_memory_weights() {
+    let dir = temp_dir("write");
+    weights::write_model(&Shape::Tiny.config(), SEED, DType::F32, &dir).unwrap();
+    let mut from_disk = Model::load(&Source::Dir(dir.clone()), DType::F32, &Device::Cpu).unwrap();
+    let mut in_memory = tiny(DType::F32, &Device::Cpu);
+    let p = prompt(9);
+    let keep = |m: &mut Model| generation::generate(m, &p, &greedy(4), true, |_| Ok(())).unwrap();
+    let (a, b) = (keep(&mut from_disk), keep(&mut in_memory));
+    assert_eq!(a.generated, b.generated);
+    assert_eq!(a.logits, b.logits);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn load_error(dir: &Path) -> String {
+    match Model::load(&Source::Dir(dir.to_path_buf()), DType::F32, &Device::Cpu) {
+        Ok(_) => panic!("{} loaded", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_model_folders_are_clear_errors() {
+    let dir = temp_dir("bad");
+    assert!(load_error(&dir.join("absent")).contains("does not exist"));
+    assert!(load_error(&dir).contains("config.json"));
+
+    let mut config = Shape::Tiny.config();
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    assert!(load_error(&dir).contains("neither model.safetensors"));
+
+    let index = r#"{"weight_map": {"a": "model-00001-of-00002.safetensors",
+                                    "b": "model-00002-of-00002.safetensors"}}"#;
+    std::fs::write(dir.join("model.safetensors.index.json"), index).unwrap();
+    std::fs::write(dir.join("model-00001-of-00002.safetensors"), b"").unwrap();
+    let partial = load_error(&dir);
+    assert!(
+        partial.contains("model-00002-of-00002.safetensors, which is missing"),
+        "{partial}"
+    );
+
+    config["architectures"] = serde_json::json!(["GPT2LMHeadModel"]);
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    std::fs::remove_file(dir.join("model.safetensors.index.json")).unwrap();
+    weights::write_model(&Shape::Tiny.config(), SEED, DType::F32, &dir).unwrap();
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    assert!(load_error(&dir).contains("unknown architecture `GPT2LMHeadModel`"));
+
+    std::fs::write(dir.join("config.json"), "{ not json").unwrap();
+    assert!(load_error(&dir).contains("config.json"));
+    let _ = std::fs::remove_dir_all(dir);
+    assert!(Folder::open(Path::new("/nonexistent/model")).is_err());
+}
+
+#[test]
+fn a_prompt_longer_than_the_context_is_an_error() {
+    let mut model = tiny(DType::F32, &Device::Cpu);
+    let err = generation::generate(&mut model, &prompt(8190), &greedy(8), false, |_| Ok(()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("the model's context is 8192"), "{err}");
+    let err = generation::generate(&mut model, &[], &greedy(8), false, |_| Ok(()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("empty"), "{err}");
+    assert!(generation::bench(&mut model, 0, 4, 4, 1).is_err());
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn hip_matches_the_cpu_for_64_greedy_steps() {
+    let p = prompt(11);
+    let settings = greedy(64);
+    let run = |dtype, device: &Device| {
+        let mut model = tiny(dtype, device);
+        generation::generate(&mut model, &p, &settings, true, |_| Ok(())).unwrap()
+    };
+    let cpu = run(DType::F32, &Device::Cpu);
+    let gpu = run(DType::F32, &hip());
+    let worst = cpu
+        .logits
+        .iter()
+        .zip(&gpu.logits)
+        .map(|(c, g)| relative_difference(g, c))
+        .fold(0f32, f32::max);
+    println!(
+        "f32: 64 greedy steps, largest relative logit difference {worst:.2e}, smallest top-1 \
+         margin {:.3}",
+        smallest_margin(&cpu.logits)
+    );
+    assert_eq!(gpu.generated, cpu.generated);
+    assert!(worst < 1e-4, "{worst}");
+
+    // bf16 on HIP against f32 on the CPU, fed the same tokens: bf16 keeps 8 bits of
+    // mantissa (relative rounding 2^-9 per value), and the logits pass through 4 layers of
+    // bf16 matmuls and normalisations; 5e-2 of the largest logit bounds that with margin.
+    let mut bf16 = tiny(DType::BF16, &hip());
+    let mut f32_cpu = tiny(DType::F32, &Device::Cpu);
+    let ids = [p.as_slice(), &cpu.generated[..16]].concat();
+    let logits = |m: &mut Model| {
+        m.reset().unwrap();
+        let dev = m.device().clone();
+        let t = Tensor::new(ids.as_slice(), &dev)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        m.forward(&t, 0)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    };
+    let rel = relative_difference(&logits(&mut bf16), &logits(&mut f32_cpu));
+    println!("bf16 on HIP vs f32 on the CPU: relative logit difference {rel:.2e}");
+    assert!(rel < 5e-2, "{rel}");
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn the_kv_cache_matches_a_full_forward_on_hip() {
+    check_kv_cache(&hip(), &[1, 7, 512, 4096]);
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn the_kv_cache_on_hip_matches_the_cpu() {
+    let mut gpu = tiny(DType::F32, &hip());
+    let mut cpu = tiny(DType::F32, &Device::Cpu);
+    for len in [1, 7, 512, 4096] {
+        let (g, _) = cached_and_full(&mut gpu, len);
+        let (c, _) = cached_and_full(&mut cpu, len);
+        let rel = relative_difference(&g, &c);
+        println!("kv cache, prompt {len}: HIP vs CPU relative difference {rel:.2e}");
+        assert!(rel < 1e-4, "prompt {len}: {rel}");
+    }
+}

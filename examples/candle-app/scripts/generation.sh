@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The generation steps of a GPU run (staged next to `generate`, `generation`
+# (the package's test executable), torch_generate.py and generate_report.py):
+#
+#   generation.sh check <outdir>
+#       the GPU tests of the generation package (HIP vs CPU: 64 greedy steps,
+#       bf16, the KV cache at prompts 1, 7, 512, 4096); the embedded default on
+#       HIP; then Llama-3.2-1B-shaped seeded weights against Hugging Face
+#       transformers on the same safetensors: greedy tokens identical for 128
+#       steps in f32, logits within 5e-2 of the largest in bf16 while the
+#       tokens agree.
+#   generation.sh bench <outdir> <shape> [batches] [prompt lengths]
+#       writes the shape's seeded bf16 weights, then the generation benchmark of
+#       candle-hip and of PyTorch eager on them, and the joined report
+#       (<outdir>/generate-<shape>.md and .png).
+#
+# Model folders go to $GENERATE_WORK (default /tmp/generate-models), not
+# <outdir>: the 8B shape is 16 GB. Appends "step|status|-|-|-" rows to
+# <outdir>/rows.txt; exits non-zero if a step failed.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+mode="${1:-}"
+out="${2:-}"
+if [[ -z "$mode" || -z "$out" ]]; then
+    echo "usage: $0 check|bench <outdir> [shape batches prompts]" >&2
+    exit 2
+fi
+mkdir -p "$out"
+work="${GENERATE_WORK:-/tmp/generate-models}"
+mkdir -p "$work"
+failures=0
+
+# Runs a step logged to <outdir>/<log>.log and records its status.
+step() {
+    local log="$1" status
+    shift
+    echo "----- $log: $*"
+    "$@" > "$out/$log.log" 2>&1
+    status=$?
+    tail -n 25 "$out/$log.log"
+    if [[ $status -eq 0 ]]; then
+        echo "generation $log|ok|-|-|-" >> "$out/rows.txt"
+    else
+        echo "generation $log|exit $status|-|-|-" >> "$out/rows.txt"
+        failures=$((failures + 1))
+    fi
+    return $status
+}
+
+# The weights of shape $1 in dtype $2, written once.
+model_dir() {
+    local dir="$work/$1-$2"
+    if [[ ! -f "$dir/model.safetensors" ]]; then
+        "$here/generate" write-model --shape "$1" --dtype "$2" --out "$dir" >&2 || return 1
+    fi
+    echo "$dir"
+}
+
+case "$mode" in
+check)
+    step tests "$here/generation" --include-ignored --nocapture --test-threads=1
+    step embedded-default "$here/generate" --device hip --max-tokens 64
+    prompt="128000,791,4062,14198,39935,35308,927,279,16053,5679"
+    for dtype in f32 bf16; do
+        dir="$(model_dir llama-3.2-1b "$dtype")" || { failures=$((failures + 1)); continue; }
+        ours="$work/ours-$dtype.bin"
+        ref="$work/torch-$dtype.bin"
+        step "llama-3.2-1b-$dtype-ours" "$here/generate" --model "$dir" --dtype "$dtype" \
+            --device hip --prompt-ids "$prompt" --max-tokens 128 --ignore-eos \
+            --logits-out "$ours" --json
+        step "llama-3.2-1b-$dtype-torch" python3 "$here/torch_generate.py" greedy \
+            --model "$dir" --dtype "$dtype" --prompt-ids "$prompt" --max-tokens 128 --out "$ref"
+        if [[ $dtype == f32 ]]; then
+            step "llama-3.2-1b-f32-compare" python3 "$here/torch_generate.py" compare \
+                --ours "$ours" --reference "$ref" --tokens 128
+        else
+            step "llama-3.2-1b-bf16-compare" python3 "$here/torch_generate.py" compare \
+                --ours "$ours" --reference "$ref" --tokens 1 --rtol 5e-2
+        fi
+    done
+    rm -rf "$work"/llama-3.2-1b-f32
+    ;;
+bench)
+    shape="${3:?shape}"
+    batches="${4:-1,8}"
+    prompts="${5:-128,512,2048}"
+    dir="$(model_dir "$shape" bf16)" || exit 1
+    rm -f "$out/generate-$shape-ours.jsonl" "$out/generate-$shape-torch.jsonl"
+    step "bench-$shape-ours" "$here/generate" bench --model "$dir" --dtype bf16 --device hip \
+        --batch "$batches" --prompt-len "$prompts" --new-tokens 128 --iters 3 \
+        --json "$out/generate-$shape-ours.jsonl"
+    step "bench-$shape-torch" python3 "$here/torch_generate.py" bench --model "$dir" \
+        --dtype bf16 --batch "$batches" --prompt-len "$prompts" --new-tokens 128 --iters 3 \
+        --json "$out/generate-$shape-torch.jsonl"
+    python3 "$here/generate_report.py" "$out/generate-$shape-ours.jsonl" \
+        "$out/generate-$shape-torch.jsonl" "$out/generate-$shape" \
+        "$shape, bf16, 128 new tokens"
+    ;;
+*)
+    echo "usage: $0 check|bench <outdir> ..." >&2
+    exit 2
+    ;;
+esac
+[[ $failures -eq 0 ]]
