@@ -33,30 +33,13 @@ pub fn select(spec: Option<&str>) -> AppResult<(Device, Option<String>)> {
         Some(other) => Err(app_error(format!(
             "--device {other}: expected cpu, hip or hip:N"
         ))),
-        None => {
-            if !hip_safe::is_available() {
-                let why = hip_safe::probe()
-                    .unavailable
-                    .unwrap_or_else(|| "no HIP device".into());
-                return Ok((Device::Cpu, Some(why)));
-            }
-            match candle_hip::extension::hip_device(0) {
-                Ok(device) => Ok((device, None)),
-                Err(e) => Ok((
-                    Device::Cpu,
-                    Some(format!("HIP device 0 cannot be opened: {e}")),
-                )),
-            }
-        }
+        None => Ok(candle_app_demos::pick_device()),
     }
 }
 
-/// A short description of `device`.
+/// A short description of `device` (the HIP device's name and architecture).
 pub fn describe(device: &Device) -> String {
-    match candle_hip::extension::as_hip_device(device) {
-        Some(hip) => format!("{hip:?}"),
-        None => format!("{:?}", device.location()),
-    }
+    candle_app_demos::describe(device)
 }
 
 /// Peak memory in bytes and what it measures: on HIP the device memory the memory pool
