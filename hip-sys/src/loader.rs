@@ -23,7 +23,7 @@
 //! is opened with `RTLD_NOW`, so that an unresolvable symbol of the library
 //! or of its dependencies is a load error rather than a process abort at the
 //! first call; a library that loads but lacks the entry points that identify
-//! it ([`LibrarySpec::identifying_symbols`]) is rejected as "not a <name>".
+//! it ([`LibrarySpec::identifying_symbols`]) is rejected as "not `<what>`".
 
 use std::ffi::OsString;
 use std::fmt;
@@ -270,7 +270,7 @@ impl Library {
 pub struct LibrarySpec {
     /// Display name used in messages, e.g. `libamdhip64`.
     pub name: &'static str,
-    /// What the library is, for "not <what>" messages, e.g. `a HIP runtime`.
+    /// What the library is, for "not `<what>`" messages, e.g. `a HIP runtime`.
     pub description: &'static str,
     /// Environment variable naming an explicit file to load.
     pub override_var: &'static str,

@@ -95,6 +95,12 @@ declare -A DELIBERATE_API_ERRORS=(
     [hip-on-cuda--shim]="deliberate_errors_come_back_as_codes"
     [candle-app-upstream]="extension::memory_comes_back_and_oversized_allocations_are_errors"
 )
+# Tests too long for one sanitized process, split over $SANITIZE_PARTS
+# (default 8) parallel processes with CONFORMANCE_PART=k/n (see the
+# conformance suite). Keyed by executable name.
+declare -A SPLIT_UNDER_SANITIZER=(
+    [candle-hip--conformance]="conformance_with_the_cpu_backend"
+)
 # Tests not run under the sanitizer, with the reason printed in the log:
 # cuDNN under compute-sanitizer offers no bf16 backward-data algorithm, so
 # the shim's MIOpen Find refuses it (hip-safe's own MIOpen test has no
@@ -157,6 +163,14 @@ sanitize_step() {
     for t in "${deliberate[@]}"; do
         skips+=(--skip "$t")
     done
+    local split="${SPLIT_UNDER_SANITIZER[$name]:-}" parts="${SANITIZE_PARTS:-8}" k
+    if [[ -n "$split" ]]; then
+        skips+=(--skip "$split")
+        for ((k = 0; k < parts; k++)); do
+            CONFORMANCE_PART="$k/$parts" sanitized_run "$name" "$exe" explicit \
+                " (part $k of $parts)" --exact "$split" &
+        done
+    fi
     sanitized_run "$name" "$exe" explicit "" "${skips[@]}" &
     if [[ ${#deliberate[@]} -gt 0 ]]; then
         sanitized_run "$name" "$exe" no " (deliberate API errors)" --exact "${deliberate[@]}" &

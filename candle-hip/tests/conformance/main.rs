@@ -32,7 +32,11 @@
 //!   `large` (64-bit offsets) test the device directly.
 //!
 //! The GPU tests are ignored without a device; on the NVIDIA test platform
-//! (tests/hip-on-cuda) they run with `--include-ignored`. Each tallying test
+//! (tests/hip-on-cuda) they run with `--include-ignored`. Each storage-op
+//! suite draws from a random stream of its own (seeded by its position), so
+//! that `CONFORMANCE_PART=k/n` can run every n-th suite from the k-th (0-based)
+//! with the same cases as the whole run: the sanitizer step splits the suite
+//! over parallel processes that way. Each tallying test
 //! prints an op × dtype table and then one line: the storage-op suite
 //! `conformance: N cases, M failures`, the others
 //! `conformance <group>: N cases, M failures`.
@@ -57,6 +61,86 @@ mod reduce;
 use common::{Ctx, DTYPES, FLOATS, INDEX, Rng, Tally, device, shapes};
 use indexing::few_updates;
 
+/// One storage-op suite over a context.
+type Suite = fn(&mut Ctx);
+
+/// The first pass: the usual shapes (random ones included) and layouts.
+const FIRST_PASS: [(&str, Suite); 13] = [
+    ("round trips", |c| copy::round_trips(c, &DTYPES)),
+    ("unary", |c| elementwise::all_unary(c, &FLOATS, &DTYPES)),
+    ("scalar parameters", |c| {
+        elementwise::scalar_params(c, &DTYPES)
+    }),
+    ("binary", |c| elementwise::all_binary(c, &DTYPES)),
+    ("comparisons", |c| elementwise::comparisons(c, &DTYPES)),
+    ("casts", |c| elementwise::casts(c, &DTYPES, &DTYPES)),
+    ("where_cond", |c| {
+        elementwise::where_cond(c, &INDEX, &DTYPES)
+    }),
+    ("reductions", |c| reduce::reductions(c, &DTYPES)),
+    ("index_select", |c| {
+        indexing::index_select(c, &INDEX, &DTYPES)
+    }),
+    ("gather", |c| indexing::gather(c, &INDEX, &DTYPES)),
+    ("scatter", |c| indexing::scatter(c, &INDEX, &DTYPES)),
+    ("index_add", |c| indexing::index_add(c, &INDEX, &DTYPES)),
+    ("copies", |c| copy::copies(c, &DTYPES)),
+];
+
+/// The second pass: shapes that reach the kernels' packed, tiled, split and
+/// batched paths. Inner dimensions of whole 16-byte packs for every dtype
+/// (packed broadcasts and permutations), permutations that are batched
+/// transposes with whole and partial tiles, scatter / index_add walks of
+/// several batches, and reductions large enough to be cut into chunks whose
+/// partial states a second launch combines (long rows; outer dimensions with
+/// few and with many outputs).
+const SECOND_PASS: [(&str, Suite); 8] = [
+    ("binary", |c| elementwise::all_binary(c, &DTYPES)),
+    ("where_cond", |c| {
+        elementwise::where_cond(c, &INDEX, &DTYPES)
+    }),
+    ("casts", |c| elementwise::casts(c, &DTYPES, &DTYPES)),
+    ("copies", |c| copy::copies(c, &DTYPES)),
+    ("scatter", |c| indexing::scatter(c, &INDEX, &DTYPES)),
+    ("index_add", |c| indexing::index_add(c, &INDEX, &DTYPES)),
+    ("update tiles", |c| {
+        indexing::update_tiles(c, &INDEX, &DTYPES)
+    }),
+    ("chunked reductions", |c| {
+        c.shapes = vec![vec![3, 200_000], vec![20_000, 33], vec![300, 5000]];
+        reduce::reductions(c, &DTYPES)
+    }),
+];
+
+/// Which suites this process runs: `CONFORMANCE_PART=k/n` selects every n-th
+/// suite from the k-th; unset, all of them.
+fn part() -> (usize, usize) {
+    let Ok(value) = std::env::var("CONFORMANCE_PART") else {
+        return (0, 1);
+    };
+    let parsed = value
+        .split_once('/')
+        .and_then(|(k, n)| Some((k.parse().ok()?, n.parse().ok()?)));
+    match parsed {
+        Some((k, n)) if k < n => (k, n),
+        _ => panic!("CONFORMANCE_PART={value}: expected k/n with k < n"),
+    }
+}
+
+/// Runs the selected suites of `suites` (numbered from `first`), each with
+/// its own random stream derived from `seed` and its number.
+fn run_suites(ctx: &mut Ctx, suites: &[(&str, Suite)], first: usize, seed: u64) {
+    let (k, n) = part();
+    for (i, (name, suite)) in suites.iter().enumerate() {
+        let number = first + i;
+        if number % n == k {
+            println!("suite {number}: {name}");
+            ctx.rng = Rng(seed ^ (number as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            suite(ctx);
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs a HIP device"]
 fn conformance_with_the_cpu_backend() {
@@ -71,36 +155,13 @@ fn conformance_with_the_cpu_backend() {
         shapes,
         updates: few_updates,
     };
-    copy::round_trips(&mut ctx, &DTYPES);
-    elementwise::all_unary(&mut ctx, &FLOATS, &DTYPES);
-    elementwise::scalar_params(&mut ctx, &DTYPES);
-    elementwise::all_binary(&mut ctx, &DTYPES);
-    elementwise::comparisons(&mut ctx, &DTYPES);
-    elementwise::casts(&mut ctx, &DTYPES, &DTYPES);
-    elementwise::where_cond(&mut ctx, &INDEX, &DTYPES);
-    reduce::reductions(&mut ctx, &DTYPES);
-    indexing::index_select(&mut ctx, &INDEX, &DTYPES);
-    indexing::gather(&mut ctx, &INDEX, &DTYPES);
-    indexing::scatter(&mut ctx, &INDEX, &DTYPES);
-    indexing::index_add(&mut ctx, &INDEX, &DTYPES);
-    copy::copies(&mut ctx, &DTYPES);
-    // A second pass with its own random stream (so that the data of the
-    // cases above does not depend on it): shapes that reach the kernels' packed, tiled, split and
-    // batched paths. Inner dimensions of whole 16-byte packs for every dtype
-    // (packed broadcasts and permutations), permutations that are batched
-    // transposes with whole and partial tiles, scatter / index_add walks of
-    // several batches, and reductions large enough to be cut into chunks
-    // whose partial states a second launch combines (long rows; outer
-    // dimensions with few and with many outputs).
-    let mut paths = Ctx::paths(dev, 0x5eed_1234_abcd_0002, std::mem::take(&mut ctx.tally));
-    elementwise::all_binary(&mut paths, &DTYPES);
-    elementwise::where_cond(&mut paths, &INDEX, &DTYPES);
-    elementwise::casts(&mut paths, &DTYPES, &DTYPES);
-    copy::copies(&mut paths, &DTYPES);
-    indexing::scatter(&mut paths, &INDEX, &DTYPES);
-    indexing::index_add(&mut paths, &INDEX, &DTYPES);
-    indexing::update_tiles(&mut paths, &INDEX, &DTYPES);
-    paths.shapes = vec![vec![3, 200_000], vec![20_000, 33], vec![300, 5000]];
-    reduce::reductions(&mut paths, &DTYPES);
+    run_suites(&mut ctx, &FIRST_PASS, 0, 0x5eed_1234_abcd_0001);
+    let mut paths = Ctx::paths(dev, 0, std::mem::take(&mut ctx.tally));
+    run_suites(
+        &mut paths,
+        &SECOND_PASS,
+        FIRST_PASS.len(),
+        0x5eed_1234_abcd_0002,
+    );
     paths.tally.finish("conformance");
 }
