@@ -109,7 +109,8 @@ pub fn check_context(model: &Model, prompt: usize, new_tokens: usize) -> AppResu
 }
 
 /// Generates from `prompt`, calling `on_token` with each new id as soon as it is chosen.
-/// With `keep_logits`, the logits of every step are returned too.
+/// Generation stops at the end of the model's context, as at `max_tokens` (a prompt that
+/// leaves no room is an error). With `keep_logits`, the logits of every step are returned.
 pub fn generate(
     model: &mut Model,
     prompt: &[u32],
@@ -117,7 +118,8 @@ pub fn generate(
     keep_logits: bool,
     mut on_token: impl FnMut(u32) -> AppResult<()>,
 ) -> AppResult<Outcome> {
-    check_context(model, prompt.len(), settings.max_tokens)?;
+    check_context(model, prompt.len(), 1)?;
+    let max_tokens = settings.max_tokens.min(model.max_positions - prompt.len());
     model.reset()?;
     let mut sampler = LogitsProcessor::from_sampling(settings.seed, settings.sampling());
     let mut out = Outcome {
@@ -127,7 +129,7 @@ pub fn generate(
     let start = Instant::now();
     let mut input = Tensor::new(prompt, model.device())?.unsqueeze(0)?;
     let mut pos = 0;
-    for step in 0..settings.max_tokens {
+    for step in 0..max_tokens {
         let len = input.dim(1)?;
         let logits = model.forward(&input, pos)?.squeeze(0)?;
         pos += len;

@@ -204,12 +204,16 @@ fn bad_model_folders_are_clear_errors() {
 }
 
 #[test]
-fn a_prompt_longer_than_the_context_is_an_error() {
+fn a_prompt_that_fills_the_context_is_an_error_and_generation_stops_at_its_end() {
     let mut model = tiny(DType::F32, &Device::Cpu);
-    let err = generation::generate(&mut model, &prompt(8190), &greedy(8), false, |_| Ok(()))
+    let err = generation::generate(&mut model, &prompt(8192), &greedy(8), false, |_| Ok(()))
         .unwrap_err()
         .to_string();
     assert!(err.contains("the model's context is 8192"), "{err}");
+    // Generation stops at the end of the context.
+    let near_end =
+        generation::generate(&mut model, &prompt(8190), &greedy(8), false, |_| Ok(())).unwrap();
+    assert_eq!(near_end.generated.len(), 2);
     let err = generation::generate(&mut model, &[], &greedy(8), false, |_| Ok(()))
         .unwrap_err()
         .to_string();
