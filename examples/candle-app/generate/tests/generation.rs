@@ -205,20 +205,27 @@ fn bad_model_folders_are_clear_errors() {
 
 #[test]
 fn a_prompt_that_fills_the_context_is_an_error_and_generation_stops_at_its_end() {
-    let mut model = tiny(DType::F32, &Device::Cpu);
-    let err = generation::generate(&mut model, &prompt(8192), &greedy(8), false, |_| Ok(()))
+    // The tiny shape with a context of 64 positions.
+    let dir = temp_dir("context");
+    let mut config = Shape::Tiny.config();
+    config["max_position_embeddings"] = 64.into();
+    weights::write_model(&config, SEED, DType::F32, &dir).unwrap();
+    let mut model = Model::load(&Source::Dir(dir.clone()), DType::F32, &Device::Cpu).unwrap();
+    let err = generation::generate(&mut model, &prompt(64), &greedy(8), false, |_| Ok(()))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("the model's context is 8192"), "{err}");
+    assert!(err.contains("the model's context is 64"), "{err}");
     // Generation stops at the end of the context.
     let near_end =
-        generation::generate(&mut model, &prompt(8190), &greedy(8), false, |_| Ok(())).unwrap();
+        generation::generate(&mut model, &prompt(62), &greedy(8), false, |_| Ok(())).unwrap();
     assert_eq!(near_end.generated.len(), 2);
     let err = generation::generate(&mut model, &[], &greedy(8), false, |_| Ok(()))
         .unwrap_err()
         .to_string();
     assert!(err.contains("empty"), "{err}");
     assert!(generation::bench(&mut model, 0, 4, 4, 1).is_err());
+    drop(model);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
