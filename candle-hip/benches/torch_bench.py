@@ -422,6 +422,13 @@ def compute_cases():
         mm("bmm_qk", "f32", (h, tk, tk, d), True),
         mm("bmm_pv", "bf16", (h, tk, d, tk), False),
     ]
+    # The linear layers of LLM decoding: x (m, k) @ W^T, W stored (n, k), as
+    # candle-nn's Linear; counted in bytes (weights, input, output once each).
+    for k, n in [(4096, 4096), (4096, 14336), (14336, 4096), (4096, 128256)]:
+        for m in [1, 4, 16]:
+            case = mm("linear", "bf16", (1, m, n, k), True)
+            case.measure = ("bytes", nbytes(n * k + m * k + m * n, "bf16"))
+            cases.append(case)
 
     image = (32, 256, 56, 56)
     n = math.prod(image)

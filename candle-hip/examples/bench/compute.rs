@@ -17,6 +17,10 @@ pub fn cases() -> Vec<Case> {
         attention_scores(DType::BF16),
         attention_scores(DType::F32),
         attention_values(DType::BF16),
+    ]
+    .into_iter()
+    .chain(decode_linears())
+    .chain([
         conv2d("conv2d", DType::BF16, ConvPath::Auto),
         conv2d("conv2d", DType::F32, ConvPath::Auto),
         conv2d("conv2d_im2col", DType::BF16, ConvPath::Gemm),
@@ -24,7 +28,43 @@ pub fn cases() -> Vec<Case> {
         pool("max_pool2d", DType::BF16),
         pool("avg_pool2d", DType::F32),
         upsample_nearest2d(),
-    ]
+    ])
+    .collect()
+}
+
+/// The linear layers of LLM decoding, bf16: `x (m, k) @ W^T` with `W`
+/// stored `(n, k)` as candle-nn's `Linear` passes it, for m = 1, 4 and 16
+/// tokens and the projections of an 8B Llama (attention and MLP, 4096 x
+/// 4096, 4096 x 14336, 14336 x 4096) and its 128,256-entry vocabulary.
+/// Reading the weights dominates, so the work is counted in bytes (weights,
+/// input and output once each; shape `m x n x k`).
+fn decode_linears() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (k, n) in [(4096, 4096), (4096, 14336), (14336, 4096), (4096, 128_256)] {
+        for m in [1, 4, 16] {
+            let dtype = DType::BF16;
+            let work = Measure::Bytes(bytes(n * k + m * k + m * n, dtype));
+            let shape = dims(&[m, n, k]);
+            cases.push(Case::new(
+                "matmul",
+                "linear",
+                shape,
+                "bf16",
+                work,
+                move |dev| {
+                    let lhs = inputs::signed(dev, &[1, m, k], dtype)?;
+                    let rhs = inputs::signed(dev, &[1, n, k], dtype)?;
+                    let ll = Layout::contiguous((1, m, k));
+                    let rl = Layout::contiguous((1, n, k)).transpose(1, 2)?;
+                    op(move || {
+                        lhs.matmul(&rhs, (1, m, n, k), &ll, &rl)?;
+                        Ok(())
+                    })
+                },
+            ));
+        }
+    }
+    cases
 }
 
 /// Batched matmul `(b, m, k) @ rhs -> (b, m, n)`; `rhs_l` is the layout of
