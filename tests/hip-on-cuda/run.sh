@@ -15,7 +15,8 @@
 # executables run as parallel processes (the sanitizers are slow and mostly
 # host-bound), each stopped after $SANITIZE_TIMEOUT seconds (default 1800);
 # $SANITIZE_ONLY, an extended regular expression, keeps only the executables
-# whose names match it (e.g. `candle-hip--conformance|candle-app-upstream`).
+# whose names match it (e.g. `candle-hip--conformance|candle-app-upstream`);
+# the tests in SPLIT_UNDER_SANITIZER run as $SANITIZE_PARTS parallel parts.
 # Run the plain suite first on the same machine: it fills the kernel cache,
 # so that the sanitized processes do not compile every kernel again.
 #

@@ -63,9 +63,8 @@ fn smallest_margin(steps: &[Vec<f32>]) -> f32 {
         .fold(f32::INFINITY, f32::min)
 }
 
-/// The last-token logits after prefilling `len` tokens and decoding 3 more one at a time,
-/// and those of one forward of the whole sequence without a cache.
-fn cached_and_full(model: &mut Model, len: usize) -> (Vec<f32>, Vec<f32>) {
+/// The last-token logits after prefilling `len` tokens and decoding 3 more one at a time.
+fn cached(model: &mut Model, len: usize) -> Vec<f32> {
     let dev = model.device().clone();
     let ids = prompt(len + 3);
     model.reset().unwrap();
@@ -82,8 +81,16 @@ fn cached_and_full(model: &mut Model, len: usize) -> (Vec<f32>, Vec<f32>) {
         let input = Tensor::new(&[id], &dev).unwrap().unsqueeze(0).unwrap();
         logits = model.forward(&input, len + i).unwrap();
     }
-    let cached = logits.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
     model.reset().unwrap();
+    logits.squeeze(0).unwrap().to_vec1::<f32>().unwrap()
+}
+
+/// [`cached`], and the last-token logits of one forward of the whole sequence without a
+/// cache.
+fn cached_and_full(model: &mut Model, len: usize) -> (Vec<f32>, Vec<f32>) {
+    let cached = cached(model, len);
+    let dev = model.device().clone();
+    let ids = prompt(len + 3);
     let full = model
         .forward(
             &Tensor::new(ids.as_slice(), &dev)
@@ -93,9 +100,8 @@ fn cached_and_full(model: &mut Model, len: usize) -> (Vec<f32>, Vec<f32>) {
             0,
         )
         .unwrap();
-    let full = full.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
     model.reset().unwrap();
-    (cached, full)
+    (cached, full.squeeze(0).unwrap().to_vec1::<f32>().unwrap())
 }
 
 fn check_kv_cache(device: &Device, lengths: &[usize]) {
@@ -290,8 +296,7 @@ fn the_kv_cache_on_hip_matches_the_cpu() {
     let mut gpu = tiny(DType::F32, &hip());
     let mut cpu = tiny(DType::F32, &Device::Cpu);
     for len in [1, 7, 512, 4096] {
-        let (g, _) = cached_and_full(&mut gpu, len);
-        let (c, _) = cached_and_full(&mut cpu, len);
+        let (g, c) = (cached(&mut gpu, len), cached(&mut cpu, len));
         let rel = relative_difference(&g, &c);
         println!("kv cache, prompt {len}: HIP vs CPU relative difference {rel:.2e}");
         assert!(rel < 1e-4, "prompt {len}: {rel}");
