@@ -16,10 +16,13 @@
 
 #![allow(non_snake_case)]
 
+#[path = "../../shim-common/exports.rs"]
 pub mod exports;
+#[path = "../../shim-common/ffi.rs"]
 mod ffi;
 mod hip;
 mod hiprtc;
+#[path = "../../shim-common/layout.rs"]
 pub mod layout;
 mod miopen;
 mod rocblas;
@@ -29,9 +32,9 @@ use exports::dynamic_api;
 /// The implementations, by their C names, for the generated exports.
 mod imp {
     pub(crate) use crate::hip::device::*;
-    pub(crate) use crate::hip::error::{hipGetErrorName, hipGetErrorString, hipGetLastError};
     pub(crate) use crate::hip::memory::*;
     pub(crate) use crate::hip::module::*;
+    pub(crate) use crate::hip::status::{hipGetErrorName, hipGetErrorString, hipGetLastError};
     pub(crate) use crate::hip::stream::*;
     pub(crate) use crate::hiprtc::*;
     pub(crate) use crate::miopen::*;

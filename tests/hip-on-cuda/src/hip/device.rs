@@ -15,6 +15,7 @@ use super::context::{
     cu_device, current_device, device_count, driver, ensure_current, set_current_device,
 };
 use super::error::{HipResult, cu};
+use super::properties::{legacy_properties, properties_from};
 use crate::ffi::write_out;
 
 /// The HIP API level this shim emulates (`major * 10^7 + minor * 10^5`).
@@ -386,214 +387,22 @@ pub(crate) fn current_arch_name() -> Option<String> {
     Some(arch_name(major, minor))
 }
 
-/// Copies `text` into a fixed C char array, truncating and NUL-terminating.
-fn fill_chars(dst: &mut [c_char], text: &[u8]) {
-    let n = text.len().min(dst.len().saturating_sub(1));
-    for (d, s) in dst.iter_mut().zip(&text[..n]) {
-        *d = *s as c_char;
-    }
-    if let Some(end) = dst.get_mut(n) {
-        *end = 0;
-    }
-}
-
-/// The R0600 properties of device `ordinal`, filled field by field from the
-/// attribute table (an attribute the driver refuses reads as 0).
+/// The R0600 properties of device `ordinal` (an attribute the driver refuses
+/// reads as 0).
 fn properties(ordinal: c_int) -> HipResult<hipDeviceProp_tR0600> {
     let device = cu_device(ordinal)?;
-    let a = |attr: H| attribute(ordinal, attr).unwrap_or(0);
-    let mut p = hipDeviceProp_tR0600::default();
-
     let mut name = [0 as c_char; 256];
     // SAFETY: `name` has room for 256 bytes, the length passed.
     cu(unsafe { cu_sys::cuDeviceGetName(name.as_mut_ptr(), 256, device) })?;
-    p.name = name;
-    p.totalGlobalMem = usize::try_from(attribute(ordinal, H::hipDeviceAttributeTotalGlobalMem)?)
-        .unwrap_or(usize::MAX);
-
-    macro_rules! fill {
-        ($($field:ident = $attr:ident),* $(,)?) => {
-            $(p.$field = a(H::$attr) as _;)*
-        };
-    }
-    fill!(
-        sharedMemPerBlock = hipDeviceAttributeMaxSharedMemoryPerBlock,
-        regsPerBlock = hipDeviceAttributeMaxRegistersPerBlock,
-        warpSize = hipDeviceAttributeWarpSize,
-        memPitch = hipDeviceAttributeMaxPitch,
-        maxThreadsPerBlock = hipDeviceAttributeMaxThreadsPerBlock,
-        clockRate = hipDeviceAttributeClockRate,
-        totalConstMem = hipDeviceAttributeTotalConstantMemory,
-        major = hipDeviceAttributeComputeCapabilityMajor,
-        minor = hipDeviceAttributeComputeCapabilityMinor,
-        textureAlignment = hipDeviceAttributeTextureAlignment,
-        texturePitchAlignment = hipDeviceAttributeTexturePitchAlignment,
-        deviceOverlap = hipDeviceAttributeDeviceOverlap,
-        multiProcessorCount = hipDeviceAttributeMultiprocessorCount,
-        kernelExecTimeoutEnabled = hipDeviceAttributeKernelExecTimeout,
-        integrated = hipDeviceAttributeIntegrated,
-        canMapHostMemory = hipDeviceAttributeCanMapHostMemory,
-        computeMode = hipDeviceAttributeComputeMode,
-        maxTexture1D = hipDeviceAttributeMaxTexture1DWidth,
-        maxTexture1DMipmap = hipDeviceAttributeMaxTexture1DMipmap,
-        maxTexture1DLinear = hipDeviceAttributeMaxTexture1DLinear,
-        maxTextureCubemap = hipDeviceAttributeMaxTextureCubemap,
-        maxSurface1D = hipDeviceAttributeMaxSurface1D,
-        surfaceAlignment = hipDeviceAttributeSurfaceAlignment,
-        concurrentKernels = hipDeviceAttributeConcurrentKernels,
-        ECCEnabled = hipDeviceAttributeEccEnabled,
-        pciBusID = hipDeviceAttributePciBusId,
-        pciDeviceID = hipDeviceAttributePciDeviceId,
-        pciDomainID = hipDeviceAttributePciDomainID,
-        tccDriver = hipDeviceAttributeTccDriver,
-        asyncEngineCount = hipDeviceAttributeAsyncEngineCount,
-        unifiedAddressing = hipDeviceAttributeUnifiedAddressing,
-        memoryClockRate = hipDeviceAttributeMemoryClockRate,
-        memoryBusWidth = hipDeviceAttributeMemoryBusWidth,
-        l2CacheSize = hipDeviceAttributeL2CacheSize,
-        persistingL2CacheMaxSize = hipDeviceAttributePersistingL2CacheMaxSize,
-        maxThreadsPerMultiProcessor = hipDeviceAttributeMaxThreadsPerMultiProcessor,
-        streamPrioritiesSupported = hipDeviceAttributeStreamPrioritiesSupported,
-        globalL1CacheSupported = hipDeviceAttributeGlobalL1CacheSupported,
-        localL1CacheSupported = hipDeviceAttributeLocalL1CacheSupported,
-        sharedMemPerMultiprocessor = hipDeviceAttributeSharedMemPerMultiprocessor,
-        regsPerMultiprocessor = hipDeviceAttributeMaxRegistersPerMultiprocessor,
-        managedMemory = hipDeviceAttributeManagedMemory,
-        isMultiGpuBoard = hipDeviceAttributeIsMultiGpuBoard,
-        multiGpuBoardGroupID = hipDeviceAttributeMultiGpuBoardGroupID,
-        hostNativeAtomicSupported = hipDeviceAttributeHostNativeAtomicSupported,
-        singleToDoublePrecisionPerfRatio = hipDeviceAttributeSingleToDoublePrecisionPerfRatio,
-        pageableMemoryAccess = hipDeviceAttributePageableMemoryAccess,
-        concurrentManagedAccess = hipDeviceAttributeConcurrentManagedAccess,
-        computePreemptionSupported = hipDeviceAttributeComputePreemptionSupported,
-        canUseHostPointerForRegisteredMem = hipDeviceAttributeCanUseHostPointerForRegisteredMem,
-        cooperativeLaunch = hipDeviceAttributeCooperativeLaunch,
-        cooperativeMultiDeviceLaunch = hipDeviceAttributeCooperativeMultiDeviceLaunch,
-        sharedMemPerBlockOptin = hipDeviceAttributeSharedMemPerBlockOptin,
-        pageableMemoryAccessUsesHostPageTables =
-            hipDeviceAttributePageableMemoryAccessUsesHostPageTables,
-        directManagedMemAccessFromHost = hipDeviceAttributeDirectManagedMemAccessFromHost,
-        maxBlocksPerMultiProcessor = hipDeviceAttributeMaxBlocksPerMultiProcessor,
-        accessPolicyMaxWindowSize = hipDeviceAttributeAccessPolicyMaxWindowSize,
-        reservedSharedMemPerBlock = hipDeviceAttributeReservedSharedMemPerBlock,
-        hostRegisterSupported = hipDeviceAttributeHostRegisterSupported,
-        memoryPoolsSupported = hipDeviceAttributeMemoryPoolsSupported,
-        memoryPoolSupportedHandleTypes = hipDeviceAttributeMemoryPoolSupportedHandleTypes,
-        maxSharedMemoryPerMultiProcessor = hipDeviceAttributeMaxSharedMemoryPerMultiprocessor,
-        clockInstructionRate = hipDeviceAttributeClockInstructionRate,
-        asicRevision = hipDeviceAttributeAsicRevision,
-    );
-    p.maxThreadsDim = [
-        H::hipDeviceAttributeMaxBlockDimX,
-        H::hipDeviceAttributeMaxBlockDimY,
-        H::hipDeviceAttributeMaxBlockDimZ,
-    ]
-    .map(|attr| a(attr) as c_int);
-    p.maxGridSize = [
-        H::hipDeviceAttributeMaxGridDimX,
-        H::hipDeviceAttributeMaxGridDimY,
-        H::hipDeviceAttributeMaxGridDimZ,
-    ]
-    .map(|attr| a(attr) as c_int);
-    p.maxTexture2D = [
-        H::hipDeviceAttributeMaxTexture2DWidth,
-        H::hipDeviceAttributeMaxTexture2DHeight,
-    ]
-    .map(|attr| a(attr) as c_int);
-    p.maxTexture3D = [
-        H::hipDeviceAttributeMaxTexture3DWidth,
-        H::hipDeviceAttributeMaxTexture3DHeight,
-        H::hipDeviceAttributeMaxTexture3DDepth,
-    ]
-    .map(|attr| a(attr) as c_int);
-    fill_chars(
-        &mut p.gcnArchName,
-        arch_name(p.major.into(), p.minor.into()).as_bytes(),
-    );
-    set_arch_flags(&mut p.arch);
-    Ok(p)
-}
-
-/// Every feature flag of `hipDeviceArch_t` holds on the NVIDIA GPUs CUDA 13
-/// supports (compute capability 7.5 and newer).
-fn set_arch_flags(arch: &mut hip_sys::hipDeviceArch_t) {
-    arch.set_hasGlobalInt32Atomics(1);
-    arch.set_hasGlobalFloatAtomicExch(1);
-    arch.set_hasSharedInt32Atomics(1);
-    arch.set_hasSharedFloatAtomicExch(1);
-    arch.set_hasFloatAtomicAdd(1);
-    arch.set_hasGlobalInt64Atomics(1);
-    arch.set_hasSharedInt64Atomics(1);
-    arch.set_hasDoubles(1);
-    arch.set_hasWarpVote(1);
-    arch.set_hasWarpBallot(1);
-    arch.set_hasWarpShuffle(1);
-    arch.set_hasFunnelShift(1);
-    arch.set_hasThreadFenceSystem(1);
-    arch.set_hasSyncThreadsExt(1);
-    arch.set_hasSurfaceFuncs(1);
-    arch.set_has3dGrid(1);
-    arch.set_hasDynamicParallelism(1);
-}
-
-/// The legacy (R0000, ROCm 5) layout, copied from the R0600 properties.
-fn legacy_properties(new: &hipDeviceProp_tR0600) -> hipDeviceProp_tR0000 {
-    let mut old = hipDeviceProp_tR0000::default();
-    macro_rules! copy {
-        ($($field:ident),* $(,)?) => {
-            $(old.$field = new.$field;)*
-        };
-    }
-    copy!(
-        name,
-        totalGlobalMem,
-        sharedMemPerBlock,
-        regsPerBlock,
-        warpSize,
-        maxThreadsPerBlock,
-        maxThreadsDim,
-        maxGridSize,
-        clockRate,
-        memoryClockRate,
-        memoryBusWidth,
-        totalConstMem,
-        major,
-        minor,
-        multiProcessorCount,
-        l2CacheSize,
-        maxThreadsPerMultiProcessor,
-        computeMode,
-        clockInstructionRate,
-        arch,
-        concurrentKernels,
-        pciDomainID,
-        pciBusID,
-        pciDeviceID,
-        maxSharedMemoryPerMultiProcessor,
-        isMultiGpuBoard,
-        canMapHostMemory,
-        gcnArchName,
-        integrated,
-        cooperativeLaunch,
-        cooperativeMultiDeviceLaunch,
-        maxTexture1DLinear,
-        maxTexture1D,
-        maxTexture2D,
-        maxTexture3D,
-        memPitch,
-        textureAlignment,
-        texturePitchAlignment,
-        kernelExecTimeoutEnabled,
-        ECCEnabled,
-        tccDriver,
-        asicRevision,
-        managedMemory,
-        directManagedMemAccessFromHost,
-        concurrentManagedAccess,
-        pageableMemoryAccess,
-        pageableMemoryAccessUsesHostPageTables,
-    );
-    old
+    let name: Vec<u8> = name
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    let a = |attr: H| attribute(ordinal, attr).unwrap_or(0);
+    let major = attribute(ordinal, H::hipDeviceAttributeComputeCapabilityMajor)?;
+    let minor = attribute(ordinal, H::hipDeviceAttributeComputeCapabilityMinor)?;
+    Ok(properties_from(&name, &arch_name(major, minor), a))
 }
 
 /// `hipInit`: initialises the driver; `hipErrorNoDevice` without a GPU.
@@ -713,9 +522,6 @@ mod tests {
     fn arch_names_follow_compute_capability() {
         assert_eq!(arch_name(9, 0), "sm_90");
         assert_eq!(arch_name(8, 6), "sm_86");
-        let mut buf = [1 as c_char; 4];
-        fill_chars(&mut buf, b"sm_120");
-        assert_eq!(buf, [b's' as c_char, b'm' as c_char, b'_' as c_char, 0]);
     }
 
     #[test]

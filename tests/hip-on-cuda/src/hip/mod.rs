@@ -5,4 +5,8 @@ pub(crate) mod device;
 pub(crate) mod error;
 pub(crate) mod memory;
 pub(crate) mod module;
+#[path = "../../../shim-common/hip_properties.rs"]
+pub(crate) mod properties;
+#[path = "../../../shim-common/hip_status.rs"]
+pub(crate) mod status;
 pub(crate) mod stream;

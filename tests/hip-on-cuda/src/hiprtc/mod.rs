@@ -6,27 +6,20 @@
 //! device's architecture), PTX text when compiled for a `compute_XY` target.
 //! Either loads with `hipModuleLoadData`.
 
+#[path = "../../../shim-common/hiprtc_common.rs"]
+mod common;
 mod headers;
 mod options;
 
-use std::ffi::{CStr, CString, c_char, c_int};
+use std::ffi::{CString, c_char, c_int};
 
 use cudarc::nvrtc::sys::{self as nvrtc, nvrtcProgram, nvrtcResult};
 use hip_sys::{hiprtcProgram, hiprtcResult};
 
-use crate::ffi::{FfiReturn, Status, copy_c_string, non_null, write_out};
+use crate::ffi::{non_null, write_out};
 
-type RtcResult<T = ()> = Result<T, hiprtcResult>;
-
-impl FfiReturn for hiprtcResult {
-    fn panicked() -> Self {
-        hiprtcResult::HIPRTC_ERROR_INTERNAL_ERROR
-    }
-}
-
-impl Status for hiprtcResult {
-    const SUCCESS: Self = hiprtcResult::HIPRTC_SUCCESS;
-}
+use common::{Compiled, RtcResult, c_text};
+pub(crate) use common::{hiprtcGetErrorString, hiprtcVersion};
 
 /// The hipRTC status for an NVRTC status (same meanings for 0–11).
 fn rtc(result: nvrtcResult) -> RtcResult {
@@ -76,30 +69,27 @@ impl Drop for Program {
     }
 }
 
+/// A string for NVRTC; interior NULs cannot come from C strings.
+fn c_string(s: String) -> RtcResult<CString> {
+    CString::new(s).map_err(|_| hiprtcResult::HIPRTC_ERROR_INVALID_INPUT)
+}
+
 /// The program behind a handle.
 ///
 /// # Safety
 /// `prog` must be null or a live handle from [`hiprtcCreateProgram`].
 unsafe fn program<'a>(prog: hiprtcProgram) -> RtcResult<&'a mut Program> {
-    non_null(prog, hiprtcResult::HIPRTC_ERROR_INVALID_PROGRAM)?;
-    // SAFETY: per the contract, a live boxed Program not aliased by a call
-    // running concurrently on the same program (hipRTC requires that too).
-    Ok(unsafe { &mut *prog.cast::<Program>() })
+    // SAFETY: per the contract.
+    unsafe { common::program(prog) }
 }
 
-/// A C string argument as an owned string, or `INVALID_INPUT` when null.
-///
-/// # Safety
-/// `s` must be null or NUL-terminated.
-unsafe fn c_text(s: *const c_char) -> RtcResult<String> {
-    non_null(s, hiprtcResult::HIPRTC_ERROR_INVALID_INPUT)?;
-    // SAFETY: non-null and NUL-terminated per the contract.
-    Ok(unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
-}
-
-/// A string for NVRTC; interior NULs cannot come from C strings.
-fn c_string(s: String) -> RtcResult<CString> {
-    CString::new(s).map_err(|_| hiprtcResult::HIPRTC_ERROR_INVALID_INPUT)
+impl Compiled for Program {
+    fn log(&self) -> &[u8] {
+        &self.log
+    }
+    fn code(&self) -> Option<&[u8]> {
+        self.code.as_deref()
+    }
 }
 
 /// Fails (and says why on stderr, once) when libnvrtc cannot be loaded.
@@ -120,49 +110,6 @@ fn require_nvrtc() -> RtcResult {
     } else {
         Err(hiprtcResult::HIPRTC_ERROR_PROGRAM_CREATION_FAILURE)
     }
-}
-
-/// `hiprtcVersion`: the hipRTC of HIP 6.4 (see the HIP runtime version).
-pub(crate) unsafe fn hiprtcVersion(major: *mut c_int, minor: *mut c_int) -> RtcResult {
-    let invalid = hiprtcResult::HIPRTC_ERROR_INVALID_INPUT;
-    non_null(major, invalid)?;
-    non_null(minor, invalid)?;
-    // SAFETY: both out-pointers are non-null and, per the caller, valid.
-    unsafe {
-        write_out(major, 6, invalid)?;
-        write_out(minor, 4, invalid)
-    }
-}
-
-/// `hiprtcGetErrorString`: a static description.
-pub(crate) unsafe fn hiprtcGetErrorString(result: hiprtcResult) -> *const c_char {
-    let text: &CStr = match result {
-        hiprtcResult::HIPRTC_SUCCESS => c"HIPRTC_SUCCESS",
-        hiprtcResult::HIPRTC_ERROR_OUT_OF_MEMORY => c"HIPRTC_ERROR_OUT_OF_MEMORY",
-        hiprtcResult::HIPRTC_ERROR_PROGRAM_CREATION_FAILURE => {
-            c"HIPRTC_ERROR_PROGRAM_CREATION_FAILURE"
-        }
-        hiprtcResult::HIPRTC_ERROR_INVALID_INPUT => c"HIPRTC_ERROR_INVALID_INPUT",
-        hiprtcResult::HIPRTC_ERROR_INVALID_PROGRAM => c"HIPRTC_ERROR_INVALID_PROGRAM",
-        hiprtcResult::HIPRTC_ERROR_INVALID_OPTION => c"HIPRTC_ERROR_INVALID_OPTION",
-        hiprtcResult::HIPRTC_ERROR_COMPILATION => c"HIPRTC_ERROR_COMPILATION",
-        hiprtcResult::HIPRTC_ERROR_BUILTIN_OPERATION_FAILURE => {
-            c"HIPRTC_ERROR_BUILTIN_OPERATION_FAILURE"
-        }
-        hiprtcResult::HIPRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION => {
-            c"HIPRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION"
-        }
-        hiprtcResult::HIPRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION => {
-            c"HIPRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION"
-        }
-        hiprtcResult::HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID => {
-            c"HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID"
-        }
-        hiprtcResult::HIPRTC_ERROR_INTERNAL_ERROR => c"HIPRTC_ERROR_INTERNAL_ERROR",
-        hiprtcResult::HIPRTC_ERROR_LINKING => c"HIPRTC_ERROR_LINKING",
-        _ => c"HIPRTC_ERROR_INVALID",
-    };
-    text.as_ptr()
 }
 
 /// `hiprtcCreateProgram`: the source (with `hip/hip_runtime.h` included
@@ -317,14 +264,8 @@ pub(crate) unsafe fn hiprtcCompileProgram(
     let invalid = hiprtcResult::HIPRTC_ERROR_INVALID_INPUT;
     // SAFETY: the caller passes a live program.
     let program = unsafe { program(prog) }?;
-    let count = usize::try_from(num_options).map_err(|_| invalid)?;
-    if count > 0 {
-        non_null(options, invalid)?;
-    }
-    let given = (0..count)
-        // SAFETY: `options` holds `count` NUL-terminated strings.
-        .map(|i| unsafe { c_text(*options.add(i)) })
-        .collect::<RtcResult<Vec<_>>>()?;
+    // SAFETY: the caller passes `num_options` option strings.
+    let given = unsafe { common::option_list(num_options, options) }?;
     let (nvrtc_opts, dropped) = nvrtc_options(&given);
     let c_opts = nvrtc_opts
         .iter()
@@ -354,60 +295,27 @@ pub(crate) unsafe fn hiprtcCompileProgram(
 }
 
 /// `hiprtcGetProgramLogSize`: the log size including its NUL.
-pub(crate) unsafe fn hiprtcGetProgramLogSize(
-    prog: hiprtcProgram,
-    log_size_ret: *mut usize,
-) -> RtcResult {
-    // SAFETY: the caller passes a live program.
-    let size = unsafe { program(prog) }?.log.len() + 1;
-    // SAFETY: the caller passes a valid or null out-pointer.
-    unsafe { write_out(log_size_ret, size, hiprtcResult::HIPRTC_ERROR_INVALID_INPUT) }
+pub(crate) unsafe fn hiprtcGetProgramLogSize(prog: hiprtcProgram, out: *mut usize) -> RtcResult {
+    // SAFETY: the caller passes a live program and a valid out-pointer.
+    unsafe { common::log_size::<Program>(prog, out) }
 }
 
 /// `hiprtcGetProgramLog`: copies the log and its NUL.
 pub(crate) unsafe fn hiprtcGetProgramLog(prog: hiprtcProgram, log: *mut c_char) -> RtcResult {
-    // SAFETY: the caller passes a live program.
-    let program = unsafe { program(prog) }?;
-    non_null(log, hiprtcResult::HIPRTC_ERROR_INVALID_INPUT)?;
-    // SAFETY: the caller sized `log` with hiprtcGetProgramLogSize.
-    unsafe { copy_c_string(&program.log, log) };
-    Ok(())
+    // SAFETY: the caller passes a live program and a sized buffer.
+    unsafe { common::copy_log::<Program>(prog, log) }
 }
 
-/// `hiprtcGetCodeSize`: size of the code object; invalid before a
-/// successful compilation.
-pub(crate) unsafe fn hiprtcGetCodeSize(
-    prog: hiprtcProgram,
-    code_size_ret: *mut usize,
-) -> RtcResult {
-    // SAFETY: the caller passes a live program.
-    let program = unsafe { program(prog) }?;
-    let code = program
-        .code
-        .as_ref()
-        .ok_or(hiprtcResult::HIPRTC_ERROR_INVALID_PROGRAM)?;
-    // SAFETY: the caller passes a valid or null out-pointer.
-    unsafe {
-        write_out(
-            code_size_ret,
-            code.len(),
-            hiprtcResult::HIPRTC_ERROR_INVALID_INPUT,
-        )
-    }
+/// `hiprtcGetCodeSize`: invalid before a successful compilation.
+pub(crate) unsafe fn hiprtcGetCodeSize(prog: hiprtcProgram, out: *mut usize) -> RtcResult {
+    // SAFETY: the caller passes a live program and a valid out-pointer.
+    unsafe { common::code_size::<Program>(prog, out) }
 }
 
 /// `hiprtcGetCode`: copies the code object.
 pub(crate) unsafe fn hiprtcGetCode(prog: hiprtcProgram, code: *mut c_char) -> RtcResult {
-    // SAFETY: the caller passes a live program.
-    let program = unsafe { program(prog) }?;
-    non_null(code, hiprtcResult::HIPRTC_ERROR_INVALID_INPUT)?;
-    let bytes = program
-        .code
-        .as_ref()
-        .ok_or(hiprtcResult::HIPRTC_ERROR_INVALID_PROGRAM)?;
-    // SAFETY: the caller sized `code` with hiprtcGetCodeSize.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), code.cast::<u8>(), bytes.len()) };
-    Ok(())
+    // SAFETY: the caller passes a live program and a sized buffer.
+    unsafe { common::copy_code::<Program>(prog, code) }
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use cudarc::cudnn::sys::{self as dnn, cudnnDataType_t, cudnnMathType_t, cudnnSta
 use miopen_sys::{miopenDataType_t, miopenStatus_t};
 
 use super::MiopenResult;
-use super::descriptor::{ConvDesc, TensorDesc};
+use super::descriptor::{ConvDesc, TensorDesc, packed_strides};
 
 /// The MIOpen status for a cuDNN status (cuDNN 9 groups its codes by
 /// thousands: bad parameter 2xxx, not supported 3xxx, internal 4xxx, ...).
@@ -136,7 +136,7 @@ impl Tensor {
 
 impl Filter {
     fn of(desc: &TensorDesc) -> MiopenResult<Self> {
-        if !desc.is_packed() {
+        if desc.strides != packed_strides(&desc.dims) {
             return Err(miopenStatus_t::miopenStatusNotImplemented);
         }
         let ty = data_type(desc.dtype)?;

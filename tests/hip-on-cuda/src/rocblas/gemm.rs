@@ -20,19 +20,31 @@ use std::ffi::c_void;
 use cudarc::cublas::sys::{self as cublas, cublasComputeType_t, cublasOperation_t, cudaDataType};
 use cudarc::driver::sys as cu_sys;
 use rocblas_sys::{
-    rocblas_datatype, rocblas_gemm_algo, rocblas_handle, rocblas_int, rocblas_operation,
-    rocblas_pointer_mode, rocblas_status, rocblas_stride,
+    rocblas_datatype, rocblas_handle, rocblas_operation, rocblas_pointer_mode, rocblas_status,
 };
 
 use super::{BlasResult, Handle, blas, ensure_device, handle};
+
+#[path = "../../../shim-common/rocblas_gemm_args.rs"]
+mod args;
+
+use args::Problem;
+pub(crate) use args::{rocblas_gemm_ex, rocblas_gemm_strided_batched_ex};
+
+/// The operations and data types cuBLAS is given for a problem.
+fn check_types(p: &Problem) -> BlasResult {
+    operation(p.trans_a)?;
+    operation(p.trans_b)?;
+    for m in [p.a, p.b, p.c, p.d] {
+        data_type(m.ty)?;
+    }
+    compute_type(p.compute).map(|_| ())
+}
 
 const INVALID_VALUE: rocblas_status = rocblas_status::rocblas_status_invalid_value;
 const INVALID_SIZE: rocblas_status = rocblas_status::rocblas_status_invalid_size;
 const INVALID_POINTER: rocblas_status = rocblas_status::rocblas_status_invalid_pointer;
 const NOT_IMPLEMENTED: rocblas_status = rocblas_status::rocblas_status_not_implemented;
-
-/// Every rocBLAS `rocblas_gemm_flags` bit (all AMD tuning hints).
-const KNOWN_FLAGS: u32 = 0x2 | 0x4 | 0x8 | 0x10 | 0x20;
 
 fn operation(op: rocblas_operation) -> BlasResult<cublasOperation_t> {
     match op {
@@ -96,94 +108,11 @@ unsafe fn is_host_zero(beta: *const c_void, compute: cublasComputeType_t) -> boo
     }
 }
 
-/// One matrix argument.
-#[derive(Clone, Copy)]
-struct Matrix {
-    ptr: *const c_void,
-    ty: rocblas_datatype,
-    ld: rocblas_int,
-    stride: rocblas_stride,
-}
-
-/// A rocBLAS GEMM call's arguments (a batch of 1 for `gemm_ex`).
-struct Problem {
-    trans_a: rocblas_operation,
-    trans_b: rocblas_operation,
-    m: rocblas_int,
-    n: rocblas_int,
-    k: rocblas_int,
-    alpha: *const c_void,
-    a: Matrix,
-    b: Matrix,
-    beta: *const c_void,
-    c: Matrix,
-    d: Matrix,
-    batch_count: rocblas_int,
-    compute: rocblas_datatype,
-    algo: rocblas_gemm_algo,
-    flags: u32,
-    batched: bool,
-}
-
-/// Rows of a stored operand: `rows` if not transposed, else `cols`.
-fn stored_rows(op: rocblas_operation, rows: rocblas_int, cols: rocblas_int) -> rocblas_int {
-    if op == rocblas_operation::rocblas_operation_none {
-        rows
-    } else {
-        cols
-    }
-}
-
-impl Problem {
-    /// Checks the arguments in rocBLAS's order (enums, sizes, pointers);
-    /// `Ok(false)` means there is nothing to compute.
-    fn validate(&self) -> BlasResult<bool> {
-        operation(self.trans_a)?;
-        operation(self.trans_b)?;
-        for m in [self.a, self.b, self.c, self.d] {
-            data_type(m.ty)?;
-        }
-        compute_type(self.compute)?;
-        if self.a.ty != self.b.ty || self.c.ty != self.d.ty {
-            return Err(NOT_IMPLEMENTED);
-        }
-        let algos = [
-            rocblas_gemm_algo::rocblas_gemm_algo_standard,
-            rocblas_gemm_algo::rocblas_gemm_algo_solution_index,
-        ];
-        if !algos.contains(&self.algo) || self.flags & !KNOWN_FLAGS != 0 {
-            return Err(INVALID_VALUE);
-        }
-        let (m, n, k) = (self.m, self.n, self.k);
-        if m < 0 || n < 0 || k < 0 || self.batch_count < 0 {
-            return Err(INVALID_SIZE);
-        }
-        let lda_min = stored_rows(self.trans_a, m, k).max(1);
-        let ldb_min = stored_rows(self.trans_b, k, n).max(1);
-        if self.a.ld < lda_min
-            || self.b.ld < ldb_min
-            || self.c.ld < m.max(1)
-            || self.d.ld < m.max(1)
-        {
-            return Err(INVALID_SIZE);
-        }
-        if m == 0 || n == 0 || self.batch_count == 0 {
-            return Ok(false);
-        }
-        if self.alpha.is_null() || self.beta.is_null() || self.d.ptr.is_null() {
-            return Err(INVALID_POINTER);
-        }
-        if k > 0 && (self.a.ptr.is_null() || self.b.ptr.is_null()) {
-            return Err(INVALID_POINTER);
-        }
-        Ok(true)
-    }
-
-    /// Whether D is exactly C (cuBLAS's in-place form).
-    fn d_is_c(&self) -> bool {
-        let (c, d) = (self.c, self.d);
-        c.ptr == d.ptr && c.ld == d.ld && (!self.batched || c.stride == d.stride)
-    }
+/// Whether D is exactly C (cuBLAS's in-place form): same pointer, leading
+/// dimension and batch stride.
+fn d_is_c(p: &Problem) -> bool {
+    let (c, d) = (p.c, p.d);
+    c.ptr == d.ptr && c.ld == d.ld && c.stride == d.stride
 }
 
 /// Copies the m×n matrix C into D for every batch, on the handle's stream.
@@ -195,14 +124,10 @@ fn copy_c_into_d(h: &Handle, p: &Problem) -> BlasResult {
     let to_usize = |v: i64| usize::try_from(v).map_err(|_| INVALID_SIZE);
     let (m, n) = (to_usize(p.m.into())?, to_usize(p.n.into())?);
     let (ldc, ldd) = (to_usize(p.c.ld.into())?, to_usize(p.d.ld.into())?);
-    let batches = if p.batched { p.batch_count } else { 1 };
-    for batch in 0..i64::from(batches) {
+    // `rocblas_gemm_ex` is a batch of one with zero strides.
+    for batch in 0..i64::from(p.batch_count) {
         let offset = |stride: i64| -> BlasResult<u64> {
-            let elems = if p.batched {
-                stride.checked_mul(batch).ok_or(INVALID_SIZE)?
-            } else {
-                0
-            };
+            let elems = stride.checked_mul(batch).ok_or(INVALID_SIZE)?;
             let bytes = elems.checked_mul(size as i64).ok_or(INVALID_SIZE)?;
             u64::try_from(bytes).map_err(|_| INVALID_SIZE)
         };
@@ -241,7 +166,7 @@ fn copy_c_into_d(h: &Handle, p: &Problem) -> BlasResult {
 unsafe fn run(h: rocblas_handle, p: &Problem) -> BlasResult {
     // SAFETY: the caller passes a live handle.
     let h = unsafe { handle(h) }?;
-    if !p.validate()? {
+    if !p.validate(check_types)? {
         return Ok(());
     }
     let compute = compute_type(p.compute)?;
@@ -249,7 +174,7 @@ unsafe fn run(h: rocblas_handle, p: &Problem) -> BlasResult {
     let host_scalars = h.pointer_mode == rocblas_pointer_mode::rocblas_pointer_mode_host;
     // SAFETY: a host-mode beta points to one scalar of the compute type.
     let beta_is_zero = host_scalars && unsafe { is_host_zero(p.beta, compute) };
-    if !p.d_is_c() && !beta_is_zero {
+    if !d_is_c(p) && !beta_is_zero {
         copy_c_into_d(h, p)?;
     }
     let (op_a, op_b) = (operation(p.trans_a)?, operation(p.trans_b)?);
@@ -297,140 +222,11 @@ unsafe fn run(h: rocblas_handle, p: &Problem) -> BlasResult {
     })
 }
 
-/// `rocblas_gemm_ex`: `D = α·op(A)·op(B) + β·C`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn rocblas_gemm_ex(
-    handle: rocblas_handle,
-    trans_a: rocblas_operation,
-    trans_b: rocblas_operation,
-    m: rocblas_int,
-    n: rocblas_int,
-    k: rocblas_int,
-    alpha: *const c_void,
-    a: *const c_void,
-    a_type: rocblas_datatype,
-    lda: rocblas_int,
-    b: *const c_void,
-    b_type: rocblas_datatype,
-    ldb: rocblas_int,
-    beta: *const c_void,
-    c: *const c_void,
-    c_type: rocblas_datatype,
-    ldc: rocblas_int,
-    d: *mut c_void,
-    d_type: rocblas_datatype,
-    ldd: rocblas_int,
-    compute_type: rocblas_datatype,
-    algo: rocblas_gemm_algo,
-    _solution_index: i32,
-    flags: u32,
-) -> BlasResult {
-    let matrix = |ptr, ty, ld| Matrix {
-        ptr,
-        ty,
-        ld,
-        stride: 0,
-    };
-    let problem = Problem {
-        trans_a,
-        trans_b,
-        m,
-        n,
-        k,
-        alpha,
-        a: matrix(a, a_type, lda),
-        b: matrix(b, b_type, ldb),
-        beta,
-        c: matrix(c, c_type, ldc),
-        d: matrix(d.cast_const(), d_type, ldd),
-        batch_count: 1,
-        compute: compute_type,
-        algo,
-        flags,
-        batched: false,
-    };
-    // SAFETY: forwarded contract.
-    unsafe { run(handle, &problem) }
-}
-
-/// `rocblas_gemm_strided_batched_ex`: `batch_count` GEMMs at fixed strides.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn rocblas_gemm_strided_batched_ex(
-    handle: rocblas_handle,
-    trans_a: rocblas_operation,
-    trans_b: rocblas_operation,
-    m: rocblas_int,
-    n: rocblas_int,
-    k: rocblas_int,
-    alpha: *const c_void,
-    a: *const c_void,
-    a_type: rocblas_datatype,
-    lda: rocblas_int,
-    stride_a: rocblas_stride,
-    b: *const c_void,
-    b_type: rocblas_datatype,
-    ldb: rocblas_int,
-    stride_b: rocblas_stride,
-    beta: *const c_void,
-    c: *const c_void,
-    c_type: rocblas_datatype,
-    ldc: rocblas_int,
-    stride_c: rocblas_stride,
-    d: *mut c_void,
-    d_type: rocblas_datatype,
-    ldd: rocblas_int,
-    stride_d: rocblas_stride,
-    batch_count: rocblas_int,
-    compute_type: rocblas_datatype,
-    algo: rocblas_gemm_algo,
-    _solution_index: i32,
-    flags: u32,
-) -> BlasResult {
-    let problem = Problem {
-        trans_a,
-        trans_b,
-        m,
-        n,
-        k,
-        alpha,
-        a: Matrix {
-            ptr: a,
-            ty: a_type,
-            ld: lda,
-            stride: stride_a,
-        },
-        b: Matrix {
-            ptr: b,
-            ty: b_type,
-            ld: ldb,
-            stride: stride_b,
-        },
-        beta,
-        c: Matrix {
-            ptr: c,
-            ty: c_type,
-            ld: ldc,
-            stride: stride_c,
-        },
-        d: Matrix {
-            ptr: d.cast_const(),
-            ty: d_type,
-            ld: ldd,
-            stride: stride_d,
-        },
-        batch_count,
-        compute: compute_type,
-        algo,
-        flags,
-        batched: true,
-    };
-    // SAFETY: forwarded contract.
-    unsafe { run(handle, &problem) }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::args::Matrix;
     use super::*;
+    use rocblas_sys::rocblas_gemm_algo;
 
     fn problem() -> Problem {
         let dummy = 0x1000 as *const c_void;
@@ -482,26 +278,26 @@ mod tests {
 
     #[test]
     fn problems_are_validated_like_rocblas() {
-        assert_eq!(problem().validate(), Ok(true));
-        assert!(problem().d_is_c());
+        assert_eq!(problem().validate(check_types), Ok(true));
+        assert!(d_is_c(&problem()));
         let mut p = problem();
         p.a.ld = 3;
-        assert_eq!(p.validate(), Err(INVALID_SIZE));
+        assert_eq!(p.validate(check_types), Err(INVALID_SIZE));
         let mut p = problem();
         p.n = 0;
-        assert_eq!(p.validate(), Ok(false));
+        assert_eq!(p.validate(check_types), Ok(false));
         let mut p = problem();
         p.trans_a = rocblas_operation(7);
-        assert_eq!(p.validate(), Err(INVALID_VALUE));
+        assert_eq!(p.validate(check_types), Err(INVALID_VALUE));
         let mut p = problem();
         p.flags = 0x1000;
-        assert_eq!(p.validate(), Err(INVALID_VALUE));
+        assert_eq!(p.validate(check_types), Err(INVALID_VALUE));
         let mut p = problem();
         p.beta = std::ptr::null();
-        assert_eq!(p.validate(), Err(INVALID_POINTER));
+        assert_eq!(p.validate(check_types), Err(INVALID_POINTER));
         let mut p = problem();
         p.d.ld = 8;
-        assert!(!p.d_is_c());
+        assert!(!d_is_c(&p));
     }
 
     #[test]

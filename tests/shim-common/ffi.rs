@@ -51,7 +51,7 @@ impl<S: Status> IntoFfi<S> for Result<(), S> {
 
 impl FfiReturn for *const c_char {
     fn panicked() -> Self {
-        c"hip-on-cuda: internal error (panic in the shim)".as_ptr()
+        c"internal error (panic in the test platform's shim)".as_ptr()
     }
 }
 

@@ -53,19 +53,19 @@ mod hip_sys {
 /// The HIP runtime and hipRTC exports: modules `HipApi` and `HiprtcApi`.
 pub mod hip {
     use hip_sys::types::*;
-    include!("../../../hip-sys/src/generated/functions.rs");
+    include!("../../hip-sys/src/generated/functions.rs");
 }
 
 /// The rocBLAS exports: module `RocblasApi`.
 pub mod rocblas {
     use super::hip_sys;
     use rocblas_sys::types::*;
-    include!("../../../rocblas-sys/src/generated/functions.rs");
+    include!("../../rocblas-sys/src/generated/functions.rs");
 }
 
 /// The MIOpen exports: module `MiopenApi`.
 pub mod miopen {
     use super::hip_sys;
     use miopen_sys::types::*;
-    include!("../../../miopen-sys/src/generated/functions.rs");
+    include!("../../miopen-sys/src/generated/functions.rs");
 }

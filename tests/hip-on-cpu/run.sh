@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs hip-safe's GPU tests and candle-hip's conformance suites on the CPU
+# platform, at wave 64 (gfx942) and wave 32 (gfx1100), printing one timing
+# line per suite and target. Kernels compile once per target into
+# target/hip-on-cpu/cache/<arch> (hip-safe's disk cache).
+#
+#   HIP_ON_CPU_SUITES  "ci" (default): the hip-safe GPU tests and the
+#                      conformance tests listed in CI_CONFORMANCE;
+#                      "full": every conformance test as well.
+#   HIP_ON_CPU_ARCHS   targets to run (default "gfx942 gfx1100").
+#
+# Skipped everywhere, because they are sized for GPUs (10^9 to 10^12
+# thread-iterations, hours on two cores) or measure what this platform does
+# not model (streams never overlap here): gpu_no_leak_over_10000_* and
+# gpu_per_thread_streams_order_across_threads.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+suites=${HIP_ON_CPU_SUITES:-ci}
+archs=${HIP_ON_CPU_ARCHS:-gfx942 gfx1100}
+root=$PWD/target/hip-on-cpu
+GPU_SKIPS=(--skip gpu_no_leak_over_10000 --skip gpu_per_thread_streams_order_across_threads)
+# The conformance tests CI runs: every op family except the large-tensor
+# test (GiB-sized buffers) and the random-op fuzzing pass (minutes per target).
+CI_CONFORMANCE=(conv:: dtypes:: errors:: fused:: index_faults:: indexing overflow:: pool:: random:: matmul::)
+
+cargo build -q -p hip-on-cpu
+cargo test -q -p hip-safe --test gpu --no-run
+cargo test -q -p candle-hip --test conformance --no-run
+target/debug/hip-on-cpu-layout "$root/rocm" >/dev/null
+
+timed() {
+    local what=$1 t0=$SECONDS
+    shift
+    "$@"
+    printf 'hip-on-cpu %s: %s in %d s\n' "$arch" "$what" $((SECONDS - t0))
+}
+
+for arch in $archs; do
+    export ROCM_PATH=$root/rocm HIP_ON_CPU_ARCH=$arch HIP_SAFE_CACHE_DIR=$root/cache/$arch
+    timed "hip-safe GPU tests" cargo test -q -p hip-safe --test gpu -- --include-ignored "${GPU_SKIPS[@]}"
+    if [[ $suites == full ]]; then
+        timed "conformance (full)" cargo test -q -p candle-hip --test conformance -- --include-ignored
+    else
+        timed "conformance (CI subset)" cargo test -q -p candle-hip --test conformance -- --include-ignored "${CI_CONFORMANCE[@]}"
+    fi
+done

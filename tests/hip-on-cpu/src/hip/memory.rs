@@ -1,0 +1,572 @@
+//! Device memory is host memory, each buffer between guards:
+//!
+//! ```text
+//! | guard page | canary ... | buffer (256-byte aligned) | canary | guard page |
+//! ```
+//!
+//! The guard pages are inaccessible, so a kernel reading or writing far
+//! past either end faults at once (the module's fault handler names the
+//! kernel); the canary bytes between the buffer and the guard pages (at
+//! least 256 on each side) are checked after every launch ([`check_guards`]), so a write just past either
+//! end fails the launch with the kernel's name. Copies and fills that start
+//! inside a buffer must end inside it (`hipErrorInvalidValue` otherwise).
+//!
+//! Usage is counted against the device size of `HIP_ON_CPU_MEMORY_MIB`, so
+//! `hipMemGetInfo` and out-of-memory errors behave as on a GPU. The default
+//! memory pool keeps buffers freed with `hipFreeAsync` up to its release
+//! threshold, as ROCm's does.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{c_int, c_uint, c_ushort, c_void};
+use std::sync::Mutex;
+
+use hip_sys::{
+    hipDeviceptr_t, hipError_t, hipMemPool_t, hipMemPoolAttr, hipMemcpyKind, hipStream_t,
+};
+
+use super::device::device;
+use super::status::HipResult;
+use crate::ffi::{non_null, write_out};
+
+const INVALID: hipError_t = hipError_t::hipErrorInvalidValue;
+const PAGE: usize = 4096;
+/// Buffer alignment, and the least canary before a buffer.
+const ALIGN: usize = 256;
+/// The canary byte.
+const CANARY: u8 = 0xA5;
+
+/// One mapping holding a buffer.
+struct Allocation {
+    /// Start of the mapping (the front guard page).
+    base: usize,
+    /// Length of the mapping.
+    map_len: usize,
+    /// Bytes asked for.
+    size: usize,
+    /// Bytes counted against the device (0 for host allocations).
+    counted: usize,
+}
+
+impl Allocation {
+    /// The canary ranges `(start, len)`: before and after the buffer.
+    fn canaries(&self, ptr: usize) -> [(usize, usize); 2] {
+        let front = self.base + PAGE;
+        let end = self.base + self.map_len - PAGE;
+        [
+            (front, ptr - front),
+            (ptr + self.size, end - ptr - self.size),
+        ]
+    }
+}
+
+/// Every live buffer by its address, and the device bytes in use.
+struct Heap {
+    buffers: BTreeMap<usize, Allocation>,
+    used: usize,
+}
+
+static HEAP: Mutex<Heap> = Mutex::new(Heap {
+    buffers: BTreeMap::new(),
+    used: 0,
+});
+
+fn heap() -> std::sync::MutexGuard<'static, Heap> {
+    HEAP.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Maps a guarded buffer of `size` bytes; `device` counts it against the
+/// device memory.
+fn allocate(size: usize, on_device: bool) -> HipResult<*mut c_void> {
+    let limit = usize::try_from(device()?.memory).unwrap_or(usize::MAX);
+    let body = size
+        .max(1)
+        .checked_next_multiple_of(ALIGN)
+        .ok_or(hipError_t::hipErrorOutOfMemory)?;
+    // The buffer, then at least ALIGN canary bytes; ALIGN more before it.
+    let data = body + ALIGN;
+    let map_len = (data + ALIGN)
+        .checked_next_multiple_of(PAGE)
+        .and_then(|n| n.checked_add(2 * PAGE))
+        .ok_or(hipError_t::hipErrorOutOfMemory)?;
+    let counted = if on_device { body } else { 0 };
+    let mut heap = heap();
+    if on_device && heap.used.checked_add(counted).is_none_or(|u| u > limit) {
+        return Err(hipError_t::hipErrorOutOfMemory);
+    }
+    // SAFETY: an anonymous private mapping; no existing memory is touched.
+    let base = unsafe { libc_mmap(map_len) }.ok_or(hipError_t::hipErrorOutOfMemory)?;
+    let ptr = base + map_len - PAGE - data;
+    let a = Allocation {
+        base,
+        map_len,
+        size,
+        counted,
+    };
+    for (start, len) in a.canaries(ptr) {
+        // SAFETY: inside the accessible part of the fresh mapping.
+        unsafe { std::ptr::write_bytes(start as *mut u8, CANARY, len) };
+    }
+    heap.used += counted;
+    heap.buffers.insert(ptr, a);
+    Ok(ptr as *mut c_void)
+}
+
+/// Unmaps the buffer at `ptr` (null is a no-op).
+fn release(ptr: *mut c_void) -> HipResult {
+    if ptr.is_null() {
+        return Ok(());
+    }
+    let mut heap = heap();
+    let a = heap.buffers.remove(&(ptr as usize)).ok_or(INVALID)?;
+    heap.used -= a.counted;
+    // SAFETY: the mapping was made by `allocate` and is no longer listed.
+    unsafe { libc_munmap(a.base, a.map_len) };
+    Ok(())
+}
+
+/// Fails when `[ptr, ptr + len)` starts inside a buffer and ends past it.
+pub(crate) fn check_range(ptr: usize, len: usize) -> HipResult {
+    let heap = heap();
+    if let Some((&start, a)) = heap.buffers.range(..=ptr).next_back() {
+        let inside = ptr < start + a.size.max(1);
+        if inside && ptr.checked_add(len).is_none_or(|end| end > start + a.size) {
+            return Err(INVALID);
+        }
+    }
+    Ok(())
+}
+
+/// Checks every buffer's canaries; on damage, restores them and describes
+/// the first damaged buffer.
+pub(crate) fn check_guards() -> Result<(), String> {
+    let heap = heap();
+    let mut report = None;
+    for (&ptr, a) in &heap.buffers {
+        for (side, (start, len)) in ["before", "after"].into_iter().zip(a.canaries(ptr)) {
+            // SAFETY: the canary range lies inside the accessible mapping.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) };
+            if let Some(at) = bytes.iter().position(|b| *b != CANARY) {
+                let distance = if side == "before" { len - at } else { at + 1 };
+                report.get_or_insert(format!(
+                    "wrote {distance} byte(s) {side} the {}-byte buffer at {ptr:#x}",
+                    a.size
+                ));
+                bytes.fill(CANARY);
+            }
+        }
+    }
+    report.map_or(Ok(()), Err)
+}
+
+/// `mmap` of `len` bytes, read-write except the first and last page.
+///
+/// # Safety
+/// Creates a new mapping; `len` must be a multiple of the page size > 2 pages.
+unsafe fn libc_mmap(len: usize) -> Option<usize> {
+    unsafe extern "C" {
+        fn mmap(
+            addr: *mut c_void,
+            len: usize,
+            prot: c_int,
+            flags: c_int,
+            fd: c_int,
+            off: i64,
+        ) -> *mut c_void;
+        fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int;
+    }
+    const PROT_NONE: c_int = 0;
+    const PROT_RW: c_int = 0x1 | 0x2;
+    const MAP_PRIVATE_ANON_NORESERVE: c_int = 0x02 | 0x20 | 0x4000;
+    // SAFETY: a fresh anonymous mapping at an address of the kernel's choice.
+    let base = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            len,
+            PROT_RW,
+            MAP_PRIVATE_ANON_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if base as isize == -1 {
+        return None;
+    }
+    // SAFETY: both pages belong to the mapping just made.
+    unsafe {
+        mprotect(base, PAGE, PROT_NONE);
+        mprotect(base.cast::<u8>().add(len - PAGE).cast(), PAGE, PROT_NONE);
+    }
+    Some(base as usize)
+}
+
+/// `munmap`.
+///
+/// # Safety
+/// `[base, base + len)` must be a mapping made by [`libc_mmap`].
+unsafe fn libc_munmap(base: usize, len: usize) {
+    unsafe extern "C" {
+        fn munmap(addr: *mut c_void, len: usize) -> c_int;
+    }
+    // SAFETY: per the contract.
+    unsafe { munmap(base as *mut c_void, len) };
+}
+
+/// `hipMemGetInfo`: device size minus the buffers in use.
+pub(crate) unsafe fn hipMemGetInfo(free: *mut usize, total: *mut usize) -> HipResult {
+    let limit = usize::try_from(device()?.memory).unwrap_or(usize::MAX);
+    let used = heap().used;
+    // SAFETY: the caller passes valid or null out-pointers.
+    unsafe {
+        write_out(free, limit.saturating_sub(used), INVALID)?;
+        write_out(total, limit, INVALID)
+    }
+}
+
+/// `hipMalloc`: a guarded device buffer (size 0 gives null, as HIP does).
+pub(crate) unsafe fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> HipResult {
+    non_null(ptr, INVALID)?;
+    let p = if size == 0 {
+        std::ptr::null_mut()
+    } else {
+        allocate(size, true)?
+    };
+    // SAFETY: checked non-null; the caller guarantees validity.
+    unsafe { write_out(ptr, p, INVALID) }
+}
+
+/// `hipFree`.
+pub(crate) unsafe fn hipFree(ptr: *mut c_void) -> HipResult {
+    release(ptr)
+}
+
+/// The default memory pool: buffers freed with `hipFreeAsync` stay
+/// reserved (for reuse by an allocation of the same size) while the
+/// reserve stays within the release threshold, as a ROCm pool keeps them.
+struct Pool {
+    /// Freed buffers kept for reuse: `(address, bytes)`.
+    kept: Vec<(usize, usize)>,
+    /// Bytes of live pool allocations.
+    used: u64,
+    /// Attributes set with `hipMemPoolSetAttribute`.
+    attributes: HashMap<u32, u64>,
+}
+
+static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+
+/// Runs `f` on the pool state.
+fn with_pool<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
+    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    f(pool.get_or_insert_with(|| Pool {
+        kept: Vec::new(),
+        used: 0,
+        attributes: HashMap::new(),
+    }))
+}
+
+impl Pool {
+    fn kept_bytes(&self) -> u64 {
+        self.kept.iter().map(|(_, n)| *n as u64).sum()
+    }
+    /// Releases kept buffers until at most `keep` bytes remain.
+    fn trim(&mut self, keep: u64) {
+        while self.kept_bytes() > keep {
+            if let Some((ptr, _)) = self.kept.pop() {
+                let _ = release(ptr as *mut c_void);
+            }
+        }
+    }
+}
+
+/// `hipMallocAsync`: a kept buffer of the same size, or a new one.
+pub(crate) unsafe fn hipMallocAsync(
+    ptr: *mut *mut c_void,
+    size: usize,
+    _stream: hipStream_t,
+) -> HipResult {
+    non_null(ptr, INVALID)?;
+    let p = if size == 0 {
+        std::ptr::null_mut()
+    } else {
+        let reused = with_pool(|pool| {
+            let at = pool.kept.iter().position(|(_, n)| *n == size)?;
+            Some(pool.kept.swap_remove(at).0)
+        });
+        let p = match reused {
+            Some(p) => p as *mut c_void,
+            None => allocate(size, true)?,
+        };
+        with_pool(|pool| pool.used += size as u64);
+        p
+    };
+    // SAFETY: checked non-null; the caller guarantees validity.
+    unsafe { write_out(ptr, p, INVALID) }
+}
+
+/// `hipFreeAsync`: kept while the pool's reserve stays within its release
+/// threshold, released otherwise.
+pub(crate) unsafe fn hipFreeAsync(ptr: *mut c_void, _stream: hipStream_t) -> HipResult {
+    if ptr.is_null() {
+        return Ok(());
+    }
+    let size = heap()
+        .buffers
+        .get(&(ptr as usize))
+        .map(|a| a.size)
+        .ok_or(INVALID)?;
+    with_pool(|pool| {
+        pool.used = pool.used.saturating_sub(size as u64);
+        let threshold = pool
+            .attributes
+            .get(&hipMemPoolAttr::hipMemPoolAttrReleaseThreshold.0)
+            .copied()
+            .unwrap_or(0);
+        if pool.kept_bytes() + size as u64 <= threshold {
+            pool.kept.push((ptr as usize, size));
+            Ok(())
+        } else {
+            release(ptr)
+        }
+    })
+}
+
+/// The one memory pool's handle (a non-null token).
+const DEFAULT_POOL: hipMemPool_t = std::ptr::dangling_mut::<u64>().cast();
+
+/// `hipDeviceGetDefaultMemPool`.
+pub(crate) unsafe fn hipDeviceGetDefaultMemPool(
+    pool: *mut hipMemPool_t,
+    device_id: c_int,
+) -> HipResult {
+    device()?;
+    if device_id != 0 {
+        return Err(hipError_t::hipErrorInvalidDevice);
+    }
+    // SAFETY: the caller passes a valid or null out-pointer.
+    unsafe { write_out(pool, DEFAULT_POOL, INVALID) }
+}
+
+/// `hipMemPoolTrimTo`: releases kept buffers down to `min_bytes_to_hold`.
+pub(crate) unsafe fn hipMemPoolTrimTo(pool: hipMemPool_t, min_bytes_to_hold: usize) -> HipResult {
+    if pool != DEFAULT_POOL {
+        return Err(INVALID);
+    }
+    with_pool(|p| p.trim(min_bytes_to_hold as u64));
+    Ok(())
+}
+
+/// Whether a pool attribute is a 64-bit size (else an `int` flag).
+fn is_size_attribute(attr: hipMemPoolAttr) -> bool {
+    attr.0 >= hipMemPoolAttr::hipMemPoolAttrReleaseThreshold.0
+}
+
+/// `hipMemPoolSetAttribute`: remembered.
+pub(crate) unsafe fn hipMemPoolSetAttribute(
+    pool: hipMemPool_t,
+    attr: hipMemPoolAttr,
+    value: *mut c_void,
+) -> HipResult {
+    if pool != DEFAULT_POOL {
+        return Err(INVALID);
+    }
+    non_null(value, INVALID)?;
+    // SAFETY: the caller passes a value of the attribute's type.
+    let v = unsafe {
+        if is_size_attribute(attr) {
+            value.cast::<u64>().read()
+        } else {
+            value.cast::<c_int>().read() as u64
+        }
+    };
+    with_pool(|p| p.attributes.insert(attr.0, v));
+    Ok(())
+}
+
+/// `hipMemPoolGetAttribute`: the reserve (live plus kept buffers) and the
+/// live bytes; anything else what was set (0 by default).
+pub(crate) unsafe fn hipMemPoolGetAttribute(
+    pool: hipMemPool_t,
+    attr: hipMemPoolAttr,
+    value: *mut c_void,
+) -> HipResult {
+    use hipMemPoolAttr as A;
+    if pool != DEFAULT_POOL {
+        return Err(INVALID);
+    }
+    non_null(value, INVALID)?;
+    let v = with_pool(|p| match attr {
+        A::hipMemPoolAttrReservedMemCurrent => p.used + p.kept_bytes(),
+        A::hipMemPoolAttrUsedMemCurrent => p.used,
+        _ => p.attributes.get(&attr.0).copied().unwrap_or(0),
+    });
+    // SAFETY: the caller passes room for a value of the attribute's type.
+    unsafe {
+        if is_size_attribute(attr) {
+            value.cast::<u64>().write(v);
+        } else {
+            value.cast::<c_int>().write(v as c_int);
+        }
+    }
+    Ok(())
+}
+
+/// `hipHostMalloc`: a guarded buffer not counted against the device.
+pub(crate) unsafe fn hipHostMalloc(
+    ptr: *mut *mut c_void,
+    size: usize,
+    _flags: c_uint,
+) -> HipResult {
+    non_null(ptr, INVALID)?;
+    let p = if size == 0 {
+        std::ptr::null_mut()
+    } else {
+        allocate(size, false)?
+    };
+    // SAFETY: checked non-null; the caller guarantees validity.
+    unsafe { write_out(ptr, p, INVALID) }
+}
+
+/// `hipHostFree`.
+pub(crate) unsafe fn hipHostFree(ptr: *mut c_void) -> HipResult {
+    release(ptr)
+}
+
+/// Copies after checking both ranges against the buffers they start in.
+///
+/// # Safety
+/// The caller's contract of `hipMemcpy`: both ranges valid for `size` bytes.
+unsafe fn copy(dst: *mut c_void, src: *const c_void, size: usize) -> HipResult {
+    if size == 0 {
+        return Ok(());
+    }
+    non_null(dst, INVALID)?;
+    non_null(src, INVALID)?;
+    check_range(dst as usize, size)?;
+    check_range(src as usize, size)?;
+    // SAFETY: valid per the contract; `copy` allows overlap.
+    unsafe { std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), size) };
+    Ok(())
+}
+
+/// `hipMemcpy`: any direction (all memory is host memory).
+pub(crate) unsafe fn hipMemcpy(
+    dst: *mut c_void,
+    src: *const c_void,
+    size: usize,
+    _kind: hipMemcpyKind,
+) -> HipResult {
+    // SAFETY: same contract.
+    unsafe { copy(dst, src, size) }
+}
+
+/// `hipMemcpyAsync`: done at the call.
+pub(crate) unsafe fn hipMemcpyAsync(
+    dst: *mut c_void,
+    src: *const c_void,
+    size: usize,
+    _kind: hipMemcpyKind,
+    _stream: hipStream_t,
+) -> HipResult {
+    // SAFETY: same contract.
+    unsafe { copy(dst, src, size) }
+}
+
+/// Fills `count` elements of `T` at `dst` after the range check.
+///
+/// # Safety
+/// `dst` must be valid for `count` writes of `T`.
+unsafe fn fill<T: Copy>(dst: *mut c_void, value: T, count: usize) -> HipResult {
+    if count == 0 {
+        return Ok(());
+    }
+    non_null(dst, INVALID)?;
+    let bytes = count.checked_mul(size_of::<T>()).ok_or(INVALID)?;
+    check_range(dst as usize, bytes)?;
+    // SAFETY: valid per the contract; buffers are 256-byte aligned and
+    // callers pass element-aligned pointers.
+    unsafe { std::slice::from_raw_parts_mut(dst.cast::<T>(), count).fill(value) };
+    Ok(())
+}
+
+/// `hipMemset`: bytes.
+pub(crate) unsafe fn hipMemset(dst: *mut c_void, value: c_int, size: usize) -> HipResult {
+    // SAFETY: same contract.
+    unsafe { fill(dst, value as u8, size) }
+}
+
+/// `hipMemsetAsync`: bytes, at the call.
+pub(crate) unsafe fn hipMemsetAsync(
+    dst: *mut c_void,
+    value: c_int,
+    size: usize,
+    _stream: hipStream_t,
+) -> HipResult {
+    // SAFETY: same contract.
+    unsafe { fill(dst, value as u8, size) }
+}
+
+/// `hipMemsetD16Async`: 16-bit elements.
+pub(crate) unsafe fn hipMemsetD16Async(
+    dst: hipDeviceptr_t,
+    value: c_ushort,
+    count: usize,
+    _stream: hipStream_t,
+) -> HipResult {
+    if !(dst as usize).is_multiple_of(2) {
+        return Err(INVALID);
+    }
+    // SAFETY: same contract.
+    unsafe { fill(dst, value, count) }
+}
+
+/// `hipMemsetD32Async`: 32-bit elements.
+pub(crate) unsafe fn hipMemsetD32Async(
+    dst: hipDeviceptr_t,
+    value: c_int,
+    count: usize,
+    _stream: hipStream_t,
+) -> HipResult {
+    if !(dst as usize).is_multiple_of(4) {
+        return Err(INVALID);
+    }
+    // SAFETY: same contract.
+    unsafe { fill(dst, value, count) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_past_a_buffer_are_found() {
+        let p = allocate(100, true).unwrap() as *mut u8;
+        assert_eq!(p as usize % ALIGN, 0);
+        assert_eq!(check_guards(), Ok(()));
+        // SAFETY: inside the canary after the 100-byte buffer.
+        unsafe { p.add(101).write(0) };
+        let report = check_guards().unwrap_err();
+        assert!(
+            report.contains("2 byte(s) after the 100-byte buffer"),
+            "{report}"
+        );
+        assert_eq!(check_guards(), Ok(()));
+        // SAFETY: the canary before the buffer.
+        unsafe { p.sub(3).write(0) };
+        assert!(check_guards().unwrap_err().contains("3 byte(s) before"));
+        assert_eq!(check_range(p as usize, 100), Ok(()));
+        assert_eq!(check_range(p as usize + 50, 51), Err(INVALID));
+        release(p.cast()).unwrap();
+        assert_eq!(release(p.cast()), Err(INVALID));
+    }
+
+    #[test]
+    fn device_size_is_enforced() {
+        let mut free = 0;
+        let mut total = 0;
+        // SAFETY: valid out-pointers.
+        unsafe { hipMemGetInfo(&mut free, &mut total) }.unwrap();
+        assert_eq!(
+            allocate(total + 1, true),
+            Err(hipError_t::hipErrorOutOfMemory)
+        );
+    }
+}

@@ -1,0 +1,10 @@
+//! The HIP runtime on the host.
+
+pub(crate) mod device;
+pub(crate) mod memory;
+pub(crate) mod module;
+#[path = "../../../shim-common/hip_properties.rs"]
+pub(crate) mod properties;
+#[path = "../../../shim-common/hip_status.rs"]
+pub(crate) mod status;
+pub(crate) mod stream;

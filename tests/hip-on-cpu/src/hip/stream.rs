@@ -1,0 +1,179 @@
+//! Streams and events. Every operation runs to completion at the call, in
+//! the caller's order, which is a valid schedule of any stream program: a
+//! stream's work is complete whenever it is queried, and waits between
+//! streams have nothing left to wait for. Events record the host time of
+//! their `hipEventRecord`.
+
+use std::ffi::{c_uint, c_void};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use hip_sys::{hipError_t, hipEvent_t, hipHostFn_t, hipStream_t};
+
+use super::device::device;
+use super::status::HipResult;
+use crate::ffi::{non_null, write_out};
+
+const INVALID: hipError_t = hipError_t::hipErrorInvalidValue;
+const INVALID_HANDLE: hipError_t = hipError_t::hipErrorInvalidHandle;
+
+/// `hipStreamNonBlocking`, the only stream flag.
+const STREAM_NON_BLOCKING: c_uint = 0x1;
+/// `hipEventDisableTiming`.
+const EVENT_DISABLE_TIMING: c_uint = 0x2;
+/// Every event flag HIP defines (blocking sync, no timing, interprocess,
+/// and AMD's fence scopes).
+const EVENT_FLAGS: c_uint = 0x1 | 0x2 | 0x4 | 0x2000_0000 | 0x4000_0000 | 0x8000_0000;
+
+/// The null stream and `hipStreamPerThread` (2) are not destroyable.
+fn is_special_stream(stream: hipStream_t) -> bool {
+    (stream as usize) < 3
+}
+
+/// A created stream (only its flags exist).
+struct Stream {
+    _flags: c_uint,
+}
+
+/// A created event.
+struct Event {
+    timing: bool,
+    recorded: Mutex<Option<Instant>>,
+}
+
+/// The event behind a handle.
+///
+/// # Safety
+/// `event` must be null or a live handle from [`hipEventCreateWithFlags`].
+unsafe fn event<'a>(event: hipEvent_t) -> HipResult<&'a Event> {
+    non_null(event, INVALID_HANDLE)?;
+    // SAFETY: per the contract.
+    Ok(unsafe { &*event.cast::<Event>() })
+}
+
+/// `hipStreamCreateWithFlags`.
+pub(crate) unsafe fn hipStreamCreateWithFlags(
+    stream: *mut hipStream_t,
+    flags: c_uint,
+) -> HipResult {
+    non_null(stream, INVALID)?;
+    if flags & !STREAM_NON_BLOCKING != 0 {
+        return Err(INVALID);
+    }
+    device()?;
+    let handle = Box::into_raw(Box::new(Stream { _flags: flags }));
+    // SAFETY: checked non-null; the caller guarantees validity.
+    unsafe { write_out(stream, handle.cast(), INVALID) }
+}
+
+/// `hipStreamDestroy`.
+pub(crate) unsafe fn hipStreamDestroy(stream: hipStream_t) -> HipResult {
+    if is_special_stream(stream) {
+        return Err(INVALID_HANDLE);
+    }
+    // SAFETY: the caller passes a stream from hipStreamCreateWithFlags.
+    drop(unsafe { Box::from_raw(stream.cast::<Stream>()) });
+    Ok(())
+}
+
+/// `hipStreamSynchronize`: the work is done.
+pub(crate) unsafe fn hipStreamSynchronize(_stream: hipStream_t) -> HipResult {
+    device().map(|_| ())
+}
+
+/// `hipStreamQuery`: always complete.
+pub(crate) unsafe fn hipStreamQuery(_stream: hipStream_t) -> HipResult {
+    device().map(|_| ())
+}
+
+/// `hipStreamWaitEvent`: the recorded work is done.
+pub(crate) unsafe fn hipStreamWaitEvent(
+    _stream: hipStream_t,
+    ev: hipEvent_t,
+    flags: c_uint,
+) -> HipResult {
+    if flags != 0 {
+        return Err(INVALID);
+    }
+    // SAFETY: the caller passes a live event.
+    unsafe { event(ev) }.map(|_| ())
+}
+
+/// `hipLaunchHostFunc`: calls the function now.
+pub(crate) unsafe fn hipLaunchHostFunc(
+    _stream: hipStream_t,
+    fn_: hipHostFn_t,
+    user_data: *mut c_void,
+) -> HipResult {
+    let f = fn_.ok_or(INVALID)?;
+    // SAFETY: the caller's function with the caller's data, as HIP would.
+    unsafe { f(user_data) };
+    Ok(())
+}
+
+/// `hipEventCreateWithFlags`.
+pub(crate) unsafe fn hipEventCreateWithFlags(ev: *mut hipEvent_t, flags: c_uint) -> HipResult {
+    non_null(ev, INVALID)?;
+    if flags & !EVENT_FLAGS != 0 {
+        return Err(INVALID);
+    }
+    device()?;
+    let handle = Box::into_raw(Box::new(Event {
+        timing: flags & EVENT_DISABLE_TIMING == 0,
+        recorded: Mutex::new(None),
+    }));
+    // SAFETY: checked non-null; the caller guarantees validity.
+    unsafe { write_out(ev, handle.cast(), INVALID) }
+}
+
+/// `hipEventDestroy`.
+pub(crate) unsafe fn hipEventDestroy(ev: hipEvent_t) -> HipResult {
+    non_null(ev, INVALID_HANDLE)?;
+    // SAFETY: the caller passes an event from hipEventCreateWithFlags.
+    drop(unsafe { Box::from_raw(ev.cast::<Event>()) });
+    Ok(())
+}
+
+/// `hipEventRecord`: the current time.
+pub(crate) unsafe fn hipEventRecord(ev: hipEvent_t, _stream: hipStream_t) -> HipResult {
+    // SAFETY: the caller passes a live event.
+    let e = unsafe { event(ev) }?;
+    *e.recorded.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    Ok(())
+}
+
+/// `hipEventSynchronize`: recorded work is done.
+pub(crate) unsafe fn hipEventSynchronize(ev: hipEvent_t) -> HipResult {
+    // SAFETY: the caller passes a live event.
+    unsafe { event(ev) }.map(|_| ())
+}
+
+/// `hipEventQuery`: always complete.
+pub(crate) unsafe fn hipEventQuery(ev: hipEvent_t) -> HipResult {
+    // SAFETY: the caller passes a live event.
+    unsafe { event(ev) }.map(|_| ())
+}
+
+/// `hipEventElapsedTime`: milliseconds between two recorded, timed events
+/// (`hipErrorInvalidHandle` otherwise, as HIP).
+pub(crate) unsafe fn hipEventElapsedTime(
+    ms: *mut f32,
+    start: hipEvent_t,
+    stop: hipEvent_t,
+) -> HipResult {
+    non_null(ms, INVALID)?;
+    // SAFETY: the caller passes live events.
+    let (a, b) = unsafe { (event(start)?, event(stop)?) };
+    let time = |e: &Event| {
+        let t = *e.recorded.lock().unwrap_or_else(|p| p.into_inner());
+        t.filter(|_| e.timing).ok_or(INVALID_HANDLE)
+    };
+    let (t0, t1) = (time(a)?, time(b)?);
+    let elapsed = if t1 >= t0 {
+        t1.duration_since(t0).as_secs_f32() * 1e3
+    } else {
+        -(t0.duration_since(t1).as_secs_f32() * 1e3)
+    };
+    // SAFETY: checked non-null; the caller guarantees validity.
+    unsafe { write_out(ms, elapsed, INVALID) }
+}

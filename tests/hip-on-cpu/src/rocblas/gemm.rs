@@ -1,0 +1,255 @@
+//! `rocblas_gemm_ex` and `rocblas_gemm_strided_batched_ex` as reference
+//! loops: `D = α·op(A)·op(B) + β·C` in column-major order, accumulated in
+//! the compute type (f32, or f64 for f64), for the type combinations our
+//! callers use: all f32; all f64; f16 or bf16 inputs with an output of the
+//! same type or f32 and f32 compute. Anything else is
+//! `rocblas_status_not_implemented`. As in rocBLAS, C is not read when β
+//! is zero, and conjugate-transpose is transpose for real types.
+
+use std::ffi::c_void;
+
+use half::{bf16, f16};
+use rocblas_sys::{rocblas_datatype as T, rocblas_handle, rocblas_operation, rocblas_status};
+
+use super::{BlasResult, handle};
+
+#[path = "../../../shim-common/rocblas_gemm_args.rs"]
+mod args;
+
+use args::{Matrix, Problem};
+pub(crate) use args::{rocblas_gemm_ex, rocblas_gemm_strided_batched_ex};
+
+const NOT_IMPLEMENTED: rocblas_status = rocblas_status::rocblas_status_not_implemented;
+const INVALID_VALUE: rocblas_status = rocblas_status::rocblas_status_invalid_value;
+const INVALID_SIZE: rocblas_status = rocblas_status::rocblas_status_invalid_size;
+
+/// The supported `(input, output, compute)` type combinations.
+const COMBINATIONS: &[(T, T, T)] = &[
+    (
+        T::rocblas_datatype_f32_r,
+        T::rocblas_datatype_f32_r,
+        T::rocblas_datatype_f32_r,
+    ),
+    (
+        T::rocblas_datatype_f64_r,
+        T::rocblas_datatype_f64_r,
+        T::rocblas_datatype_f64_r,
+    ),
+    (
+        T::rocblas_datatype_f16_r,
+        T::rocblas_datatype_f16_r,
+        T::rocblas_datatype_f32_r,
+    ),
+    (
+        T::rocblas_datatype_f16_r,
+        T::rocblas_datatype_f32_r,
+        T::rocblas_datatype_f32_r,
+    ),
+    (
+        T::rocblas_datatype_bf16_r,
+        T::rocblas_datatype_bf16_r,
+        T::rocblas_datatype_f32_r,
+    ),
+    (
+        T::rocblas_datatype_bf16_r,
+        T::rocblas_datatype_f32_r,
+        T::rocblas_datatype_f32_r,
+    ),
+];
+
+fn check_types(p: &Problem) -> BlasResult {
+    for op in [p.trans_a, p.trans_b] {
+        if !(111..=113).contains(&op.0) {
+            return Err(INVALID_VALUE);
+        }
+    }
+    if COMBINATIONS.contains(&(p.a.ty, p.c.ty, p.compute)) {
+        Ok(())
+    } else {
+        Err(NOT_IMPLEMENTED)
+    }
+}
+
+/// Reads element `i` of a matrix of type `ty` as f64 (exact for every
+/// supported type).
+///
+/// # Safety
+/// `ptr` must hold element `i` of type `ty`.
+unsafe fn load(ptr: *const c_void, ty: T, i: usize) -> f64 {
+    // SAFETY: per the contract.
+    unsafe {
+        match ty {
+            T::rocblas_datatype_f32_r => f64::from(*ptr.cast::<f32>().add(i)),
+            T::rocblas_datatype_f64_r => *ptr.cast::<f64>().add(i),
+            T::rocblas_datatype_f16_r => f64::from(*ptr.cast::<f16>().add(i)),
+            _ => f64::from(*ptr.cast::<bf16>().add(i)),
+        }
+    }
+}
+
+/// Writes element `i`, rounding to nearest even.
+///
+/// # Safety
+/// `ptr` must have room for element `i` of type `ty`.
+unsafe fn store(ptr: *mut c_void, ty: T, i: usize, v: f64) {
+    // SAFETY: per the contract.
+    unsafe {
+        match ty {
+            T::rocblas_datatype_f32_r => *ptr.cast::<f32>().add(i) = v as f32,
+            T::rocblas_datatype_f64_r => *ptr.cast::<f64>().add(i) = v,
+            T::rocblas_datatype_f16_r => *ptr.cast::<f16>().add(i) = f16::from_f64(v),
+            _ => *ptr.cast::<bf16>().add(i) = bf16::from_f64(v),
+        }
+    }
+}
+
+/// Element offset of `(row, col)` of batch `b` (checked: the arguments
+/// come from the caller).
+fn offset(m: &Matrix, row: usize, col: usize, b: usize) -> BlasResult<usize> {
+    let ld = usize::try_from(m.ld).map_err(|_| INVALID_SIZE)?;
+    let stride = if b == 0 {
+        0
+    } else {
+        usize::try_from(m.stride).map_err(|_| INVALID_SIZE)?
+    };
+    col.checked_mul(ld)
+        .and_then(|x| x.checked_add(row))
+        .and_then(|x| b.checked_mul(stride).and_then(|s| x.checked_add(s)))
+        .ok_or(INVALID_SIZE)
+}
+
+/// Runs a GEMM problem.
+///
+/// # Safety
+/// The matrices and scalars must be valid for the problem's shapes.
+unsafe fn run(h: rocblas_handle, p: &Problem) -> BlasResult {
+    // SAFETY: the caller passes a live handle.
+    unsafe { handle(h) }?;
+    if !p.validate(check_types)? {
+        return Ok(());
+    }
+    let f64_compute = p.compute == T::rocblas_datatype_f64_r;
+    // SAFETY: the scalars are of the compute type.
+    let (alpha, beta) = unsafe {
+        if f64_compute {
+            (*p.alpha.cast::<f64>(), *p.beta.cast::<f64>())
+        } else {
+            (
+                f64::from(*p.alpha.cast::<f32>()),
+                f64::from(*p.beta.cast::<f32>()),
+            )
+        }
+    };
+    let none = rocblas_operation::rocblas_operation_none;
+    let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+    let batches = if p.batched { p.batch_count as usize } else { 1 };
+    for b in 0..batches {
+        for j in 0..n {
+            for i in 0..m {
+                let (mut acc32, mut acc64) = (0f32, 0f64);
+                for l in 0..k {
+                    let ia = if p.trans_a == none {
+                        offset(&p.a, i, l, b)?
+                    } else {
+                        offset(&p.a, l, i, b)?
+                    };
+                    let ib = if p.trans_b == none {
+                        offset(&p.b, l, j, b)?
+                    } else {
+                        offset(&p.b, j, l, b)?
+                    };
+                    // SAFETY: inside A and B per the caller's shapes.
+                    let prod = unsafe { load(p.a.ptr, p.a.ty, ia) * load(p.b.ptr, p.b.ty, ib) };
+                    if f64_compute {
+                        acc64 += prod;
+                    } else {
+                        acc32 += prod as f32;
+                    }
+                }
+                let acc = if f64_compute { acc64 } else { f64::from(acc32) };
+                let mut v = alpha * acc;
+                if beta != 0.0 {
+                    // SAFETY: inside C per the caller's shapes.
+                    v += beta * unsafe { load(p.c.ptr, p.c.ty, offset(&p.c, i, j, b)?) };
+                }
+                if !f64_compute {
+                    v = f64::from(v as f32);
+                }
+                // SAFETY: inside D per the caller's shapes.
+                unsafe { store(p.d.ptr.cast_mut(), p.d.ty, offset(&p.d, i, j, b)?, v) };
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocblas_sys::rocblas_gemm_algo;
+
+    #[test]
+    fn gemm_matches_a_host_product_with_transposes_and_batches() {
+        let mut h = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        unsafe { super::super::rocblas_create_handle(&mut h) }.unwrap();
+        // A is 2x3 stored transposed (3x2, ld 3); B is 3x2 (ld 3); 2 batches.
+        let a: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        let b: Vec<f32> = (0..12).map(|v| (v as f32) * 0.5 - 1.0).collect();
+        let c = [1.0f32; 8];
+        let mut d = [0.0f32; 8];
+        let (alpha, beta) = (2.0f32, 0.5f32);
+        let t = T::rocblas_datatype_f32_r;
+        // SAFETY: every buffer holds the batches of the shapes passed.
+        unsafe {
+            rocblas_gemm_strided_batched_ex(
+                h,
+                rocblas_operation::rocblas_operation_transpose,
+                rocblas_operation::rocblas_operation_none,
+                2,
+                2,
+                3,
+                (&alpha as *const f32).cast(),
+                a.as_ptr().cast(),
+                t,
+                3,
+                6,
+                b.as_ptr().cast(),
+                t,
+                3,
+                6,
+                (&beta as *const f32).cast(),
+                c.as_ptr().cast(),
+                t,
+                2,
+                4,
+                d.as_mut_ptr().cast(),
+                t,
+                2,
+                4,
+                2,
+                t,
+                rocblas_gemm_algo::rocblas_gemm_algo_standard,
+                0,
+                0,
+            )
+        }
+        .unwrap();
+        for bt in 0..2 {
+            for j in 0..2 {
+                for i in 0..2 {
+                    let dot: f32 = (0..3)
+                        .map(|l| a[bt * 6 + i * 3 + l] * b[bt * 6 + j * 3 + l])
+                        .sum();
+                    assert_eq!(
+                        d[bt * 4 + j * 2 + i],
+                        alpha * dot + beta,
+                        "batch {bt} ({i},{j})"
+                    );
+                }
+            }
+        }
+        // SAFETY: a live handle.
+        unsafe { super::super::rocblas_destroy_handle(h) }.unwrap();
+    }
+}
