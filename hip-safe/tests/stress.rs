@@ -27,8 +27,18 @@ use hip_safe::{
 
 /// Worker threads, one stream and one rocBLAS handle each.
 const THREADS: usize = 8;
-/// Operations per thread.
+/// Operations per thread, unless `HIP_SAFE_STRESS_OPS` says otherwise (the
+/// sanitizer runs of tests/hip-on-cuda/run.sh use fewer: racecheck makes
+/// every launch hundreds of times slower).
 const OPS: usize = 10_000;
+
+/// The operations per thread of this run.
+fn ops() -> usize {
+    std::env::var("HIP_SAFE_STRESS_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(OPS)
+}
 /// Side of the square matrix each thread's buffer is viewed as.
 const SIDE: usize = 64;
 /// Elements of each thread's buffer.
@@ -422,7 +432,7 @@ impl<'a> Worker<'a> {
 
     fn run(mut self) -> Stats {
         let id = self.id;
-        for index in 0..OPS {
+        for index in 0..ops() {
             let op = pick(self.rng.next_u64());
             self.apply(op, index)
                 .unwrap_or_else(|e| panic!("thread {id}, operation {index} ({op:?}): {e}"));
@@ -654,9 +664,10 @@ fn gpu_stress_8_threads_mixed_ops_match_host_and_free_all_memory() {
     let adopted: u64 = stats.iter().map(|s| s.adopted).sum();
     let empty: u64 = stats.iter().map(|s| s.empty).sum();
     println!(
-        "stress: {THREADS} threads x {OPS} ops, {checks} checks, free memory before {before} \
+        "stress: {THREADS} threads x {} ops, {checks} checks, free memory before {before} \
          after {after} (of {total} B; {elapsed:.2?}; {adopted} snapshots adopted, \
-         {empty} receives found an empty mailbox)"
+         {empty} receives found an empty mailbox)",
+        ops()
     );
     assert!(adopted > 0, "no thread ever received a snapshot");
     // Under compute-sanitizer (which allocates device memory of its own; run.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs hip-safe's GPU tests and candle-hip's conformance suites on the CPU
-# platform, at wave 64 (gfx942) and wave 32 (gfx1100), printing one timing
+# platform (the shim built in release mode: it checks every buffer's guards
+# after each launch), at wave 64 (gfx942) and wave 32 (gfx1100), printing one timing
 # line per suite and target. Kernels compile once per target into
 # target/hip-on-cpu/cache/<arch> (hip-safe's disk cache).
 #
@@ -24,10 +25,10 @@ GPU_SKIPS=(--skip gpu_no_leak_over_10000 --skip gpu_per_thread_streams_order_acr
 # test (GiB-sized buffers) and the random-op fuzzing pass (minutes per target).
 CI_CONFORMANCE=(conv:: dtypes:: errors:: fused:: index_faults:: indexing overflow:: pool:: random:: matmul::)
 
-cargo build -q -p hip-on-cpu
+cargo build -q --release -p hip-on-cpu
 cargo test -q -p hip-safe --test gpu --no-run
 cargo test -q -p candle-hip --test conformance --no-run
-target/debug/hip-on-cpu-layout "$root/rocm" >/dev/null
+target/release/hip-on-cpu-layout "$root/rocm" >/dev/null
 
 timed() {
     local what=$1 t0=$SECONDS

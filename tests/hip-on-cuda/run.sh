@@ -182,6 +182,8 @@ if [[ -n "$sanitize" ]]; then
     # Tests that compare the device's free memory skip that comparison: the
     # sanitizer and the other sanitized processes allocate meanwhile.
     export HIP_SAFE_TEST_UNDER_SANITIZER=1
+    # 1,000 stress operations per thread instead of 10,000 (see stress.rs).
+    export HIP_SAFE_STRESS_OPS=${HIP_SAFE_STRESS_OPS:-1000}
     sanitize_rows="$out/sanitize-$sanitize-rows"
     rm -rf "$sanitize_rows"
     mkdir -p "$sanitize_rows"

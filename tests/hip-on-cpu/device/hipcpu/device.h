@@ -63,10 +63,31 @@ struct Thread {
 [[noreturn]] void fail(const char* what);
 void block_barrier(Site site);
 uint64_t wave_exchange(WaveOp op, uint64_t value, int arg, int width, Site site);
-Thread* self();
-const Dim3& block_idx();
-const Dim3& block_dim();
-const Dim3& grid_dim();
-void* dynamic_shared();
+
+/// Every fiber stack is one aligned region of this size whose first bytes
+/// hold a [`StackHeader`]: device code finds its thread and block from the
+/// stack pointer, with no thread-local lookup (kernels read `threadIdx`
+/// and friends all the time).
+constexpr uintptr_t kStackRegion = uintptr_t(1) << 19;
+
+/// What the running fiber's stack region starts with.
+struct StackHeader {
+  Thread* thread;
+  const Dim3* block_idx;
+  const Dim3* block_dim;
+  const Dim3* grid_dim;
+  void* const* dynamic_shared;
+};
+
+inline const StackHeader& header() {
+  uintptr_t sp;
+  asm("mov %%rsp, %0" : "=r"(sp));
+  return *reinterpret_cast<const StackHeader*>(sp & ~(kStackRegion - 1));
+}
+inline Thread* self() { return header().thread; }
+inline const Dim3& block_idx() { return *header().block_idx; }
+inline const Dim3& block_dim() { return *header().block_dim; }
+inline const Dim3& grid_dim() { return *header().grid_dim; }
+inline void* dynamic_shared() { return *header().dynamic_shared; }
 
 }  // namespace hipcpu

@@ -51,8 +51,9 @@ struct Launch {
   uint64_t error_len;
 };
 
-/// Bytes of one fiber stack (plus a guard page below it).
-constexpr size_t kStackBytes = 256 * 1024;
+/// A fiber stack region: the header page, a guard page, then the stack
+/// (growing down from the region's end).
+constexpr size_t kPage = 4096;
 constexpr size_t kMaxThreads = 1024;
 
 /// Switches from the running context (its stack pointer saved to `*from`)
@@ -99,29 +100,24 @@ hipcpu_switch:
 /// Per CPU thread: the fiber pool and the block it runs.
 struct Worker {
   std::vector<Thread> threads;
-  std::vector<char*> stacks;
+  std::vector<char*> stacks;  // regions of kStackRegion bytes, aligned to it
   void* scheduler_sp = nullptr;
   Thread* current = nullptr;
   Dim3 block_idx{}, block_dim{}, grid_dim{};
   unsigned nthreads = 0;
   std::vector<uint64_t> dyn_shared;  // 8-byte aligned
+  void* dyn_shared_ptr = nullptr;
   void (*body)(void*) = nullptr;
   void* body_ctx = nullptr;
   const char* kernel = "";
   std::string error;
 
   ~Worker() {
-    for (char* s : stacks) munmap(s, kStackBytes + 4096);
+    for (char* s : stacks) munmap(s, kStackRegion);
   }
 };
 
 inline thread_local Worker t_worker;
-
-Thread* self() { return t_worker.current; }
-const Dim3& block_idx() { return t_worker.block_idx; }
-const Dim3& block_dim() { return t_worker.block_dim; }
-const Dim3& grid_dim() { return t_worker.grid_dim; }
-void* dynamic_shared() { return t_worker.dyn_shared.data(); }
 
 /// Back to the scheduler; returns when the scheduler resumes this fiber.
 inline void yield_to_scheduler() {
@@ -176,7 +172,7 @@ uint64_t wave_exchange(WaveOp op, uint64_t value, int arg, int width, Site site)
 /// the frame `hipcpu_switch` restores (MXCSR/x87 word, six registers), the
 /// return address, and a zero word where fiber_entry's return address goes.
 inline void* fresh_stack(char* stack) {
-  auto* top = reinterpret_cast<uint64_t*>(stack + 4096 + kStackBytes);
+  auto* top = reinterpret_cast<uint64_t*>(stack + kStackRegion);
   top[-1] = 0;
   top[-2] = reinterpret_cast<uint64_t>(&fiber_entry);
   for (int r = 3; r <= 8; ++r) top[-r] = 0;
@@ -300,6 +296,7 @@ inline bool run_block(Worker& w) {
                  i / (w.block_dim.x * w.block_dim.y)};
     t.state = State::Ready;
     t.sp = fresh_stack(w.stacks[i]);
+    reinterpret_cast<StackHeader*>(w.stacks[i])->thread = &t;
   }
   const unsigned waves = (w.nthreads + kWave - 1) / kWave;
   std::vector<unsigned> at_op;
@@ -399,14 +396,31 @@ inline void install_fault_handler() {
 
 /// Makes sure this CPU thread has fibers for `n` threads.
 inline bool reserve_fibers(Worker& w, unsigned n) {
+  if (w.threads.size() < n) {
+    w.threads.resize(n);  // may move the threads: headers are set per block
+  }
   while (w.stacks.size() < n) {
-    void* p = mmap(nullptr, kStackBytes + 4096, PROT_READ | PROT_WRITE,
+    // Twice the region, trimmed to one aligned region.
+    const size_t span = 2 * kStackRegion;
+    void* p = mmap(nullptr, span, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return false;
-    mprotect(p, 4096, PROT_NONE);  // guard page: a stack overflow faults
-    w.stacks.push_back(static_cast<char*>(p));
+    const uintptr_t base = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t region = (base + kStackRegion - 1) & ~(kStackRegion - 1);
+    if (region > base) munmap(p, region - base);
+    if (region + kStackRegion < base + span)
+      munmap(reinterpret_cast<void*>(region + kStackRegion), base + span - region - kStackRegion);
+    char* stack = reinterpret_cast<char*>(region);
+    // Header page, then a guard page: a stack overflow faults before it
+    // reaches the header.
+    mprotect(stack + kPage, kPage, PROT_NONE);
+    auto* h = reinterpret_cast<StackHeader*>(stack);
+    h->block_idx = &w.block_idx;
+    h->block_dim = &w.block_dim;
+    h->grid_dim = &w.grid_dim;
+    h->dynamic_shared = &w.dyn_shared_ptr;
+    w.stacks.push_back(stack);
   }
-  if (w.threads.size() < n) w.threads.resize(n);
   return true;
 }
 
@@ -431,6 +445,7 @@ inline int run_blocks(const Launch& launch, void (*body)(void*), void* ctx) {
   if (w.nthreads == 0 || w.nthreads > kMaxThreads) return report("bad block size", 0);
   if (!reserve_fibers(w, w.nthreads)) return report("out of memory for fiber stacks", 0);
   w.dyn_shared.assign((launch.shared_bytes + 7) / 8, 0);
+  w.dyn_shared_ptr = w.dyn_shared.data();
   const uint64_t blocks = (uint64_t)launch.grid.x * launch.grid.y * launch.grid.z;
   for (uint64_t b = launch.first_block; b < blocks; b += launch.block_step) {
     w.block_idx = Dim3{(unsigned)(b % launch.grid.x), (unsigned)((b / launch.grid.x) % launch.grid.y),

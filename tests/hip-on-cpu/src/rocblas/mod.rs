@@ -158,7 +158,11 @@ pub(crate) mod host {
         /// alignment).
         unsafe fn store(base: *mut c_void, i: isize, value: A) {
             // SAFETY: per the contract.
-            unsafe { base.cast::<Self>().offset(i).write_unaligned(Self::narrow(value)) }
+            unsafe {
+                base.cast::<Self>()
+                    .offset(i)
+                    .write_unaligned(Self::narrow(value))
+            }
         }
     }
 
@@ -223,10 +227,7 @@ pub(crate) mod host {
         work: usize,
         task: impl Fn(Range<usize>) -> Vec<T> + Sync,
     ) -> Vec<T> {
-        let threads = threads()
-            .min(items)
-            .min(work / MIN_WORK_PER_THREAD)
-            .max(1);
+        let threads = threads().min(items).min(work / MIN_WORK_PER_THREAD).max(1);
         if threads == 1 {
             return task(0..items);
         }
@@ -267,10 +268,16 @@ pub(crate) mod host {
         #[test]
         fn narrowing_rounds_to_nearest_even() {
             // 1 + 2^-11 lies halfway between 1 and the next f16 (1 + 2^-10).
-            assert_eq!(<f16 as Element<f32>>::narrow(1.0 + 2f32.powi(-11)), f16::ONE);
+            assert_eq!(
+                <f16 as Element<f32>>::narrow(1.0 + 2f32.powi(-11)),
+                f16::ONE
+            );
             let up = <f16 as Element<f32>>::narrow(1.0 + 3.0 * 2f32.powi(-11));
             assert_eq!(up.to_f32(), 1.0 + 2f32.powi(-9));
-            assert_eq!(<bf16 as Element<f32>>::narrow(1.0 + 2f32.powi(-8)), bf16::ONE);
+            assert_eq!(
+                <bf16 as Element<f32>>::narrow(1.0 + 2f32.powi(-8)),
+                bf16::ONE
+            );
         }
 
         #[test]
@@ -302,7 +309,10 @@ mod tests {
                 Err(rocblas_status::rocblas_status_invalid_pointer)
             );
             for mode in [0, 1] {
-                assert_eq!(rocblas_set_pointer_mode(h, rocblas_pointer_mode(mode)), Ok(()));
+                assert_eq!(
+                    rocblas_set_pointer_mode(h, rocblas_pointer_mode(mode)),
+                    Ok(())
+                );
             }
             assert_eq!(
                 rocblas_set_pointer_mode(h, rocblas_pointer_mode(2)),
