@@ -5,9 +5,9 @@
 # line per suite and target. Kernels compile once per target into
 # target/hip-on-cpu/cache/<arch> (hip-safe's disk cache).
 #
-#   HIP_ON_CPU_SUITES  "ci" (default): the hip-safe GPU tests and the
-#                      conformance tests listed in CI_CONFORMANCE;
-#                      "full": every conformance test as well.
+#   HIP_ON_CPU_SUITES  "ci" (default): the hip-safe GPU tests, the
+#                      conformance tests in CI_CONFORMANCE and CI_PARTS;
+#                      "full": every conformance test.
 #   HIP_ON_CPU_ARCHS   targets to run (default "gfx942 gfx1100").
 #
 # Skipped everywhere, because they are sized for GPUs (10^9 to 10^12
@@ -21,9 +21,12 @@ suites=${HIP_ON_CPU_SUITES:-ci}
 archs=${HIP_ON_CPU_ARCHS:-gfx942 gfx1100}
 root=$PWD/target/hip-on-cpu
 GPU_SKIPS=(--skip gpu_no_leak_over_10000 --skip gpu_per_thread_streams_order_across_threads)
-# The conformance tests CI runs: every op family except the large-tensor
-# test (GiB-sized buffers) and the random-op fuzzing pass (minutes per target).
-CI_CONFORMANCE=(conv:: dtypes:: errors:: fused:: index_faults:: indexing overflow:: pool:: random:: matmul::)
+# The conformance tests CI runs: every op family's own test but the dtype
+# and random-number sweeps and the large-tensor test (GiB-sized buffers),
+# plus parts 0 and 1 of 8 of the storage-op suite (round trips,
+# index_select, copies, unary ops, ...); "full" runs them all.
+CI_CONFORMANCE=(conv:: conv_fallback:: errors:: fused:: index_faults:: matmul:: overflow:: pool::)
+CI_PARTS=(0/8 1/8)
 
 cargo build -q --release -p hip-on-cpu
 cargo test -q -p hip-safe --test gpu --no-run
@@ -44,5 +47,9 @@ for arch in $archs; do
         timed "conformance (full)" cargo test -q -p candle-hip --test conformance -- --include-ignored
     else
         timed "conformance (CI subset)" cargo test -q -p candle-hip --test conformance -- --include-ignored "${CI_CONFORMANCE[@]}"
+        for part in "${CI_PARTS[@]}"; do
+            CONFORMANCE_PART=$part timed "storage-op suite part $part" cargo test -q -p candle-hip --test conformance -- \
+                --include-ignored --exact conformance_with_the_cpu_backend
+        done
     fi
 done

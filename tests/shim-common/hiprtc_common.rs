@@ -86,6 +86,54 @@ pub(crate) unsafe fn program<'a, P>(prog: hiprtcProgram) -> RtcResult<&'a mut P>
     Ok(unsafe { &mut *prog.cast::<P>() })
 }
 
+/// What `hiprtcCreateProgram` is given: the source, the program's name
+/// (`default_program` when null) and the headers as `(include name,
+/// contents)`.
+pub(crate) struct ProgramInputs {
+    pub(crate) source: String,
+    pub(crate) name: String,
+    pub(crate) headers: Vec<(String, String)>,
+}
+
+/// Reads the arguments of `hiprtcCreateProgram` (after checking `prog`).
+///
+/// # Safety
+/// `src` must be a C string, `name` null or a C string, and both arrays
+/// hold `num_headers` C strings.
+pub(crate) unsafe fn program_inputs(
+    prog: *mut hiprtcProgram,
+    src: *const c_char,
+    name: *const c_char,
+    num_headers: c_int,
+    headers: *mut *const c_char,
+    include_names: *mut *const c_char,
+) -> RtcResult<ProgramInputs> {
+    let invalid = hiprtcResult::HIPRTC_ERROR_INVALID_INPUT;
+    non_null(prog, invalid)?;
+    let count = usize::try_from(num_headers).map_err(|_| invalid)?;
+    if count > 0 {
+        non_null(headers, invalid)?;
+        non_null(include_names, invalid)?;
+    }
+    // SAFETY: per the contract.
+    let source = unsafe { c_text(src) }?;
+    let name = if name.is_null() {
+        "default_program".to_string()
+    } else {
+        // SAFETY: per the contract.
+        unsafe { c_text(name) }?
+    };
+    let headers = (0..count)
+        // SAFETY: both arrays hold `count` C strings.
+        .map(|i| unsafe { Ok((c_text(*include_names.add(i))?, c_text(*headers.add(i))?)) })
+        .collect::<RtcResult<Vec<_>>>()?;
+    Ok(ProgramInputs {
+        source,
+        name,
+        headers,
+    })
+}
+
 /// The option strings of `hiprtcCompileProgram`.
 ///
 /// # Safety

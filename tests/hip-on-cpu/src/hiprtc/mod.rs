@@ -13,7 +13,7 @@ use hip_sys::{hiprtcProgram, hiprtcResult};
 #[path = "../../../shim-common/hiprtc_common.rs"]
 mod common;
 
-use common::{Compiled, RtcResult, c_text};
+use common::{Compiled, RtcResult};
 pub(crate) use common::{hiprtcGetErrorString, hiprtcVersion};
 
 use crate::ffi::{non_null, write_out};
@@ -46,34 +46,24 @@ pub(crate) unsafe fn hiprtcCreateProgram(
     headers: *mut *const c_char,
     include_names: *mut *const c_char,
 ) -> RtcResult {
-    let invalid = hiprtcResult::HIPRTC_ERROR_INVALID_INPUT;
-    non_null(prog, invalid)?;
-    let count = usize::try_from(num_headers).map_err(|_| invalid)?;
-    if count > 0 {
-        non_null(headers, invalid)?;
-        non_null(include_names, invalid)?;
-    }
-    // SAFETY: the caller passes C strings (or a null name).
-    let source = unsafe { c_text(src) }?;
-    let name = if name.is_null() {
-        "default_program".to_string()
-    } else {
-        // SAFETY: as above.
-        unsafe { c_text(name) }?
-    };
-    let headers = (0..count)
-        // SAFETY: both arrays hold `count` C strings.
-        .map(|i| unsafe { Ok((c_text(*include_names.add(i))?, c_text(*headers.add(i))?)) })
-        .collect::<RtcResult<Vec<_>>>()?;
+    // SAFETY: the caller passes the strings hipRTC documents.
+    let inputs =
+        unsafe { common::program_inputs(prog, src, name, num_headers, headers, include_names) }?;
     let program = Box::new(Program {
-        source,
-        name,
-        headers,
+        source: inputs.source,
+        name: inputs.name,
+        headers: inputs.headers,
         log: Vec::new(),
         code: None,
     });
     // SAFETY: checked non-null; the caller guarantees validity.
-    unsafe { write_out(prog, Box::into_raw(program).cast(), invalid) }
+    unsafe {
+        write_out(
+            prog,
+            Box::into_raw(program).cast(),
+            hiprtcResult::HIPRTC_ERROR_INVALID_INPUT,
+        )
+    }
 }
 
 /// `hiprtcDestroyProgram`: frees the program and nulls the handle.

@@ -1,6 +1,7 @@
 //! What the CPU platform adds to a GPU: partial waves, divergence reports,
 //! buffer guards. Shared by the `wave64` and `wave32` test binaries, which
-//! select the target before the first HIP call ([`use_platform`]).
+//! select the target before the first HIP call ([`use_platform`]) and get
+//! their tests from [`emulation_tests!`].
 
 use std::sync::Once;
 
@@ -205,4 +206,35 @@ pub fn shared_memory_reductions_are_exact() {
         let want: f32 = input[b * 256..(b + 1) * 256].iter().sum();
         assert_eq!(*v, want, "block {b}");
     }
+}
+
+/// The tests of one test binary for the emulated target `$arch`: each
+/// selects the platform, then runs one check of this module (or the
+/// wave-semantics test shared with the GPU platforms, `wave`).
+#[macro_export]
+macro_rules! emulation_tests {
+    ($arch:literal) => {
+        #[test]
+        fn wave_operations_follow_hip_semantics() {
+            emulation::use_platform($arch);
+            wave::gpu_wave_operations_follow_hip_semantics();
+        }
+        $crate::emulation_tests!(
+            $arch,
+            exited_lanes_are_inactive,
+            branches_reconverge_at_barriers,
+            divergence_is_reported,
+            writes_past_a_buffer_are_reported,
+            shared_memory_reductions_are_exact
+        );
+    };
+    ($arch:literal, $($check:ident),+) => {
+        $(
+            #[test]
+            fn $check() {
+                emulation::use_platform($arch);
+                emulation::$check();
+            }
+        )+
+    };
 }

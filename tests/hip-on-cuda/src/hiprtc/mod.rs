@@ -18,7 +18,7 @@ use hip_sys::{hiprtcProgram, hiprtcResult};
 
 use crate::ffi::{non_null, write_out};
 
-use common::{Compiled, RtcResult, c_text};
+use common::{Compiled, RtcResult};
 pub(crate) use common::{hiprtcGetErrorString, hiprtcVersion};
 
 /// The hipRTC status for an NVRTC status (same meanings for 0–11).
@@ -124,26 +124,13 @@ pub(crate) unsafe fn hiprtcCreateProgram(
     include_names: *mut *const c_char,
 ) -> RtcResult {
     let invalid = hiprtcResult::HIPRTC_ERROR_INVALID_INPUT;
-    non_null(prog, invalid)?;
-    let num_headers = usize::try_from(num_headers).map_err(|_| invalid)?;
-    if num_headers > 0 {
-        non_null(headers, invalid)?;
-        non_null(include_names, invalid)?;
-    }
-    // SAFETY: the caller passes NUL-terminated strings (name may be null).
-    let source = unsafe { c_text(src) }?;
-    let name = if name.is_null() {
-        "default_program".to_string()
-    } else {
-        // SAFETY: as above.
-        unsafe { c_text(name) }?
-    };
-    let mut header_list = Vec::with_capacity(num_headers + headers::REPLACEMENT_HEADERS.len());
-    for i in 0..num_headers {
-        // SAFETY: both arrays hold `num_headers` NUL-terminated strings.
-        let (text, include) = unsafe { (c_text(*headers.add(i))?, c_text(*include_names.add(i))?) };
-        header_list.push((include, text));
-    }
+    // SAFETY: the caller passes the strings hipRTC documents.
+    let common::ProgramInputs {
+        source,
+        name,
+        headers: given,
+    } = unsafe { common::program_inputs(prog, src, name, num_headers, headers, include_names) }?;
+    let mut header_list = given;
     for (include, text) in headers::REPLACEMENT_HEADERS {
         if !header_list.iter().any(|(given, _)| given == include) {
             header_list.push((include.to_string(), text.to_string()));
