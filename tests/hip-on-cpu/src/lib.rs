@@ -10,7 +10,7 @@
 //!   launch runs every block's threads as fibers that meet at barriers and
 //!   wave operations, with AMD's semantics at the wave size of the emulated
 //!   target (`HIP_ON_CPU_ARCH`: `gfx942`, wave 64, by default; `gfx1100`,
-//!   wave 32; see [`hip::device`]).
+//!   wave 32; see `hip::device`).
 //! - rocBLAS and MIOpen are plain reference loops.
 //!
 //! Built as a `cdylib` and laid out like a ROCm install by [`layout`], it is
