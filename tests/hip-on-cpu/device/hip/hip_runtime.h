@@ -208,3 +208,4 @@ inline T atomicCAS(T* address, T compare, T value) {
 }
 
 #include <hip/hip_fp16.h>
+#include "hipcpu/amdgcn.h"

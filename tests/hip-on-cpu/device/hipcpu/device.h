@@ -39,8 +39,16 @@ struct Site {
   int line;
 };
 
-/// Wave-level operations.
-enum class WaveOp : int { Shfl, ShflUp, ShflDown, ShflXor, Ballot, Any, All };
+/// Wave-level operations. `Collective` is any other instruction that reads
+/// operands of several lanes (MFMA, WMMA, readlane, ...): a function of the
+/// whole wave's operands, see [`Collective`].
+enum class WaveOp : int { Shfl, ShflUp, ShflDown, ShflXor, Ballot, Any, All, Collective };
+
+/// Computes a wave-wide instruction: `in[lane]` points at the operands lane
+/// `lane` passed and `out[lane]` at its result (both null for a lane that is
+/// not active). Returns null, or a message when the operands break the
+/// instruction's rules (a lane missing where every lane must take part, ...).
+using Collective = const char* (*)(const void* const* in, void* const* out, uint64_t active);
 
 /// What a fiber is doing when it is not running.
 enum class State : int { Ready, AtBarrier, AtWaveOp, Done };
@@ -57,12 +65,17 @@ struct Thread {
   int width;         // shuffle segment width
   uint64_t value;    // this lane's operand (raw bits)
   uint64_t result;   // the operation's result for this lane
+  Collective collective;  // for WaveOp::Collective: the instruction,
+  const char* name;       // its name for messages,
+  const void* operands;   // this lane's operands
+  void* out;              // and where its result goes
 };
 
 /// Entry points of the scheduler (hipcpu/exec.h) that device code calls.
 [[noreturn]] void fail(const char* what);
 void block_barrier(Site site);
 uint64_t wave_exchange(WaveOp op, uint64_t value, int arg, int width, Site site);
+void wave_collective(Collective fn, const char* name, const void* operands, void* out, Site site);
 
 /// Every fiber stack is one aligned region of this size whose first bytes
 /// hold a [`StackHeader`]: device code finds its thread and block from the

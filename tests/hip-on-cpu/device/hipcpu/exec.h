@@ -157,6 +157,19 @@ uint64_t wave_exchange(WaveOp op, uint64_t value, int arg, int width, Site site)
   return t->result;
 }
 
+void wave_collective(Collective fn, const char* name, const void* operands, void* out, Site site) {
+  Thread* t = self();
+  t->state = State::AtWaveOp;
+  t->op = WaveOp::Collective;
+  t->collective = fn;
+  t->name = name;
+  t->operands = operands;
+  t->out = out;
+  t->width = kWave;
+  t->site = site;
+  yield_to_scheduler();
+}
+
 /// First code of a fresh fiber (entered by `ret` from `hipcpu_switch` with
 /// the stack aligned as after a call): runs the kernel body, then hands back
 /// for good.
@@ -184,7 +197,8 @@ inline bool same_site(Site a, Site b) {
   return a.line == b.line && std::strcmp(a.file, b.file) == 0;
 }
 
-inline const char* op_name(WaveOp op) {
+inline const char* op_name(const Thread& t) {
+  const WaveOp op = t.op;
   switch (op) {
     case WaveOp::Shfl: return "__shfl";
     case WaveOp::ShflUp: return "__shfl_up";
@@ -193,6 +207,7 @@ inline const char* op_name(WaveOp op) {
     case WaveOp::Ballot: return "__ballot";
     case WaveOp::Any: return "__any";
     case WaveOp::All: return "__all";
+    case WaveOp::Collective: return t.name;
   }
   return "?";
 }
@@ -220,6 +235,31 @@ inline int shuffle_source(WaveOp op, int lane, int arg, int width) {
   }
 }
 
+/// Runs the collective instruction the lanes `active` (all at the same one)
+/// wait at.
+inline bool execute_collective(Worker& w, unsigned wave_first, const std::vector<unsigned>& active) {
+  const void* in[kWave] = {};
+  void* out[kWave] = {};
+  uint64_t active_mask = 0;
+  for (unsigned i : active) {
+    const Thread& t = w.threads[i];
+    const unsigned lane = t.linear - wave_first;
+    in[lane] = t.operands;
+    out[lane] = t.out;
+    active_mask |= 1ull << lane;
+  }
+  const Thread& first = w.threads[active[0]];
+  if (const char* what = first.collective(in, out, active_mask)) {
+    char msg[512];
+    std::snprintf(msg, sizeof msg, "%s (%s:%d): %s", first.name, first.site.file, first.site.line,
+                  what);
+    w.error = msg;
+    return false;
+  }
+  for (unsigned i : active) w.threads[i].state = State::Ready;
+  return true;
+}
+
 /// Executes the wave operation the lanes `active` (indices into the block's
 /// threads, one wave, all waiting at a wave operation) wait at, and makes
 /// them ready; fails on lanes at different operations.
@@ -227,16 +267,18 @@ inline bool execute_wave_op(Worker& w, unsigned wave_first, const std::vector<un
   Thread& first = w.threads[active[0]];
   for (unsigned i : active) {
     Thread& t = w.threads[i];
-    if (t.op != first.op || !same_site(t.site, first.site) || t.width != first.width) {
+    if (t.op != first.op || !same_site(t.site, first.site) || t.width != first.width ||
+        (t.op == WaveOp::Collective && t.collective != first.collective)) {
       char msg[512];
       std::snprintf(msg, sizeof msg,
                     "divergent wave operation: lane %u waits at %s (%s:%d), lane %u at %s (%s:%d)",
-                    first.linear % kWave, op_name(first.op), first.site.file, first.site.line,
-                    t.linear % kWave, op_name(t.op), t.site.file, t.site.line);
+                    first.linear % kWave, op_name(first), first.site.file, first.site.line,
+                    t.linear % kWave, op_name(t), t.site.file, t.site.line);
       w.error = msg;
       return false;
     }
   }
+  if (first.op == WaveOp::Collective) return execute_collective(w, wave_first, active);
   uint64_t lane_value[kWave] = {};
   uint64_t active_mask = 0;
   for (unsigned i : active) {
@@ -279,7 +321,7 @@ inline std::string describe_stuck(const Worker& w) {
       continue;
     char line[256];
     std::snprintf(line, sizeof line, " thread %u at %s (%s:%d);", i,
-                  t.state == State::AtBarrier ? "__syncthreads" : op_name(t.op), t.site.file,
+                  t.state == State::AtBarrier ? "__syncthreads" : op_name(t), t.site.file,
                   t.site.line);
     out += line;
     ++shown;

@@ -46,6 +46,10 @@ const DEVICE_HEADERS: &[(&str, &str)] = &[
         include_str!("../../device/hipcpu/device.h"),
     ),
     ("hipcpu/exec.h", include_str!("../../device/hipcpu/exec.h")),
+    (
+        "hipcpu/amdgcn.h",
+        include_str!("../../device/hipcpu/amdgcn.h"),
+    ),
 ];
 
 /// Marker the `__global__` replacement expands to.
@@ -201,7 +205,15 @@ fn build(
         // Shared memory is a function-local static that other fibers change
         // across barriers: keep GCC from assuming calls leave it unchanged.
         .args(["-fno-ipa-reference", "-fno-ipa-reference-addressable"])
-        .args(["-fPIC", "-shared", "-fvisibility=hidden", "-w"])
+        // An attribute g++ ignores (clang's `ext_vector_type`, say) would
+        // silently change a type: make it an error. `-flax-vector-conversions`
+        // converts between integer vectors of one size as clang does.
+        .args([
+            "-Werror=attributes",
+            "-Wno-psabi",
+            "-flax-vector-conversions",
+        ])
+        .args(["-fPIC", "-shared", "-fvisibility=hidden"])
         .args(["module.ii", "-o", "module.so"]);
     run(&mut build, log)?;
     let mut code = std::fs::read(dir.0.join("module.so")).map_err(|e| format!("module.so: {e}"))?;

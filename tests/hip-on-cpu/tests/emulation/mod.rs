@@ -3,6 +3,13 @@
 //! select the target before the first HIP call ([`use_platform`]) and get
 //! their tests from [`emulation_tests!`].
 
+mod builtins;
+
+pub use builtins::{
+    lane_builtins_follow_the_isa, matrix_builtin_misuse_is_reported,
+    matrix_builtins_follow_amd_layouts,
+};
+
 use std::sync::Once;
 
 use hip_safe::{Device, LaunchConfig, Module, Program};
@@ -225,7 +232,10 @@ macro_rules! emulation_tests {
             branches_reconverge_at_barriers,
             divergence_is_reported,
             writes_past_a_buffer_are_reported,
-            shared_memory_reductions_are_exact
+            shared_memory_reductions_are_exact,
+            lane_builtins_follow_the_isa,
+            matrix_builtins_follow_amd_layouts,
+            matrix_builtin_misuse_is_reported
         );
     };
     ($arch:literal, $($check:ident),+) => {
