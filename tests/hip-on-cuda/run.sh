@@ -16,7 +16,9 @@
 # host-bound), each stopped after $SANITIZE_TIMEOUT seconds (default 1800);
 # $SANITIZE_ONLY, an extended regular expression, keeps only the executables
 # whose names match it (e.g. `candle-hip--conformance|candle-app-upstream`);
-# the tests in SPLIT_UNDER_SANITIZER run as $SANITIZE_PARTS parallel parts.
+# the tests in SPLIT_UNDER_SANITIZER run as $SANITIZE_PARTS parallel parts
+# ($SANITIZE_SPLIT_ONLY=1: only those parts, the executables' other tests
+# not run).
 # Run the plain suite first on the same machine: it fills the kernel cache,
 # so that the sanitized processes do not compile every kernel again.
 #
@@ -98,9 +100,10 @@ declare -A DELIBERATE_API_ERRORS=(
 )
 # Tests too long for one sanitized process, split over $SANITIZE_PARTS
 # (default 8) parallel processes with CONFORMANCE_PART=k/n (see the
-# conformance suite). Keyed by executable name.
+# conformance suite). Keyed by executable name; the tests of one executable
+# separated by spaces.
 declare -A SPLIT_UNDER_SANITIZER=(
-    [candle-hip--conformance]="conformance_with_the_cpu_backend"
+    [candle-hip--conformance]="conformance_with_the_cpu_backend every_candle_dtype_with_the_cpu_backend"
 )
 # Tests not run under the sanitizer, with the reason printed in the log:
 # cuDNN under compute-sanitizer offers no bf16 backward-data algorithm, so
@@ -164,14 +167,15 @@ sanitize_step() {
     for t in "${deliberate[@]}"; do
         skips+=(--skip "$t")
     done
-    local split="${SPLIT_UNDER_SANITIZER[$name]:-}" parts="${SANITIZE_PARTS:-8}" k
-    if [[ -n "$split" ]]; then
+    local split parts="${SANITIZE_PARTS:-8}" k
+    for split in ${SPLIT_UNDER_SANITIZER[$name]:-}; do
         skips+=(--skip "$split")
         for ((k = 0; k < parts; k++)); do
             CONFORMANCE_PART="$k/$parts" sanitized_run "$name" "$exe" explicit \
-                " (part $k of $parts)" --exact "$split" &
+                " ($split part $k of $parts)" --exact "$split" &
         done
-    fi
+    done
+    [[ "${SANITIZE_SPLIT_ONLY:-0}" == 1 ]] && return
     sanitized_run "$name" "$exe" explicit "" "${skips[@]}" &
     if [[ ${#deliberate[@]} -gt 0 ]]; then
         sanitized_run "$name" "$exe" no " (deliberate API errors)" --exact "${deliberate[@]}" &

@@ -6,7 +6,8 @@
 //! a loader struct, emits for every entry
 //! `#[unsafe(no_mangle)] pub unsafe extern "C" fn <name>(<args>) -> <ret>`
 //! whose body calls the implementation of the same name in `crate::imp`
-//! through `crate::ffi::guard`. A bound function without an implementation
+//! through `crate::ffi::guard`, timed by `crate::profile` when
+//! `HIP_SHIM_PROFILE` is set. A bound function without an implementation
 //! (or with a different signature) is a compile error.
 
 /// Emits one guarded C export per function of a generated table, plus the
@@ -35,8 +36,11 @@ macro_rules! dynamic_api {
                 /// The C contract of the ROCm function of the same name.
                 #[unsafe(no_mangle)]
                 pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-                    // SAFETY: forwarded unchanged; the caller upholds the C contract.
-                    crate::ffi::guard(|| unsafe { crate::imp::$name($($arg),*) })
+                    static STAT: crate::profile::Stat = crate::profile::Stat::new();
+                    crate::profile::timed(&STAT, stringify!($name), || {
+                        // SAFETY: forwarded unchanged; the caller upholds the C contract.
+                        crate::ffi::guard(|| unsafe { crate::imp::$name($($arg),*) })
+                    })
                 }
             )*
         }

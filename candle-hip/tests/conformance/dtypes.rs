@@ -31,8 +31,88 @@ use crate::common::{
 use crate::indexing::few_updates;
 use crate::random::moments;
 use crate::reduce::{REDUCE_OPS, check_reduction};
-use crate::{copy, elementwise, indexing, reduce};
+use crate::{Suite, copy, elementwise, indexing, reduce, run_suites};
 
+/// The stored dtypes this test adds to the storage-op suite's.
+fn stored() -> Vec<DType> {
+    NEW.iter().chain(&RAW).copied().collect()
+}
+
+/// The first pass: contiguous and strided layouts of the suite's shapes.
+const FIRST_PASS: [(&str, Suite); 12] = [
+    ("round trips", |c| copy::round_trips(c, &stored())),
+    ("f8e4m3 patterns", |c| {
+        f8e4m3_every_pattern(c);
+        casts_to_f8e4m3_at_rounding_boundaries(c);
+        dummy_dtypes_are_refused(c)
+    }),
+    ("unary", |c| {
+        elementwise::all_unary(c, &[DType::F8E4M3], &NEW)
+    }),
+    ("scalar params", |c| elementwise::scalar_params(c, &NEW)),
+    ("binary and comparisons", |c| {
+        elementwise::all_binary(c, &NEW);
+        elementwise::comparisons(c, &NEW)
+    }),
+    // Every pair with a new dtype: into one from any, out of one into the rest.
+    ("casts", |c| {
+        elementwise::casts(c, &NUMERIC, &NEW);
+        elementwise::casts(c, &NEW, &DTYPES)
+    }),
+    ("where", |c| {
+        elementwise::where_cond(c, &INDEX, &NEW);
+        elementwise::where_cond(c, &NARROW_IDS, &NUMERIC)
+    }),
+    ("reductions", |c| reduce::reductions(c, &NEW)),
+    ("index_select and gather", |c| {
+        indexing::index_select(c, &INDEX, &NEW);
+        indexing::gather(c, &INDEX, &NEW)
+    }),
+    ("scatter and index_add", |c| {
+        indexing::scatter(c, &INDEX, &NEW);
+        indexing::index_add(c, &INDEX, &NEW)
+    }),
+    // i16 / i32 indices: taken by scatter_add and index_add (every value
+    // dtype), refused by index_select, gather and scatter (both backends).
+    ("narrow indices", |c| {
+        indexing::index_select(c, &NARROW_IDS, &[DType::F32]);
+        indexing::gather(c, &NARROW_IDS, &[DType::F32]);
+        indexing::scatter(c, &NARROW_IDS, &NUMERIC);
+        indexing::index_add(c, &NARROW_IDS, &NUMERIC)
+    }),
+    ("copies", |c| copy::copies(c, &stored())),
+];
+
+/// The second pass: the packed, tiled, split and batched kernel paths.
+const SECOND_PASS: [(&str, Suite); 7] = [
+    ("binary", |c| elementwise::all_binary(c, &NEW)),
+    ("where", |c| {
+        elementwise::where_cond(c, &INDEX, &NEW);
+        elementwise::where_cond(c, &NARROW_IDS, &NEW)
+    }),
+    ("casts", |c| {
+        elementwise::casts(c, &NUMERIC, &NEW);
+        elementwise::casts(c, &NEW, &DTYPES)
+    }),
+    ("copies", |c| copy::copies(c, &stored())),
+    ("scatter and index_add", |c| {
+        indexing::scatter(c, &INDEX, &NEW);
+        indexing::scatter(c, &NARROW_IDS, &NEW);
+        indexing::index_add(c, &INDEX, &NEW);
+        indexing::index_add(c, &NARROW_IDS, &NEW)
+    }),
+    ("update tiles", |c| {
+        indexing::update_tiles(c, &INDEX, &NEW);
+        indexing::update_tiles(c, &NARROW_IDS, &[DType::F32, DType::F8E4M3])
+    }),
+    ("chunked reductions", |c| {
+        c.shapes = vec![vec![3, 200_000], vec![20_000, 33], vec![300, 5000]];
+        reduce::reductions(c, &NEW)
+    }),
+];
+
+/// Split like the storage-op suite: `CONFORMANCE_PART=k/n` runs every n-th
+/// of the suites above.
 #[test]
 #[ignore = "needs a HIP device"]
 fn every_candle_dtype_with_the_cpu_backend() {
@@ -46,49 +126,14 @@ fn every_candle_dtype_with_the_cpu_backend() {
         shapes,
         updates: few_updates,
     };
-    let stored: Vec<DType> = NEW.iter().chain(&RAW).copied().collect();
-    copy::round_trips(&mut ctx, &stored);
-    f8e4m3_every_pattern(&mut ctx);
-    casts_to_f8e4m3_at_rounding_boundaries(&mut ctx);
-    dummy_dtypes_are_refused(&mut ctx);
-    elementwise::all_unary(&mut ctx, &[DType::F8E4M3], &NEW);
-    elementwise::scalar_params(&mut ctx, &NEW);
-    elementwise::all_binary(&mut ctx, &NEW);
-    elementwise::comparisons(&mut ctx, &NEW);
-    // Every pair with a new dtype: into one from any, out of one into the rest.
-    elementwise::casts(&mut ctx, &NUMERIC, &NEW);
-    elementwise::casts(&mut ctx, &NEW, &DTYPES);
-    elementwise::where_cond(&mut ctx, &INDEX, &NEW);
-    elementwise::where_cond(&mut ctx, &NARROW_IDS, &NUMERIC);
-    reduce::reductions(&mut ctx, &NEW);
-    indexing::index_select(&mut ctx, &INDEX, &NEW);
-    indexing::gather(&mut ctx, &INDEX, &NEW);
-    indexing::scatter(&mut ctx, &INDEX, &NEW);
-    indexing::index_add(&mut ctx, &INDEX, &NEW);
-    // i16 / i32 indices: taken by scatter_add and index_add (every value
-    // dtype), refused by index_select, gather and scatter (both backends).
-    indexing::index_select(&mut ctx, &NARROW_IDS, &[DType::F32]);
-    indexing::gather(&mut ctx, &NARROW_IDS, &[DType::F32]);
-    indexing::scatter(&mut ctx, &NARROW_IDS, &NUMERIC);
-    indexing::index_add(&mut ctx, &NARROW_IDS, &NUMERIC);
-    copy::copies(&mut ctx, &stored);
-    // The second pass of the suite (packed, tiled, split and batched kernel
-    // paths), with a random stream of its own.
-    let mut paths = Ctx::paths(dev, 0x5eed_1234_abcd_0011, std::mem::take(&mut ctx.tally));
-    elementwise::all_binary(&mut paths, &NEW);
-    elementwise::where_cond(&mut paths, &INDEX, &NEW);
-    elementwise::where_cond(&mut paths, &NARROW_IDS, &NEW);
-    elementwise::casts(&mut paths, &NUMERIC, &NEW);
-    elementwise::casts(&mut paths, &NEW, &DTYPES);
-    copy::copies(&mut paths, &stored);
-    indexing::scatter(&mut paths, &INDEX, &NEW);
-    indexing::scatter(&mut paths, &NARROW_IDS, &NEW);
-    indexing::index_add(&mut paths, &INDEX, &NEW);
-    indexing::index_add(&mut paths, &NARROW_IDS, &NEW);
-    indexing::update_tiles(&mut paths, &INDEX, &NEW);
-    indexing::update_tiles(&mut paths, &NARROW_IDS, &[DType::F32, DType::F8E4M3]);
-    paths.shapes = vec![vec![3, 200_000], vec![20_000, 33], vec![300, 5000]];
-    reduce::reductions(&mut paths, &NEW);
+    run_suites(&mut ctx, &FIRST_PASS, 0, 0x5eed_1234_abcd_0010);
+    let mut paths = Ctx::paths(dev, 0, std::mem::take(&mut ctx.tally));
+    run_suites(
+        &mut paths,
+        &SECOND_PASS,
+        FIRST_PASS.len(),
+        0x5eed_1234_abcd_0011,
+    );
     paths.tally.finish("conformance dtypes");
 }
 

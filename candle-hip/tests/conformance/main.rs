@@ -62,7 +62,7 @@ use common::{Ctx, DTYPES, FLOATS, INDEX, Rng, Tally, device, shapes};
 use indexing::few_updates;
 
 /// One storage-op suite over a context.
-type Suite = fn(&mut Ctx);
+pub(crate) type Suite = fn(&mut Ctx);
 
 /// The first pass: the usual shapes (random ones included) and layouts.
 const FIRST_PASS: [(&str, Suite); 13] = [
@@ -129,7 +129,7 @@ fn part() -> (usize, usize) {
 
 /// Runs the selected suites of `suites` (numbered from `first`), each with
 /// its own random stream derived from `seed` and its number.
-fn run_suites(ctx: &mut Ctx, suites: &[(&str, Suite)], first: usize, seed: u64) {
+pub(crate) fn run_suites(ctx: &mut Ctx, suites: &[(&str, Suite)], first: usize, seed: u64) {
     let (k, n) = part();
     for (i, (name, suite)) in suites.iter().enumerate() {
         let number = first + i;

@@ -30,6 +30,8 @@ mod hiprtc;
 #[path = "../../shim-common/layout.rs"]
 pub mod layout;
 mod miopen;
+#[path = "../../shim-common/profile.rs"]
+mod profile;
 mod rocblas;
 
 use exports::dynamic_api;
