@@ -7,7 +7,10 @@
 #
 #   HIP_ON_CPU_SUITES  "ci" (default): the hip-safe GPU tests, the
 #                      conformance tests in CI_CONFORMANCE and CI_PARTS;
-#                      "full": every conformance test.
+#                      "full": every conformance test, then Candle's own
+#                      test files (the application workspace's `upstream`
+#                      executable, release, on the HIP device);
+#                      "upstream": Candle's test files only.
 #   HIP_ON_CPU_ARCHS   targets to run (default "gfx942 gfx1100").
 #
 # Skipped everywhere, because they are sized for GPUs (10^9 to 10^12
@@ -32,6 +35,11 @@ cargo build -q --release -p hip-on-cpu
 cargo test -q -p hip-safe --test gpu --no-run
 cargo test -q -p candle-hip --test conformance --no-run
 target/release/hip-on-cpu-layout "$root/rocm" >/dev/null
+upstream=(--manifest-path examples/candle-app/Cargo.toml -p upstream-tests --test upstream)
+if [[ $suites != ci ]]; then
+    cargo run -q -p rocm-tools -- candle-patch >/dev/null
+    cargo test -q --release "${upstream[@]}" --no-run
+fi
 
 timed() {
     local what=$1 t0=$SECONDS
@@ -42,14 +50,20 @@ timed() {
 
 for arch in $archs; do
     export ROCM_PATH=$root/rocm HIP_ON_CPU_ARCH=$arch HIP_SAFE_CACHE_DIR=$root/cache/$arch
-    timed "hip-safe GPU tests" cargo test -q -p hip-safe --test gpu -- --include-ignored "${GPU_SKIPS[@]}"
+    if [[ $suites != upstream ]]; then
+        timed "hip-safe GPU tests" cargo test -q -p hip-safe --test gpu -- --include-ignored "${GPU_SKIPS[@]}"
+    fi
     if [[ $suites == full ]]; then
         timed "conformance (full)" cargo test -q -p candle-hip --test conformance -- --include-ignored
-    else
+    elif [[ $suites == ci ]]; then
         timed "conformance (CI subset)" cargo test -q -p candle-hip --test conformance -- --include-ignored "${CI_CONFORMANCE[@]}"
         for part in "${CI_PARTS[@]}"; do
             CONFORMANCE_PART=$part timed "storage-op suite part $part" cargo test -q -p candle-hip --test conformance -- \
                 --include-ignored --exact conformance_with_the_cpu_backend
         done
+    fi
+    if [[ $suites != ci ]]; then
+        CANDLE_APP_DEVICE=hip timed "Candle's test files" \
+            cargo test -q --release "${upstream[@]}" -- --include-ignored
     fi
 done

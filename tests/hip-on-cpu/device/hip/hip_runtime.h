@@ -164,6 +164,23 @@ inline float __powf(float x, float y) { return powf(x, y); }
 inline float __fdividef(float x, float y) { return x / y; }
 inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
 inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
+// sin(pi x) and cos(pi x), the argument reduced exactly (x mod 2) before
+// the multiplication by pi, as the device functions do.
+namespace hipcpu {
+template <typename T>
+inline void sincospi(T x, T* s, T* c) {
+  const T r = std::fmod(x, (T)2);
+  const T pi = (T)3.141592653589793238462643383279502884L;
+  *s = std::sin(pi * r);
+  *c = std::cos(pi * r);
+}
+}  // namespace hipcpu
+inline void sincospif(float x, float* s, float* c) { ::hipcpu::sincospi(x, s, c); }
+inline void sincospi(double x, double* s, double* c) { ::hipcpu::sincospi(x, s, c); }
+inline float sinpif(float x) { float s, c; sincospif(x, &s, &c); return s; }
+inline float cospif(float x) { float s, c; sincospif(x, &s, &c); return c; }
+inline double sinpi(double x) { double s, c; sincospi(x, &s, &c); return s; }
+inline double cospi(double x) { double s, c; sincospi(x, &s, &c); return c; }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 template <typename T, typename = typename std::enable_if<std::is_arithmetic<T>::value>::type>
 inline T min(T a, T b) { return b < a ? b : a; }

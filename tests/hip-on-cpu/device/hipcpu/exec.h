@@ -142,32 +142,34 @@ void block_barrier(Site site) {
   yield_to_scheduler();
 }
 
+/// Parks the running fiber `t` at wave operation `op` until the scheduler
+/// has executed it for the whole wave.
+inline void wait_at_wave_op(Thread* t, WaveOp op, int width, Site site) {
+  t->state = State::AtWaveOp;
+  t->op = op;
+  t->width = width;
+  t->site = site;
+  yield_to_scheduler();
+}
+
 uint64_t wave_exchange(WaveOp op, uint64_t value, int arg, int width, Site site) {
   if (width <= 0 || width > kWave || (width & (width - 1)) != 0) {
     fail("wave operation with a width that is not a power of two up to the wave size");
   }
   Thread* t = self();
-  t->state = State::AtWaveOp;
-  t->op = op;
   t->value = value;
   t->arg = arg;
-  t->width = width;
-  t->site = site;
-  yield_to_scheduler();
+  wait_at_wave_op(t, op, width, site);
   return t->result;
 }
 
 void wave_collective(Collective fn, const char* name, const void* operands, void* out, Site site) {
   Thread* t = self();
-  t->state = State::AtWaveOp;
-  t->op = WaveOp::Collective;
   t->collective = fn;
   t->name = name;
   t->operands = operands;
   t->out = out;
-  t->width = kWave;
-  t->site = site;
-  yield_to_scheduler();
+  wait_at_wave_op(t, WaveOp::Collective, kWave, site);
 }
 
 /// First code of a fresh fiber (entered by `ret` from `hipcpu_switch` with
