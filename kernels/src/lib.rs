@@ -137,6 +137,9 @@ sources! {
     UPSAMPLE = "upsample.hip";
     /// `im2col.hip`: im2col and col2im for convolutions through GEMM.
     IM2COL = "im2col.hip";
+    /// `gemv.hip`: matrix-vector products for decoding one token (a row
+    /// times a row-major weight).
+    GEMV = "gemv.hip";
 }
 
 #[cfg(test)]

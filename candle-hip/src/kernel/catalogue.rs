@@ -316,6 +316,7 @@ families! {
     UPSAMPLE_BILINEAR2D = "upsample_bilinear2d" in UPSAMPLE: Floats;
     IM2COL = "im2col" in IM2COL: Floats;
     COL2IM = "col2im" in IM2COL: Floats;
+    GEMV = "gemv" in GEMV: Floats;
 }
 
 /// The family of candle's `UnaryOpT::KERNEL` or `BinaryOpT::KERNEL` name
@@ -761,9 +762,10 @@ mod tests {
         // What the sandbox check compiles for each AMD target: 644 kernels
         // before i16, i32 and f8e4m3, which added 36 unary, 36 binary and
         // comparison, 53 cast, 14 where, 30 reduction, 45 indexing and 2
-        // random kernels (the data-movement families carry them).
+        // random kernels (the data-movement families carry them), then 4
+        // matrix-vector kernels.
         let total: usize = FAMILIES.iter().map(|f| f.kernels().len()).sum();
-        assert_eq!(total, 860);
+        assert_eq!(total, 864);
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Batched matrix multiplication through rocBLAS (hip-safe's `Blas`), for
-//! f32, f64, f16 and bf16 (half types accumulate in f32).
+//! f32, f64, f16 and bf16 (half types accumulate in f32); products of a few
+//! rows with a row-major weight (decoding's linear layers) go to `gemv.hip`
+//! instead ([`crate::ops::gemv`]).
 //!
 //! Candle asks for `C (b × m × n) = A (b × m × k) · B (b × k × n)`, all
 //! row-major; C is a new contiguous tensor. BLAS is column-major, and a
@@ -27,6 +29,7 @@ use hip_safe::{GemmConfig, GemmType, StridedBatchedConfig, Transpose};
 use crate::error::{Result, hip};
 use crate::handles;
 use crate::kernel::info::merge_dims;
+use crate::ops::gemv;
 use crate::size;
 use crate::storage::HipStorage;
 use crate::typed::{Typed, TypedMut};
@@ -255,6 +258,9 @@ pub(crate) fn matmul_into(
         // Sums of no terms.
         let mut region = out.view_range_mut(OP, out_offset, out_len)?;
         return lhs.device().stream().memset_zeros(&mut region).map_err(hip);
+    }
+    if gemv::try_run(lhs, rhs, bmnk, lhs_l, rhs_l, out, out_offset)? {
+        return Ok(());
     }
     let plan = plan(bmnk, lhs_l, rhs_l)?;
     let ops = Operands {

@@ -4,6 +4,7 @@
 pub mod conv;
 pub(crate) mod copy;
 pub(crate) mod elementwise;
+pub(crate) mod gemv;
 pub(crate) mod indexing;
 pub(crate) mod matmul;
 pub(crate) mod pool;

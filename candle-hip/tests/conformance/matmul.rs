@@ -1,7 +1,8 @@
-//! Matrix multiplication (rocBLAS) against candle's CPU matmul in f64: edge
-//! sizes, decode-step GEMVs, attention (32 heads x 128) and a 4096-wide
+//! Matrix multiplication (rocBLAS, and gemv.hip for decode-shaped products)
+//! against candle's CPU matmul in f64: edge sizes, decode-step GEMVs, attention (32 heads x 128) and a 4096-wide
 //! projection; left operands contiguous, offset, transposed or narrowed;
-//! right operands contiguous, transposed or broadcast over the batch.
+//! right operands contiguous, transposed, broadcast over the batch, or one
+//! transposed weight for every batch (candle-nn's `Linear`).
 //! Operands are multiples of 1/8, so the reference is exact and the
 //! tolerance (`gemm_tol`) bounds the GPU result's own error.
 
@@ -27,6 +28,15 @@ fn matmul_matches_cpu() {
         (&[1, 32], 16, 16, 128),
         (&[1, 32], 16, 128, 16),
         (&[], 16, 4096, 4096),
+        // Decoding one token (gemv.hip: one row, k whole 16-byte packs) and
+        // the edges that go to rocBLAS: one output, several rows or batches,
+        // k not whole packs.
+        (&[], 1, 300, 64),
+        (&[1], 1, 40, 1024),
+        (&[], 1, 1, 512),
+        (&[4], 1, 33, 264),
+        (&[], 2, 17, 1024),
+        (&[], 1, 24, 60),
     ];
     let lhs_arr = [
         Arrange::Contiguous,
@@ -71,6 +81,19 @@ fn matmul_matches_cpu() {
                     .broadcast_as(rhs_shape.as_slice())
                     .unwrap();
                 v.push(("broadcast", bl, shared.as_slice(), want_shared.as_slice()));
+                // One (n, k) weight for every batch, as candle-nn's Linear
+                // passes it.
+                let wl = Layout::contiguous((n, k))
+                    .transpose(0, 1)
+                    .unwrap()
+                    .broadcast_as(rhs_shape.as_slice())
+                    .unwrap();
+                v.push((
+                    "linear weight",
+                    wl,
+                    shared.as_slice(),
+                    want_shared.as_slice(),
+                ));
             }
             v
         };
