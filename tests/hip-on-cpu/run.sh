@@ -5,9 +5,11 @@
 # line per suite and target. Kernels compile once per target into
 # target/hip-on-cpu/cache/<arch> (hip-safe's disk cache).
 #
-#   HIP_ON_CPU_SUITES  "ci" (default): the hip-safe GPU tests, the
-#                      conformance tests in CI_CONFORMANCE and CI_PARTS;
-#                      "full": every conformance test, then Candle's own
+#   HIP_ON_CPU_SUITES  "ci" (default): the hip-safe GPU and stress tests
+#                      (8 threads x 2,000 mixed ops), the conformance tests
+#                      in CI_CONFORMANCE and CI_PARTS;
+#                      "full": the stress test at its full 10,000 ops per
+#                      thread, every conformance test, then Candle's own
 #                      test files (the application workspace's `upstream`
 #                      executable, release, on the HIP device);
 #                      "upstream": Candle's test files only.
@@ -33,6 +35,7 @@ CI_PARTS=(0/8 1/8)
 
 cargo build -q --release -p hip-on-cpu
 cargo test -q -p hip-safe --test gpu --no-run
+cargo test -q -p hip-safe --test stress --no-run
 cargo test -q -p candle-hip --test conformance --no-run
 target/release/hip-on-cpu-layout "$root/rocm" >/dev/null
 upstream=(--manifest-path examples/candle-app/Cargo.toml -p upstream-tests --test upstream)
@@ -52,6 +55,8 @@ for arch in $archs; do
     export ROCM_PATH=$root/rocm HIP_ON_CPU_ARCH=$arch HIP_SAFE_CACHE_DIR=$root/cache/$arch
     if [[ $suites != upstream ]]; then
         timed "hip-safe GPU tests" cargo test -q -p hip-safe --test gpu -- --include-ignored "${GPU_SKIPS[@]}"
+        HIP_SAFE_STRESS_OPS=$([[ $suites == full ]] && echo 10000 || echo 2000) \
+            timed "hip-safe stress test" cargo test -q -p hip-safe --test stress -- --include-ignored
     fi
     if [[ $suites == full ]]; then
         timed "conformance (full)" cargo test -q -p candle-hip --test conformance -- --include-ignored
