@@ -37,7 +37,9 @@ fn enabled() -> bool {
 /// Where the operands of a one-row product are, in elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Gemv {
+    /// Outputs: rows of W.
     pub(crate) n: usize,
+    /// Elements of x and of each row of W.
     pub(crate) k: usize,
     /// First element of x.
     pub(crate) x_start: usize,
