@@ -75,7 +75,9 @@ for arch in $archs; do
         done
     fi
     if [[ $suites != ci ]]; then
+        # One test at a time: the extension checks measure the device's
+        # memory pool, which tests running beside them would move.
         CANDLE_APP_DEVICE=hip timed "Candle's test files" \
-            cargo test -q --release "${upstream[@]}" -- --include-ignored
+            cargo test -q --release "${upstream[@]}" -- --include-ignored --test-threads=1
     fi
 done
