@@ -4,9 +4,9 @@
 //
 // - Per-lane instructions (dot products, mbcnt) are plain functions.
 // - Instructions that read other lanes' registers (readfirstlane, readlane,
-//   ds_bpermute, wave_barrier, MFMA, WMMA) are wave collectives
-//   (hipcpu/device.h): they run once every active lane of the wave reached
-//   the same one.
+//   wave_barrier, MFMA, WMMA) are wave collectives (hipcpu/device.h): they
+//   run once every active lane of the wave reached the same one.
+//   ds_bpermute is the wave-wide __shfl.
 // - Each builtin exists only for the targets whose hardware has the
 //   instruction (clang's target features, `__gfx942__` and friends), so using
 //   it elsewhere fails to compile as it does with hipRTC. A builtin not
@@ -69,17 +69,15 @@ typedef float v4f __attribute__((__vector_size__(4 * sizeof(float))));
 typedef float v8f __attribute__((__vector_size__(8 * sizeof(float))));
 typedef float v16f __attribute__((__vector_size__(16 * sizeof(float))));
 
-inline unsigned lane_id() { return self()->linear % (unsigned)kWave; }
-
 inline uint64_t full_wave() { return kWave == 64 ? ~0ull : (1ull << kWave) - 1; }
 
 // ---------------------------------------------------------------------------
 // Lane exchanges.
 
-/// A lane's operands of readfirstlane, readlane and ds_bpermute.
+/// A lane's operands of readfirstlane and readlane.
 struct LaneRead {
   uint32_t value;
-  int32_t arg;  // readlane: the lane; ds_bpermute: the byte address
+  int32_t arg;  // readlane: the source lane
 };
 
 inline const char* readfirstlane_all(const void* const* in, void* const* out, uint64_t active) {
@@ -100,18 +98,6 @@ inline const char* readlane_all(const void* const* in, void* const* out, uint64_
   for (int l = 0; l < kWave; ++l)
     if (out[l] != nullptr)
       *static_cast<uint32_t*>(out[l]) = static_cast<const LaneRead*>(in[src])->value;
-  return nullptr;
-}
-
-// ds_bpermute_b32: lane l reads the value of lane (address_l / 4) mod wave;
-// an inactive source gives 0.
-inline const char* bpermute_all(const void* const* in, void* const* out, uint64_t active) {
-  for (int l = 0; l < kWave; ++l) {
-    if (out[l] == nullptr) continue;
-    const int src = (static_cast<const LaneRead*>(in[l])->arg >> 2) & (kWave - 1);
-    *static_cast<uint32_t*>(out[l]) =
-        (active >> src) & 1 ? static_cast<const LaneRead*>(in[src])->value : 0;
-  }
   return nullptr;
 }
 
@@ -247,8 +233,10 @@ struct MatrixOperands {
 
 /// Gathers one input matrix from every lane's fragment; several lanes that
 /// hold the same element (RDNA 3's replicated halves) must agree.
-template <class S, typename Raw, typename Wide>
-inline const char* gather(const void* const* in, bool b_matrix, Wide* m, int cols) {
+template <class S, typename Wide>
+inline const char* gather(const void* const* in, bool b_matrix, Wide* m) {
+  using Raw = typename S::Elem::Raw;
+  const int cols = b_matrix ? S::N : S::K;
   thread_local char msg[160];
   bool seen[64 * 64] = {};
   Raw raw[64 * 64];
@@ -281,8 +269,8 @@ inline const char* matrix_all(const void* const* in, void* const* out, uint64_t 
   using Wide = typename std::conditional<std::is_same<Acc, float>::value, float, int64_t>::type;
   static_assert(S::M * S::K <= 64 * 64 && S::K * S::N <= 64 * 64, "tile too large");
   Wide a[S::M * S::K], b[S::K * S::N];
-  if (const char* e = gather<S, typename S::Elem::Raw>(in, false, a, S::K)) return e;
-  if (const char* e = gather<S, typename S::Elem::Raw>(in, true, b, S::N)) return e;
+  if (const char* e = gather<S>(in, false, a)) return e;
+  if (const char* e = gather<S>(in, true, b)) return e;
   const auto* first = static_cast<const MatrixOperands<S>*>(in[0]);
   for (int l = 0; l < kWave; ++l) {
     const auto* ops = static_cast<const MatrixOperands<S>*>(in[l]);
@@ -341,9 +329,10 @@ inline int __builtin_amdgcn_readlane(int v, int lane, HIPCPU_SITE_ARGS) {
   return (int)::hipcpu::lane_read(&::hipcpu::readlane_all, "__builtin_amdgcn_readlane",
                                   (uint32_t)v, lane, HIPCPU_SITE);
 }
+// ds_bpermute_b32 reads lane (address / 4) mod wave, 0 from an inactive
+// one: the __shfl of the whole wave.
 inline int __builtin_amdgcn_ds_bpermute(int address, int v, HIPCPU_SITE_ARGS) {
-  return (int)::hipcpu::lane_read(&::hipcpu::bpermute_all, "__builtin_amdgcn_ds_bpermute",
-                                  (uint32_t)v, address, HIPCPU_SITE);
+  return ::hipcpu::shuffle(::hipcpu::WaveOp::Shfl, v, address >> 2, warpSize, HIPCPU_SITE);
 }
 inline void __builtin_amdgcn_wave_barrier(HIPCPU_SITE_ARGS) {
   ::hipcpu::wave_collective(&::hipcpu::meet, "__builtin_amdgcn_wave_barrier", nullptr, nullptr,
@@ -353,12 +342,12 @@ inline void __builtin_amdgcn_s_barrier(HIPCPU_SITE_ARGS) { ::hipcpu::block_barri
 // Lanes below this one whose bit of `mask` is set: the low word covers lanes
 // 0-31, the high word lanes 32-63 (nothing at wave 32).
 inline unsigned __builtin_amdgcn_mbcnt_lo(unsigned mask, unsigned acc) {
-  const unsigned lane = ::hipcpu::lane_id();
+  const unsigned lane = __lane_id();
   const unsigned below = lane >= 32 ? ~0u : (1u << lane) - 1;
   return acc + (unsigned)__builtin_popcount(mask & below);
 }
 inline unsigned __builtin_amdgcn_mbcnt_hi(unsigned mask, unsigned acc) {
-  const unsigned lane = ::hipcpu::lane_id();
+  const unsigned lane = __lane_id();
   const unsigned below = lane < 32 ? 0u : (1u << (lane - 32)) - 1;
   return acc + (unsigned)__builtin_popcount(mask & below);
 }

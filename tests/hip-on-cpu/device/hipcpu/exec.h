@@ -200,8 +200,7 @@ inline bool same_site(Site a, Site b) {
 }
 
 inline const char* op_name(const Thread& t) {
-  const WaveOp op = t.op;
-  switch (op) {
+  switch (t.op) {
     case WaveOp::Shfl: return "__shfl";
     case WaveOp::ShflUp: return "__shfl_up";
     case WaveOp::ShflDown: return "__shfl_down";
