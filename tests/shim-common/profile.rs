@@ -2,10 +2,10 @@
 //! goes: with `HIP_SHIM_PROFILE=<file>` set when the shim loads, every
 //! export counts its calls and the wall time spent inside it, and the
 //! totals are written to `<file>` as a table when the process exits
-//! (`-` for stderr). Unset, an export pays one relaxed atomic load.
+//! (`-` for stderr). Unset, an export pays one atomic load.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Once, OnceLock};
 use std::time::Instant;
 
@@ -30,31 +30,29 @@ impl Stat {
     }
 }
 
-static ENABLED: AtomicBool = AtomicBool::new(false);
-static SETUP: Once = Once::new();
 static STATS: OnceLock<Mutex<Vec<(&'static str, &'static Stat)>>> = OnceLock::new();
-static REPORT: OnceLock<String> = OnceLock::new();
 
 unsafe extern "C" {
     fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
 }
 
-fn setup() {
-    SETUP.call_once(|| {
-        if let Some(path) = std::env::var_os(PROFILE_VAR) {
-            let _ = REPORT.set(path.to_string_lossy().into_owned());
-            ENABLED.store(true, Ordering::Relaxed);
-            // SAFETY: registers a plain function that only reads statics.
-            unsafe { atexit(write_report) };
-        }
-    });
+/// Where the report goes (`-`: stderr), or `None` when profiling is off;
+/// read from the environment once, which also registers the report.
+fn report_path() -> Option<&'static str> {
+    static PATH: OnceLock<Option<String>> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = std::env::var_os(PROFILE_VAR)?;
+        // SAFETY: registers a plain function that only reads statics.
+        unsafe { atexit(write_report) };
+        Some(path.to_string_lossy().into_owned())
+    })
+    .as_deref()
 }
 
 /// Runs `body`, adding its wall time to `stat` (named `name`) when profiling
 /// is on.
 pub fn timed<R>(stat: &'static Stat, name: &'static str, body: impl FnOnce() -> R) -> R {
-    setup();
-    if !ENABLED.load(Ordering::Relaxed) {
+    if report_path().is_none() {
         return body();
     }
     stat.registered.call_once(|| {
@@ -106,7 +104,7 @@ fn report() -> String {
 
 extern "C" fn write_report() {
     let text = report();
-    match REPORT.get().map(String::as_str) {
+    match report_path() {
         Some("-") | None => {
             let _ = std::io::stderr().write_all(text.as_bytes());
         }

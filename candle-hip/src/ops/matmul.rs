@@ -1,7 +1,7 @@
 //! Batched matrix multiplication through rocBLAS (hip-safe's `Blas`), for
-//! f32, f64, f16 and bf16 (half types accumulate in f32); products of a few
-//! rows with a row-major weight (decoding's linear layers) go to `gemv.hip`
-//! instead ([`crate::ops::gemv`]).
+//! f32, f64, f16 and bf16 (half types accumulate in f32); one-row products
+//! with a row-major weight (decoding one token's linear layers) go to
+//! `gemv.hip` instead ([`crate::ops::gemv`]).
 //!
 //! Candle asks for `C (b × m × n) = A (b × m × k) · B (b × k × n)`, all
 //! row-major; C is a new contiguous tensor. BLAS is column-major, and a
