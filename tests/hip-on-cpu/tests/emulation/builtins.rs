@@ -8,7 +8,9 @@
 //! element), as the "matrix element to register mapping" tables of AMD's
 //! ISA guides and its Matrix Instruction Calculator give them.
 
-use hip_safe::{Device, LaunchConfig, Module, Program};
+use hip_safe::{Device, Module, Program};
+
+use super::one_block;
 
 /// A small deterministic generator (xorshift64*).
 struct Rng(u64);
@@ -23,14 +25,6 @@ impl Rng {
     /// Uniform in `lo..=hi`.
     fn int(&mut self, lo: i64, hi: i64) -> i64 {
         lo + (self.next() % (hi - lo + 1) as u64) as i64
-    }
-}
-
-fn one_block(threads: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (1, 1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
     }
 }
 
