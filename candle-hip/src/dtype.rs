@@ -66,6 +66,10 @@ pub(crate) const CORE: [DType; 7] = [
 /// The floating dtypes of the fused and convolution kernels.
 pub(crate) const FLOATS: [DType; 4] = [DType::F16, DType::BF16, DType::F32, DType::F64];
 
+/// The floating dtypes quantized blocks dequantize to (candle's
+/// activations).
+pub(crate) const ACTIVATIONS: [DType; 3] = [DType::F16, DType::BF16, DType::F32];
+
 /// Every floating dtype with arithmetic ([`FLOATS`] and f8e4m3).
 pub(crate) const ANY_FLOAT: [DType; 5] = [
     DType::F16,

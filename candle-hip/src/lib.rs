@@ -42,6 +42,7 @@ pub mod fused;
 mod handles;
 pub mod kernel;
 mod ops;
+pub mod quantized;
 mod size;
 mod storage;
 mod typed;

@@ -140,6 +140,9 @@ sources! {
     /// `gemv.hip`: matrix-vector products for decoding one token (a row
     /// times a row-major weight).
     GEMV = "gemv.hip";
+    /// `quantized.hip`: GGML's quantized blocks (dequantization and the
+    /// matrix-vector product of decoding).
+    QUANTIZED = "quantized.hip";
 }
 
 #[cfg(test)]

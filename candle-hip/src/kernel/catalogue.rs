@@ -17,10 +17,13 @@
 
 use candle_core::DType;
 use candle_core::op::{CmpOp, ReduceOp};
+use candle_core::quantized::GgmlDType;
 use candle_hip_kernels::{self as sources, COMMON_HEADER, COMMON_HEADER_NAME, Source};
 use hip_safe::Program;
 
-use crate::dtype::{self, ANY_FLOAT, CORE, FLOATS, INDEX, INTS, NARROW_IDS, NUMERIC, RAW};
+use crate::dtype::{
+    self, ACTIVATIONS, ANY_FLOAT, CORE, FLOATS, INDEX, INTS, NARROW_IDS, NUMERIC, RAW,
+};
 use crate::error::Result;
 
 /// A group of dtypes a family is instantiated for.
@@ -35,6 +38,10 @@ pub(crate) enum Dtypes {
     Floats,
     /// f16, bf16, f32, f64, f8e4m3.
     AnyFloat,
+    /// f16, bf16, f32.
+    Activations,
+    /// f32.
+    F32,
     /// u8, u32, i64 (the indices of every indexing op).
     Index,
     /// u8, u32, i16, i32, i64 (where_cond predicates).
@@ -51,6 +58,8 @@ impl Dtypes {
             Dtypes::Core => &CORE,
             Dtypes::Floats => &FLOATS,
             Dtypes::AnyFloat => &ANY_FLOAT,
+            Dtypes::Activations => &ACTIVATIONS,
+            Dtypes::F32 => &[DType::F32],
             Dtypes::Index => &INDEX,
             Dtypes::Ints => &INTS,
             Dtypes::NarrowIds => &NARROW_IDS,
@@ -83,13 +92,55 @@ impl Carry {
     }
 }
 
-/// A family of kernels: one template instantiated per dtype (pair).
+/// The GGML block types with kernels of their own (`quantized.hip`): every
+/// type candle-core reads except the plain f32, f16 and bf16 ones.
+pub(crate) const BLOCK_TYPES: [GgmlDType; 12] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q8_1,
+    GgmlDType::Q2K,
+    GgmlDType::Q3K,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+    GgmlDType::Q8K,
+];
+
+/// The name suffix of a block type (`q4_0`, `q4k`, ...).
+pub(crate) fn block_name(block: GgmlDType) -> &'static str {
+    match block {
+        GgmlDType::Q4_0 => "q4_0",
+        GgmlDType::Q4_1 => "q4_1",
+        GgmlDType::Q5_0 => "q5_0",
+        GgmlDType::Q5_1 => "q5_1",
+        GgmlDType::Q8_0 => "q8_0",
+        GgmlDType::Q8_1 => "q8_1",
+        GgmlDType::Q2K => "q2k",
+        GgmlDType::Q3K => "q3k",
+        GgmlDType::Q4K => "q4k",
+        GgmlDType::Q5K => "q5k",
+        GgmlDType::Q6K => "q6k",
+        GgmlDType::Q8K => "q8k",
+        GgmlDType::F32 => "f32",
+        GgmlDType::F16 => "f16",
+        GgmlDType::BF16 => "bf16",
+    }
+}
+
+/// A family of kernels: one template instantiated per dtype (pair), and
+/// per GGML block type for the families of quantized blocks.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Family {
     /// Name prefix of the kernels.
     pub(crate) name: &'static str,
     /// The source holding them.
     pub(crate) source: Source,
+    /// Whether there is a kernel per [`BLOCK_TYPES`] entry (named
+    /// `<family>_<block>_<dtype>`).
+    pub(crate) blocks: bool,
     /// Dtypes of the first name suffix.
     pub(crate) first: Dtypes,
     /// Dtypes of the second name suffix, for two-dtype families.
@@ -103,6 +154,8 @@ pub(crate) struct Family {
 pub(crate) struct Kernel {
     /// The family.
     pub(crate) family: &'static Family,
+    /// The block type, for families of quantized blocks.
+    pub(crate) block: Option<GgmlDType>,
     /// First dtype suffix.
     pub(crate) first: DType,
     /// Second dtype suffix, for two-dtype families.
@@ -112,7 +165,10 @@ pub(crate) struct Kernel {
 impl Kernel {
     /// The `extern "C"` name in the source.
     pub(crate) fn name(&self) -> String {
-        let family = self.family.name;
+        let family = match self.block {
+            Some(block) => format!("{}_{}", self.family.name, block_name(block)),
+            None => self.family.name.to_string(),
+        };
         match self.second {
             None => format!("{family}_{}", self.first.as_str()),
             Some(second) => format!("{family}_{}_{}", self.first.as_str(), second.as_str()),
@@ -132,6 +188,30 @@ impl Family {
         self.instance(op, dtype, None)
     }
 
+    /// The kernel of this family of quantized blocks for `block` and
+    /// `dtype`, or an error naming `op`, the block type and the dtype.
+    pub(crate) fn quantized(
+        &'static self,
+        op: &'static str,
+        block: GgmlDType,
+        dtype: DType,
+    ) -> Result<Kernel> {
+        if !self.blocks || !BLOCK_TYPES.contains(&block) {
+            return Err(candle_core::Error::Msg(format!(
+                "candle-hip: {op} has no kernel for {block:?} blocks"
+            )));
+        }
+        match self.resolve(self.first, dtype, true) {
+            Some(first) if self.second.is_none() => Ok(Kernel {
+                family: self,
+                block: Some(block),
+                first,
+                second: None,
+            }),
+            _ => Err(candle_core::Error::UnsupportedDTypeForOp(dtype, op).bt()),
+        }
+    }
+
     /// The kernel of this two-dtype family for `first` and `second`.
     pub(crate) fn pair(
         &'static self,
@@ -149,10 +229,17 @@ impl Family {
         second: Option<DType>,
     ) -> Result<Kernel> {
         let unsupported = |dtype| Err(candle_core::Error::UnsupportedDTypeForOp(dtype, op).bt());
+        if self.blocks {
+            return Err(candle_core::Error::Msg(format!(
+                "candle-hip: kernel family {} takes a GGML block type",
+                self.name
+            )));
+        }
         match (self.second, second) {
             (None, None) => match self.resolve(self.first, first, true) {
                 Some(first) => Ok(Kernel {
                     family: self,
+                    block: None,
                     first,
                     second: None,
                 }),
@@ -165,6 +252,7 @@ impl Family {
                 match self.resolve(group, d, true) {
                     Some(d) => Ok(Kernel {
                         family: self,
+                        block: None,
                         first,
                         second: Some(d),
                     }),
@@ -197,14 +285,22 @@ impl Family {
             None => vec![None],
             Some(group) => group.list().iter().copied().map(Some).collect(),
         };
-        self.first
-            .list()
+        let blocks: Vec<Option<GgmlDType>> = if self.blocks {
+            BLOCK_TYPES.iter().copied().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        let seconds = &seconds;
+        blocks
             .iter()
-            .flat_map(|&first| {
-                seconds.iter().map(move |&second| Kernel {
-                    family: self,
-                    first,
-                    second,
+            .flat_map(|&block| {
+                self.first.list().iter().flat_map(move |&first| {
+                    seconds.iter().map(move |&second| Kernel {
+                        family: self,
+                        block,
+                        first,
+                        second,
+                    })
                 })
             })
             .collect()
@@ -212,16 +308,17 @@ impl Family {
 }
 
 /// Defines one `Family` constant per line (`NAME = "prefix" in SOURCE:
-/// dtypes [x dtypes] [carries Carry];`) and [`FAMILIES`], the list of all
-/// of them.
+/// dtypes [x dtypes] [carries Carry] [per block];`) and [`FAMILIES`], the
+/// list of all of them.
 macro_rules! families {
     ($($konst:ident = $name:literal in $source:ident: $first:ident $(x $second:ident)?
-        $(carries $carry:ident)?;)*) => {
+        $(carries $carry:ident)? $(per $block:ident)?;)*) => {
         $(
             #[doc = concat!("`", $name, "_*` in `", stringify!($source), "`.")]
             pub(crate) const $konst: Family = Family {
                 name: $name,
                 source: sources::$source,
+                blocks: families!(@blocks $($block)?),
                 first: Dtypes::$first,
                 second: families!(@second $($second)?),
                 carry: families!(@carry $($carry)?),
@@ -232,6 +329,8 @@ macro_rules! families {
     };
     (@second) => { None };
     (@second $second:ident) => { Some(Dtypes::$second) };
+    (@blocks) => { false };
+    (@blocks block) => { true };
     (@carry) => { Carry::Nothing };
     (@carry $carry:ident) => { Carry::$carry };
 }
@@ -317,6 +416,8 @@ families! {
     IM2COL = "im2col" in IM2COL: Floats;
     COL2IM = "col2im" in IM2COL: Floats;
     GEMV = "gemv" in GEMV: Floats;
+    DEQUANTIZE = "dequantize" in QUANTIZED: Activations per block;
+    QMATVEC = "qmatvec" in QUANTIZED: F32 per block;
 }
 
 /// The family of candle's `UnaryOpT::KERNEL` or `BinaryOpT::KERNEL` name
@@ -763,9 +864,9 @@ mod tests {
         // before i16, i32 and f8e4m3, which added 36 unary, 36 binary and
         // comparison, 53 cast, 14 where, 30 reduction, 45 indexing and 2
         // random kernels (the data-movement families carry them), then 4
-        // matrix-vector kernels.
+        // matrix-vector kernels, then 48 of quantized blocks.
         let total: usize = FAMILIES.iter().map(|f| f.kernels().len()).sum();
-        assert_eq!(total, 864);
+        assert_eq!(total, 912);
     }
 
     #[test]

@@ -55,6 +55,7 @@ mod large;
 mod matmul;
 mod overflow;
 mod pool;
+mod quantized;
 mod random;
 mod reduce;
 

@@ -1,0 +1,282 @@
+//! GGML's quantized tensors on the device: the blocks of a GGUF tensor as
+//! they are in the file, dequantized and multiplied by `quantized.hip`.
+//!
+//! [`QuantizedStorage`] holds the blocks of one tensor. It is what candle's
+//! `QTensor` keeps on a HIP device (through the extension point of
+//! `patches/`, [`crate::extension`]), and it is usable on its own:
+//! [`QuantizedStorage::dequantize`] gives the values in f32, f16 or bf16,
+//! bit for bit as candle's CPU `dequantize` computes them, and
+//! [`QuantizedStorage::matmul_t`] is `QMatMul`'s product `x · Wᵀ`:
+//! - up to [`MATVEC_MAX_ROWS`] rows of `x` (decoding): `qmatvec_*`, which
+//!   reads each block of `W` once and dots the dequantized values with f32
+//!   activations (candle's CPU backend quantizes the activations to 8 bits
+//!   first; the difference is bounded by that rounding, see the tests);
+//! - more rows (prefill): `W` dequantized to the activations' dtype, then the
+//!   GEMM of [`BackendStorage::matmul`] (rocBLAS).
+//!
+//! The plain GGML types (f32, f16, bf16) are stored as a storage of that
+//! dtype, dequantized by a cast.
+
+use candle_core::backend::{BackendDevice, BackendStorage};
+use candle_core::quantized::GgmlDType;
+use candle_core::{DType, Layout, Shape};
+use hip_safe::LaunchConfig;
+
+use crate::error::{Result, hip, invalid};
+use crate::kernel::catalogue as cat;
+use crate::kernel::header::ELEM_BLOCK;
+use crate::kernel::launch::to_u32;
+use crate::{HipDevice, HipStorage, size};
+
+/// The most rows of `x` the matrix-vector kernel takes (`CH_QMATVEC_MAX_ROWS`
+/// in `quantized.hip`); more go through dequantization and a GEMM.
+pub const MATVEC_MAX_ROWS: usize = 8;
+
+/// Values per sub-block, the unit of work of the kernels.
+const SUB: usize = 32;
+
+/// The blocks of one quantized tensor on a HIP device.
+#[derive(Debug)]
+pub struct QuantizedStorage {
+    dtype: GgmlDType,
+    /// The blocks as bytes (u8), or for f32/f16/bf16 the values themselves.
+    data: HipStorage,
+}
+
+/// The candle dtype a plain GGML type stores its values in.
+fn plain_dtype(dtype: GgmlDType) -> Option<DType> {
+    match dtype {
+        GgmlDType::F32 => Some(DType::F32),
+        GgmlDType::F16 => Some(DType::F16),
+        GgmlDType::BF16 => Some(DType::BF16),
+        _ => None,
+    }
+}
+
+impl QuantizedStorage {
+    /// Copies `data`, whole blocks of `dtype` in GGML's layout, to `device`.
+    pub fn from_blocks(device: &HipDevice, dtype: GgmlDType, data: &[u8]) -> Result<Self> {
+        const OP: &str = "load_quantized";
+        let block_bytes = dtype.type_size();
+        if !data.len().is_multiple_of(block_bytes) {
+            return Err(invalid(
+                OP,
+                format!(
+                    "{} bytes are not a whole number of {dtype:?} blocks of {block_bytes} bytes",
+                    data.len()
+                ),
+            ));
+        }
+        let buffer = device.stream().clone_htod(data).map_err(hip)?;
+        let stored = plain_dtype(dtype).unwrap_or(DType::U8);
+        Ok(Self {
+            dtype,
+            data: HipStorage::new(buffer, stored, device.clone()),
+        })
+    }
+
+    /// The block type.
+    pub fn dtype(&self) -> GgmlDType {
+        self.dtype
+    }
+
+    /// The device holding the blocks.
+    pub fn device(&self) -> &HipDevice {
+        self.data.device()
+    }
+
+    /// The size of the blocks in bytes.
+    pub fn size_in_bytes(&self) -> usize {
+        self.data.buffer().len()
+    }
+
+    /// The blocks copied to host memory, in GGML's layout.
+    pub fn to_host(&self) -> Result<Vec<u8>> {
+        let mut bytes = vec![0u8; self.size_in_bytes()];
+        let stream = self.device().stream();
+        stream
+            .memcpy_dtoh(self.data.buffer(), &mut bytes)
+            .map_err(hip)?;
+        Ok(bytes)
+    }
+
+    /// How many values the blocks hold.
+    fn capacity(&self) -> usize {
+        self.size_in_bytes() / self.dtype.type_size() * self.dtype.block_size()
+    }
+
+    /// The first `elem_count` values as a contiguous storage of `dtype`
+    /// (f32, f16 or bf16), computed as candle's CPU `to_float` computes them
+    /// (then rounded once to f16/bf16).
+    pub fn dequantize(&self, elem_count: usize, dtype: DType) -> Result<HipStorage> {
+        const OP: &str = "dequantize";
+        let block = self.dtype.block_size();
+        if elem_count > self.capacity() || !elem_count.is_multiple_of(block) {
+            return Err(invalid(
+                OP,
+                format!(
+                    "{elem_count} values of {:?} blocks: the storage holds {} in blocks of {block}",
+                    self.dtype,
+                    self.capacity()
+                ),
+            ));
+        }
+        if plain_dtype(self.dtype).is_some() {
+            return self.data.to_dtype(&Layout::contiguous(elem_count), dtype);
+        }
+        let kernel = cat::DEQUANTIZE.quantized(OP, self.dtype, dtype)?;
+        let device = self.device();
+        // SAFETY: every value is written by the kernel below before use.
+        let mut out = unsafe { device.alloc_uninit(&Shape::from(elem_count), dtype) }?;
+        let subs = elem_count / SUB;
+        if subs == 0 {
+            return Ok(out);
+        }
+        let blocks_bytes = elem_count / block * self.dtype.type_size();
+        let src = self.data.view_range(OP, 0, blocks_bytes)?;
+        let dst = out.view_range_mut(OP, 0, elem_count)?;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                to_u32(
+                    OP,
+                    "the blocks of one thread per 32 values",
+                    subs.div_ceil(256),
+                )?,
+                1,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let subs = subs as u64;
+        // SAFETY: dequantize_<q>_<dtype>(const u8* blocks, T* y, u64 subs)
+        // reads subs * 32 values' blocks (blocks_bytes, checked view) and
+        // writes subs * 32 = elem_count values of dtype (fresh, aligned).
+        unsafe { device.kernels().launch(kernel, cfg, &[&src, &dst, &subs]) }?;
+        Ok(out)
+    }
+
+    /// `QMatMul`'s product `xs · Wᵀ`, where this storage holds `W` with the
+    /// shape `w_shape`, `(n, k)`, and `xs` (f32, f16 or bf16, `layout`) ends
+    /// in `k`. Returns the product in `xs`'s dtype with `xs`'s shape, `k`
+    /// replaced by `n`.
+    pub fn matmul_t(
+        &self,
+        w_shape: &Shape,
+        xs: &HipStorage,
+        layout: &Layout,
+    ) -> Result<(HipStorage, Shape)> {
+        const OP: &str = "qmatmul";
+        let (n, k) = w_shape.dims2()?;
+        let dims = layout.dims();
+        let in_dtype = xs.dtype();
+        if dims.last() != Some(&k) || dims.len() < 2 {
+            return Err(invalid(
+                OP,
+                format!("input of shape {dims:?} times a quantized {w_shape:?} weight transposed"),
+            ));
+        }
+        if !matches!(in_dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(candle_core::Error::UnsupportedDTypeForOp(in_dtype, OP).bt());
+        }
+        let w_count = size::mul(OP, "the weight", n, k)?;
+        let mut out_dims = dims.to_vec();
+        *out_dims.last_mut().expect("rank >= 2") = n;
+        let out_shape = Shape::from(out_dims);
+        let rows = layout.shape().elem_count() / k.max(1);
+        let copy;
+        let x = if layout.is_contiguous() && layout.start_offset() == 0 {
+            xs
+        } else {
+            copy = contiguous_copy(xs, layout)?;
+            &copy
+        };
+        let x_layout = Layout::contiguous((rows, k));
+        let out = if rows <= MATVEC_MAX_ROWS && plain_dtype(self.dtype).is_none() && n > 0 {
+            let cast;
+            let x32 = if in_dtype == DType::F32 {
+                x
+            } else {
+                cast = x.to_dtype(&x_layout, DType::F32)?;
+                &cast
+            };
+            let y = self.matvec(x32, n, k, rows, w_count)?;
+            if in_dtype == DType::F32 {
+                y
+            } else {
+                y.to_dtype(&Layout::contiguous((rows, n)), in_dtype)?
+            }
+        } else {
+            let w = self.dequantize(w_count, in_dtype)?;
+            let w_t = Layout::contiguous((n, k)).transpose(0, 1)?;
+            x.matmul(&w, (1, rows, n, k), &x_layout, &w_t)?
+        };
+        Ok((out, out_shape))
+    }
+
+    /// `qmatvec_*`: `rows` contiguous f32 rows of `k` values times `W`ᵀ.
+    fn matvec(
+        &self,
+        x: &HipStorage,
+        n: usize,
+        k: usize,
+        rows: usize,
+        w_count: usize,
+    ) -> Result<HipStorage> {
+        const OP: &str = "qmatmul";
+        let block = self.dtype.block_size();
+        if !k.is_multiple_of(block) || w_count > self.capacity() {
+            return Err(invalid(
+                OP,
+                format!(
+                    "a ({n}, {k}) weight of {:?} blocks of {block}: the storage holds {} values",
+                    self.dtype,
+                    self.capacity()
+                ),
+            ));
+        }
+        let kernel = cat::QMATVEC.quantized(OP, self.dtype, DType::F32)?;
+        let device = self.device();
+        let out_count = size::mul(OP, "the product", rows, n)?;
+        // SAFETY: the kernel writes every one of the rows * n values.
+        let mut y = unsafe { device.alloc_uninit(&Shape::from(out_count), DType::F32) }?;
+        let w = self
+            .data
+            .view_range(OP, 0, w_count / block * self.dtype.type_size())?;
+        let xv = x.view_range(OP, 0, size::mul(OP, "the input", rows, k)?)?;
+        let yv = y.view_range_mut(OP, 0, out_count)?;
+        let launcher = device.kernels();
+        let waves_per_block = (ELEM_BLOCK / launcher.wave_size().max(1)).max(1);
+        let cfg = LaunchConfig {
+            grid_dim: (
+                to_u32(
+                    OP,
+                    "the blocks of one wave per output",
+                    n.div_ceil(waves_per_block as usize),
+                )?,
+                1,
+                1,
+            ),
+            block_dim: (ELEM_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (n32, k32) = (to_u32(OP, "n", n)?, to_u32(OP, "k", k)?);
+        let rows32 = to_u32(OP, "rows", rows)?;
+        // SAFETY: qmatvec_<q>_f32(const u8* w, const float* x, float* y, u32
+        // n, u32 k, u32 rows): w holds n rows of k / QK blocks, x rows * k
+        // f32 and y rows * n (checked views, fresh or contiguous-from-zero
+        // buffers, so 16-byte aligned); k is whole blocks; rows <= 8; one
+        // wave per output.
+        unsafe { launcher.launch(kernel, cfg, &[&w, &xv, &yv, &n32, &k32, &rows32]) }?;
+        Ok(y)
+    }
+}
+
+/// The elements of `xs` that `layout` reaches, copied into a contiguous
+/// storage of their own.
+fn contiguous_copy(xs: &HipStorage, layout: &Layout) -> Result<HipStorage> {
+    // SAFETY: the copy below writes all `count` elements.
+    let mut dst = unsafe { xs.device().alloc_uninit(layout.shape(), xs.dtype()) }?;
+    xs.copy_strided_src(&mut dst, 0, layout)?;
+    Ok(dst)
+}

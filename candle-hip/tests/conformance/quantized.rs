@@ -1,0 +1,357 @@
+//! GGML's quantized blocks against candle's CPU quantized code: every block
+//! type candle-core 0.11.1 reads, quantized on the CPU by candle from data
+//! with ordinary, extreme (near the f16 limit, subnormal scales) and zero
+//! blocks, then loaded on the device.
+//!
+//! - Dequantization must give candle's CPU values bit for bit (f32), and
+//!   those values rounded once for f16 and bf16.
+//! - `QMatMul`'s product is checked twice. Against the exact product of the
+//!   CPU-dequantized weight and `x` (computed in f64): the device computes
+//!   that very product in f32, so its error is f32 accumulation (k terms)
+//!   plus the output rounding. Against candle's CPU `QMatMul` itself, which
+//!   first quantizes each 32 (or 256) values of `x` to 8 bits with a scale
+//!   stored in f16: each of its activations is off by at most half a step
+//!   (amax / 254) plus the f16 rounding of the scale (127 steps times 2^-11
+//!   relative), so the two results differ by at most
+//!   `sum_i |w_i| * amax_block(x) * (1/254 + 1/2048)` plus accumulation.
+//!   Shapes cover 1 to 8 rows (the matrix-vector kernel), 9 and 33 rows
+//!   (dequantize + GEMM), k of two blocks or not a multiple of the waves'
+//!   stride, n that does not fill the last block of waves, and offset or
+//!   transposed inputs in f32, f16 and bf16.
+
+use candle_core::backend::BackendStorage;
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{CpuStorage, DType, Device, Layout, Module, Shape, Tensor};
+use candle_hip::quantized::QuantizedStorage;
+
+use crate::common::{Rng, Tol, compare_bits, cpu_values, start, unit};
+
+/// Every GGML type candle-core 0.11.1 reads.
+const TYPES: [GgmlDType; 15] = [
+    GgmlDType::F32,
+    GgmlDType::F16,
+    GgmlDType::BF16,
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q8_1,
+    GgmlDType::Q2K,
+    GgmlDType::Q3K,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+    GgmlDType::Q8K,
+];
+
+/// `blocks` blocks' worth of values: each block (of the type's size) gets
+/// its own character: normal values, values near the f16 limit of the
+/// scales (unless not `extreme`: products in f16 would overflow), tiny
+/// values (subnormal f16 scales), all zeros, one spike.
+fn block_values(rng: &mut Rng, dtype: GgmlDType, blocks: usize, extreme: bool) -> Vec<f32> {
+    let size = dtype.block_size().max(32);
+    let mut v = Vec::with_capacity(blocks * size);
+    for b in 0..blocks {
+        let kind = match if b < 5 { b } else { rng.below(5) } {
+            1 if !extreme => 0,
+            kind => kind,
+        };
+        for i in 0..size {
+            let x = rng.uniform(-1.0, 1.0);
+            v.push(match kind {
+                0 => x as f32,
+                // Scales up to ~ 65504 / 8 * 8 stay finite in every type.
+                1 => (x * 3.0e4) as f32,
+                2 => (x * 1.0e-6) as f32,
+                3 => 0.0,
+                _ => {
+                    if i == 3 {
+                        50.0
+                    } else {
+                        (x * 0.01) as f32
+                    }
+                }
+            });
+        }
+    }
+    v
+}
+
+/// A CPU quantized tensor of shape `(n, k)` from `values`.
+fn quantize(values: &[f32], n: usize, k: usize, dtype: GgmlDType) -> QTensor {
+    let t = Tensor::from_slice(values, (n, k), &Device::Cpu).unwrap();
+    QTensor::quantize(&t, dtype).unwrap()
+}
+
+/// The CPU storage of a contiguous CPU tensor.
+fn cpu_storage(t: &Tensor) -> candle_core::Result<CpuStorage> {
+    match &*t.storage_and_layout().0 {
+        candle_core::Storage::Cpu(s) => Ok(s.clone()),
+        _ => candle_core::bail!("not a CPU tensor"),
+    }
+}
+
+fn load(dev: &candle_hip::HipDevice, q: &QTensor) -> QuantizedStorage {
+    QuantizedStorage::from_blocks(dev, q.dtype(), &q.data().unwrap()).unwrap()
+}
+
+/// Columns per row: whole blocks, at least 32 values.
+fn row_len(dtype: GgmlDType, blocks: usize) -> usize {
+    dtype.block_size().max(32) * blocks
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn dequantization_is_candles_bit_for_bit() {
+    let (dev, mut t, mut rng) = start(0x5eed_0051);
+    for dtype in TYPES {
+        for (n, blocks) in [(1, 1), (3, 2), (17, 5), (64, 16)] {
+            let k = row_len(dtype, blocks);
+            let q = quantize(
+                &block_values(&mut rng, dtype, n * blocks, true),
+                n,
+                k,
+                dtype,
+            );
+            let hip = load(&dev, &q);
+            assert_eq!(hip.to_host().unwrap(), q.data().unwrap().to_vec());
+            let cpu = q.dequantize(&Device::Cpu).unwrap();
+            for out in [DType::F32, DType::F16, DType::BF16] {
+                let want = cpu_storage(&cpu.to_dtype(out).unwrap()).unwrap();
+                let got = hip.dequantize(n * k, out).and_then(|s| s.to_cpu_storage());
+                let outcome = match got {
+                    Ok(got) => compare_bits(&got, &want),
+                    Err(e) => Err(e.to_string()),
+                };
+                t.record(
+                    &format!("dequantize {dtype:?}"),
+                    out,
+                    || format!("({n}, {k})"),
+                    outcome,
+                );
+            }
+        }
+    }
+    t.finish("conformance dequantize");
+}
+
+/// The device product, the f64 product of the CPU-dequantized weight, and
+/// candle's CPU QMatMul, for one case.
+struct Products {
+    hip: Vec<f64>,
+    exact: Vec<f64>,
+    /// None where candle's CPU QMatMul refuses the case: it multiplies
+    /// plain (f32/f16/bf16) weights as an f32 tensor, which takes f32 inputs
+    /// only.
+    cpu: Option<Vec<f64>>,
+    /// Per output: sum of |w_i x_i|, and the bound of the CPU's activation
+    /// rounding, sum of |w_i| * amax_block(x) * (1/254 + 1/2048).
+    magnitude: Vec<f64>,
+    q8_bound: Vec<f64>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn products(
+    dev: &candle_hip::HipDevice,
+    rng: &mut Rng,
+    dtype: GgmlDType,
+    n: usize,
+    k: usize,
+    rows: usize,
+    x_dtype: DType,
+    arrange: usize,
+) -> candle_core::Result<Products> {
+    let blocks = n * k / dtype.block_size().max(32);
+    let w_values = block_values(rng, dtype, blocks, x_dtype != DType::F16);
+    let q = quantize(&w_values, n, k, dtype);
+    let w = cpu_values(&cpu_storage(&q.dequantize(&Device::Cpu)?)?);
+    let x_values: Vec<f32> = (0..rows * k)
+        .map(|_| rng.uniform(-2.0, 2.0) as f32)
+        .collect();
+    let x_cpu = Tensor::from_slice(&x_values, (1, rows, k), &Device::Cpu)?.to_dtype(x_dtype)?;
+    let x = cpu_values(&cpu_storage(&x_cpu.to_dtype(DType::F64)?.flatten_all()?)?);
+
+    // The input on the device: contiguous, behind an offset, or stored
+    // transposed (k, rows) and viewed as (rows, k).
+    let (host, layout): (Vec<f64>, Layout) = match arrange {
+        0 => (x.clone(), Layout::contiguous((1, rows, k))),
+        1 => {
+            let mut h = vec![0.5; 3];
+            h.extend_from_slice(&x);
+            (h, Layout::contiguous_with_offset((1, rows, k), 3))
+        }
+        _ => {
+            let mut h = vec![0.0; rows * k];
+            for r in 0..rows {
+                for i in 0..k {
+                    h[i * rows + r] = x[r * k + i];
+                }
+            }
+            let l = Layout::contiguous((1, k, rows)).transpose(1, 2)?;
+            (h, l)
+        }
+    };
+    let len = host.len();
+    let host_t = Tensor::from_vec(host, len, &Device::Cpu)?.to_dtype(x_dtype)?;
+    let storage = cpu_storage(&host_t)?;
+    let x_hip = candle_core::backend::BackendDevice::storage_from_cpu_storage(dev, &storage)?;
+
+    let hip_q = load(dev, &q);
+    let (y, shape) = hip_q.matmul_t(&Shape::from((n, k)), &x_hip, &layout)?;
+    assert_eq!(shape.dims(), &[1, rows, n]);
+    let hip = cpu_values(&y.to_cpu_storage()?);
+
+    let plain = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+    let cpu = if plain && x_dtype != DType::F32 {
+        None
+    } else {
+        let cpu_y = QMatMul::from_qtensor(quantize(&w_values, n, k, dtype))?.forward(&x_cpu)?;
+        Some(cpu_values(&cpu_storage(&cpu_y.to_dtype(DType::F64)?)?))
+    };
+
+    let vec_block = if dtype.block_size() == 256 { 256 } else { 32 };
+    let mut exact = Vec::with_capacity(rows * n);
+    let mut magnitude = Vec::with_capacity(rows * n);
+    let mut q8_bound = Vec::with_capacity(rows * n);
+    for r in 0..rows {
+        let xr = &x[r * k..(r + 1) * k];
+        let amax: Vec<f64> = xr
+            .chunks(vec_block)
+            .map(|c| c.iter().fold(0.0f64, |m, v| m.max(v.abs())))
+            .collect();
+        for j in 0..n {
+            let wj = &w[j * k..(j + 1) * k];
+            let (mut s, mut m, mut b) = (0.0, 0.0, 0.0);
+            for i in 0..k {
+                s += wj[i] * xr[i];
+                m += (wj[i] * xr[i]).abs();
+                b += wj[i].abs() * amax[i / vec_block] * (1.0 / 254.0 + 1.0 / 2048.0);
+            }
+            exact.push(s);
+            magnitude.push(m);
+            q8_bound.push(b);
+        }
+    }
+    Ok(Products {
+        hip,
+        exact,
+        cpu,
+        magnitude,
+        q8_bound,
+    })
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn quantized_matmul_within_the_block_bounds() {
+    let (dev, mut t, mut rng) = start(0x5eed_0052);
+    for dtype in TYPES {
+        let bs = dtype.block_size().max(32);
+        // k: two blocks, a few, and more than a wave's stride of sub-blocks
+        // (even block counts: candle's CPU dot products require them).
+        for (n, k) in [(1, 2 * bs), (7, 4 * bs), (67, 2048.max(bs) + 2 * bs)] {
+            for rows in [1, 2, 5, 8, 9, 33] {
+                for (x_dtype, arrange) in [
+                    (DType::F32, 0),
+                    (DType::F32, 1),
+                    (DType::F32, 2),
+                    (DType::F16, 0),
+                    (DType::BF16, 0),
+                ] {
+                    if arrange != 0 && rows > 8 && n > 1 {
+                        continue;
+                    }
+                    let case =
+                        || format!("n {n} k {k} rows {rows} x {x_dtype:?} arrange {arrange}");
+                    let op = format!("qmatmul {dtype:?}");
+                    let p = match products(&dev, &mut rng, dtype, n, k, rows, x_dtype, arrange) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            t.error(&op, x_dtype, case(), e);
+                            continue;
+                        }
+                    };
+                    // Against the exact product: f32 accumulation over k
+                    // terms, then the output rounding (and f16's subnormal
+                    // spacing). With half inputs, the GEMM path (rows > 8,
+                    // and plain weights always) multiplies weights rounded to
+                    // the input dtype: relative rounding, or for f16 weights
+                    // below its normal range an absolute 2^-25 per term
+                    // (|x| < 2).
+                    let plain = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+                    let half_weights = x_dtype != DType::F32 && (rows > 8 || plain);
+                    let weight_rounding = if half_weights { unit(x_dtype) } else { 0.0 };
+                    let acc = (k as f64 + 2.0) * unit(DType::F32) + weight_rounding;
+                    let floor = match x_dtype {
+                        DType::F16 if half_weights => 2f64.powi(-24) + k as f64 * 2f64.powi(-24),
+                        DType::F16 => 2f64.powi(-24),
+                        _ => 1e-30,
+                    };
+                    let mut outcome = Ok(());
+                    for i in 0..p.exact.len() {
+                        let tol = Tol {
+                            rel: unit(x_dtype),
+                            abs: acc * p.magnitude[i] + floor,
+                        };
+                        if !tol.accepts(p.hip[i], p.exact[i]) {
+                            outcome = Err(format!(
+                                "output {i}: {} vs exact {} (tolerance {tol:?})",
+                                p.hip[i], p.exact[i]
+                            ));
+                            break;
+                        }
+                        let cpu_tol = Tol {
+                            rel: 2.0 * unit(x_dtype),
+                            abs: p.q8_bound[i] + 2.0 * acc * p.magnitude[i] + floor,
+                        };
+                        if let Some(cpu) =
+                            p.cpu.as_ref().filter(|c| !cpu_tol.accepts(p.hip[i], c[i]))
+                        {
+                            outcome = Err(format!(
+                                "output {i}: {} vs candle's CPU {} (tolerance {cpu_tol:?})",
+                                p.hip[i], cpu[i]
+                            ));
+                            break;
+                        }
+                    }
+                    t.record(&op, x_dtype, case, outcome);
+                }
+            }
+        }
+    }
+    t.finish("conformance qmatmul");
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn bad_quantized_input_is_an_error() {
+    let (dev, _, _) = start(0x5eed_0053);
+    // Not a whole number of blocks.
+    let err = QuantizedStorage::from_blocks(&dev, GgmlDType::Q4K, &[0u8; 145]).unwrap_err();
+    assert!(err.to_string().contains("Q4K"), "{err}");
+    let q = QuantizedStorage::from_blocks(&dev, GgmlDType::Q4_0, &[0u8; 18 * 4]).unwrap();
+    // More values than the blocks hold, or not whole blocks.
+    assert!(q.dequantize(160, DType::F32).is_err());
+    assert!(q.dequantize(40, DType::F32).is_err());
+    assert!(q.dequantize(128, DType::F64).is_err());
+    // A weight larger than the storage, k not matching the input.
+    let x = candle_core::backend::BackendDevice::storage_from_cpu_storage(
+        &dev,
+        &CpuStorage::F32(vec![1.0; 64]),
+    )
+    .unwrap();
+    let l = Layout::contiguous((1, 64));
+    assert!(q.matmul_t(&Shape::from((4, 64)), &x, &l).is_err());
+    assert!(q.matmul_t(&Shape::from((2, 32)), &x, &l).is_err());
+    let (y, shape) = q.matmul_t(&Shape::from((2, 64)), &x, &l).unwrap();
+    assert_eq!(shape.dims(), &[1, 2]);
+    assert_eq!(cpu_values(&y.to_cpu_storage().unwrap()), vec![0.0, 0.0]);
+    // Integer inputs.
+    let xi = candle_core::backend::BackendDevice::storage_from_cpu_storage(
+        &dev,
+        &CpuStorage::U32(vec![1; 64]),
+    )
+    .unwrap();
+    assert!(q.matmul_t(&Shape::from((2, 64)), &xi, &l).is_err());
+}

@@ -1,0 +1,352 @@
+// GGML's quantized blocks, in the byte layouts of GGUF files (those
+// candle-core 0.11.1 reads): dequantization, and the matrix-vector product
+// of decoding against a quantized weight. For q in q4_0, q4_1, q5_0, q5_1,
+// q8_0, q8_1, q2k, q3k, q4k, q5k, q6k, q8k:
+//
+//   dequantize_<q>_<dtype>(const ch_u8* blocks, T* y, ch_u64 subs)
+//     y[i] = value i of the blocks, for i < subs * 32 (dtype f16, bf16, f32)
+//
+//   qmatvec_<q>_f32(const ch_u8* w, const float* x, float* y, ch_u32 n,
+//                   ch_u32 k, ch_u32 rows)
+//     y[r * n + j] = sum over i < k of x[r * k + i] * W[j][i], for r < rows
+//     (1 to CH_QMATVEC_MAX_ROWS) and j < n, where row j of W is the k / QK
+//     blocks from byte j * (k / QK) * BYTES of w on.
+//
+// Every block type is read through one function, `sub`, which dequantizes
+// 32 consecutive values (a sub-block) with the arithmetic of candle's CPU
+// `to_float`, product by product, so that the values are the CPU's bit for
+// bit. Blocks are read byte by byte: most block sizes are not multiples of 4.
+//
+// Dequantization: one thread per sub-block, 32 values stored in 16-byte
+// packs. The product: one wave per output j; its lanes take the sub-blocks of
+// row j in turn (adjacent lanes read adjacent bytes), dot each with the same
+// 32 values of every row of x (which every wave reads, so it stays in cache),
+// and the wave sums its lanes. The host guarantees: k a multiple of the block
+// size, x and y 16-byte aligned, y holding rows * n values.
+
+#include "common.h"
+
+#define CH_QMATVEC_MAX_ROWS 8
+
+// a * b rounded on its own: never fused with a neighbouring add into an FMA,
+// which rounds once and would differ from the CPU's two roundings.
+__device__ __forceinline__ float q_mul(float a, float b) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+  return __fmul_rn(a, b);
+#else
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+  return a * b;
+#endif
+}
+
+// The f16 at p (little endian, any alignment) as f32, exactly; a NaN keeps
+// its payload with the quiet bit set, as the half crate converts.
+__device__ __forceinline__ float q_half(const ch_u8* p) {
+  const ch_u32 h = (ch_u32)p[0] | ((ch_u32)p[1] << 8);
+  const ch_u32 sign = (h & 0x8000u) << 16;
+  const ch_u32 exp = (h >> 10) & 0x1fu;
+  const ch_u32 man = h & 0x3ffu;
+  ch_f32_bits b;
+  if (exp == 0x1fu) {
+    b.u = sign | 0x7f800000u | (man != 0 ? 0x00400000u : 0u) | (man << 13);
+  } else if (exp != 0) {
+    b.u = sign | ((exp + 112u) << 23) | (man << 13);
+  } else {
+    // Zero or subnormal: man * 2^-24, exact in f32.
+    const float v = (float)man * 5.9604644775390625e-8f;
+    return sign != 0 ? -v : v;
+  }
+  return b.f;
+}
+
+__device__ __forceinline__ float q_f32(const ch_u8* p) {
+  ch_f32_bits b;
+  b.u = (ch_u32)p[0] | ((ch_u32)p[1] << 8) | ((ch_u32)p[2] << 16) | ((ch_u32)p[3] << 24);
+  return b.f;
+}
+
+__device__ __forceinline__ ch_u32 q_u32(const ch_u8* p) {
+  return (ch_u32)p[0] | ((ch_u32)p[1] << 8) | ((ch_u32)p[2] << 16) | ((ch_u32)p[3] << 24);
+}
+
+// The 6-bit scale and min j (< 8) of the 12 packed bytes of a q4k/q5k block.
+__device__ __forceinline__ void q_scale_min_k4(int j, const ch_u8* q, int& sc, int& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// The 6-bit scale j (< 16) of the 12 packed bytes of a q3k block.
+__device__ __forceinline__ int q_scale_k3(int j, const ch_u8* q) {
+  const int g = j / 4, k = j % 4;
+  const int low = ((g & 1) != 0 ? q[4 + k] : q[k]) >> (g >= 2 ? 4 : 0);
+  const int high = (q[8 + k] >> (2 * g)) & 3;
+  return (low & 0xf) | (high << 4);
+}
+
+// Each block type: BYTES per block of QK values, and sub(b, s, y), which
+// writes values 32 * s .. 32 * s + 31 of the block at b into y.
+
+struct Q4_0 {
+  static const int BYTES = 18, QK = 32;
+  __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
+    const float d = q_half(b);
+#pragma unroll
+    for (int t = 0; t < 32; ++t) {
+      const int q = t < 16 ? (b[2 + t] & 0xf) : (b[2 + t - 16] >> 4);
+      y[t] = q_mul((float)(q - 8), d);
+    }
+  }
+};
+
+struct Q4_1 {
+  static const int BYTES = 20, QK = 32;
+  __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
+    const float d = q_half(b), m = q_half(b + 2);
+#pragma unroll
+    for (int t = 0; t < 32; ++t) {
+      const int q = t < 16 ? (b[4 + t] & 0xf) : (b[4 + t - 16] >> 4);
+      y[t] = q_mul((float)q, d) + m;
+    }
+  }
+};
+
+struct Q5_0 {
+  static const int BYTES = 22, QK = 32;
+  __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
+    const float d = q_half(b);
+    const ch_u32 qh = q_u32(b + 2);
+#pragma unroll
+    for (int t = 0; t < 32; ++t) {
+      const int low = t < 16 ? (b[6 + t] & 0xf) : (b[6 + t - 16] >> 4);
+      const int q = low | (int)(((qh >> t) & 1u) << 4);
+      y[t] = q_mul((float)(q - 16), d);
+    }
+  }
+};
+
+struct Q5_1 {
+  static const int BYTES = 24, QK = 32;
+  __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
+    const float d = q_half(b), m = q_half(b + 2);
+    const ch_u32 qh = q_u32(b + 4);
+#pragma unroll
+    for (int t = 0; t < 32; ++t) {
+      const int low = t < 16 ? (b[8 + t] & 0xf) : (b[8 + t - 16] >> 4);
+      const int q = low | (int)(((qh >> t) & 1u) << 4);
+      y[t] = q_mul((float)q, d) + m;
+    }
+  }
+};
+
+// q8_0 and q8_1 (whose second f16 is a sum the dequantization ignores).
+template <int OFFSET>
+struct Q8 {
+  static const int BYTES = OFFSET + 32, QK = 32;
+  __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
+    const float d = q_half(b);
+#pragma unroll
+    for (int t = 0; t < 32; ++t) y[t] = q_mul((float)(signed char)b[OFFSET + t], d);
+  }
+};
+typedef Q8<2> Q8_0;
+typedef Q8<4> Q8_1;
+
+struct Q2K {
+  static const int BYTES = 84, QK = 256;
+  __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
+    const ch_u8* scales = b;
+    const ch_u8* qs = b + 16 + 32 * (s / 4);
+    const float d = q_half(b + 80), dmin = q_half(b + 82);
+    const int shift = 2 * (s % 4);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int sc = scales[2 * s + half];
+      const float dl = q_mul(d, (float)(sc & 0xf));
+      const float ml = q_mul(dmin, (float)(sc >> 4));
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int t = 16 * half + i;
+        y[t] = q_mul(dl, (float)((qs[t] >> shift) & 3)) - ml;
+      }
+    }
+  }
+};
+
+struct Q3K {
+  static const int BYTES = 110, QK = 256;
+  __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
+    const ch_u8* hmask = b;
+    const ch_u8* qs = b + 32 + 32 * (s / 4);
+    const float d = q_half(b + 108);
+    const int shift = 2 * (s % 4);
+    const int m = 1 << s;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int sc = q_scale_k3(2 * s + half, b + 96);
+      const float dl = q_mul(d, (float)sc - 32.0f);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int t = 16 * half + i;
+        const int q = ((qs[t] >> shift) & 3) - ((hmask[t] & m) != 0 ? 0 : 4);
+        y[t] = q_mul(dl, (float)q);
+      }
+    }
+  }
+};
+
+struct Q4K {
+  static const int BYTES = 144, QK = 256;
+  __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
+    const float d = q_half(b), dmin = q_half(b + 2);
+    int sc, m;
+    q_scale_min_k4(s, b + 4, sc, m);
+    const float d1 = q_mul(d, (float)sc), m1 = q_mul(dmin, (float)m);
+    const ch_u8* qs = b + 16 + 32 * (s / 2);
+    const int shift = 4 * (s % 2);
+#pragma unroll
+    for (int t = 0; t < 32; ++t) y[t] = q_mul(d1, (float)((qs[t] >> shift) & 0xf)) - m1;
+  }
+};
+
+struct Q5K {
+  static const int BYTES = 176, QK = 256;
+  __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
+    const float d = q_half(b), dmin = q_half(b + 2);
+    int sc, m;
+    q_scale_min_k4(s, b + 4, sc, m);
+    const float d1 = q_mul(d, (float)sc), m1 = q_mul(dmin, (float)m);
+    const ch_u8* qh = b + 16;
+    const ch_u8* qs = b + 48 + 32 * (s / 2);
+    const int shift = 4 * (s % 2);
+#pragma unroll
+    for (int t = 0; t < 32; ++t) {
+      const float high = (qh[t] & (1 << s)) != 0 ? 16.0f : 0.0f;
+      y[t] = q_mul(d1, (float)((qs[t] >> shift) & 0xf) + high) - m1;
+    }
+  }
+};
+
+struct Q6K {
+  static const int BYTES = 210, QK = 256;
+  __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
+    const int n = s / 4, quarter = s % 4;
+    const ch_u8* ql = b + 64 * n + 32 * (quarter & 1);
+    const ch_u8* qh = b + 128 + 32 * n;
+    const signed char* scales = (const signed char*)(b + 192 + 8 * n);
+    const float d = q_half(b + 208);
+#pragma unroll
+    for (int t = 0; t < 32; ++t) {
+      const int low = quarter < 2 ? (ql[t] & 0xf) : (ql[t] >> 4);
+      const int q = (low | (((qh[t] >> (2 * quarter)) & 3) << 4)) - 32;
+      y[t] = q_mul(q_mul(d, (float)scales[t / 16 + 2 * quarter]), (float)q);
+    }
+  }
+};
+
+struct Q8K {
+  static const int BYTES = 292, QK = 256;
+  __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
+    const float d = q_f32(b);
+#pragma unroll
+    for (int t = 0; t < 32; ++t) y[t] = q_mul(d, (float)(signed char)b[4 + 32 * s + t]);
+  }
+};
+
+// The block and sub-block of sub-block number i of a run of blocks.
+template <typename Q>
+__device__ __forceinline__ void q_sub(const ch_u8* blocks, ch_u64 i, float* y) {
+  const int per_block = Q::QK / 32;
+  Q::sub(blocks + (i / per_block) * Q::BYTES, (int)(i % per_block), y);
+}
+
+template <typename Q, typename T>
+__device__ __forceinline__ void dequantize(const ch_u8* __restrict__ blocks, T* __restrict__ y, ch_u64 subs) {
+  const int V = CH_VEC_BYTES / (int)sizeof(T);
+  typedef Pack<T, V> P;
+  const ch_u64 step = (ch_u64)gridDim.x * blockDim.x;
+  for (ch_u64 i = (ch_u64)blockIdx.x * blockDim.x + threadIdx.x; i < subs; i += step) {
+    float v[32];
+    q_sub<Q>(blocks, i, v);
+    P* out = reinterpret_cast<P*>(y + i * 32);
+#pragma unroll
+    for (int p = 0; p < 32 / V; ++p) {
+      P pack;
+#pragma unroll
+      for (int e = 0; e < V; ++e) pack.v[e] = Num<T>::from_f32(v[p * V + e]);
+      out[p] = pack;
+    }
+  }
+}
+
+template <typename Q>
+__device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const float* __restrict__ x, float* __restrict__ y,
+                                        ch_u32 n, ch_u32 k, ch_u32 rows) {
+  const ch_u32 lane = threadIdx.x % CANDLE_HIP_WAVE;
+  const ch_u64 j = (ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE) + threadIdx.x / CANDLE_HIP_WAVE;
+  // The whole wave leaves together: the reductions below stay converged.
+  if (j >= n) return;
+  const ch_u32 subs = k / 32;
+  const ch_u8* row = w + j * (ch_u64)(k / Q::QK) * Q::BYTES;
+  float acc[CH_QMATVEC_MAX_ROWS];
+#pragma unroll
+  for (int r = 0; r < CH_QMATVEC_MAX_ROWS; ++r) acc[r] = 0.0f;
+  for (ch_u32 s = lane; s < subs; s += CANDLE_HIP_WAVE) {
+    float v[32];
+    q_sub<Q>(row, s, v);
+#pragma unroll
+    for (int r = 0; r < CH_QMATVEC_MAX_ROWS; ++r) {
+      if ((ch_u32)r < rows) {
+        const Pack<float, 4>* xs = reinterpret_cast<const Pack<float, 4>*>(x + (ch_u64)r * k + 32 * s);
+#pragma unroll
+        for (int p = 0; p < 8; ++p) {
+          const Pack<float, 4> xp = xs[p];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[r] += v[4 * p + e] * xp.v[e];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < CH_QMATVEC_MAX_ROWS; ++r) {
+    if ((ch_u32)r < rows) {
+      AccSum<float>::State st;
+      st.v = acc[r];
+      st = wave_reduce<AccSum<float> >(st);
+      if (lane == 0) y[(ch_u64)r * n + j] = st.v;
+    }
+  }
+}
+
+#define DEQUANTIZE(Q, NAME, TYPE)                                                                  \
+  extern "C" __global__ void dequantize_##NAME##_##TYPE(const ch_u8* blocks, ch_##TYPE* y,         \
+                                                        ch_u64 subs) {                             \
+    dequantize<Q, ch_##TYPE>(blocks, y, subs);                                                     \
+  }
+
+#define QMATVEC(Q, NAME)                                                                           \
+  extern "C" __global__ void qmatvec_##NAME##_f32(const ch_u8* w, const float* x, float* y,        \
+                                                  ch_u32 n, ch_u32 k, ch_u32 rows) {               \
+    qmatvec<Q>(w, x, y, n, k, rows);                                                               \
+  }
+
+#define QUANTIZED(Q, NAME) DEQUANTIZE(Q, NAME, f16) DEQUANTIZE(Q, NAME, bf16) DEQUANTIZE(Q, NAME, f32) QMATVEC(Q, NAME)
+
+QUANTIZED(Q4_0, q4_0)
+QUANTIZED(Q4_1, q4_1)
+QUANTIZED(Q5_0, q5_0)
+QUANTIZED(Q5_1, q5_1)
+QUANTIZED(Q8_0, q8_0)
+QUANTIZED(Q8_1, q8_1)
+QUANTIZED(Q2K, q2k)
+QUANTIZED(Q3K, q3k)
+QUANTIZED(Q4K, q4k)
+QUANTIZED(Q5K, q5k)
+QUANTIZED(Q6K, q6k)
+QUANTIZED(Q8K, q8k)
