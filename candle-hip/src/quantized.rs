@@ -3,16 +3,20 @@
 //!
 //! [`QuantizedStorage`] holds the blocks of one tensor. It is what candle's
 //! `QTensor` keeps on a HIP device (through the extension point of
-//! `patches/`, [`crate::extension`]), and it is usable on its own:
+//! `patches/`, `candle_hip::extension`), and it is usable on its own:
 //! [`QuantizedStorage::dequantize`] gives the values in f32, f16 or bf16,
 //! bit for bit as candle's CPU `dequantize` computes them, and
 //! [`QuantizedStorage::matmul_t`] is `QMatMul`'s product `x · Wᵀ`:
-//! - up to [`MATVEC_MAX_ROWS`] rows of `x` (decoding): `qmatvec_*`, which
-//!   reads each block of `W` once and dots the dequantized values with f32
-//!   activations (candle's CPU backend quantizes the activations to 8 bits
-//!   first; the difference is bounded by that rounding, see the tests);
+//! - up to [`MATVEC_MAX_ROWS`] rows of `x` (decoding, short prompts): as
+//!   candle's CPU backend computes it. `quantize_act_*` rounds the
+//!   activations to 8 bits with the CPU's arithmetic for the weight's
+//!   vec-dot type (q8_0, q8_1 or q8k), and `qmatvec_*` takes the integer dot
+//!   products of each block with them and scales them as the CPU's `vec_dot`
+//!   does (one wave per output, each block of `W` read once per 8 rows). Only
+//!   the order of the float sums differs, so a model gives the CPU's tokens;
 //! - more rows (prefill): `W` dequantized to the activations' dtype, then the
-//!   GEMM of [`BackendStorage::matmul`] (rocBLAS).
+//!   GEMM of [`BackendStorage::matmul`] (rocBLAS), with unrounded
+//!   activations.
 //!
 //! The plain GGML types (f32, f16, bf16) are stored as a storage of that
 //! dtype, dequantized by a cast.
@@ -28,9 +32,9 @@ use crate::kernel::header::ELEM_BLOCK;
 use crate::kernel::launch::to_u32;
 use crate::{HipDevice, HipStorage, size};
 
-/// The most rows of `x` the matrix-vector kernel takes (`CH_QMATVEC_MAX_ROWS`
-/// in `quantized.hip`); more go through dequantization and a GEMM.
-pub const MATVEC_MAX_ROWS: usize = 8;
+/// The most rows of `x` that go through the matrix-vector kernel (it reads
+/// the weight once per 8 rows); more go through dequantization and a GEMM.
+pub const MATVEC_MAX_ROWS: usize = 32;
 
 /// Values per sub-block, the unit of work of the kernels.
 const SUB: usize = 32;
@@ -214,7 +218,8 @@ impl QuantizedStorage {
         Ok((out, out_shape))
     }
 
-    /// `qmatvec_*`: `rows` contiguous f32 rows of `k` values times `W`ᵀ.
+    /// `quantize_act_*` then `qmatvec_*`: `rows` contiguous f32 rows of `k`
+    /// values times `W`ᵀ.
     fn matvec(
         &self,
         x: &HipStorage,
@@ -235,17 +240,52 @@ impl QuantizedStorage {
                 ),
             ));
         }
-        let kernel = cat::QMATVEC.quantized(OP, self.dtype, DType::F32)?;
         let device = self.device();
+        let launcher = device.kernels();
+        let count = size::mul(OP, "the input", rows, k)?;
+        let scales = count / SUB;
+        // SAFETY (the three allocations): quantize_act_* writes every
+        // integer, scale and sum before qmatvec_* reads them.
+        let mut q = unsafe { device.alloc_uninit(&Shape::from(count), DType::U8) }?;
+        let mut d = unsafe { device.alloc_uninit(&Shape::from(scales), DType::F32) }?;
+        let mut s = unsafe { device.alloc_uninit(&Shape::from(scales), DType::F32) }?;
+        {
+            let xv = x.view_range(OP, 0, count)?;
+            let (qv, dv, sv) = (
+                q.view_range_mut(OP, 0, count)?,
+                d.view_range_mut(OP, 0, scales)?,
+                s.view_range_mut(OP, 0, scales)?,
+            );
+            let act_blocks = count / block.max(SUB);
+            let cfg = LaunchConfig {
+                grid_dim: (
+                    to_u32(OP, "the activation blocks", act_blocks.div_ceil(64))?,
+                    1,
+                    1,
+                ),
+                block_dim: (64, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let kernel = cat::QUANTIZE_ACT.quantized(OP, self.dtype, DType::F32)?;
+            let count = count as u64;
+            // SAFETY: quantize_act_<q>_f32(const float* x, i8* q, float* d,
+            // float* s, u64 count): x holds count f32, q count bytes, d and s
+            // count / 32 f32 (checked views); count is whole blocks of the
+            // activation type (k is whole weight blocks, 32 or 256 values).
+            unsafe { launcher.launch(kernel, cfg, &[&xv, &qv, &dv, &sv, &count]) }?;
+        }
         let out_count = size::mul(OP, "the product", rows, n)?;
         // SAFETY: the kernel writes every one of the rows * n values.
         let mut y = unsafe { device.alloc_uninit(&Shape::from(out_count), DType::F32) }?;
         let w = self
             .data
             .view_range(OP, 0, w_count / block * self.dtype.type_size())?;
-        let xv = x.view_range(OP, 0, size::mul(OP, "the input", rows, k)?)?;
+        let (qv, dv, sv) = (
+            q.view_range(OP, 0, count)?,
+            d.view_range(OP, 0, scales)?,
+            s.view_range(OP, 0, scales)?,
+        );
         let yv = y.view_range_mut(OP, 0, out_count)?;
-        let launcher = device.kernels();
         let waves_per_block = (ELEM_BLOCK / launcher.wave_size().max(1)).max(1);
         let cfg = LaunchConfig {
             grid_dim: (
@@ -262,12 +302,13 @@ impl QuantizedStorage {
         };
         let (n32, k32) = (to_u32(OP, "n", n)?, to_u32(OP, "k", k)?);
         let rows32 = to_u32(OP, "rows", rows)?;
-        // SAFETY: qmatvec_<q>_f32(const u8* w, const float* x, float* y, u32
-        // n, u32 k, u32 rows): w holds n rows of k / QK blocks, x rows * k
-        // f32 and y rows * n (checked views, fresh or contiguous-from-zero
-        // buffers, so 16-byte aligned); k is whole blocks; rows <= 8; one
-        // wave per output.
-        unsafe { launcher.launch(kernel, cfg, &[&w, &xv, &yv, &n32, &k32, &rows32]) }?;
+        let kernel = cat::QMATVEC.quantized(OP, self.dtype, DType::F32)?;
+        // SAFETY: qmatvec_<q>_f32(const u8* w, const i8* q, const float* d,
+        // const float* s, float* y, u32 n, u32 k, u32 rows): w holds n rows of
+        // k / QK blocks, q rows * k bytes (fresh, so 16-byte aligned), d and s
+        // rows * k / 32 f32, y rows * n f32 (checked views); one wave per
+        // output.
+        unsafe { launcher.launch(kernel, cfg, &[&w, &qv, &dv, &sv, &yv, &n32, &k32, &rows32]) }?;
         Ok(y)
     }
 }

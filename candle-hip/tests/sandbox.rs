@@ -5,6 +5,7 @@
 //!
 //! Runs inside the ROCm sandbox, where `.ci/run` executes every test binary
 //! with `--ignored sandbox_` (see build/README.md); ignored elsewhere.
+//! `SANDBOX_SOURCES=quantized.hip,gemv.hip` checks only those sources.
 
 use std::time::{Duration, Instant};
 
@@ -58,7 +59,12 @@ fn sandbox_kernels_compile_for_amd() {
         "kernels",
         TARGETS.map(|(a, _)| format!("{a:>22}")).join("")
     );
-    for source in ALL {
+    let only = std::env::var("SANDBOX_SOURCES").ok();
+    let selected = |file: &str| {
+        only.as_ref()
+            .is_none_or(|list| list.split(',').any(|f| f == file))
+    };
+    for source in ALL.into_iter().filter(|s| selected(s.file_name())) {
         let names = kernel_names(source);
         let mut row = format!("{:<14}{:>8}  ", source.file_name(), names.len());
         for (arch, wave) in TARGETS {
@@ -99,7 +105,11 @@ fn sandbox_kernels_compile_for_amd() {
         }
         println!("{row}");
     }
-    let kernels: usize = ALL.iter().map(|&s| kernel_names(s).len()).sum();
+    let kernels: usize = ALL
+        .iter()
+        .filter(|s| selected(s.file_name()))
+        .map(|&s| kernel_names(s).len())
+        .sum();
     println!(
         "{kernels} kernels x {} targets compiled in {:.1}s (vs = spilled vector registers)",
         TARGETS.len(),

@@ -1,32 +1,45 @@
 // GGML's quantized blocks, in the byte layouts of GGUF files (those
 // candle-core 0.11.1 reads): dequantization, and the matrix-vector product
-// of decoding against a quantized weight. For q in q4_0, q4_1, q5_0, q5_1,
-// q8_0, q8_1, q2k, q3k, q4k, q5k, q6k, q8k:
+// of decoding against a quantized weight, computed as candle's CPU backend
+// computes it. For q in q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, q2k, q3k, q4k,
+// q5k, q6k, q8k:
 //
 //   dequantize_<q>_<dtype>(const ch_u8* blocks, T* y, ch_u64 subs)
 //     y[i] = value i of the blocks, for i < subs * 32 (dtype f16, bf16, f32)
 //
-//   qmatvec_<q>_f32(const ch_u8* w, const float* x, float* y, ch_u32 n,
-//                   ch_u32 k, ch_u32 rows)
-//     y[r * n + j] = sum over i < k of x[r * k + i] * W[j][i], for r < rows
-//     (1 to CH_QMATVEC_MAX_ROWS) and j < n, where row j of W is the k / QK
-//     blocks from byte j * (k / QK) * BYTES of w on.
+//   quantize_act_<q>_f32(const float* x, signed char* q, float* d, float* s,
+//                        ch_u64 count)
+//     the activations x (count values, whole blocks) rounded to 8 bits as
+//     candle's CPU `from_float` of q's vec-dot type does (q8_0 or q8_1: 32
+//     values per scale; q8k for the k-quants: 256): q[i] the integers, d[i /
+//     32] the scale of value i's block (as stored: f16-rounded for q8_0 and
+//     q8_1), s[i / 32] q8_1's scaled sum (unused otherwise)
 //
-// Every block type is read through one function, `sub`, which dequantizes
-// 32 consecutive values (a sub-block) with the arithmetic of candle's CPU
+//   qmatvec_<q>_f32(const ch_u8* w, const signed char* q, const float* d,
+//                   const float* s, float* y, ch_u32 n, ch_u32 k, ch_u32 rows)
+//     y[r * n + j] = sum over the blocks of row j of W of candle's vec_dot of
+//     the block with row r's quantized activations, for r < rows and j < n;
+//     row j of W is the k / QK blocks from byte j * (k / QK) * BYTES of w on.
+//
+// Every block type is read through two functions: `sub` dequantizes 32
+// consecutive values (a sub-block) with the arithmetic of candle's CPU
 // `to_float`, product by product, so that the values are the CPU's bit for
-// bit. Blocks are read byte by byte: most block sizes are not multiples of 4.
+// bit; `ints` gives the same 32 values as the integers of the block format,
+// and `combine` turns their integer dot products with the activations into
+// the sub-block's share of candle's `vec_dot` (the same integers and scale
+// products; only the order of the float sums differs). Blocks are read byte
+// by byte: most block sizes are not multiples of 4.
 //
 // Dequantization: one thread per sub-block, 32 values stored in 16-byte
-// packs. The product: one wave per output j; its lanes take the sub-blocks of
-// row j in turn (adjacent lanes read adjacent bytes), dot each with the same
-// 32 values of every row of x (which every wave reads, so it stays in cache),
-// and the wave sums its lanes. The host guarantees: k a multiple of the block
-// size, x and y 16-byte aligned, y holding rows * n values.
+// packs. Activation rounding: one thread per block. The product: one wave per
+// output j; its lanes take the sub-blocks of row j in turn (adjacent lanes
+// read adjacent bytes) for up to CH_QMATVEC_ROWS rows of activations at a
+// time, and the wave sums its lanes. The host guarantees: k a multiple of the
+// block size, q 16-byte aligned with rows * k values, d and s rows * k / 32.
 
 #include "common.h"
 
-#define CH_QMATVEC_MAX_ROWS 8
+#define CH_QMATVEC_ROWS 8
 
 // a * b rounded on its own: never fused with a neighbouring add into an FMA,
 // which rounds once and would differ from the CPU's two roundings.
@@ -90,10 +103,17 @@ __device__ __forceinline__ int q_scale_k3(int j, const ch_u8* q) {
   return (low & 0xf) | (high << 4);
 }
 
-// Each block type: BYTES per block of QK values, and sub(b, s, y), which
-// writes values 32 * s .. 32 * s + 31 of the block at b into y.
+// Each block type: BYTES per block of QK values; ACT, the activation
+// rounding of candle's vec-dot type for it (0: q8_0, 1: q8_1, 2: q8k);
+// sub(b, s, y), which writes values 32 * s .. 32 * s + 31 of the block at b
+// into y; ints(b, s, w), the same values as the format's integers; and
+// combine(b, s, i0, i1, x0, x1, dx, sx), the sub-block's share of candle's
+// vec_dot from the integer dot products of its 16-value halves with the
+// activations (i0, i1), the halves' activation sums (x0, x1: GGML's bsums)
+// and the activations' scale (dx) and q8_1 sum (sx).
 
 struct Q4_0 {
+  static const int ACT = 0;
   static const int BYTES = 18, QK = 32;
   __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
     const float d = q_half(b);
@@ -103,9 +123,17 @@ struct Q4_0 {
       y[t] = q_mul((float)(q - 8), d);
     }
   }
+  __device__ __forceinline__ static void ints(const ch_u8* b, int, int* w) {
+#pragma unroll
+    for (int t = 0; t < 32; ++t) w[t] = (t < 16 ? (b[2 + t] & 0xf) : (b[2 + t - 16] >> 4)) - 8;
+  }
+  __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
+    return (float)(i0 + i1) * q_half(b) * dx;
+  }
 };
 
 struct Q4_1 {
+  static const int ACT = 1;
   static const int BYTES = 20, QK = 32;
   __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
     const float d = q_half(b), m = q_half(b + 2);
@@ -115,9 +143,17 @@ struct Q4_1 {
       y[t] = q_mul((float)q, d) + m;
     }
   }
+  __device__ __forceinline__ static void ints(const ch_u8* b, int, int* w) {
+#pragma unroll
+    for (int t = 0; t < 32; ++t) w[t] = t < 16 ? (b[4 + t] & 0xf) : (b[4 + t - 16] >> 4);
+  }
+  __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float sx) {
+    return (float)(i0 + i1) * q_half(b) * dx + q_half(b + 2) * sx;
+  }
 };
 
 struct Q5_0 {
+  static const int ACT = 0;
   static const int BYTES = 22, QK = 32;
   __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
     const float d = q_half(b);
@@ -129,9 +165,21 @@ struct Q5_0 {
       y[t] = q_mul((float)(q - 16), d);
     }
   }
+  __device__ __forceinline__ static void ints(const ch_u8* b, int, int* w) {
+    const ch_u32 qh = q_u32(b + 2);
+#pragma unroll
+    for (int t = 0; t < 32; ++t) {
+      const int low = t < 16 ? (b[6 + t] & 0xf) : (b[6 + t - 16] >> 4);
+      w[t] = (low | (int)(((qh >> t) & 1u) << 4)) - 16;
+    }
+  }
+  __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
+    return (float)(i0 + i1) * q_half(b) * dx;
+  }
 };
 
 struct Q5_1 {
+  static const int ACT = 1;
   static const int BYTES = 24, QK = 32;
   __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
     const float d = q_half(b), m = q_half(b + 2);
@@ -143,22 +191,42 @@ struct Q5_1 {
       y[t] = q_mul((float)q, d) + m;
     }
   }
+  __device__ __forceinline__ static void ints(const ch_u8* b, int, int* w) {
+    const ch_u32 qh = q_u32(b + 4);
+#pragma unroll
+    for (int t = 0; t < 32; ++t) {
+      const int low = t < 16 ? (b[8 + t] & 0xf) : (b[8 + t - 16] >> 4);
+      w[t] = low | (int)(((qh >> t) & 1u) << 4);
+    }
+  }
+  __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float sx) {
+    return (float)(i0 + i1) * q_half(b) * dx + q_half(b + 2) * sx;
+  }
 };
 
 // q8_0 and q8_1 (whose second f16 is a sum the dequantization ignores).
 template <int OFFSET>
 struct Q8 {
+  static const int ACT = OFFSET == 4 ? 1 : 0;
   static const int BYTES = OFFSET + 32, QK = 32;
   __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
     const float d = q_half(b);
 #pragma unroll
     for (int t = 0; t < 32; ++t) y[t] = q_mul((float)(signed char)b[OFFSET + t], d);
   }
+  __device__ __forceinline__ static void ints(const ch_u8* b, int, int* w) {
+#pragma unroll
+    for (int t = 0; t < 32; ++t) w[t] = (signed char)b[OFFSET + t];
+  }
+  __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
+    return (float)(i0 + i1) * q_half(b) * dx;
+  }
 };
 typedef Q8<2> Q8_0;
 typedef Q8<4> Q8_1;
 
 struct Q2K {
+  static const int ACT = 2;
   static const int BYTES = 84, QK = 256;
   __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
     const ch_u8* scales = b;
@@ -177,9 +245,21 @@ struct Q2K {
       }
     }
   }
+  __device__ __forceinline__ static void ints(const ch_u8* b, int s, int* w) {
+    const ch_u8* qs = b + 16 + 32 * (s / 4);
+    const int shift = 2 * (s % 4);
+#pragma unroll
+    for (int t = 0; t < 32; ++t) w[t] = (qs[t] >> shift) & 3;
+  }
+  __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
+    const int sc0 = b[2 * s], sc1 = b[2 * s + 1];
+    const float dall = dx * q_half(b + 80), dmin = dx * q_half(b + 82);
+    return dall * (float)((sc0 & 0xf) * i0 + (sc1 & 0xf) * i1) - dmin * (float)((sc0 >> 4) * x0 + (sc1 >> 4) * x1);
+  }
 };
 
 struct Q3K {
+  static const int ACT = 2;
   static const int BYTES = 110, QK = 256;
   __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
     const ch_u8* hmask = b;
@@ -199,9 +279,21 @@ struct Q3K {
       }
     }
   }
+  __device__ __forceinline__ static void ints(const ch_u8* b, int s, int* w) {
+    const ch_u8* qs = b + 32 + 32 * (s / 4);
+    const int shift = 2 * (s % 4);
+    const int m = 1 << s;
+#pragma unroll
+    for (int t = 0; t < 32; ++t) w[t] = ((qs[t] >> shift) & 3) - ((b[t] & m) != 0 ? 0 : 4);
+  }
+  __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int, int, float dx, float) {
+    const int sc0 = q_scale_k3(2 * s, b + 96) - 32, sc1 = q_scale_k3(2 * s + 1, b + 96) - 32;
+    return q_half(b + 108) * dx * (float)(sc0 * i0 + sc1 * i1);
+  }
 };
 
 struct Q4K {
+  static const int ACT = 2;
   static const int BYTES = 144, QK = 256;
   __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
     const float d = q_half(b), dmin = q_half(b + 2);
@@ -213,9 +305,21 @@ struct Q4K {
 #pragma unroll
     for (int t = 0; t < 32; ++t) y[t] = q_mul(d1, (float)((qs[t] >> shift) & 0xf)) - m1;
   }
+  __device__ __forceinline__ static void ints(const ch_u8* b, int s, int* w) {
+    const ch_u8* qs = b + 16 + 32 * (s / 2);
+    const int shift = 4 * (s % 2);
+#pragma unroll
+    for (int t = 0; t < 32; ++t) w[t] = (qs[t] >> shift) & 0xf;
+  }
+  __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
+    int sc, m;
+    q_scale_min_k4(s, b + 4, sc, m);
+    return q_half(b) * dx * (float)(sc * (i0 + i1)) - q_half(b + 2) * dx * (float)(m * (x0 + x1));
+  }
 };
 
 struct Q5K {
+  static const int ACT = 2;
   static const int BYTES = 176, QK = 256;
   __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
     const float d = q_half(b), dmin = q_half(b + 2);
@@ -231,9 +335,21 @@ struct Q5K {
       y[t] = q_mul(d1, (float)((qs[t] >> shift) & 0xf) + high) - m1;
     }
   }
+  __device__ __forceinline__ static void ints(const ch_u8* b, int s, int* w) {
+    const ch_u8* qs = b + 48 + 32 * (s / 2);
+    const int shift = 4 * (s % 2);
+#pragma unroll
+    for (int t = 0; t < 32; ++t) w[t] = ((qs[t] >> shift) & 0xf) + ((b[16 + t] & (1 << s)) != 0 ? 16 : 0);
+  }
+  __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
+    int sc, m;
+    q_scale_min_k4(s, b + 4, sc, m);
+    return q_half(b) * dx * (float)(sc * (i0 + i1)) - q_half(b + 2) * dx * (float)(m * (x0 + x1));
+  }
 };
 
 struct Q6K {
+  static const int ACT = 2;
   static const int BYTES = 210, QK = 256;
   __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
     const int n = s / 4, quarter = s % 4;
@@ -248,14 +364,37 @@ struct Q6K {
       y[t] = q_mul(q_mul(d, (float)scales[t / 16 + 2 * quarter]), (float)q);
     }
   }
+  __device__ __forceinline__ static void ints(const ch_u8* b, int s, int* w) {
+    const int n = s / 4, quarter = s % 4;
+    const ch_u8* ql = b + 64 * n + 32 * (quarter & 1);
+    const ch_u8* qh = b + 128 + 32 * n;
+#pragma unroll
+    for (int t = 0; t < 32; ++t) {
+      const int low = quarter < 2 ? (ql[t] & 0xf) : (ql[t] >> 4);
+      w[t] = (low | (((qh[t] >> (2 * quarter)) & 3) << 4)) - 32;
+    }
+  }
+  __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int, int, float dx, float) {
+    const signed char* scales = (const signed char*)(b + 192 + 8 * (s / 4));
+    const int quarter = s % 4;
+    return q_half(b + 208) * dx * (float)(scales[2 * quarter] * i0 + scales[2 * quarter + 1] * i1);
+  }
 };
 
 struct Q8K {
+  static const int ACT = 2;
   static const int BYTES = 292, QK = 256;
   __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
     const float d = q_f32(b);
 #pragma unroll
     for (int t = 0; t < 32; ++t) y[t] = q_mul(d, (float)(signed char)b[4 + 32 * s + t]);
+  }
+  __device__ __forceinline__ static void ints(const ch_u8* b, int s, int* w) {
+#pragma unroll
+    for (int t = 0; t < 32; ++t) w[t] = (signed char)b[4 + 32 * s + t];
+  }
+  __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
+    return q_f32(b) * dx * (float)(i0 + i1);
   }
 };
 
@@ -285,42 +424,133 @@ __device__ __forceinline__ void dequantize(const ch_u8* __restrict__ blocks, T* 
   }
 }
 
+// The f32 value of the f16 nearest to v (ties to even).
+__device__ __forceinline__ float q_round_half(float v) { return Num<ch_f16>::to_f32(Num<ch_f16>::from_f32(v)); }
+
+// Activation rounding of candle's BlockQ8_0 / BlockQ8_1 from_float: d =
+// amax / 127 (stored as f16), q = round(x / d) (through 1 / d, half away from
+// zero); q8_1 adds s = f16(sum q) * d, rounded to f16.
+template <bool SUM>
+__device__ __forceinline__ void quantize_act_32(const float* __restrict__ x, signed char* __restrict__ q,
+                                                float* __restrict__ d, float* __restrict__ s, ch_u64 count) {
+  const ch_u64 step = (ch_u64)gridDim.x * blockDim.x;
+  for (ch_u64 blk = (ch_u64)blockIdx.x * blockDim.x + threadIdx.x; blk < count / 32; blk += step) {
+    const float* xb = x + 32 * blk;
+    float amax = 0.0f;
+    for (int t = 0; t < 32; ++t) amax = fmaxf(amax, fabsf(xb[t]));
+    const float scale = amax / 127.0f;
+    const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    int sum = 0;
+    for (int t = 0; t < 32; ++t) {
+      const int v = (int)roundf(xb[t] * inv);
+      q[32 * blk + t] = (signed char)v;
+      sum += v;
+    }
+    const float stored = q_round_half(scale);
+    d[blk] = stored;
+    if (SUM) s[blk] = q_round_half(q_round_half((float)sum) * stored);
+  }
+}
+
+// Activation rounding of candle's BlockQ8K from_float: per 256 values, the
+// first value of largest magnitude `max` gives iscale = -127 / max, q =
+// round(iscale * x) clamped to [-128, 127], d = 1 / iscale (f32).
+__device__ __forceinline__ void quantize_act_256(const float* __restrict__ x, signed char* __restrict__ q,
+                                                 float* __restrict__ d, ch_u64 count) {
+  const ch_u64 step = (ch_u64)gridDim.x * blockDim.x;
+  for (ch_u64 blk = (ch_u64)blockIdx.x * blockDim.x + threadIdx.x; blk < count / 256; blk += step) {
+    const float* xb = x + 256 * blk;
+    float amax = 0.0f, max = 0.0f;
+    for (int t = 0; t < 256; ++t) {
+      if (amax < fabsf(xb[t])) {
+        amax = fabsf(xb[t]);
+        max = xb[t];
+      }
+    }
+    const float iscale = amax == 0.0f ? 0.0f : -127.0f / max;
+    for (int t = 0; t < 256; ++t) {
+      const float v = roundf(iscale * xb[t]);
+      q[256 * blk + t] = (signed char)(int)fminf(fmaxf(v, -128.0f), 127.0f);
+    }
+    const float scale = amax == 0.0f ? 0.0f : 1.0f / iscale;
+#pragma unroll
+    for (int sub = 0; sub < 8; ++sub) d[8 * blk + sub] = scale;
+  }
+}
+
+// The dot products of the 32 integers w with 32 activations q (16-byte
+// aligned), per 16-value half, and the halves' sums of q.
+__device__ __forceinline__ void q_dot32(const int* w, const signed char* q, int& i0, int& i1, int& x0, int& x1) {
+  i0 = i1 = x0 = x1 = 0;
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    const Pack<ch_u32, 4> packed = *reinterpret_cast<const Pack<ch_u32, 4>*>(q + 16 * p);
+    int dot = 0, sum = 0;
+#pragma unroll
+    for (int t = 0; t < 16; ++t) {
+      const int v = (int)(signed char)((packed.v[t / 4] >> (8 * (t % 4))) & 0xffu);
+      dot += w[16 * p + t] * v;
+      sum += v;
+    }
+    if (p == 0) {
+      i0 = dot;
+      x0 = sum;
+    } else {
+      i1 = dot;
+      x1 = sum;
+    }
+  }
+}
+
 template <typename Q>
-__device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const float* __restrict__ x, float* __restrict__ y,
-                                        ch_u32 n, ch_u32 k, ch_u32 rows) {
+__device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signed char* __restrict__ q,
+                                        const float* __restrict__ d, const float* __restrict__ s,
+                                        float* __restrict__ y, ch_u32 n, ch_u32 k, ch_u32 rows) {
   const ch_u32 lane = threadIdx.x % CANDLE_HIP_WAVE;
   const ch_u64 j = (ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE) + threadIdx.x / CANDLE_HIP_WAVE;
   // The whole wave leaves together: the reductions below stay converged.
   if (j >= n) return;
   const ch_u32 subs = k / 32;
+  const int per_block = Q::QK / 32;
   const ch_u8* row = w + j * (ch_u64)(k / Q::QK) * Q::BYTES;
-  float acc[CH_QMATVEC_MAX_ROWS];
+  for (ch_u32 r0 = 0; r0 < rows; r0 += CH_QMATVEC_ROWS) {
+    float acc[CH_QMATVEC_ROWS];
 #pragma unroll
-  for (int r = 0; r < CH_QMATVEC_MAX_ROWS; ++r) acc[r] = 0.0f;
-  for (ch_u32 s = lane; s < subs; s += CANDLE_HIP_WAVE) {
-    float v[32];
-    q_sub<Q>(row, s, v);
+    for (int r = 0; r < CH_QMATVEC_ROWS; ++r) acc[r] = 0.0f;
+    for (ch_u32 sub = lane; sub < subs; sub += CANDLE_HIP_WAVE) {
+      const ch_u8* b = row + (ch_u64)(sub / per_block) * Q::BYTES;
+      const int in_block = (int)(sub % per_block);
+      int wv[32];
+      Q::ints(b, in_block, wv);
 #pragma unroll
-    for (int r = 0; r < CH_QMATVEC_MAX_ROWS; ++r) {
-      if ((ch_u32)r < rows) {
-        const Pack<float, 4>* xs = reinterpret_cast<const Pack<float, 4>*>(x + (ch_u64)r * k + 32 * s);
-#pragma unroll
-        for (int p = 0; p < 8; ++p) {
-          const Pack<float, 4> xp = xs[p];
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[r] += v[4 * p + e] * xp.v[e];
+      for (int r = 0; r < CH_QMATVEC_ROWS; ++r) {
+        const ch_u64 rr = r0 + r;
+        if (rr < rows) {
+          const ch_u64 at = rr * subs + sub;
+          int i0, i1, x0, x1;
+          q_dot32(wv, q + 32 * at, i0, i1, x0, x1);
+          acc[r] += Q::combine(b, in_block, i0, i1, x0, x1, d[at], s[at]);
         }
       }
     }
-  }
 #pragma unroll
-  for (int r = 0; r < CH_QMATVEC_MAX_ROWS; ++r) {
-    if ((ch_u32)r < rows) {
-      AccSum<float>::State st;
-      st.v = acc[r];
-      st = wave_reduce<AccSum<float> >(st);
-      if (lane == 0) y[(ch_u64)r * n + j] = st.v;
+    for (int r = 0; r < CH_QMATVEC_ROWS; ++r) {
+      if (r0 + r < rows) {
+        AccSum<float>::State st;
+        st.v = acc[r];
+        st = wave_reduce<AccSum<float> >(st);
+        if (lane == 0) y[(ch_u64)(r0 + r) * n + j] = st.v;
+      }
     }
+  }
+}
+
+template <int ACT>
+__device__ __forceinline__ void quantize_act(const float* x, signed char* q, float* d, float* s, ch_u64 count) {
+  if (ACT == 2) {
+    quantize_act_256(x, q, d, count);
+  } else {
+    quantize_act_32<ACT == 1>(x, q, d, s, count);
   }
 }
 
@@ -331,12 +561,21 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const float
   }
 
 #define QMATVEC(Q, NAME)                                                                           \
-  extern "C" __global__ void qmatvec_##NAME##_f32(const ch_u8* w, const float* x, float* y,        \
+  extern "C" __global__ void qmatvec_##NAME##_f32(const ch_u8* w, const signed char* q,            \
+                                                  const float* d, const float* s, float* y,        \
                                                   ch_u32 n, ch_u32 k, ch_u32 rows) {               \
-    qmatvec<Q>(w, x, y, n, k, rows);                                                               \
+    qmatvec<Q>(w, q, d, s, y, n, k, rows);                                                         \
   }
 
-#define QUANTIZED(Q, NAME) DEQUANTIZE(Q, NAME, f16) DEQUANTIZE(Q, NAME, bf16) DEQUANTIZE(Q, NAME, f32) QMATVEC(Q, NAME)
+#define QUANTIZE_ACT(Q, NAME)                                                                      \
+  extern "C" __global__ void quantize_act_##NAME##_f32(const float* x, signed char* q, float* d,   \
+                                                       float* s, ch_u64 count) {                   \
+    quantize_act<Q::ACT>(x, q, d, s, count);                                                       \
+  }
+
+#define QUANTIZED(Q, NAME)                                                                         \
+  DEQUANTIZE(Q, NAME, f16) DEQUANTIZE(Q, NAME, bf16) DEQUANTIZE(Q, NAME, f32) QUANTIZE_ACT(Q, NAME) \
+  QMATVEC(Q, NAME)
 
 QUANTIZED(Q4_0, q4_0)
 QUANTIZED(Q4_1, q4_1)
