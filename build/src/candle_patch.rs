@@ -251,7 +251,11 @@ const TEST_DEVICE_MACRO: &str = r#"macro_rules! test_device {
 /// - in a file with no `test_device!` test, every `Device::Cpu` expression becomes `device`,
 ///   so its CPU-only tests run on `device` as well. Files with device-generic tests keep their
 ///   CPU-only tests on the CPU, as candle does when it tests CUDA or Metal: there `Device::Cpu`
-///   is often chosen on purpose (to check device mismatches, for example).
+///   is often chosen on purpose (to check device mismatches, for example);
+/// - a match arm `Device::Cpu =>` (expected values per backend, as in `quantized_tests.rs`)
+///   becomes `Device::Cpu | Device::Custom(_) =>`: the enums' new variant would leave the match
+///   non-exhaustive, and a custom device is held to the CPU's values (candle-hip's quantized
+///   products round the activations as the CPU does).
 ///
 /// The prelude goes after the file's leading inner attributes and comments.
 pub fn retarget_tests(source: &str, device: &str, alias_candle: bool) -> String {
@@ -278,6 +282,8 @@ pub fn retarget_tests(source: &str, device: &str, alias_candle: bool) -> String 
         }
         if prelude_done && !device_generic && !trimmed.starts_with("use ") {
             out.push_str(&replace_cpu_device(line, device));
+        } else if trimmed.starts_with(CPU_ARM) {
+            out.push_str(&line.replacen(CPU_ARM, CUSTOM_AS_CPU_ARM, 1));
         } else {
             out.push_str(line);
         }
@@ -288,6 +294,10 @@ pub fn retarget_tests(source: &str, device: &str, alias_candle: bool) -> String 
     }
     out
 }
+
+/// A match arm on the CPU device, and the same arm taking custom devices too.
+const CPU_ARM: &str = "Device::Cpu =>";
+const CUSTOM_AS_CPU_ARM: &str = "Device::Cpu | Device::Custom(_) =>";
 
 /// Replaces every whole-path `Device::Cpu` of `line` (not `x::Device::Cpu`, not
 /// `Device::CpuX`) with `device`.
@@ -328,6 +338,18 @@ mod tests {
         assert!(out.contains("$fn_name(&h::device())"));
         assert!(out.contains("g(&Device::Cpu)"), "{out}");
         assert!(!out.contains("extern crate"));
+    }
+
+    #[test]
+    fn per_backend_expectations_hold_custom_devices_to_the_cpu_values() {
+        let src = "fn f(device: &Device) {\n    match device {\n        Device::Metal(_) => m(),\n        \
+                   Device::Cpu => c(),\n    }\n}\ntest_device!(f, f_cpu, f_gpu, f_metal);\n";
+        let out = retarget_tests(src, DEV, false);
+        assert!(
+            out.contains("        Device::Cpu | Device::Custom(_) => c(),"),
+            "{out}"
+        );
+        assert!(out.contains("        Device::Metal(_) => m(),"), "{out}");
     }
 
     #[test]

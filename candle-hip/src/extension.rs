@@ -38,22 +38,26 @@
 //! and returns it with [`storage_from_buffer`] and [`boxed`].
 
 mod device;
+mod quantized;
 mod storage;
 
 use std::sync::Arc;
 
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::custom_backend::{BoxedStorage, CustomStorage, FusedOp};
-use candle_core::{DType, Device, Layout, Result};
+use candle_core::quantized::GgmlDType;
+use candle_core::{DType, Device, Layout, Result, Shape};
 use hip_safe::DeviceBuffer;
 
 pub use device::BridgeDevice;
+pub use quantized::{BridgeQStorage, NoQuantized, QuantizedBlocks};
 pub use storage::BridgeStorage;
 
+use crate::quantized::QuantizedStorage;
 use crate::{HipDevice, HipStorage, dtype, error, fused};
 
 /// A backend exposed as a Candle custom device through the bridge.
-pub trait Backend: Send + Sync + 'static {
+pub trait Backend: Send + Sync + Sized + 'static {
     /// The backend name, as shown in `DeviceLocation::Custom` and in error messages.
     const NAME: &'static str;
 
@@ -63,8 +67,26 @@ pub trait Backend: Send + Sync + 'static {
     /// The backend's storage.
     type Storage: BackendStorage<Device = Self::Device> + std::fmt::Debug + Send + Sync + 'static;
 
+    /// The backend's quantized tensors (GGML blocks); [`NoQuantized`] for a
+    /// backend without them.
+    type Quantized: QuantizedBlocks<Self>;
+
     /// The ordinal of `device` among the devices of this backend.
     fn ordinal(device: &Self::Device) -> usize;
+
+    /// Blocks holding `data`, whole GGML blocks of `dtype`, on `device`.
+    /// Backends without quantized tensors keep the default, an error.
+    fn load_quantized(
+        device: &Self::Device,
+        dtype: GgmlDType,
+        data: &[u8],
+    ) -> Result<Self::Quantized> {
+        let _ = (device, data);
+        candle_core::bail!(
+            "quantized tensors ({dtype:?}) are not supported by the {} backend",
+            Self::NAME
+        )
+    }
 
     /// Whether `device` computes in bf16.
     fn supports_bf16(device: &Self::Device) -> bool;
@@ -98,9 +120,18 @@ impl Backend for Hip {
     const NAME: &'static str = "hip";
     type Device = HipDevice;
     type Storage = HipStorage;
+    type Quantized = QuantizedStorage;
 
     fn ordinal(device: &HipDevice) -> usize {
         device.ordinal()
+    }
+
+    fn load_quantized(
+        device: &HipDevice,
+        dtype: GgmlDType,
+        data: &[u8],
+    ) -> Result<QuantizedStorage> {
+        QuantizedStorage::from_blocks(device, dtype, data)
     }
 
     /// Every kernel and rocBLAS GEMM of candle-hip takes bf16.
@@ -148,6 +179,33 @@ impl Backend for Hip {
                 format!("{other:?} is not implemented by the {} backend", Self::NAME),
             )),
         }
+    }
+}
+
+impl QuantizedBlocks<Hip> for QuantizedStorage {
+    fn dtype(&self) -> GgmlDType {
+        QuantizedStorage::dtype(self)
+    }
+
+    fn size_in_bytes(&self) -> usize {
+        QuantizedStorage::size_in_bytes(self)
+    }
+
+    fn to_host(&self) -> Result<Vec<u8>> {
+        QuantizedStorage::to_host(self)
+    }
+
+    fn dequantize(&self, elem_count: usize, dtype: DType) -> Result<HipStorage> {
+        QuantizedStorage::dequantize(self, elem_count, dtype)
+    }
+
+    fn matmul_t(
+        &self,
+        w_shape: &Shape,
+        xs: &HipStorage,
+        layout: &Layout,
+    ) -> Result<(HipStorage, Shape)> {
+        QuantizedStorage::matmul_t(self, w_shape, xs, layout)
     }
 }
 

@@ -3,10 +3,12 @@
 use std::any::Any;
 
 use candle_core::backend::BackendDevice;
-use candle_core::custom_backend::{BoxedStorage, CustomDevice};
+use candle_core::custom_backend::{BoxedStorage, CustomDevice, CustomQStorage};
+use candle_core::quantized::GgmlDType;
 use candle_core::{CpuStorage, CpuStorageRef, DType, DeviceLocation, Result, Shape};
 
 use super::Backend;
+use super::quantized::boxed_q;
 use super::storage::boxed;
 
 /// A device of backend `B` seen as a Candle custom device.
@@ -129,5 +131,9 @@ impl<B: Backend> CustomDevice for BridgeDevice<B> {
 
     fn synchronize(&self) -> Result<()> {
         self.device.synchronize()
+    }
+
+    fn load_quantized(&self, dtype: GgmlDType, data: &[u8]) -> Result<Box<dyn CustomQStorage>> {
+        boxed_q::<B>(B::load_quantized(&self.device, dtype, data), &self.device)
     }
 }

@@ -1,13 +1,15 @@
 //! A test-only custom backend that delegates every operation to Candle's CPU backend through
 //! candle-hip's bridge ([`candle_hip::extension`], the code that also presents HIP as a Candle
-//! device), and its fused ops to Candle's own CPU implementations of them.
+//! device), its fused ops to Candle's own CPU implementations of them, and its quantized tensors
+//! to Candle's CPU quantized storage.
 
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::cpu_backend::CpuDevice;
 use candle_core::custom_backend::FusedOp;
 use candle_core::op::BackpropOp;
-use candle_core::{CpuStorage, Device, Layout, Result, Storage, Tensor};
-use candle_hip::extension::Backend;
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
+use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Result, Shape, Storage, Tensor};
+use candle_hip::extension::{Backend, QuantizedBlocks};
 
 /// The CPU-delegating backend.
 pub struct CpuDelegate;
@@ -49,6 +51,17 @@ impl Backend for CpuDelegate {
     const NAME: &'static str = "cpu-delegate";
     type Device = CpuDevice;
     type Storage = CpuStorage;
+    type Quantized = CpuBlocks;
+
+    fn load_quantized(_: &CpuDevice, dtype: GgmlDType, data: &[u8]) -> Result<CpuBlocks> {
+        if data.len() % dtype.type_size() != 0 {
+            candle_core::bail!("{} bytes are not whole {dtype:?} blocks", data.len())
+        }
+        Ok(CpuBlocks {
+            dtype,
+            data: data.to_vec(),
+        })
+    }
 
     fn ordinal(_: &CpuDevice) -> usize {
         0
@@ -85,5 +98,53 @@ impl Backend for CpuDelegate {
             other => candle_core::bail!("fused op {other:?} is not implemented by {}", Self::NAME),
         };
         cpu_storage(&result)
+    }
+}
+
+/// The delegate's quantized tensors: the blocks in host memory, handed to Candle's CPU quantized
+/// code for every operation.
+#[derive(Debug)]
+pub struct CpuBlocks {
+    dtype: GgmlDType,
+    data: Vec<u8>,
+}
+
+impl CpuBlocks {
+    /// A CPU `QTensor` of shape `shape` over a copy of the blocks.
+    fn qtensor(&self, shape: &Shape) -> Result<QTensor> {
+        let storage = QStorage::from_data(self.data.as_slice().into(), &Device::Cpu, self.dtype)?;
+        QTensor::new(storage, shape)
+    }
+}
+
+impl QuantizedBlocks<CpuDelegate> for CpuBlocks {
+    fn dtype(&self) -> GgmlDType {
+        self.dtype
+    }
+
+    fn size_in_bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    fn to_host(&self) -> Result<Vec<u8>> {
+        Ok(self.data.clone())
+    }
+
+    fn dequantize(&self, elem_count: usize, dtype: DType) -> Result<CpuStorage> {
+        let values = self
+            .qtensor(&Shape::from(elem_count))?
+            .dequantize(&Device::Cpu)?;
+        cpu_storage(&values.to_dtype(dtype)?)
+    }
+
+    fn matmul_t(
+        &self,
+        w_shape: &Shape,
+        xs: &CpuStorage,
+        layout: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let xs = contiguous(xs, layout)?;
+        self.qtensor(w_shape)?
+            .cpu_fwd(&xs, &Layout::contiguous(layout.shape()))
     }
 }

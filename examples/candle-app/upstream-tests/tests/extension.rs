@@ -254,6 +254,7 @@ impl Backend for NoFusedOps {
     const NAME: &'static str = "no-fused-ops";
     type Device = CpuDevice;
     type Storage = CpuStorage;
+    type Quantized = candle_hip::extension::NoQuantized;
 
     fn ordinal(_: &CpuDevice) -> usize {
         0

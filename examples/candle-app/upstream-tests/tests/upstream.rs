@@ -28,6 +28,17 @@ mod indexing_tests;
 #[path = "../../../../build/.candle-patched/tests/candle-core/bilinear_tests.rs"]
 mod bilinear_tests;
 
+// `quantized_tests.rs` names `crate::quantized` and `crate::k_quants`, which its own test crate
+// imports at the root.
+#[allow(unused_imports)]
+use candle_core::quantized::{self, k_quants};
+
+// Candle's file uses `usize::is_multiple_of` (Rust 1.87), newer than this workspace's MSRV;
+// it only builds with the toolchain that runs the tests.
+#[allow(clippy::incompatible_msrv)]
+#[path = "../../../../build/.candle-patched/tests/candle-core/quantized_tests.rs"]
+mod quantized_tests;
+
 #[path = "../../../../build/.candle-patched/tests/candle-nn/ops.rs"]
 mod nn_ops;
 
