@@ -3,7 +3,9 @@
 //!
 //! - [`shapes`]: named configurations of real models and the embedded tiny default;
 //! - [`weights`]: seeded random weights, in memory or written as a model folder;
-//! - [`model`]: loading a model folder or a shape, one interface over the architectures;
+//! - [`gguf`]: seeded models written as quantized GGUF files, and reading their headers;
+//! - [`model`]: loading a model folder, a shape or a GGUF file, one interface over the
+//!   architectures;
 //! - [`codec`]: tokenizers (Hugging Face's, or bytes for the seeded models);
 //! - [`generation`]: the decode loop with sampling, timings and the benchmark;
 //! - [`device`]: choosing HIP or the CPU.
@@ -11,6 +13,7 @@
 pub mod codec;
 pub mod device;
 pub mod generation;
+pub mod gguf;
 pub mod model;
 pub mod shapes;
 pub mod weights;

@@ -5,10 +5,13 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, IndexOp, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::{llama, mistral, qwen2, qwen3};
+use candle_transformers::models::{
+    llama, mistral, quantized_llama, quantized_qwen2, quantized_qwen3, qwen2, qwen3,
+};
 use serde_json::Value;
 
 use crate::codec::TextCodec;
+use crate::gguf::Header;
 use crate::shapes::{BYTE_TOKENIZER_KEY, Shape};
 use crate::{AppResult, app_error, weights};
 
@@ -75,6 +78,9 @@ pub enum Source {
     Dir(PathBuf),
     /// A named shape with seeded random weights built in memory.
     Shape(Shape, u64),
+    /// A GGUF file (quantized weights); its tokenizer is `tokenizer.json` next to it unless
+    /// the file marks the byte-level tokenizer of the seeded models.
+    Gguf(PathBuf),
 }
 
 /// A model's files checked before anything is loaded: the config and the weight files.
@@ -152,6 +158,9 @@ enum Net {
     Mistral(Box<mistral::Model>),
     Qwen2(Box<qwen2::ModelForCausalLM>),
     Qwen3(Box<qwen3::ModelForCausalLM>),
+    QuantizedLlama(Box<quantized_llama::ModelWeights>),
+    QuantizedQwen2(Box<quantized_qwen2::ModelWeights>),
+    QuantizedQwen3(Box<quantized_qwen3::ModelWeights>),
 }
 
 /// A loaded model: the network, its tokenizer and what the config says.
@@ -177,8 +186,12 @@ pub struct Model {
 }
 
 impl Model {
-    /// Loads the model from `source` in `dtype` onto `device`.
+    /// Loads the model from `source` in `dtype` onto `device` (a GGUF file computes in f32
+    /// whatever `dtype` says).
     pub fn load(source: &Source, dtype: DType, device: &Device) -> AppResult<Model> {
+        if let Source::Gguf(path) = source {
+            return Model::load_gguf(path, device);
+        }
         check_dtype(dtype, device)?;
         let (config, vb, weight_bytes, description, dir) = match source {
             Source::Dir(dir) => {
@@ -200,6 +213,7 @@ impl Model {
                     Some(dir),
                 )
             }
+            Source::Gguf(_) => unreachable!("handled above"),
             Source::Shape(shape, seed) => {
                 let config = shape.config();
                 let tensors = weights::build(&config, *seed, dtype, device)?;
@@ -271,6 +285,85 @@ impl Model {
         })
     }
 
+    /// Loads the GGUF file `path` onto `device`: Llama and Mistral files (architecture
+    /// `llama`) through candle-transformers' `quantized_llama`, Qwen2 and Qwen3 through
+    /// `quantized_qwen2` and `quantized_qwen3`.
+    fn load_gguf(path: &Path, device: &Device) -> AppResult<Model> {
+        check_dtype(DType::F32, device)?;
+        let header = Header::read(path)?;
+        let arch_name = header.arch.clone();
+        let number = |key: &str| {
+            header
+                .number(&format!("{arch_name}.{key}"))
+                .map(|v| v as usize)
+                .ok_or_else(|| app_error(format!("{}: no {arch_name}.{key}", path.display())))
+        };
+        let max_positions = number("context_length")?;
+        let vocab = match header.content.tensor_infos.get("token_embd.weight") {
+            Some(info) => info.shape.dims()[0],
+            None => {
+                return Err(app_error(format!(
+                    "{}: no token_embd.weight",
+                    path.display()
+                )));
+            }
+        };
+        let eos: Vec<u32> = header
+            .number("tokenizer.ggml.eos_token_id")
+            .map(|v| v as u32)
+            .into_iter()
+            .collect();
+        let codec = if header.byte_tokenizer() {
+            let bos = header.number("tokenizer.ggml.bos_token_id").unwrap_or(0) as u32;
+            TextCodec::Bytes { bos }
+        } else {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            TextCodec::from_dir(dir).map_err(|e| {
+                app_error(format!(
+                    "{}: the GGUF file needs tokenizer.json next to it: {e}",
+                    path.display()
+                ))
+            })?
+        };
+        let (tensor_bytes, types) = (header.tensor_bytes, header.types.clone());
+        let mut file =
+            std::fs::File::open(path).map_err(|e| app_error(format!("{}: {e}", path.display())))?;
+        let content = header.content;
+        let (arch, net) = match arch_name.as_str() {
+            "llama" | "mistral" => {
+                let m = quantized_llama::ModelWeights::from_gguf(content, &mut file, device)?;
+                (Arch::Llama, Net::QuantizedLlama(Box::new(m)))
+            }
+            "qwen2" => {
+                let m = quantized_qwen2::ModelWeights::from_gguf(content, &mut file, device)?;
+                (Arch::Qwen2, Net::QuantizedQwen2(Box::new(m)))
+            }
+            "qwen3" => {
+                let m = quantized_qwen3::ModelWeights::from_gguf(content, &mut file, device)?;
+                (Arch::Qwen3, Net::QuantizedQwen3(Box::new(m)))
+            }
+            other => {
+                return Err(app_error(format!(
+                    "{}: unknown GGUF architecture `{other}` (this program runs llama, \
+                     mistral, qwen2 and qwen3)",
+                    path.display()
+                )));
+            }
+        };
+        Ok(Model {
+            net,
+            arch,
+            codec,
+            eos,
+            max_positions,
+            vocab,
+            weight_bytes: tensor_bytes,
+            dtype: DType::F32,
+            device: device.clone(),
+            description: format!("{arch:?} ({}: {types})", path.display()),
+        })
+    }
+
     /// The device the model runs on.
     pub fn device(&self) -> &Device {
         &self.device
@@ -284,6 +377,9 @@ impl Model {
             Net::Mistral(model) => model.forward(ids, pos)?.i((.., 0))?,
             Net::Qwen2(model) => model.forward(ids, pos)?.i((.., 0))?,
             Net::Qwen3(model) => model.forward(ids, pos)?.i((.., 0))?,
+            Net::QuantizedLlama(model) => model.forward(ids, pos)?,
+            Net::QuantizedQwen2(model) => model.forward(ids, pos)?,
+            Net::QuantizedQwen3(model) => model.forward(ids, pos)?,
         };
         Ok(logits.to_dtype(DType::F32)?)
     }
@@ -297,6 +393,9 @@ impl Model {
             Net::Mistral(model) => model.clear_kv_cache(),
             Net::Qwen2(model) => model.clear_kv_cache(),
             Net::Qwen3(model) => model.clear_kv_cache(),
+            Net::QuantizedLlama(model) => model.clear_kv_cache(),
+            Net::QuantizedQwen2(model) => model.clear_kv_cache(),
+            Net::QuantizedQwen3(model) => model.clear_kv_cache(),
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! Text generation on HIP (or the CPU) with candle-transformers.
 //!
 //! ```text
-//! generate [run] [--model DIR | --shape NAME] [--prompt TEXT | --prompt-ids 1,2,3]
+//! generate [run] [--model DIR | --shape NAME | --gguf FILE] [--prompt TEXT | --prompt-ids 1,2,3]
 //!          [--max-tokens N] [--dtype f32|f16|bf16] [--device cpu|hip|hip:N]
 //!          [--temperature T] [--top-k K] [--top-p P] [--repeat-penalty R]
 //!          [--repeat-last-n N] [--seed S] [--weights-seed S] [--ignore-eos] [--json]
@@ -11,10 +11,13 @@
 //!     object instead). Without --model or --shape: the embedded default, a small Llama
 //!     with random weights from a fixed seed and a byte-level tokenizer. --logits-out
 //!     writes every step's f32 logits ([steps, vocab], little-endian) to FILE and the ids
-//!     to FILE.json.
+//!     to FILE.json. --gguf runs a quantized GGUF file (Llama, Mistral, Qwen2, Qwen3) in f32.
 //! generate write-model --shape NAME --out DIR [--dtype D] [--weights-seed S]
 //!     writes a seeded random-weight model folder (config.json, model.safetensors)
-//! generate bench [--model DIR | --shape NAME] [--dtype D] [--device D] [--batch B[,B..]]
+//! generate write-gguf --shape NAME --quant SCHEME --out FILE [--weights-seed S]
+//!     writes the same seeded weights as a GGUF file quantized by candle's quantizer:
+//!     q4_0, q8_0, q4k, q6k, or q4km (Q4_K with Q6_K for the output and some layers)
+//! generate bench [--model DIR | --shape NAME | --gguf FILE] [--dtype D] [--device D] [--batch B[,B..]]
 //!                [--prompt-len P[,P..]] [--new-tokens N] [--iters I] [--json FILE]
 //!     prefill and decode timings per (batch, prompt length), one JSON object per case
 //! ```
@@ -27,6 +30,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use candle_app_generate::generation::{self, Settings};
+use candle_app_generate::gguf::{self, SCHEMES, Scheme};
 use candle_app_generate::model::{self, Model, Source};
 use candle_app_generate::shapes::{SHAPES, Shape};
 use candle_app_generate::{AppResult, app_error, device, weights};
@@ -114,7 +118,7 @@ struct Usage(String);
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (command, rest) = match args.first().map(String::as_str) {
-        Some(c @ ("run" | "write-model" | "bench")) => (c, &args[1..]),
+        Some(c @ ("run" | "write-model" | "write-gguf" | "bench")) => (c, &args[1..]),
         Some("--help" | "-h") => {
             println!("{}", usage());
             return ExitCode::SUCCESS;
@@ -128,6 +132,7 @@ fn main() -> ExitCode {
     };
     let result = match command {
         "write-model" => write_model(&parsed),
+        "write-gguf" => write_gguf(&parsed),
         "bench" => bench(&parsed),
         _ => run(&parsed),
     };
@@ -172,16 +177,20 @@ fn fail(error: Result<String, Usage>) -> ExitCode {
 
 fn usage() -> String {
     let names: Vec<&str> = SHAPES.iter().map(|(n, _)| *n).collect();
+    let schemes: Vec<&str> = SCHEMES.iter().map(|(n, _)| *n).collect();
     format!(
-        "usage: generate [run] [--model DIR | --shape NAME] [--prompt TEXT | --prompt-ids IDS] \
+        "usage: generate [run] [--model DIR | --shape NAME | --gguf FILE] \
+         [--prompt TEXT | --prompt-ids IDS] \
          [--max-tokens N] [--dtype f32|f16|bf16] [--device cpu|hip|hip:N] [--temperature T] \
          [--top-k K] [--top-p P] [--repeat-penalty R] [--repeat-last-n N] [--seed S] \
          [--weights-seed S] [--ignore-eos] [--json] [--logits-out FILE]\n       \
          generate write-model --shape NAME --out DIR [--dtype D] [--weights-seed S]\n       \
-         generate bench [--model DIR | --shape NAME] [--dtype D] [--device D] [--batch B,..] \
-         [--prompt-len P,..] [--new-tokens N] [--iters I] [--json FILE]\n\
-         shapes: {}",
-        names.join(", ")
+         generate write-gguf --shape NAME --quant SCHEME --out FILE [--weights-seed S]\n       \
+         generate bench [--model DIR | --shape NAME | --gguf FILE] [--dtype D] [--device D] \
+         [--batch B,..] [--prompt-len P,..] [--new-tokens N] [--iters I] [--json FILE]\n\
+         shapes: {}\nquantization schemes: {}",
+        names.join(", "),
+        schemes.join(", ")
     )
 }
 
@@ -190,11 +199,12 @@ fn source(args: &Args) -> AppResult<(Source, bool)> {
     let seed = args
         .number("--weights-seed")?
         .unwrap_or(DEFAULT_WEIGHTS_SEED);
-    match (args.get("--model"), args.get("--shape")) {
-        (Some(_), Some(_)) => Err(usage_error("give --model or --shape, not both")),
-        (Some(dir), None) => Ok((Source::Dir(PathBuf::from(dir)), false)),
-        (None, Some(name)) => Ok((Source::Shape(shape(name)?, seed), false)),
-        (None, None) => Ok((Source::Shape(Shape::Tiny, seed), true)),
+    match (args.get("--model"), args.get("--shape"), args.get("--gguf")) {
+        (Some(dir), None, None) => Ok((Source::Dir(PathBuf::from(dir)), false)),
+        (None, Some(name), None) => Ok((Source::Shape(shape(name)?, seed), false)),
+        (None, None, Some(file)) => Ok((Source::Gguf(PathBuf::from(file)), false)),
+        (None, None, None) => Ok((Source::Shape(Shape::Tiny, seed), true)),
+        _ => Err(usage_error("give one of --model, --shape and --gguf")),
     }
 }
 
@@ -229,6 +239,7 @@ fn run(args: &Args) -> AppResult<()> {
     args.reject_unknown(&[
         "--model",
         "--shape",
+        "--gguf",
         "--prompt",
         "--prompt-ids",
         "--max-tokens",
@@ -290,7 +301,7 @@ fn run(args: &Args) -> AppResult<()> {
             "generate: {} on {} in {}, {} prompt tokens",
             model.description,
             device::describe(&device),
-            model::dtype_name(dtype),
+            model::dtype_name(model.dtype),
             prompt.len()
         );
         print!("{}", model.codec.decode(&prompt)?);
@@ -318,7 +329,7 @@ fn run(args: &Args) -> AppResult<()> {
         let report = json!({
             "model": model.description,
             "device": device::describe(&device),
-            "dtype": model::dtype_name(dtype),
+            "dtype": model::dtype_name(model.dtype),
             "prompt_tokens": outcome.prompt.len(),
             "prompt_ids": outcome.prompt,
             "generated_ids": outcome.generated,
@@ -402,10 +413,45 @@ fn write_model(args: &Args) -> AppResult<()> {
     Ok(())
 }
 
+fn write_gguf(args: &Args) -> AppResult<()> {
+    args.reject_unknown(&["--shape", "--quant", "--out", "--weights-seed"])
+        .map_err(|e| usage_error(e.to_string()))?;
+    let shape = shape(
+        args.get("--shape")
+            .ok_or_else(|| usage_error("write-gguf needs --shape"))?,
+    )?;
+    let name = args
+        .get("--quant")
+        .ok_or_else(|| usage_error("write-gguf needs --quant"))?;
+    let scheme = Scheme::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = SCHEMES.iter().map(|(n, _)| *n).collect();
+        usage_error(format!(
+            "unknown --quant `{name}` (one of {})",
+            names.join(", ")
+        ))
+    })?;
+    let out = args
+        .get("--out")
+        .ok_or_else(|| usage_error("write-gguf needs --out"))?;
+    let seed = args
+        .number("--weights-seed")?
+        .unwrap_or(DEFAULT_WEIGHTS_SEED);
+    let start = std::time::Instant::now();
+    let bytes = gguf::write(shape, seed, scheme, std::path::Path::new(out))?;
+    eprintln!(
+        "generate: wrote {} ({name}, seed {seed}, {:.2} GB of tensors) to {out} in {:.1} s",
+        shape.name(),
+        bytes as f64 / 1e9,
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 fn bench(args: &Args) -> AppResult<()> {
     args.reject_unknown(&[
         "--model",
         "--shape",
+        "--gguf",
         "--dtype",
         "--device",
         "--batch",
@@ -431,7 +477,7 @@ fn bench(args: &Args) -> AppResult<()> {
                 "framework": "candle",
                 "device": device::describe(&device),
                 "model": model.description,
-                "dtype": model::dtype_name(dtype),
+                "dtype": model::dtype_name(model.dtype),
                 "batch": r.batch,
                 "prompt_len": r.prompt_len,
                 "new_tokens": r.new_tokens,

@@ -1,0 +1,246 @@
+//! Quantized GGUF models: seeded models written by `gguf::write` in every scheme, run through
+//! candle-transformers' quantized Llama on the CPU (and, `#[ignore]`d, on HIP against the
+//! CPU), and the errors for bad files.
+//!
+//! The CPU reference is candle's portable quantized arithmetic: candle-core 0.11.1 also has
+//! an AVX-512 path for Q8_0 weights that rounds the activations per 256 values instead of 32
+//! (`MISTRALRS_FORCE_AVX2=1` turns it off; every test here sets it before any quantized
+//! product runs, so the reference does not depend on the host's CPU).
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use candle_app_generate::generation::{self, Settings};
+use candle_app_generate::gguf::{self, SCHEMES, Scheme};
+use candle_app_generate::model::{Model, Source};
+use candle_app_generate::shapes::Shape;
+use candle_core::quantized::gguf_file;
+use candle_core::{DType, Device};
+
+const SEED: u64 = 20_261_123;
+
+fn temp_file(label: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("generate-gguf-{label}-{}.gguf", std::process::id()))
+}
+
+/// The tiny shape written as a GGUF file in `scheme`.
+fn tiny_gguf(name: &str, scheme: Scheme) -> PathBuf {
+    portable_cpu_reference();
+    let path = temp_file(name);
+    gguf::write(Shape::Tiny, SEED, scheme, &path).expect("write gguf");
+    path
+}
+
+/// Pins the CPU reference to candle's portable quantized arithmetic (see the module docs).
+fn portable_cpu_reference() {
+    static PIN: std::sync::Once = std::sync::Once::new();
+    // SAFETY: set once, before any test of this file runs a quantized product (each calls
+    // this first), and nothing in these tests reads the environment concurrently.
+    PIN.call_once(|| unsafe { std::env::set_var("MISTRALRS_FORCE_AVX2", "1") });
+}
+
+fn load(path: &Path, device: &Device) -> Model {
+    Model::load(&Source::Gguf(path.to_path_buf()), DType::F32, device).expect("load gguf")
+}
+
+fn greedy(max_tokens: usize) -> Settings {
+    Settings {
+        max_tokens,
+        ignore_eos: true,
+        ..Settings::default()
+    }
+}
+
+fn prompt() -> Vec<u32> {
+    (0..11).map(|i| ((i * 31 + 7) % 256) as u32).collect()
+}
+
+/// Largest |a - b| over largest |b|.
+fn relative_difference(a: &[f32], b: &[f32]) -> f32 {
+    let diff = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    diff / b.iter().map(|y| y.abs()).fold(0f32, f32::max)
+}
+
+#[test]
+fn every_scheme_writes_a_file_that_generates_on_the_cpu() {
+    for (name, scheme) in SCHEMES {
+        let path = tiny_gguf(name, scheme);
+        let header = gguf::Header::read(&path).unwrap();
+        assert_eq!(header.arch, "llama");
+        let mut model = load(&path, &Device::Cpu);
+        assert_eq!(model.vocab, 258);
+        let out =
+            generation::generate(&mut model, &prompt(), &greedy(8), false, |_| Ok(())).unwrap();
+        assert_eq!(out.generated.len(), 8, "{name}");
+        println!("{name}: {} -> {:?}", header.types, out.generated);
+        // The matrices are quantized as the scheme says (the tiny shape's 688-wide
+        // feed-forward rows are no whole number of blocks: f16).
+        let expect = match name {
+            "q4_0" => "Q4_0",
+            "q8_0" => "Q8_0",
+            "q6k" => "Q6K",
+            _ => "Q4K",
+        };
+        assert!(header.types.contains(expect), "{name}: {}", header.types);
+        if name == "q4km" {
+            assert!(header.types.contains("Q6K"), "{}", header.types);
+        }
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+#[test]
+fn bad_gguf_files_are_clear_errors() {
+    let path = tiny_gguf(
+        "bad",
+        Scheme::Uniform(candle_core::quantized::GgmlDType::Q4_0),
+    );
+    let bytes = std::fs::read(&path).unwrap();
+    let err = |p: &Path| {
+        Model::load(&Source::Gguf(p.to_path_buf()), DType::F32, &Device::Cpu)
+            .err()
+            .expect("an error")
+            .to_string()
+    };
+
+    // Truncated inside the tensor before the last (quantized_llama takes the token
+    // embedding when the last, `output.weight`, does not load): the error names the tensor
+    // and its type.
+    let cut = temp_file("truncated");
+    let output_bytes = 258 * 256 / 32 * 18;
+    std::fs::write(&cut, &bytes[..bytes.len() - output_bytes - 200]).unwrap();
+    let e = err(&cut);
+    assert!(e.contains("tensor ") && e.contains("bytes"), "{e}");
+
+    // An unknown block type code in the tensor table: the error names the tensor.
+    let mut file = std::fs::File::open(&path).unwrap();
+    let content = gguf_file::Content::read(&mut file).unwrap();
+    let (name, _) = content.tensor_infos.iter().next().unwrap();
+    let mut header = vec![0u8; content.tensor_data_offset as usize];
+    file.seek(SeekFrom::Start(0)).unwrap();
+    file.read_exact(&mut header).unwrap();
+    // The tensor's entry: its name, then rank, dims, the type (u32) and the offset (u64).
+    let at = header
+        .windows(name.len())
+        .position(|w| w == name.as_bytes())
+        .unwrap();
+    let rank_at = at + name.len();
+    let rank = u32::from_le_bytes(header[rank_at..rank_at + 4].try_into().unwrap()) as usize;
+    let type_at = rank_at + 4 + 8 * rank;
+    let mut odd = bytes.clone();
+    odd[type_at..type_at + 4].copy_from_slice(&77u32.to_le_bytes());
+    let bad_type = temp_file("badtype");
+    std::fs::write(&bad_type, &odd).unwrap();
+    let e = err(&bad_type);
+    assert!(e.contains(name.as_str()), "{e}");
+
+    // Not a GGUF file; no tokenizer next to a file that needs one.
+    let junk = temp_file("junk");
+    std::fs::File::create(&junk)
+        .unwrap()
+        .write_all(b"not a gguf file at all")
+        .unwrap();
+    assert!(err(&junk).contains("GGUF"), "{}", err(&junk));
+    let missing = temp_file("missing");
+    assert!(err(&missing).contains("missing"), "{}", err(&missing));
+
+    for p in [path, cut, bad_type, junk] {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// The f32 logits of every step when `model` is fed `prompt` and then `tokens` one at a time.
+fn teacher_forced(model: &mut Model, prompt: &[u32], tokens: &[u32]) -> Vec<Vec<f32>> {
+    let dev = model.device().clone();
+    model.reset().unwrap();
+    let row = |t: candle_core::Tensor| t.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
+    let ids = candle_core::Tensor::new(prompt, &dev)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let mut out = vec![row(model.forward(&ids, 0).unwrap())];
+    for (i, &id) in tokens
+        .iter()
+        .enumerate()
+        .take(tokens.len().saturating_sub(1))
+    {
+        let ids = candle_core::Tensor::new(&[id], &dev)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        out.push(row(model.forward(&ids, prompt.len() + i).unwrap()));
+    }
+    out
+}
+
+/// The gap between the two largest values of `row`.
+fn margin(row: &[f32]) -> f32 {
+    let mut sorted = row.to_vec();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    sorted[0] - sorted[1]
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn hip_matches_the_cpu_on_the_same_gguf_for_64_greedy_steps() {
+    let hip = candle_hip::extension::hip_device(0).expect("HIP device 0");
+    for (name, scheme) in SCHEMES {
+        let path = tiny_gguf(&format!("hip-{name}"), scheme);
+        let mut cpu_model = load(&path, &Device::Cpu);
+        let mut hip_model = load(&path, &hip);
+        let cpu =
+            generation::generate(&mut cpu_model, &prompt(), &greedy(64), true, |_| Ok(())).unwrap();
+        let free = generation::generate(&mut hip_model, &prompt(), &greedy(64), false, |_| Ok(()))
+            .unwrap();
+        let same_run = free
+            .generated
+            .iter()
+            .zip(&cpu.generated)
+            .take_while(|(a, b)| a == b)
+            .count();
+        // Fed the CPU's tokens, step by step, the logits of every step. Both round the
+        // activations to 8 bits the same way and take the same integer products, but the
+        // float sums before a rounding differ in order: a last-bit difference moves an
+        // activation that lies on a rounding boundary by one 8-bit step (1/127 of its block's
+        // largest value), which shows in the logits as differences of that order; 5e-2 of the
+        // largest logit bounds them. Free-running, the tokens must be the CPU's until a step
+        // whose choice the CPU made by less than the two devices' difference there.
+        let forced = teacher_forced(&mut hip_model, &prompt(), &cpu.generated);
+        let worst = cpu
+            .logits
+            .iter()
+            .zip(&forced)
+            .map(|(c, g)| relative_difference(g, c))
+            .fold(0f32, f32::max);
+        let divergence = match cpu.logits.get(same_run) {
+            None => "none".to_string(),
+            Some(c) => {
+                let g = &forced[same_run];
+                let diff = c
+                    .iter()
+                    .zip(g)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                assert!(
+                    margin(c) < 2.0 * diff,
+                    "{name}: step {same_run} differs with a top-2 margin of {} (difference {diff})",
+                    margin(c)
+                );
+                format!(
+                    "a near tie (top-2 margin {:.1e}, difference {diff:.1e})",
+                    margin(c)
+                )
+            }
+        };
+        println!(
+            "{name}: 64 greedy steps, the first {same_run} tokens the CPU's, then {divergence}; \
+             fed the CPU's tokens, largest relative logit difference {worst:.2e}"
+        );
+        assert!(worst < 5e-2, "{name}: {worst}");
+        let _ = std::fs::remove_file(path);
+    }
+}
