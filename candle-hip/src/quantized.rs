@@ -144,12 +144,12 @@ impl QuantizedStorage {
                 to_u32(
                     OP,
                     "the blocks of one thread per 32 values",
-                    subs.div_ceil(256),
+                    subs.div_ceil(ELEM_BLOCK as usize),
                 )?,
                 1,
                 1,
             ),
-            block_dim: (256, 1, 1),
+            block_dim: (ELEM_BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
         let subs = subs as u64;

@@ -103,10 +103,25 @@ __device__ __forceinline__ int q_scale_k3(int j, const ch_u8* q) {
   return (low & 0xf) | (high << 4);
 }
 
+// Stores the signed byte v as byte t of the 32 packed into w[0..8).
+__device__ __forceinline__ void q_put(ch_u32* w, int t, int v) { w[t / 4] |= ((ch_u32)v & 0xffu) << (8 * (t % 4)); }
+
+// c plus the sum of the four products of the signed bytes of a and b.
+__device__ __forceinline__ int q_dot4(ch_u32 a, ch_u32 b, int c) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+  return __dp4a((int)a, (int)b, c);
+#else
+#pragma unroll
+  for (int k = 0; k < 4; ++k) c += (int)(signed char)(a >> (8 * k)) * (int)(signed char)(b >> (8 * k));
+  return c;
+#endif
+}
+
 // Each block type: BYTES per block of QK values; ACT, the activation
 // rounding of candle's vec-dot type for it (0: q8_0, 1: q8_1, 2: q8k);
 // sub(b, s, y), which writes values 32 * s .. 32 * s + 31 of the block at b
-// into y; ints(b, s, w), the same values as the format's integers; and
+// into y; ints(b, s, w), the same values as the format's integers (signed
+// bytes, four to a word of w, which starts zeroed); and
 // combine(b, s, i0, i1, x0, x1, dx, sx), the sub-block's share of candle's
 // vec_dot from the integer dot products of its 16-value halves with the
 // activations (i0, i1), the halves' activation sums (x0, x1: GGML's bsums)
@@ -123,9 +138,9 @@ struct Q4_0 {
       y[t] = q_mul((float)(q - 8), d);
     }
   }
-  __device__ __forceinline__ static void ints(const ch_u8* b, int, int* w) {
+  __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
 #pragma unroll
-    for (int t = 0; t < 32; ++t) w[t] = (t < 16 ? (b[2 + t] & 0xf) : (b[2 + t - 16] >> 4)) - 8;
+    for (int t = 0; t < 32; ++t) q_put(w, t, (t < 16 ? (b[2 + t] & 0xf) : (b[2 + t - 16] >> 4)) - 8);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
     return (float)(i0 + i1) * q_half(b) * dx;
@@ -143,9 +158,9 @@ struct Q4_1 {
       y[t] = q_mul((float)q, d) + m;
     }
   }
-  __device__ __forceinline__ static void ints(const ch_u8* b, int, int* w) {
+  __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
 #pragma unroll
-    for (int t = 0; t < 32; ++t) w[t] = t < 16 ? (b[4 + t] & 0xf) : (b[4 + t - 16] >> 4);
+    for (int t = 0; t < 32; ++t) q_put(w, t, t < 16 ? (b[4 + t] & 0xf) : (b[4 + t - 16] >> 4));
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float sx) {
     return (float)(i0 + i1) * q_half(b) * dx + q_half(b + 2) * sx;
@@ -165,12 +180,12 @@ struct Q5_0 {
       y[t] = q_mul((float)(q - 16), d);
     }
   }
-  __device__ __forceinline__ static void ints(const ch_u8* b, int, int* w) {
+  __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
     const ch_u32 qh = q_u32(b + 2);
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
       const int low = t < 16 ? (b[6 + t] & 0xf) : (b[6 + t - 16] >> 4);
-      w[t] = (low | (int)(((qh >> t) & 1u) << 4)) - 16;
+      q_put(w, t, (low | (int)(((qh >> t) & 1u) << 4)) - 16);
     }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
@@ -191,12 +206,12 @@ struct Q5_1 {
       y[t] = q_mul((float)q, d) + m;
     }
   }
-  __device__ __forceinline__ static void ints(const ch_u8* b, int, int* w) {
+  __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
     const ch_u32 qh = q_u32(b + 4);
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
       const int low = t < 16 ? (b[8 + t] & 0xf) : (b[8 + t - 16] >> 4);
-      w[t] = low | (int)(((qh >> t) & 1u) << 4);
+      q_put(w, t, low | (int)(((qh >> t) & 1u) << 4));
     }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float sx) {
@@ -214,9 +229,9 @@ struct Q8 {
 #pragma unroll
     for (int t = 0; t < 32; ++t) y[t] = q_mul((float)(signed char)b[OFFSET + t], d);
   }
-  __device__ __forceinline__ static void ints(const ch_u8* b, int, int* w) {
+  __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
 #pragma unroll
-    for (int t = 0; t < 32; ++t) w[t] = (signed char)b[OFFSET + t];
+    for (int t = 0; t < 32; ++t) q_put(w, t, (signed char)b[OFFSET + t]);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
     return (float)(i0 + i1) * q_half(b) * dx;
@@ -245,11 +260,11 @@ struct Q2K {
       }
     }
   }
-  __device__ __forceinline__ static void ints(const ch_u8* b, int s, int* w) {
+  __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
     const ch_u8* qs = b + 16 + 32 * (s / 4);
     const int shift = 2 * (s % 4);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) w[t] = (qs[t] >> shift) & 3;
+    for (int t = 0; t < 32; ++t) q_put(w, t, (qs[t] >> shift) & 3);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     const int sc0 = b[2 * s], sc1 = b[2 * s + 1];
@@ -279,12 +294,12 @@ struct Q3K {
       }
     }
   }
-  __device__ __forceinline__ static void ints(const ch_u8* b, int s, int* w) {
+  __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
     const ch_u8* qs = b + 32 + 32 * (s / 4);
     const int shift = 2 * (s % 4);
     const int m = 1 << s;
 #pragma unroll
-    for (int t = 0; t < 32; ++t) w[t] = ((qs[t] >> shift) & 3) - ((b[t] & m) != 0 ? 0 : 4);
+    for (int t = 0; t < 32; ++t) q_put(w, t, ((qs[t] >> shift) & 3) - ((b[t] & m) != 0 ? 0 : 4));
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int, int, float dx, float) {
     const int sc0 = q_scale_k3(2 * s, b + 96) - 32, sc1 = q_scale_k3(2 * s + 1, b + 96) - 32;
@@ -305,11 +320,11 @@ struct Q4K {
 #pragma unroll
     for (int t = 0; t < 32; ++t) y[t] = q_mul(d1, (float)((qs[t] >> shift) & 0xf)) - m1;
   }
-  __device__ __forceinline__ static void ints(const ch_u8* b, int s, int* w) {
+  __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
     const ch_u8* qs = b + 16 + 32 * (s / 2);
     const int shift = 4 * (s % 2);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) w[t] = (qs[t] >> shift) & 0xf;
+    for (int t = 0; t < 32; ++t) q_put(w, t, (qs[t] >> shift) & 0xf);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     int sc, m;
@@ -335,11 +350,11 @@ struct Q5K {
       y[t] = q_mul(d1, (float)((qs[t] >> shift) & 0xf) + high) - m1;
     }
   }
-  __device__ __forceinline__ static void ints(const ch_u8* b, int s, int* w) {
+  __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
     const ch_u8* qs = b + 48 + 32 * (s / 2);
     const int shift = 4 * (s % 2);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) w[t] = ((qs[t] >> shift) & 0xf) + ((b[16 + t] & (1 << s)) != 0 ? 16 : 0);
+    for (int t = 0; t < 32; ++t) q_put(w, t, ((qs[t] >> shift) & 0xf) + ((b[16 + t] & (1 << s)) != 0 ? 16 : 0));
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     int sc, m;
@@ -364,14 +379,14 @@ struct Q6K {
       y[t] = q_mul(q_mul(d, (float)scales[t / 16 + 2 * quarter]), (float)q);
     }
   }
-  __device__ __forceinline__ static void ints(const ch_u8* b, int s, int* w) {
+  __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
     const int n = s / 4, quarter = s % 4;
     const ch_u8* ql = b + 64 * n + 32 * (quarter & 1);
     const ch_u8* qh = b + 128 + 32 * n;
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
       const int low = quarter < 2 ? (ql[t] & 0xf) : (ql[t] >> 4);
-      w[t] = (low | (((qh[t] >> (2 * quarter)) & 3) << 4)) - 32;
+      q_put(w, t, (low | (((qh[t] >> (2 * quarter)) & 3) << 4)) - 32);
     }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int, int, float dx, float) {
@@ -389,9 +404,9 @@ struct Q8K {
 #pragma unroll
     for (int t = 0; t < 32; ++t) y[t] = q_mul(d, (float)(signed char)b[4 + 32 * s + t]);
   }
-  __device__ __forceinline__ static void ints(const ch_u8* b, int s, int* w) {
+  __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
 #pragma unroll
-    for (int t = 0; t < 32; ++t) w[t] = (signed char)b[4 + 32 * s + t];
+    for (int t = 0; t < 32; ++t) q_put(w, t, (signed char)b[4 + 32 * s + t]);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
     return q_f32(b) * dx * (float)(i0 + i1);
@@ -478,27 +493,18 @@ __device__ __forceinline__ void quantize_act_256(const float* __restrict__ x, si
   }
 }
 
-// The dot products of the 32 integers w with 32 activations q (16-byte
-// aligned), per 16-value half, and the halves' sums of q.
-__device__ __forceinline__ void q_dot32(const int* w, const signed char* q, int& i0, int& i1, int& x0, int& x1) {
+// The dot products of the 32 packed integers w with 32 activations q
+// (16-byte aligned), per 16-value half, and the halves' sums of q.
+__device__ __forceinline__ void q_dot32(const ch_u32* w, const signed char* q, int& i0, int& i1, int& x0, int& x1) {
+  const Pack<ch_u32, 4> lo = *reinterpret_cast<const Pack<ch_u32, 4>*>(q);
+  const Pack<ch_u32, 4> hi = *reinterpret_cast<const Pack<ch_u32, 4>*>(q + 16);
   i0 = i1 = x0 = x1 = 0;
 #pragma unroll
-  for (int p = 0; p < 2; ++p) {
-    const Pack<ch_u32, 4> packed = *reinterpret_cast<const Pack<ch_u32, 4>*>(q + 16 * p);
-    int dot = 0, sum = 0;
-#pragma unroll
-    for (int t = 0; t < 16; ++t) {
-      const int v = (int)(signed char)((packed.v[t / 4] >> (8 * (t % 4))) & 0xffu);
-      dot += w[16 * p + t] * v;
-      sum += v;
-    }
-    if (p == 0) {
-      i0 = dot;
-      x0 = sum;
-    } else {
-      i1 = dot;
-      x1 = sum;
-    }
+  for (int p = 0; p < 4; ++p) {
+    i0 = q_dot4(w[p], lo.v[p], i0);
+    i1 = q_dot4(w[4 + p], hi.v[p], i1);
+    x0 = q_dot4(0x01010101u, lo.v[p], x0);
+    x1 = q_dot4(0x01010101u, hi.v[p], x1);
   }
 }
 
@@ -520,7 +526,7 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
     for (ch_u32 sub = lane; sub < subs; sub += CANDLE_HIP_WAVE) {
       const ch_u8* b = row + (ch_u64)(sub / per_block) * Q::BYTES;
       const int in_block = (int)(sub % per_block);
-      int wv[32];
+      ch_u32 wv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       Q::ints(b, in_block, wv);
 #pragma unroll
       for (int r = 0; r < CH_QMATVEC_ROWS; ++r) {
@@ -555,20 +561,20 @@ __device__ __forceinline__ void quantize_act(const float* x, signed char* q, flo
 }
 
 #define DEQUANTIZE(Q, NAME, TYPE)                                                                  \
-  extern "C" __global__ void dequantize_##NAME##_##TYPE(const ch_u8* blocks, ch_##TYPE* y,         \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK) dequantize_##NAME##_##TYPE(const ch_u8* blocks, ch_##TYPE* y,         \
                                                         ch_u64 subs) {                             \
     dequantize<Q, ch_##TYPE>(blocks, y, subs);                                                     \
   }
 
 #define QMATVEC(Q, NAME)                                                                           \
-  extern "C" __global__ void qmatvec_##NAME##_f32(const ch_u8* w, const signed char* q,            \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK) qmatvec_##NAME##_f32(const ch_u8* w, const signed char* q,            \
                                                   const float* d, const float* s, float* y,        \
                                                   ch_u32 n, ch_u32 k, ch_u32 rows) {               \
     qmatvec<Q>(w, q, d, s, y, n, k, rows);                                                         \
   }
 
 #define QUANTIZE_ACT(Q, NAME)                                                                      \
-  extern "C" __global__ void quantize_act_##NAME##_f32(const float* x, signed char* q, float* d,   \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK) quantize_act_##NAME##_f32(const float* x, signed char* q, float* d,   \
                                                        float* s, ch_u64 count) {                   \
     quantize_act<Q::ACT>(x, q, d, s, count);                                                       \
   }

@@ -8,11 +8,16 @@
 #       HIP; then Llama-3.2-1B-shaped seeded weights against Hugging Face
 #       transformers on the same safetensors: greedy tokens identical for 128
 #       steps in f32, logits within 5e-2 of the largest in bf16 while the
-#       tokens agree.
+#       tokens agree. The GGUF tests (HIP vs CPU on the same quantized files) run
+#       after the package tests.
 #   generation.sh bench <outdir> <shape> [batches] [prompt lengths]
 #       writes the shape's seeded bf16 weights, then the generation benchmark of
 #       candle-hip and of PyTorch eager on them, and the joined report
 #       (<outdir>/generate-<shape>.md and .png).
+#   generation.sh gguf-bench <outdir> <shape> [schemes] [batches]
+#       writes the shape as a GGUF file per quantization scheme (default
+#       q4_0,q8_0,q4k) and benchmarks each on HIP, then the bf16 model, rows to
+#       <outdir>/gguf-<shape>.jsonl (prompt 128, 64 new tokens).
 #
 # Model folders go to $GENERATE_WORK (default /tmp/generate-models), not
 # <outdir>: the 8B shape is 16 GB. Appends "step|status|-|-|-" rows to
@@ -23,7 +28,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode="${1:-}"
 out="${2:-}"
 if [[ -z "$mode" || -z "$out" ]]; then
-    echo "usage: $0 check|bench <outdir> [shape batches prompts]" >&2
+    echo "usage: $0 check|bench|gguf-bench <outdir> [shape batches prompts | shape schemes batches]" >&2
     exit 2
 fi
 mkdir -p "$out"
@@ -60,6 +65,7 @@ model_dir() {
 case "$mode" in
 check)
     step tests "$here/generation" --include-ignored --nocapture --test-threads=1
+    step gguf-tests "$here/gguf" --include-ignored --nocapture --test-threads=1
     step embedded-default "$here/generate" --device hip --max-tokens 64
     prompt="128000,791,4062,14198,39935,35308,927,279,16053,5679"
     for dtype in f32 bf16; do
@@ -97,8 +103,28 @@ bench)
         "$out/generate-$shape-torch.jsonl" "$out/generate-$shape" \
         "$shape, bf16, 128 new tokens"
     ;;
+gguf-bench)
+    # Decode and prefill of one shape written as GGUF files in each scheme (written here:
+    # no weights are carried), then the same shape in bf16, on HIP.
+    shape="${3:?shape}"
+    schemes="${4:-q4_0,q8_0,q4k}"
+    batches="${5:-1,4}"
+    rows="$out/gguf-$shape.jsonl"
+    rm -f "$rows"
+    for scheme in ${schemes//,/ }; do
+        file="$work/$shape-$scheme.gguf"
+        [[ -f "$file" ]] || step "write-$shape-$scheme" "$here/generate" write-gguf \
+            --shape "$shape" --quant "$scheme" --out "$file" || continue
+        step "gguf-bench-$shape-$scheme" "$here/generate" bench --gguf "$file" --device hip \
+            --batch "$batches" --prompt-len 128 --new-tokens 64 --iters 2 --json "$rows"
+        rm -f "$file"
+    done
+    dir="$(model_dir "$shape" bf16)" || exit 1
+    step "gguf-bench-$shape-bf16" "$here/generate" bench --model "$dir" --dtype bf16 \
+        --device hip --batch "$batches" --prompt-len 128 --new-tokens 64 --iters 2 --json "$rows"
+    ;;
 *)
-    echo "usage: $0 check|bench <outdir> ..." >&2
+    echo "usage: $0 check|bench|gguf-bench <outdir> ..." >&2
     exit 2
     ;;
 esac
