@@ -8,7 +8,7 @@
 use candle_core::DType;
 use candle_hip::HipDevice;
 
-use crate::{compute, data, elementwise, fused};
+use crate::{compute, data, elementwise, fused, quantized};
 
 /// Errors of the benchmark: candle's, hip-safe's and our own messages.
 pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -132,6 +132,7 @@ pub fn all() -> Vec<Case> {
     cases.extend(data::cases());
     cases.extend(fused::cases());
     cases.extend(compute::cases());
+    cases.extend(quantized::cases());
     cases
 }
 

@@ -54,6 +54,13 @@ pub fn mask(dev: &HipDevice, count: usize) -> BenchResult<HipStorage> {
     upload::<u8>(dev, count, 2, |x| (x >> 63) as f64)
 }
 
+/// `count` random bytes on the host (the blocks of a quantized weight: their
+/// values do not change the cost of a product).
+pub fn host_bytes(count: usize) -> Vec<u8> {
+    let mut rng = XorShift::new(count as u64 ^ 0x9E37_79B9_7F4A_7C15);
+    (0..count).map(|_| (rng.next() >> 56) as u8).collect()
+}
+
 /// `n` values `map(random u64)` converted to `T`, uploaded to `dev`.
 fn upload<T: WithDType>(
     dev: &HipDevice,

@@ -29,6 +29,7 @@ mod elementwise;
 mod fused;
 mod inputs;
 mod output;
+mod quantized;
 mod timing;
 
 use std::path::PathBuf;

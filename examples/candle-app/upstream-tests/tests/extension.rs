@@ -4,11 +4,11 @@
 
 use candle_core::cpu_backend::CpuDevice;
 use candle_core::custom_backend::{BoxedStorage, CustomStorage};
-use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::scalar::Scalar;
 use candle_core::{
     CpuStorage, CustomOp1, D, DType, Device, DeviceLocation, InplaceOp1, InplaceOp2, Layout,
-    Result, Shape, Tensor,
+    Module, Result, Shape, Tensor,
 };
 use candle_hip::extension::Backend;
 
@@ -282,14 +282,55 @@ fn missing_fused_op_is_an_error() -> Result<()> {
     Ok(())
 }
 
+/// Quantized tensors on the device: quantization (on the host, with Candle's CPU quantizer)
+/// gives the CPU's blocks, dequantization the CPU's values and QMatMul the CPU's product up to
+/// the order of its float sums; a backend without quantized tensors says so.
 #[test]
-fn quantization_on_a_custom_device_is_an_error() -> Result<()> {
-    let t = Tensor::zeros((4, 32), DType::F32, &dev())?;
-    let err = QTensor::quantize(&t, GgmlDType::Q4_0)
-        .unwrap_err()
-        .to_string();
+fn quantized_tensors_live_on_the_custom_device() -> Result<()> {
+    let values: Vec<f32> = (0..8 * 64)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+        .collect();
+    let cpu_t = Tensor::from_vec(values, (8, 64), &Device::Cpu)?;
+    for dtype in [GgmlDType::Q4_0, GgmlDType::Q8_0] {
+        let on_cpu = QTensor::quantize(&cpu_t, dtype)?;
+        let on_dev = QTensor::quantize(&cpu_t.to_device(&dev())?, dtype)?;
+        assert_eq!(on_dev.device().location(), dev().location());
+        assert_eq!(
+            on_dev.data()?.to_vec(),
+            on_cpu.data()?.to_vec(),
+            "{dtype:?}"
+        );
+        let want = on_cpu
+            .dequantize(&Device::Cpu)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let got = on_dev.dequantize(&dev())?.flatten_all()?.to_vec1::<f32>()?;
+        assert_eq!(got, want, "{dtype:?}");
+        let x = Tensor::ones((1, 3, 64), DType::F32, &Device::Cpu)?;
+        let want = QMatMul::from_qtensor(on_cpu)?
+            .forward(&x)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let got = QMatMul::from_qtensor(on_dev)?
+            .forward(&x.to_device(&dev())?)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+                "{dtype:?}: {g} vs {w}"
+            );
+        }
+    }
+    let device = candle_hip::extension::device::<NoFusedOps>(CpuDevice);
+    let err = QTensor::quantize(
+        &Tensor::zeros((4, 32), DType::F32, &device)?,
+        GgmlDType::Q4_0,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(
-        err.contains("not supported") && err.contains(backend_name()),
+        err.contains("not supported") && err.contains("no-fused-ops"),
         "{err}"
     );
     Ok(())
