@@ -103,8 +103,22 @@ __device__ __forceinline__ int q_scale_k3(int j, const ch_u8* q) {
   return (low & 0xf) | (high << 4);
 }
 
-// Stores the signed byte v as byte t of the 32 packed into w[0..8).
-__device__ __forceinline__ void q_put(ch_u32* w, int t, int v) { w[t / 4] |= ((ch_u32)v & 0xffu) << (8 * (t % 4)); }
+// Four bytes at p as a little-endian word, from two 16-bit loads: the
+// fields the words are read from lie at even offsets of their blocks, and
+// every block size is even.
+__device__ __forceinline__ ch_u32 q_word(const ch_u8* p) {
+  const ch_u16* h = reinterpret_cast<const ch_u16*>(p);
+  return (ch_u32)h[0] | ((ch_u32)h[1] << 16);
+}
+
+// Each byte of w (at most 0x7f) minus c, as signed bytes: the high bit set
+// first keeps the subtraction from borrowing across bytes.
+__device__ __forceinline__ ch_u32 q_sub_bytes(ch_u32 w, ch_u32 c) { return ((w | 0x80808080u) - c * 0x01010101u) ^ 0x80808080u; }
+
+// The four bits of x spread to bit 4 of the four bytes of a word.
+__device__ __forceinline__ ch_u32 q_bits_to_16s(ch_u32 x) {
+  return ((x & 1u) << 4) | ((x & 2u) << 11) | ((x & 4u) << 18) | ((x & 8u) << 25);
+}
 
 // c plus the sum of the four products of the signed bytes of a and b.
 __device__ __forceinline__ int q_dot4(ch_u32 a, ch_u32 b, int c) {
@@ -121,7 +135,7 @@ __device__ __forceinline__ int q_dot4(ch_u32 a, ch_u32 b, int c) {
 // rounding of candle's vec-dot type for it (0: q8_0, 1: q8_1, 2: q8k);
 // sub(b, s, y), which writes values 32 * s .. 32 * s + 31 of the block at b
 // into y; ints(b, s, w), the same values as the format's integers (signed
-// bytes, four to a word of w, which starts zeroed); and
+// bytes, four to a word of w, value t in byte t % 4 of w[t / 4]); and
 // combine(b, s, i0, i1, x0, x1, dx, sx), the sub-block's share of candle's
 // vec_dot from the integer dot products of its 16-value halves with the
 // activations (i0, i1), the halves' activation sums (x0, x1: GGML's bsums)
@@ -140,7 +154,11 @@ struct Q4_0 {
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
 #pragma unroll
-    for (int t = 0; t < 32; ++t) q_put(w, t, (t < 16 ? (b[2 + t] & 0xf) : (b[2 + t - 16] >> 4)) - 8);
+    for (int p = 0; p < 4; ++p) {
+      const ch_u32 q = q_word(b + 2 + 4 * p);
+      w[p] = q_sub_bytes(q & 0x0f0f0f0fu, 8);
+      w[4 + p] = q_sub_bytes((q >> 4) & 0x0f0f0f0fu, 8);
+    }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
     return (float)(i0 + i1) * q_half(b) * dx;
@@ -160,7 +178,11 @@ struct Q4_1 {
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
 #pragma unroll
-    for (int t = 0; t < 32; ++t) q_put(w, t, t < 16 ? (b[4 + t] & 0xf) : (b[4 + t - 16] >> 4));
+    for (int p = 0; p < 4; ++p) {
+      const ch_u32 q = q_word(b + 4 + 4 * p);
+      w[p] = q & 0x0f0f0f0fu;
+      w[4 + p] = (q >> 4) & 0x0f0f0f0fu;
+    }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float sx) {
     return (float)(i0 + i1) * q_half(b) * dx + q_half(b + 2) * sx;
@@ -181,11 +203,12 @@ struct Q5_0 {
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
-    const ch_u32 qh = q_u32(b + 2);
+    const ch_u32 qh = q_word(b + 2);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) {
-      const int low = t < 16 ? (b[6 + t] & 0xf) : (b[6 + t - 16] >> 4);
-      q_put(w, t, (low | (int)(((qh >> t) & 1u) << 4)) - 16);
+    for (int p = 0; p < 4; ++p) {
+      const ch_u32 q = q_word(b + 6 + 4 * p);
+      w[p] = q_sub_bytes((q & 0x0f0f0f0fu) | q_bits_to_16s(qh >> (4 * p)), 16);
+      w[4 + p] = q_sub_bytes(((q >> 4) & 0x0f0f0f0fu) | q_bits_to_16s(qh >> (16 + 4 * p)), 16);
     }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
@@ -207,11 +230,12 @@ struct Q5_1 {
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
-    const ch_u32 qh = q_u32(b + 4);
+    const ch_u32 qh = q_word(b + 4);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) {
-      const int low = t < 16 ? (b[8 + t] & 0xf) : (b[8 + t - 16] >> 4);
-      q_put(w, t, low | (int)(((qh >> t) & 1u) << 4));
+    for (int p = 0; p < 4; ++p) {
+      const ch_u32 q = q_word(b + 8 + 4 * p);
+      w[p] = (q & 0x0f0f0f0fu) | q_bits_to_16s(qh >> (4 * p));
+      w[4 + p] = ((q >> 4) & 0x0f0f0f0fu) | q_bits_to_16s(qh >> (16 + 4 * p));
     }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float sx) {
@@ -231,7 +255,7 @@ struct Q8 {
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
 #pragma unroll
-    for (int t = 0; t < 32; ++t) q_put(w, t, (signed char)b[OFFSET + t]);
+    for (int p = 0; p < 8; ++p) w[p] = q_word(b + OFFSET + 4 * p);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
     return (float)(i0 + i1) * q_half(b) * dx;
@@ -264,7 +288,7 @@ struct Q2K {
     const ch_u8* qs = b + 16 + 32 * (s / 4);
     const int shift = 2 * (s % 4);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) q_put(w, t, (qs[t] >> shift) & 3);
+    for (int p = 0; p < 8; ++p) w[p] = (q_word(qs + 4 * p) >> shift) & 0x03030303u;
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     const int sc0 = b[2 * s], sc1 = b[2 * s + 1];
@@ -297,9 +321,11 @@ struct Q3K {
   __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
     const ch_u8* qs = b + 32 + 32 * (s / 4);
     const int shift = 2 * (s % 4);
-    const int m = 1 << s;
 #pragma unroll
-    for (int t = 0; t < 32; ++t) q_put(w, t, ((qs[t] >> shift) & 3) - ((b[t] & m) != 0 ? 0 : 4));
+    for (int p = 0; p < 8; ++p) {
+      const ch_u32 high = (q_word(b + 4 * p) >> s) & 0x01010101u;
+      w[p] = q_sub_bytes(((q_word(qs + 4 * p) >> shift) & 0x03030303u) | (high << 2), 4);
+    }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int, int, float dx, float) {
     const int sc0 = q_scale_k3(2 * s, b + 96) - 32, sc1 = q_scale_k3(2 * s + 1, b + 96) - 32;
@@ -324,7 +350,7 @@ struct Q4K {
     const ch_u8* qs = b + 16 + 32 * (s / 2);
     const int shift = 4 * (s % 2);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) q_put(w, t, (qs[t] >> shift) & 0xf);
+    for (int p = 0; p < 8; ++p) w[p] = (q_word(qs + 4 * p) >> shift) & 0x0f0f0f0fu;
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     int sc, m;
@@ -354,7 +380,10 @@ struct Q5K {
     const ch_u8* qs = b + 48 + 32 * (s / 2);
     const int shift = 4 * (s % 2);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) q_put(w, t, ((qs[t] >> shift) & 0xf) + ((b[16 + t] & (1 << s)) != 0 ? 16 : 0));
+    for (int p = 0; p < 8; ++p) {
+      const ch_u32 high = (q_word(b + 16 + 4 * p) >> s) & 0x01010101u;
+      w[p] = ((q_word(qs + 4 * p) >> shift) & 0x0f0f0f0fu) | (high << 4);
+    }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     int sc, m;
@@ -384,9 +413,10 @@ struct Q6K {
     const ch_u8* ql = b + 64 * n + 32 * (quarter & 1);
     const ch_u8* qh = b + 128 + 32 * n;
 #pragma unroll
-    for (int t = 0; t < 32; ++t) {
-      const int low = quarter < 2 ? (ql[t] & 0xf) : (ql[t] >> 4);
-      q_put(w, t, (low | (((qh[t] >> (2 * quarter)) & 3) << 4)) - 32);
+    for (int p = 0; p < 8; ++p) {
+      const ch_u32 low = (q_word(ql + 4 * p) >> (4 * (quarter / 2))) & 0x0f0f0f0fu;
+      const ch_u32 high = (q_word(qh + 4 * p) >> (2 * quarter)) & 0x03030303u;
+      w[p] = q_sub_bytes(low | (high << 4), 32);
     }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int, int, float dx, float) {
@@ -406,7 +436,7 @@ struct Q8K {
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
 #pragma unroll
-    for (int t = 0; t < 32; ++t) q_put(w, t, (signed char)b[4 + 32 * s + t]);
+    for (int p = 0; p < 8; ++p) w[p] = q_word(b + 4 + 32 * s + 4 * p);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
     return q_f32(b) * dx * (float)(i0 + i1);
@@ -526,7 +556,7 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
     for (ch_u32 sub = lane; sub < subs; sub += CANDLE_HIP_WAVE) {
       const ch_u8* b = row + (ch_u64)(sub / per_block) * Q::BYTES;
       const int in_block = (int)(sub % per_block);
-      ch_u32 wv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      ch_u32 wv[8];
       Q::ints(b, in_block, wv);
 #pragma unroll
       for (int r = 0; r < CH_QMATVEC_ROWS; ++r) {
