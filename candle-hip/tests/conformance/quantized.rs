@@ -15,12 +15,15 @@
 //!   one, plus f32 accumulation (k terms) and the output rounding; it is
 //!   within 2B of the CPU's (B covers the CPU's own rounding, whether its
 //!   path takes 32 or 256 values per scale: candle's AVX-512 repacked q8_0
-//!   path takes 256). Beyond 32 rows the device multiplies the unrounded
-//!   activations by the dequantized weight (a GEMM): accumulation only
-//!   against the exact product, B against the CPU. That the rounding is the
+//!   path takes 256). Beyond 32 rows the device multiplies the activations,
+//!   not rounded to 8 bits, by the dequantized weight (a GEMM): against the
+//!   exact product, accumulation and the GEMM dtype's roundings; B against
+//!   the CPU. That the rounding is the
 //!   CPU's own shows in the generation program's GGUF tests (the same greedy
-//!   tokens). Shapes cover 1 to 9 rows (one pass of the kernel and two), 33
-//!   rows (dequantize + GEMM), k of two blocks or not a multiple of the
+//!   tokens). Beyond 32 rows f32 activations multiply block weights in bf16:
+//!   both operands and the result rounded to bf16 (2^-9 relative each) on
+//!   top of the f32 accumulation. Shapes cover 1 to 9 rows (one pass of the
+//!   kernel and two), 33 rows (dequantize + GEMM), k of two blocks or not a multiple of the
 //!   waves' stride, n that does not fill the last block of waves, and offset
 //!   or transposed inputs in f32, f16 and bf16.
 
@@ -286,7 +289,14 @@ fn quantized_matmul_within_the_block_bounds() {
                     let plain = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
                     let matvec = rows <= MATVEC_MAX_ROWS && !plain;
                     let half_weights = x_dtype != DType::F32 && !matvec;
-                    let weight_rounding = if half_weights { unit(x_dtype) } else { 0.0 };
+                    let bf16_gemm = x_dtype == DType::F32 && !matvec && !plain;
+                    let weight_rounding = if half_weights {
+                        unit(x_dtype)
+                    } else if bf16_gemm {
+                        2.0 * unit(DType::BF16)
+                    } else {
+                        0.0
+                    };
                     let acc = (k as f64 + 2.0) * unit(DType::F32) + weight_rounding;
                     let floor = match x_dtype {
                         DType::F16 if half_weights => 2f64.powi(-24) + k as f64 * 2f64.powi(-24),
@@ -296,7 +306,11 @@ fn quantized_matmul_within_the_block_bounds() {
                     let mut outcome = Ok(());
                     for i in 0..p.exact.len() {
                         let tol = Tol {
-                            rel: unit(x_dtype),
+                            rel: if bf16_gemm {
+                                unit(DType::BF16)
+                            } else {
+                                unit(x_dtype)
+                            },
                             abs: acc * p.magnitude[i]
                                 + floor
                                 + if matvec { p.q8_bound[i] } else { 0.0 },
