@@ -28,10 +28,10 @@
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Layout, Shape};
-use hip_safe::LaunchConfig;
 
 use crate::error::{Result, hip, invalid};
 use crate::kernel::catalogue as cat;
+use crate::kernel::grid;
 use crate::kernel::header::ELEM_BLOCK;
 use crate::kernel::launch::to_u32;
 use crate::{HipDevice, HipStorage, size};
@@ -143,19 +143,7 @@ impl QuantizedStorage {
         let blocks_bytes = elem_count / block * self.dtype.type_size();
         let src = self.data.view_range(OP, 0, blocks_bytes)?;
         let dst = out.view_range_mut(OP, 0, elem_count)?;
-        let cfg = LaunchConfig {
-            grid_dim: (
-                to_u32(
-                    OP,
-                    "the blocks of one thread per 32 values",
-                    subs.div_ceil(ELEM_BLOCK as usize),
-                )?,
-                1,
-                1,
-            ),
-            block_dim: (ELEM_BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = grid::grid_stride(subs as u64, device.kernels().compute_units());
         let subs = subs as u64;
         // SAFETY: dequantize_<q>_<dtype>(const u8* blocks, T* y, u64 subs)
         // reads subs * 32 values' blocks (blocks_bytes, checked view) and
@@ -272,15 +260,7 @@ impl QuantizedStorage {
                 s.view_range_mut(OP, 0, scales)?,
             );
             let act_blocks = count / block.max(SUB);
-            let cfg = LaunchConfig {
-                grid_dim: (
-                    to_u32(OP, "the activation blocks", act_blocks.div_ceil(64))?,
-                    1,
-                    1,
-                ),
-                block_dim: (64, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = grid::grid_stride(act_blocks as u64, launcher.compute_units());
             let kernel = cat::QUANTIZE_ACT.quantized(OP, self.dtype, DType::F32)?;
             let count = count as u64;
             // SAFETY: quantize_act_<q>_f32(const float* x, i8* q, float* d,
@@ -301,21 +281,11 @@ impl QuantizedStorage {
             s.view_range(OP, 0, scales)?,
         );
         let yv = y.view_range_mut(OP, 0, out_count)?;
-        let waves_per_block = (ELEM_BLOCK / launcher.wave_size().max(1)).max(1);
-        let cfg = LaunchConfig {
-            grid_dim: (
-                to_u32(
-                    OP,
-                    "the blocks of one wave per output",
-                    n.div_ceil(waves_per_block as usize),
-                )?,
-                1,
-                1,
-            ),
-            block_dim: (ELEM_BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
         let (n32, k32) = (to_u32(OP, "n", n)?, to_u32(OP, "k", k)?);
+        // One wave per output: n / waves per block stays far below the
+        // grid's limit for a 32-bit n.
+        let waves_per_block = (ELEM_BLOCK / launcher.wave_size().max(1)).max(1);
+        let cfg = grid::linear(u64::from(n32.div_ceil(waves_per_block)), ELEM_BLOCK);
         let rows32 = to_u32(OP, "rows", rows)?;
         let kernel = cat::QMATVEC.quantized(OP, self.dtype, DType::F32)?;
         // SAFETY: qmatvec_<q>_f32(const u8* w, const i8* q, const float* d,

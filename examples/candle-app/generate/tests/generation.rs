@@ -10,6 +10,10 @@ use candle_app_generate::shapes::Shape;
 use candle_app_generate::weights;
 use candle_core::{DType, Device, Tensor};
 
+mod common;
+
+use common::{greedy, relative_difference};
+
 const SEED: u64 = 20_261_123;
 
 fn tiny(dtype: DType, device: &Device) -> Model {
@@ -18,14 +22,6 @@ fn tiny(dtype: DType, device: &Device) -> Model {
 
 fn hip() -> Device {
     candle_hip::extension::hip_device(0).expect("HIP device 0")
-}
-
-fn greedy(max_tokens: usize) -> Settings {
-    Settings {
-        max_tokens,
-        ignore_eos: true,
-        ..Settings::default()
-    }
 }
 
 /// A fresh temporary folder.
@@ -38,17 +34,6 @@ fn temp_dir(label: &str) -> PathBuf {
 
 fn prompt(len: usize) -> Vec<u32> {
     (0..len).map(|i| ((i * 31 + 7) % 256) as u32).collect()
-}
-
-/// Largest |a - b| over largest |b|.
-fn relative_difference(a: &[f32], b: &[f32]) -> f32 {
-    let diff = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max);
-    let scale = b.iter().map(|y| y.abs()).fold(0f32, f32::max);
-    diff / scale
 }
 
 /// Smallest gap between the two largest logits over the steps.

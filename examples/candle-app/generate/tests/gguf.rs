@@ -10,12 +10,16 @@
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use candle_app_generate::generation::{self, Settings};
+use candle_app_generate::generation;
 use candle_app_generate::gguf::{self, SCHEMES, Scheme};
 use candle_app_generate::model::{Model, Source};
 use candle_app_generate::shapes::Shape;
 use candle_core::quantized::gguf_file;
 use candle_core::{DType, Device};
+
+mod common;
+
+use common::{greedy, relative_difference};
 
 const SEED: u64 = 20_261_123;
 
@@ -43,26 +47,8 @@ fn load(path: &Path, device: &Device) -> Model {
     Model::load(&Source::Gguf(path.to_path_buf()), DType::F32, device).expect("load gguf")
 }
 
-fn greedy(max_tokens: usize) -> Settings {
-    Settings {
-        max_tokens,
-        ignore_eos: true,
-        ..Settings::default()
-    }
-}
-
 fn prompt() -> Vec<u32> {
     (0..11).map(|i| ((i * 31 + 7) % 256) as u32).collect()
-}
-
-/// Largest |a - b| over largest |b|.
-fn relative_difference(a: &[f32], b: &[f32]) -> f32 {
-    let diff = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max);
-    diff / b.iter().map(|y| y.abs()).fold(0f32, f32::max)
 }
 
 #[test]
