@@ -120,10 +120,17 @@ __device__ __forceinline__ ch_u32 q_bits_to_16s(ch_u32 x) {
   return ((x & 1u) << 4) | ((x & 2u) << 11) | ((x & 4u) << 18) | ((x & 8u) << 25);
 }
 
-// c plus the sum of the four products of the signed bytes of a and b.
+// c plus the sum of the four products of the signed bytes of a and b: one
+// instruction where the target has it (NVIDIA's dp4a; AMD's v_dot4_i32_i8 on
+// CDNA, v_dot4_i32_iu8 on RDNA3/4), else four multiply-adds.
 __device__ __forceinline__ int q_dot4(ch_u32 a, ch_u32 b, int c) {
 #if defined(__HIP_PLATFORM_NVIDIA__)
   return __dp4a((int)a, (int)b, c);
+#elif defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx942__)
+  return __builtin_amdgcn_sdot4((int)a, (int)b, c, false);
+#elif defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || defined(__gfx1200__) || \
+    defined(__gfx1201__)
+  return __builtin_amdgcn_sudot4(true, (int)a, true, (int)b, c, false);
 #else
 #pragma unroll
   for (int k = 0; k < 4; ++k) c += (int)(signed char)(a >> (8 * k)) * (int)(signed char)(b >> (8 * k));
