@@ -80,10 +80,6 @@ __device__ __forceinline__ float q_f32(const ch_u8* p) {
   return b.f;
 }
 
-__device__ __forceinline__ ch_u32 q_u32(const ch_u8* p) {
-  return (ch_u32)p[0] | ((ch_u32)p[1] << 8) | ((ch_u32)p[2] << 16) | ((ch_u32)p[3] << 24);
-}
-
 // The 6-bit scale and min j (< 8) of the 12 packed bytes of a q4k/q5k block.
 __device__ __forceinline__ void q_scale_min_k4(int j, const ch_u8* q, int& sc, int& m) {
   if (j < 4) {
@@ -201,7 +197,7 @@ struct Q5_0 {
   static const int BYTES = 22, QK = 32;
   __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
     const float d = q_half(b);
-    const ch_u32 qh = q_u32(b + 2);
+    const ch_u32 qh = q_word(b + 2);
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
       const int low = t < 16 ? (b[6 + t] & 0xf) : (b[6 + t - 16] >> 4);
@@ -228,7 +224,7 @@ struct Q5_1 {
   static const int BYTES = 24, QK = 32;
   __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
     const float d = q_half(b), m = q_half(b + 2);
-    const ch_u32 qh = q_u32(b + 4);
+    const ch_u32 qh = q_word(b + 4);
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
       const int low = t < 16 ? (b[8 + t] & 0xf) : (b[8 + t - 16] >> 4);
