@@ -34,6 +34,7 @@ use crate::kernel::catalogue as cat;
 use crate::kernel::grid;
 use crate::kernel::header::ELEM_BLOCK;
 use crate::kernel::launch::to_u32;
+use crate::ops::copy::Dense;
 use crate::{HipDevice, HipStorage, size};
 
 /// The most rows of `x` that go through the matrix-vector kernel (it reads
@@ -180,52 +181,45 @@ impl QuantizedStorage {
         *out_dims.last_mut().expect("rank >= 2") = n;
         let out_shape = Shape::from(out_dims);
         let rows = layout.shape().elem_count() / k.max(1);
-        let copy;
-        let x = if layout.is_contiguous() && layout.start_offset() == 0 {
-            xs
-        } else {
-            copy = contiguous_copy(xs, layout)?;
-            &copy
+        let blocks = plain_dtype(self.dtype).is_none();
+        let matvec = rows <= MATVEC_MAX_ROWS && blocks && n > 0;
+        // The dtype the product runs in: f32 for the mat-vec kernel; block
+        // weights multiply f32 activations in bf16 (see the module docs).
+        let compute = match (matvec, in_dtype) {
+            (true, _) => DType::F32,
+            (false, DType::F32) if blocks => DType::BF16,
+            _ => in_dtype,
         };
-        let x_layout = Layout::contiguous((rows, k));
-        let out = if rows <= MATVEC_MAX_ROWS && plain_dtype(self.dtype).is_none() && n > 0 {
-            let cast;
-            let x32 = if in_dtype == DType::F32 {
-                x
-            } else {
-                cast = x.to_dtype(&x_layout, DType::F32)?;
-                &cast
-            };
-            let y = self.matvec(x32, n, k, rows, w_count)?;
-            if in_dtype == DType::F32 {
-                y
-            } else {
-                y.to_dtype(&Layout::contiguous((rows, n)), in_dtype)?
-            }
+        let dense = Dense::of(OP, xs, layout)?;
+        let x_layout = Layout::contiguous_with_offset((rows, k), dense.start());
+        let cast;
+        let (x, x_layout) = if compute == in_dtype {
+            (dense.storage(), x_layout)
         } else {
-            // Blocks multiply f32 activations in bf16 (see the module docs).
-            let gemm = match (in_dtype, plain_dtype(self.dtype)) {
-                (DType::F32, None) => DType::BF16,
-                _ => in_dtype,
-            };
-            let w = self.dequantize(w_count, gemm)?;
+            cast = dense.storage().to_dtype(&x_layout, compute)?;
+            (&cast, Layout::contiguous((rows, k)))
+        };
+        let y = if matvec {
+            self.matvec(x, x_layout.start_offset(), n, k, rows, w_count)?
+        } else {
+            let w = self.dequantize(w_count, compute)?;
             let w_t = Layout::contiguous((n, k)).transpose(0, 1)?;
-            if gemm == in_dtype {
-                x.matmul(&w, (1, rows, n, k), &x_layout, &w_t)?
-            } else {
-                let xg = x.to_dtype(&x_layout, gemm)?;
-                let y = xg.matmul(&w, (1, rows, n, k), &x_layout, &w_t)?;
-                y.to_dtype(&Layout::contiguous((rows, n)), in_dtype)?
-            }
+            x.matmul(&w, (1, rows, n, k), &x_layout, &w_t)?
+        };
+        let out = if compute == in_dtype {
+            y
+        } else {
+            y.to_dtype(&Layout::contiguous((rows, n)), in_dtype)?
         };
         Ok((out, out_shape))
     }
 
     /// `quantize_act_*` then `qmatvec_*`: `rows` contiguous f32 rows of `k`
-    /// values times `W`ᵀ.
+    /// values from element `x_start` of `x` on, times `W`ᵀ.
     fn matvec(
         &self,
         x: &HipStorage,
+        x_start: usize,
         n: usize,
         k: usize,
         rows: usize,
@@ -253,7 +247,7 @@ impl QuantizedStorage {
         let mut d = unsafe { device.alloc_uninit(&Shape::from(scales), DType::F32) }?;
         let mut s = unsafe { device.alloc_uninit(&Shape::from(scales), DType::F32) }?;
         {
-            let xv = x.view_range(OP, 0, count)?;
+            let xv = x.view_range(OP, x_start, count)?;
             let (qv, dv, sv) = (
                 q.view_range_mut(OP, 0, count)?,
                 d.view_range_mut(OP, 0, scales)?,
@@ -296,13 +290,4 @@ impl QuantizedStorage {
         unsafe { launcher.launch(kernel, cfg, &[&w, &qv, &dv, &sv, &yv, &n32, &k32, &rows32]) }?;
         Ok(y)
     }
-}
-
-/// The elements of `xs` that `layout` reaches, copied into a contiguous
-/// storage of their own.
-fn contiguous_copy(xs: &HipStorage, layout: &Layout) -> Result<HipStorage> {
-    // SAFETY: the copy below writes all `count` elements.
-    let mut dst = unsafe { xs.device().alloc_uninit(layout.shape(), xs.dtype()) }?;
-    xs.copy_strided_src(&mut dst, 0, layout)?;
-    Ok(dst)
 }

@@ -209,6 +209,50 @@ pub(crate) fn const_set(dst: &mut HipStorage, value: Scalar, layout: &Layout) ->
     unsafe { device.kernels().launch(kernel, cfg, &[&info, &view, &bits]) }
 }
 
+/// An operand as one contiguous run of elements: the storage itself when
+/// its layout is contiguous, otherwise a contiguous copy.
+pub(crate) enum Dense<'a> {
+    /// The operand's own storage, from element `start`.
+    Borrowed(&'a HipStorage, usize),
+    /// A contiguous copy.
+    Owned(HipStorage),
+}
+
+impl Dense<'_> {
+    /// `storage` read with `layout`, copied when not contiguous (`op` names
+    /// the operation in a size error).
+    pub(crate) fn of<'a>(
+        op: &'static str,
+        storage: &'a HipStorage,
+        layout: &Layout,
+    ) -> Result<Dense<'a>> {
+        if let Some((start, _)) = layout.contiguous_offsets() {
+            return Ok(Dense::Borrowed(storage, start));
+        }
+        let len = size::numel(op, layout.dims())?;
+        // SAFETY: `copy_strided_src` writes all `len` elements.
+        let mut copy = unsafe { storage.device().alloc_storage(storage.dtype(), len) }?;
+        storage.copy_strided_src(&mut copy, 0, layout)?;
+        Ok(Dense::Owned(copy))
+    }
+
+    /// The storage holding the elements.
+    pub(crate) fn storage(&self) -> &HipStorage {
+        match self {
+            Dense::Borrowed(s, _) => s,
+            Dense::Owned(s) => s,
+        }
+    }
+
+    /// The first element.
+    pub(crate) fn start(&self) -> usize {
+        match self {
+            Dense::Borrowed(_, start) => *start,
+            Dense::Owned(_) => 0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,12 +13,13 @@ use candle_core::Layout;
 use candle_core::backend::BackendStorage;
 use hip_safe::KernelArg;
 
-use super::{Dense, Problem};
+use super::Problem;
 use crate::error::Result;
 use crate::kernel::catalogue as cat;
 use crate::kernel::grid::grid_stride;
 use crate::kernel::launch::to_u32;
 use crate::kernel::nchw::{ConvGeom, Nchw};
+use crate::ops::copy::Dense;
 use crate::ops::matmul::matmul_into;
 use crate::storage::HipStorage;
 
@@ -67,7 +68,7 @@ pub(crate) fn run(
     w_l: &Layout,
     y: &mut HipStorage,
 ) -> Result<()> {
-    let w = Dense::of(w, w_l)?;
+    let w = Dense::of("conv", w, w_l)?;
     if prob.transposed {
         transposed(op, prob, x, x_l, &w, y)
     } else {
@@ -167,7 +168,7 @@ fn transposed(
     let (xs, x_start, s) = if rows_merge(&prob.x) {
         (x, x_l.start_offset(), prob.x.strides.map(|v| v as usize))
     } else {
-        copy = Dense::of(x, x_l)?;
+        copy = Dense::of("conv", x, x_l)?;
         (copy.storage(), copy.start(), [c * hw, hw, wd, 1])
     };
     // W[g]ᵀ: (K/G·kh·kw × C/G) read from the (C, K/G·kh·kw) weights.

@@ -4,10 +4,11 @@ use candle_core::backend::BackendStorage;
 use candle_core::{DType, Layout, WithDType};
 use hip_safe::{ConvConfig, ConvTransposeConfig, DnnType};
 
-use super::{Dense, Problem};
+use super::Problem;
 use crate::device::HipDevice;
 use crate::error::Result;
 use crate::handles;
+use crate::ops::copy::Dense;
 use crate::size;
 use crate::storage::HipStorage;
 use crate::typed::{Typed, TypedMut};
@@ -33,8 +34,8 @@ pub(crate) fn run(
     w_l: &Layout,
     y: &mut HipStorage,
 ) -> Result<Answer> {
-    let x = Dense::of(x, x_l)?;
-    let w = Dense::of(w, w_l)?;
+    let x = Dense::of("conv", x, x_l)?;
+    let w = Dense::of("conv", w, w_l)?;
     match y.dtype() {
         DType::F32 => convolve::<f32>(op, prob, &x, &w, y),
         DType::F16 => convolve::<half::f16>(op, prob, &x, &w, y),
