@@ -33,7 +33,7 @@ TARGET_DIR=$CROSS/target
 SUITE=unstable
 TARGET=aarch64-unknown-linux-gnu
 # The library crates a worker depends on, in publishing order.
-CRATES=(rocm-hip-sys rocblas-sys miopen-sys hip-safe candle-hip-kernels candle-hip)
+CRATES=(rocm-hip-sys rocblas-sys miopen-sys rccl-sys hip-safe candle-hip-kernels candle-hip)
 # qemu-user runs the aarch64 hip-info once, emulated.
 PACKAGES=(rustc cargo libstd-rust-dev:arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 

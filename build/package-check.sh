@@ -14,7 +14,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 # In publishing order: every crate depends only on crates before it.
-CRATES=(rocm-hip-sys rocblas-sys miopen-sys hip-safe candle-hip-kernels candle-hip)
+CRATES=(rocm-hip-sys rocblas-sys miopen-sys rccl-sys hip-safe candle-hip-kernels candle-hip)
 TARGET=${CARGO_TARGET_DIR:-$REPO/target}
 case $TARGET in /*) ;; *) TARGET=$REPO/$TARGET ;; esac
 SCRATCH=$TARGET/package-check

@@ -33,6 +33,14 @@ pub const DEV_6_4: Release = Release {
     ],
 };
 
+/// RCCL's development headers: Debian carries RCCL only for ROCm 5 (unstable)
+/// and ROCm 7 (experimental); the bindings follow the newer API.
+pub const DEV_RCCL_7_2: Release = Release {
+    name: "rccl-7.2",
+    suite: "experimental",
+    packages: &["librccl-dev"],
+};
+
 /// Root of every ignored download folder.
 pub fn rocm_root(repo: &Path) -> PathBuf {
     repo.join("build").join(".rocm")

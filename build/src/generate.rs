@@ -12,7 +12,7 @@ use std::process::Command;
 
 use quote::ToTokens;
 
-use crate::{Result, run_checked};
+use crate::{Result, fetch, run_checked};
 
 /// One shared library's function table inside a generated crate.
 struct Table {
@@ -32,6 +32,9 @@ struct Table {
 struct Crate {
     dir: &'static str,
     headers: &'static [&'static str],
+    /// Where headers outside the ROCm 6.4 development packages come from
+    /// (searched before them), and the label naming that release.
+    own_release: Option<(&'static fetch::Release, &'static str)>,
     tables: &'static [Table],
     extra_types: &'static [&'static str],
     /// Types taken from hip-sys instead of being generated again.
@@ -64,6 +67,9 @@ const HIP_FUNCTIONS: &[&str] = &[
     "hipHostFree",
     "hipMemcpy",
     "hipMemcpyAsync",
+    "hipMemcpyPeerAsync",
+    "hipDeviceCanAccessPeer",
+    "hipDeviceEnablePeerAccess",
     "hipMemset",
     "hipMemsetAsync",
     "hipMemsetD16Async",
@@ -136,6 +142,30 @@ const MIOPEN_FUNCTIONS: &[&str] = &[
     "miopenConvolutionBackwardData",
 ];
 
+const RCCL_FUNCTIONS: &[&str] = &[
+    "ncclGetVersion",
+    "ncclGetErrorString",
+    "ncclGetLastError",
+    "ncclGetUniqueId",
+    "ncclCommInitRank",
+    "ncclCommInitAll",
+    "ncclCommDestroy",
+    "ncclCommAbort",
+    "ncclCommGetAsyncError",
+    "ncclCommCount",
+    "ncclCommCuDevice",
+    "ncclCommUserRank",
+    "ncclAllReduce",
+    "ncclBroadcast",
+    "ncclReduce",
+    "ncclAllGather",
+    "ncclReduceScatter",
+    "ncclSend",
+    "ncclRecv",
+    "ncclGroupStart",
+    "ncclGroupEnd",
+];
+
 const CRATES: &[Crate] = &[
     Crate {
         dir: "hip-sys",
@@ -144,6 +174,7 @@ const CRATES: &[Crate] = &[
             "hip/hip_deprecated.h",
             "hip/hiprtc.h",
         ],
+        own_release: None,
         tables: &[
             Table {
                 api: "HipApi",
@@ -169,6 +200,7 @@ const CRATES: &[Crate] = &[
     Crate {
         dir: "rocblas-sys",
         headers: &["rocblas/rocblas.h"],
+        own_release: None,
         tables: &[Table {
             api: "RocblasApi",
             doc: "Functions of rocBLAS (`librocblas`).",
@@ -181,6 +213,7 @@ const CRATES: &[Crate] = &[
     Crate {
         dir: "miopen-sys",
         headers: &["miopen/miopen.h"],
+        own_release: None,
         tables: &[Table {
             api: "MiopenApi",
             doc: "Functions of MIOpen (`libMIOpen`).",
@@ -194,13 +227,33 @@ const CRATES: &[Crate] = &[
         ],
         reuse_from_hip: &["hipStream_t", "ihipStream_t"],
     },
+    Crate {
+        dir: "rccl-sys",
+        headers: &["rccl/rccl.h"],
+        own_release: Some((&fetch::DEV_RCCL_7_2, "RCCL 7.2")),
+        tables: &[Table {
+            api: "RcclApi",
+            doc: "Functions of RCCL (`librccl`), under NCCL's names.",
+            functions: RCCL_FUNCTIONS,
+            aliases: &[],
+        }],
+        extra_types: &["ncclDataType_t", "ncclRedOp_t", "ncclResult_t"],
+        reuse_from_hip: &["hipStream_t", "ihipStream_t"],
+    },
 ];
 
 /// Regenerates every crate's bindings from the headers under `include` and
 /// formats them with rustfmt.
 pub fn run(repo: &Path, include: &Path, release_label: &str) -> Result<()> {
     for krate in CRATES {
-        let (types, functions) = generate_crate(krate, include, release_label)?;
+        let mut includes = Vec::new();
+        let mut label = format!("ROCm {release_label}");
+        if let Some((release, name)) = krate.own_release {
+            includes.push(include_dir(&fetch::ensure(repo, release)?));
+            label = format!("{name} and ROCm {release_label}");
+        }
+        includes.push(include.to_path_buf());
+        let (types, functions) = generate_crate(krate, &includes, &label)?;
         let dir = repo.join(krate.dir).join("src").join("generated");
         std::fs::create_dir_all(&dir)?;
         let files = [dir.join("types.rs"), dir.join("functions.rs")];
@@ -235,7 +288,7 @@ fn header_text(krate: &Crate) -> String {
         .collect()
 }
 
-fn generate_crate(krate: &Crate, include: &Path, release_label: &str) -> Result<(String, String)> {
+fn generate_crate(krate: &Crate, includes: &[PathBuf], label: &str) -> Result<(String, String)> {
     let mut builder = bindgen::Builder::default()
         .header_contents("wrapper.hpp", &header_text(krate))
         .clang_args([
@@ -245,7 +298,7 @@ fn generate_crate(krate: &Crate, include: &Path, release_label: &str) -> Result<
             "-D__HIP_PLATFORM_AMD__",
             "-DMIOPEN_BETA_API",
         ])
-        .clang_arg(format!("-I{}", include.display()))
+        .clang_args(includes.iter().map(|i| format!("-I{}", i.display())))
         .newtype_enum(".*")
         .prepend_enum_name(false)
         .derive_default(true)
@@ -275,18 +328,18 @@ fn generate_crate(krate: &Crate, include: &Path, release_label: &str) -> Result<
         .generate()
         .map_err(|e| format!("bindgen failed for {}: {e}", krate.dir))?
         .to_string();
-    split(krate, &bindings, release_label)
+    split(krate, &bindings, label)
 }
 
 /// Splits bindgen's output into the types file and the function tables.
-fn split(krate: &Crate, bindings: &str, release_label: &str) -> Result<(String, String)> {
+fn split(krate: &Crate, bindings: &str, label: &str) -> Result<(String, String)> {
     let file: syn::File = syn::parse_str(bindings)?;
     let mut types = Vec::new();
     let mut decls: Vec<syn::ForeignItemFn> = Vec::new();
     collect(file.items, &mut types, &mut decls);
 
     let header = format!(
-        "// @generated by `cargo run -p rocm-tools -- bindgen` from the ROCm {release_label} headers.\n// Do not edit: change build/src/generate.rs and regenerate.\n"
+        "// @generated by `cargo run -p rocm-tools -- bindgen` from the {label} headers.\n// Do not edit: change build/src/generate.rs and regenerate.\n"
     );
     let mut types_out = header.clone();
     for t in krate.reuse_from_hip {

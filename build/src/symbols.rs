@@ -33,6 +33,7 @@ struct Snapshot {
 }
 
 /// ROCm 5.2 (Debian 12), ROCm 5.7 and 6.4 (unstable), ROCm 7.x (experimental).
+/// Debian carries RCCL 5.4 (unstable, for ROCm 5) and 7.2 (experimental), none for ROCm 6.
 const SNAPSHOTS: &[Snapshot] = &[
     Snapshot {
         folder: "runtime-bookworm",
@@ -59,6 +60,10 @@ const SNAPSHOTS: &[Snapshot] = &[
                 soname: "libhiprtc.so.6",
             },
             Library {
+                package: "librccl1",
+                soname: "librccl.so.1",
+            },
+            Library {
                 package: "librocblas4",
                 soname: "librocblas.so.4",
             },
@@ -83,6 +88,10 @@ const SNAPSHOTS: &[Snapshot] = &[
             Library {
                 package: "librocblas5",
                 soname: "librocblas.so.5",
+            },
+            Library {
+                package: "librccl1",
+                soname: "librccl.so.1",
             },
             Library {
                 package: "libmiopen1",
@@ -213,12 +222,18 @@ mod tests {
             .collect()
     }
 
-    /// Every table the -sys crates bind, with the library it is loaded from.
-    const BOUND: &[(&str, &[&str])] = &[
-        ("libamdhip64", hip_sys::HipApi::SYMBOLS),
-        ("libhiprtc", hip_sys::HiprtcApi::SYMBOLS),
-        ("librocblas", rocblas_sys::RocblasApi::SYMBOLS),
-        ("libMIOpen", miopen_sys::MiopenApi::SYMBOLS),
+    /// The ROCm majors every bound symbol must be exported by.
+    const ROCM_6_AND_7: &[u32] = &[6, 7];
+
+    /// Every table the -sys crates bind, with the library it is loaded from
+    /// and the releases whose lists must contain it (RCCL: the 5.4 and 7.2
+    /// that Debian carries).
+    const BOUND: &[(&str, &[&str], &[u32])] = &[
+        ("libamdhip64", hip_sys::HipApi::SYMBOLS, ROCM_6_AND_7),
+        ("libhiprtc", hip_sys::HiprtcApi::SYMBOLS, ROCM_6_AND_7),
+        ("librocblas", rocblas_sys::RocblasApi::SYMBOLS, ROCM_6_AND_7),
+        ("libMIOpen", miopen_sys::MiopenApi::SYMBOLS, ROCM_6_AND_7),
+        ("librccl", rccl_sys::RcclApi::SYMBOLS, &[5, 7]),
     ];
 
     fn repo() -> PathBuf {
@@ -272,17 +287,17 @@ mod tests {
     }
 
     #[test]
-    fn every_bound_symbol_is_exported_by_rocm_6_and_7() {
+    fn every_bound_symbol_is_exported_by_its_releases() {
         let legacy = legacy();
         let mut missing = Vec::new();
-        for (library, symbols) in BOUND {
+        for (library, symbols, majors) in BOUND {
             let current: Vec<&str> = symbols
                 .iter()
                 .copied()
                 .filter(|s| !legacy.contains(s))
                 .collect();
             assert!(!current.is_empty(), "{library}: empty table");
-            missing.extend(absent(library, &[6, 7], &current));
+            missing.extend(absent(library, majors, &current));
         }
         assert!(missing.is_empty(), "{missing:#?}");
     }
@@ -322,8 +337,8 @@ mod tests {
 
     #[test]
     fn lists_are_sorted_plain_names_with_a_header() {
-        for (library, _) in BOUND {
-            for major in [6, 7] {
+        for (library, _, majors) in BOUND {
+            for &major in *majors {
                 for (file, names) in lists(library, major) {
                     let text = std::fs::read_to_string(lists_dir(&repo()).join(&file))
                         .expect("list is readable");

@@ -37,6 +37,7 @@
 //! `hip_safe::Program`) on the device's stream into a buffer allocated there,
 //! and returns it with [`storage_from_buffer`] and [`boxed`].
 
+mod collective;
 mod device;
 mod quantized;
 mod storage;
@@ -49,6 +50,7 @@ use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Layout, Result, Shape};
 use hip_safe::DeviceBuffer;
 
+pub use collective::AllReduce;
 pub use device::BridgeDevice;
 pub use quantized::{BridgeQStorage, NoQuantized, QuantizedBlocks};
 pub use storage::BridgeStorage;
@@ -91,6 +93,14 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Whether `device` computes in bf16.
     fn supports_bf16(device: &Self::Device) -> bool;
 
+    /// A copy of `storage` on `device`, another device of this backend,
+    /// made without the host; `None` (the default) sends the data through
+    /// host memory instead.
+    fn transfer(storage: &Self::Storage, device: &Self::Device) -> Result<Option<Self::Storage>> {
+        let _ = (storage, device);
+        Ok(None)
+    }
+
     /// Runs a fused op (see [`FusedOp`]): `storage` is the first operand, `operands` the others.
     /// The result is contiguous with the shape of `layout`. Backends without fused ops keep the
     /// default, an error naming the op.
@@ -132,6 +142,11 @@ impl Backend for Hip {
         data: &[u8],
     ) -> Result<QuantizedStorage> {
         QuantizedStorage::from_blocks(device, dtype, data)
+    }
+
+    /// A peer copy between two HIP devices ([`HipStorage::to_device`]).
+    fn transfer(storage: &HipStorage, device: &HipDevice) -> Result<Option<HipStorage>> {
+        storage.to_device(device).map(Some)
     }
 
     /// Every kernel and rocBLAS GEMM of candle-hip takes bf16.

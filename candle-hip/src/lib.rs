@@ -33,6 +33,7 @@
 //! # Ok::<(), candle_core::Error>(())
 //! ```
 
+mod collective;
 mod device;
 mod dtype;
 mod error;
@@ -48,6 +49,7 @@ mod storage;
 mod typed;
 
 pub use candle_hip_kernels as kernels;
+pub use collective::HipComm;
 pub use device::HipDevice;
 pub use error::HipBackendError;
 pub use ops::conv;

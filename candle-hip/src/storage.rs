@@ -61,6 +61,19 @@ impl HipStorage {
         self.len() == 0
     }
 
+    /// A copy of this storage on `device`, another HIP device, copied
+    /// device to device (`hipMemcpyPeerAsync`) without the host. Peer
+    /// access between the two devices is enabled on first use where the
+    /// hardware allows it; elsewhere the runtime stages the copy itself.
+    pub fn to_device(&self, device: &HipDevice) -> Result<HipStorage> {
+        let (src, dst) = (self.device.hip_device(), device.hip_device());
+        if src != dst && dst.can_access_peer(src).map_err(hip)? {
+            dst.enable_peer_access(src).map_err(hip)?;
+        }
+        let buffer = device.stream().clone_dtod(&self.buffer).map_err(hip)?;
+        Ok(HipStorage::new(buffer, self.dtype, device.clone()))
+    }
+
     /// Byte range of elements `start..start + count`, checked against the buffer.
     fn byte_range(
         &self,

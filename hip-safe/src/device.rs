@@ -6,7 +6,9 @@ use std::ffi::c_int;
 use std::fmt;
 use std::sync::Arc;
 
-use hip_sys::{HipApi, hipDeviceAttribute_t, hipDeviceProp_tR0000, hipDeviceProp_tR0600};
+use hip_sys::{
+    HipApi, hipDeviceAttribute_t, hipDeviceProp_tR0000, hipDeviceProp_tR0600, hipError_t,
+};
 
 use crate::error::{Error, Result};
 use crate::result::{Call, CheckStatus, Status, clear_hip_last_error, out, out_ptr};
@@ -300,6 +302,59 @@ impl Device {
     /// code that calls `hipSetDevice` directly should call this again.
     pub fn bind_to_thread(&self) -> Result<()> {
         set_current(self.inner.api, self.inner.ordinal)
+    }
+
+    /// Whether kernels and copies on this device can access `peer`'s memory
+    /// directly once [`Device::enable_peer_access`] allows it
+    /// (`hipDeviceCanAccessPeer`). A device is not its own peer.
+    pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
+        if peer.inner.ordinal == self.inner.ordinal {
+            return Ok(false);
+        }
+        let op = format_args!(
+            "hipDeviceCanAccessPeer(device {}, peer {})",
+            self.inner.ordinal, peer.inner.ordinal
+        );
+        let can = out(op, |can: &mut c_int| {
+            // SAFETY: valid out-pointer; both ordinals name open devices.
+            unsafe {
+                self.inner
+                    .api
+                    .hipDeviceCanAccessPeer(can, self.inner.ordinal, peer.inner.ordinal)
+            }
+        })?;
+        Ok(can != 0)
+    }
+
+    /// Lets this device access `peer`'s memory directly, so that copies
+    /// between the two ([`crate::Stream::memcpy_dtod`]) take the direct path
+    /// (`hipDeviceEnablePeerAccess`). Enabling it twice is not an error.
+    /// Access is one-way: enable it on both devices for copies either way.
+    pub fn enable_peer_access(&self, peer: &Device) -> Result<()> {
+        if !self.can_access_peer(peer)? {
+            return Err(Error::invalid(
+                format_args!(
+                    "enable_peer_access({} -> {})",
+                    self.inner.ordinal, peer.inner.ordinal
+                ),
+                "the devices cannot access each other's memory directly",
+            ));
+        }
+        self.bind_to_thread()?;
+        // SAFETY: takes an open device ordinal and no pointers.
+        let status = unsafe {
+            self.inner
+                .api
+                .hipDeviceEnablePeerAccess(peer.inner.ordinal, 0)
+        };
+        if status == Ok(hipError_t::hipErrorPeerAccessAlreadyEnabled) {
+            clear_hip_last_error();
+            return Ok(());
+        }
+        status.check(format_args!(
+            "hipDeviceEnablePeerAccess(device {}, peer {})",
+            self.inner.ordinal, peer.inner.ordinal
+        ))
     }
 
     pub(crate) fn api(&self) -> &'static HipApi {

@@ -126,6 +126,21 @@ pub enum DnnError {
     },
 }
 
+/// A failed RCCL call.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CommError {
+    /// RCCL returned an error status.
+    #[error("{op}: {message} (ncclResult_t {code})")]
+    Failed {
+        /// What was attempted, with rank, element count and dtype.
+        op: String,
+        /// The raw `ncclResult_t`.
+        code: u32,
+        /// RCCL's description (`ncclGetErrorString`).
+        message: String,
+    },
+}
+
 /// Every error this crate returns.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
@@ -147,6 +162,9 @@ pub enum Error {
     /// MIOpen failed.
     #[error(transparent)]
     Dnn(#[from] DnnError),
+    /// RCCL failed.
+    #[error(transparent)]
+    Comm(#[from] CommError),
     /// An argument was rejected before any library call (lengths, ranges,
     /// devices that do not match).
     #[error("{op}: {reason}")]

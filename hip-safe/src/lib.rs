@@ -1,4 +1,4 @@
-//! Safe RAII layer over the HIP runtime, hipRTC, rocBLAS and MIOpen.
+//! Safe RAII layer over the HIP runtime, hipRTC, rocBLAS, MIOpen and RCCL.
 //!
 //! Nothing from ROCm is needed to build a program that uses this crate: the
 //! libraries are loaded at run time by the `-sys` crates, and every failure
@@ -13,7 +13,10 @@
 //!   [`Stream::launch_builder`];
 //! - [`Module`]/[`Function`] load code objects, and [`Program`] compiles
 //!   HIP C++ at run time with hipRTC, caching code objects on disk;
-//! - [`Blas`] runs rocBLAS GEMMs and [`Dnn`] MIOpen convolutions.
+//! - [`Blas`] runs rocBLAS GEMMs and [`Dnn`] MIOpen convolutions;
+//! - [`Comm`] runs RCCL collectives between devices, and
+//!   [`Stream::memcpy_dtod`] copies between devices directly (peer copies,
+//!   [`Device::enable_peer_access`]).
 //!
 //! ```no_run
 //! use hip_safe::{Device, LaunchConfig, Program};
@@ -43,6 +46,7 @@ mod alloc_cache;
 mod blas;
 mod buffer;
 mod code_object;
+mod comm;
 mod device;
 mod dnn;
 mod error;
@@ -58,9 +62,10 @@ mod transfer;
 
 pub use blas::{Blas, GemmConfig, GemmType, StridedBatchedConfig, Transpose};
 pub use buffer::{DeviceBuffer, DevicePtr, DevicePtrMut, DeviceView, DeviceViewMut};
+pub use comm::{Comm, CommType, ReduceOp, UniqueId};
 pub use device::Device;
 pub use dnn::{Conv1dConfig, ConvConfig, ConvTransposeConfig, Dnn, DnnType};
-pub use error::{BlasError, DnnError, Error, HipError, Result, RtcError};
+pub use error::{BlasError, CommError, DnnError, Error, HipError, Result, RtcError};
 pub use event::{Event, EventFlags};
 pub use hip_sys::{LoadError, MissingSymbol, RuntimeVersion};
 pub use launch::{KernelArg, LaunchArgs, LaunchConfig};

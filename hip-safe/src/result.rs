@@ -22,9 +22,10 @@ use std::fmt::Display;
 
 use hip_sys::{MissingSymbol, hipError_t, hiprtcResult};
 use miopen_sys::miopenStatus_t;
+use rccl_sys::ncclResult_t;
 use rocblas_sys::rocblas_status;
 
-use crate::error::{BlasError, DnnError, Error, HipError, Result, RtcError};
+use crate::error::{BlasError, CommError, DnnError, Error, HipError, Result, RtcError};
 
 /// What every FFI function returns: the library's status code, or the
 /// symbol the loaded library does not export.
@@ -205,6 +206,12 @@ impl_status! {
         library: miopen_sys::miopen,
         describe: miopenGetErrorString,
         unknown: "unknown miopenStatus_t",
+    }
+    ncclResult_t => CommError {
+        success: [ncclResult_t::ncclSuccess],
+        library: rccl_sys::rccl,
+        describe: ncclGetErrorString,
+        unknown: "unknown ncclResult_t",
     }
 }
 

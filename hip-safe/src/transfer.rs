@@ -129,6 +129,11 @@ impl Stream {
     }
 
     /// Queues a copy of `src` into the first `src.len()` elements of `dst`.
+    ///
+    /// The two buffers may live on different devices: the copy is then a
+    /// peer copy (`hipMemcpyPeerAsync`), direct when
+    /// [`crate::Device::enable_peer_access`] allowed it and staged by the
+    /// runtime otherwise, never through memory this crate manages.
     pub fn memcpy_dtod<T: DeviceRepr>(
         &self,
         src: &impl DevicePtr<T>,
@@ -138,12 +143,24 @@ impl Stream {
         let bytes = byte_len::<T>("memcpy_dtod", src.len())?;
         self.join(src.stream())?;
         self.join(dst.stream())?;
-        self.copy_raw(
-            dst.device_ptr_mut(),
-            src.device_ptr(),
-            bytes,
-            hipMemcpyKind::hipMemcpyDeviceToDevice,
-        )?;
+        let (src_device, dst_device) = (
+            src.stream().device().ordinal(),
+            dst.stream().device().ordinal(),
+        );
+        if src_device == dst_device {
+            self.copy_raw(
+                dst.device_ptr_mut(),
+                src.device_ptr(),
+                bytes,
+                hipMemcpyKind::hipMemcpyDeviceToDevice,
+            )?;
+        } else {
+            self.copy_peer(
+                (dst.device_ptr_mut(), dst_device),
+                (src.device_ptr(), src_device),
+                bytes,
+            )?;
+        }
         // Both joins are attempted even when the first fails.
         let src_joined = src.stream().join_back(self);
         let dst_joined = dst.stream().join_back(self);
@@ -272,6 +289,34 @@ impl Stream {
             "hipMemcpyAsync of {bytes} bytes ({})",
             kind_name(kind)
         ))
+    }
+
+    /// Queues `hipMemcpyPeerAsync` of `bytes` bytes from `src` on its device
+    /// to `dst` on its device.
+    fn copy_peer(
+        &self,
+        (dst, dst_device): (*mut c_void, usize),
+        (src, src_device): (*const c_void, usize),
+        bytes: usize,
+    ) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let op = format_args!(
+            "hipMemcpyPeerAsync of {bytes} bytes (device {src_device} to device {dst_device})"
+        );
+        let ordinal = |d: usize| {
+            std::ffi::c_int::try_from(d).map_err(|_| Error::invalid(op, "device ordinal too large"))
+        };
+        let (dst_c, src_c) = (ordinal(dst_device)?, ordinal(src_device)?);
+        self.bind()?;
+        // SAFETY: callers pass device pointers valid for `bytes` bytes on
+        // the named devices, kept alive until the copy completes.
+        unsafe {
+            self.api()
+                .hipMemcpyPeerAsync(dst, dst_c, src, src_c, bytes, self.raw())
+        }
+        .check(op)
     }
 
     /// Queues a host callback that drops `host` once the stream reaches it

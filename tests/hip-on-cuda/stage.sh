@@ -9,7 +9,8 @@
 #                       hip-on-cuda), named <package>--<target>, except the
 #                       targets in $STAGE_EXCLUDE_TARGETS (default: sandbox,
 #                       the GPU-less ROCm checks)
-#   .stage/bin/         the hip-info and runtime-kernel examples
+#   .stage/bin/         the hip-info and runtime-kernel examples, and the
+#                       two-GPU benchmark bench-comm (with its PyTorch twin)
 #   .stage/bench/       benchmark executables (bins/examples named bench* of
 #                       candle-hip) and candle-hip/benches/*.py
 #   .stage/candle-app/  Candle's own tests, the MiniLM and custom-kernel demos
@@ -108,7 +109,7 @@ echo "== examples and benchmarks"
 targets="$(cargo metadata --no-deps --format-version 1 \
     | jq -r '.packages[] | .name as $p | .targets[]
              | select((.kind | index("example") or index("bin"))
-                      and ((.name == "hip-info" or .name == "runtime-kernel")
+                      and ((.name == "hip-info" or .name == "runtime-kernel" or .name == "bench-comm")
                            or ($p == "candle-hip" and (.name | startswith("bench")))))
              | [$p, (if (.kind | index("example")) then "example" else "bin" end), .name] | @tsv')"
 while IFS=$'\t' read -r package kind name; do
@@ -121,6 +122,8 @@ while IFS=$'\t' read -r package kind name; do
     while IFS=$'\t' read -r _package target _kinds path _profile; do
         [[ "$target" == "$name" ]] || continue
         case "$name" in
+            # Needs two GPUs: run by hand, not by run.sh's benchmark loop.
+            bench-comm) stage_exe "$path" "$stage/bin/$name" ;;
             bench*) stage_exe "$path" "$stage/bench/$name" ;;
             *) stage_exe "$path" "$stage/bin/$name" ;;
         esac
@@ -131,6 +134,7 @@ shopt -s nullglob
 for script in candle-hip/benches/*.py; do
     cp "$script" "$stage/bench/"
 done
+cp hip-safe/examples/bench_comm_torch.py "$stage/bin/"
 
 echo "== candle-app (Candle's own tests and demos on HIP; STAGE_CANDLE_APP=0 skips)"
 if [[ "${STAGE_CANDLE_APP:-1}" == 1 ]]; then

@@ -73,3 +73,10 @@ pub mod miopen {
     use miopen_sys::types::*;
     include!("../../miopen-sys/src/generated/functions.rs");
 }
+
+/// The RCCL exports: module `RcclApi`.
+pub mod rccl {
+    use super::hip_sys;
+    use rccl_sys::types::*;
+    include!("../../rccl-sys/src/generated/functions.rs");
+}

@@ -5,7 +5,7 @@
 //! `libhip_on_cuda.so`) and every ROCm library name is a relative symbolic
 //! link to it. Because the names
 //! resolve to one file, the dynamic loader maps the shim once, so the HIP
-//! runtime, hipRTC, rocBLAS and MIOpen share one state (current device,
+//! runtime, hipRTC, rocBLAS, MIOpen and RCCL share one state (current device,
 //! contexts) exactly as one ROCm install would.
 
 use std::io;
@@ -18,6 +18,7 @@ pub const LIBRARY_NAMES: &[&str] = &[
     "libhiprtc.so.6",
     "librocblas.so.4",
     "libMIOpen.so.1",
+    "librccl.so.1",
 ];
 
 fn context(e: io::Error, what: String) -> io::Error {

@@ -110,6 +110,14 @@ impl<B: Backend> CustomStorage for BridgeStorage<B> {
         self.storage.to_cpu_storage()
     }
 
+    fn transfer_to_device(&self, device: &dyn CustomDevice) -> Result<Option<BoxedStorage>> {
+        let Some(device) = device.as_any().downcast_ref::<BridgeDevice<B>>() else {
+            return Ok(None);
+        };
+        Ok(B::transfer(&self.storage, device.inner())?
+            .map(|copy| Box::new(BridgeStorage::<B>::new(copy)) as BoxedStorage))
+    }
+
     fn affine(&self, layout: &Layout, mul: f64, add: f64) -> Result<BoxedStorage> {
         boxed::<B>(self.storage.affine(layout, mul, add))
     }

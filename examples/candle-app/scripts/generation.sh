@@ -18,6 +18,11 @@
 #       writes the shape as a GGUF file per quantization scheme (default
 #       q4_0,q8_0,q4k) and benchmarks each on HIP, then the bf16 model, rows to
 #       <outdir>/gguf-<shape>.jsonl (prompt 128, 64 new tokens).
+#   generation.sh tp <outdir> [shapes]
+#       tensor parallelism over two GPUs: the tensor_parallel tests, then for each
+#       shape (default tiny,llama-3.1-8b; seeded bf16 weights built on the GPUs) 64
+#       greedy steps at --tp 2 against --tp 1 (tokens identical, logits compared),
+#       and decode/prefill tokens/s at tp 1 and 2 (rows to <outdir>/tp.jsonl).
 #
 # Model folders go to $GENERATE_WORK (default /tmp/generate-models), not
 # <outdir>: the 8B shape is 16 GB. Appends "step|status|-|-|-" rows to
@@ -28,7 +33,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode="${1:-}"
 out="${2:-}"
 if [[ -z "$mode" || -z "$out" ]]; then
-    echo "usage: $0 check|bench|gguf-bench <outdir> [shape batches prompts | shape schemes batches]" >&2
+    echo "usage: $0 check|bench|gguf-bench|tp <outdir> [shape batches prompts | shape schemes batches | shapes]" >&2
     exit 2
 fi
 mkdir -p "$out"
@@ -123,8 +128,31 @@ gguf-bench)
     step "gguf-bench-$shape-bf16" "$here/generate" bench --model "$dir" --dtype bf16 \
         --device hip --batch "$batches" --prompt-len 128 --new-tokens 64 --iters 2 --json "$rows"
     ;;
+tp)
+    shapes="${3:-tiny,llama-3.1-8b}"
+    rows="$out/tp.jsonl"
+    rm -f "$rows"
+    step tp-tests "$here/tensor_parallel" --include-ignored --nocapture --test-threads=1
+    # Byte ids: inside every vocabulary, the tiny byte-level one included.
+    prompt="1,72,101,108,108,111,44,32,119,111"
+    for shape in ${shapes//,/ }; do
+        for tp in 1 2; do
+            step "tp$tp-$shape-greedy" "$here/generate" --shape "$shape" --dtype bf16 \
+                --device hip --tp "$tp" --prompt-ids "$prompt" --max-tokens 64 --ignore-eos \
+                --logits-out "$work/tp$tp-$shape.bin" --json
+        done
+        step "tp-$shape-compare" python3 "$here/torch_generate.py" compare \
+            --ours "$work/tp2-$shape.bin" --reference "$work/tp1-$shape.bin" --tokens 64
+        for tp in 1 2; do
+            step "tp$tp-$shape-bench" "$here/generate" bench --shape "$shape" --dtype bf16 \
+                --device hip --tp "$tp" --batch "${TP_BATCHES:-1,8}" --prompt-len "${TP_PROMPTS:-128,2048}" --new-tokens 64 \
+                --iters 2 --json "$rows"
+        done
+        rm -f "$work"/tp?-"$shape".bin*
+    done
+    ;;
 *)
-    echo "usage: $0 check|bench|gguf-bench <outdir> ..." >&2
+    echo "usage: $0 check|bench|gguf-bench|tp <outdir> ..." >&2
     exit 2
     ;;
 esac

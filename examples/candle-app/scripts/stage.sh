@@ -43,13 +43,13 @@ jq -r 'select(.reason == "compiler-artifact" and .executable != null)
        | [.target.name, .executable] | @tsv' "$json" |
 while IFS=$'\t' read -r target path; do
     case "$target" in
-        upstream | minilm | custom-kernel | generate | generation | gguf)
+        upstream | minilm | custom-kernel | generate | generation | gguf | tensor_parallel)
             cp "$path" "$dest/$target"
             strip "$dest/$target"
             ;;
     esac
 done
-for file in upstream minilm custom-kernel generate generation gguf; do
+for file in upstream minilm custom-kernel generate generation gguf tensor_parallel; do
     [[ -x "$dest/$file" ]] || { echo "stage.sh: $file was not built" >&2; exit 1; }
 done
 cp "$app/demos/minilm/torch_minilm.py" "$app/demos/minilm/sentences.txt" "$dest/"

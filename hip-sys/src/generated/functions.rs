@@ -72,6 +72,23 @@ crate::dynamic_api! {
         kind: hipMemcpyKind,
         stream: hipStream_t,
     ) -> hipError_t;
+    pub fn hipMemcpyPeerAsync(
+        dst: *mut ::core::ffi::c_void,
+        dstDeviceId: ::core::ffi::c_int,
+        src: *const ::core::ffi::c_void,
+        srcDevice: ::core::ffi::c_int,
+        sizeBytes: usize,
+        stream: hipStream_t,
+    ) -> hipError_t;
+    pub fn hipDeviceCanAccessPeer(
+        canAccessPeer: *mut ::core::ffi::c_int,
+        deviceId: ::core::ffi::c_int,
+        peerDeviceId: ::core::ffi::c_int,
+    ) -> hipError_t;
+    pub fn hipDeviceEnablePeerAccess(
+        peerDeviceId: ::core::ffi::c_int,
+        flags: ::core::ffi::c_uint,
+    ) -> hipError_t;
     pub fn hipMemset(
         dst: *mut ::core::ffi::c_void,
         value: ::core::ffi::c_int,

@@ -12,6 +12,9 @@
 //!   target (`HIP_ON_CPU_ARCH`: `gfx942`, wave 64, by default; `gfx1100`,
 //!   wave 32; see `hip::device`).
 //! - rocBLAS and MIOpen are plain reference loops.
+//! - `HIP_ON_CPU_DEVICES=N` emulates N identical devices (`HIP_VISIBLE_DEVICES`
+//!   selects among them); RCCL runs collectives between ranks that are
+//!   threads of this process (see `rccl`).
 //!
 //! Built as a `cdylib` and laid out like a ROCm install by [`layout`], it is
 //! selected with `ROCM_PATH=<dir>`. The exports and the C boundary are the
@@ -32,6 +35,7 @@ pub mod layout;
 mod miopen;
 #[path = "../../shim-common/profile.rs"]
 mod profile;
+mod rccl;
 mod rocblas;
 
 use exports::dynamic_api;
@@ -45,5 +49,12 @@ mod imp {
     pub(crate) use crate::hip::stream::*;
     pub(crate) use crate::hiprtc::*;
     pub(crate) use crate::miopen::*;
+    pub(crate) use crate::rccl::{
+        ncclAllGather, ncclAllReduce, ncclBroadcast, ncclCommAbort, ncclCommCount,
+        ncclCommCuDevice, ncclCommDestroy, ncclCommGetAsyncError, ncclCommInitAll,
+        ncclCommInitRank, ncclCommUserRank, ncclGetErrorString, ncclGetLastError, ncclGetUniqueId,
+        ncclGetVersion, ncclGroupEnd, ncclGroupStart, ncclRecv, ncclReduce, ncclReduceScatter,
+        ncclSend,
+    };
     pub(crate) use crate::rocblas::*;
 }

@@ -1,6 +1,7 @@
-//! Test-only: the HIP runtime, hipRTC, rocBLAS and MIOpen C APIs that our
+//! Test-only: the HIP runtime, hipRTC, rocBLAS, MIOpen and RCCL C APIs that our
 //! `-sys` crates bind, implemented on CUDA (driver API, NVRTC, cuBLAS,
-//! cuDNN, all loaded at run time through cudarc), so that our unmodified
+//! cuDNN, all loaded at run time through cudarc; NCCL loaded by our own
+//! loader), so that our unmodified
 //! binaries and kernel sources run on NVIDIA GPUs.
 //!
 //! Built as a `cdylib` and laid out like a ROCm install by [`layout`]
@@ -27,6 +28,7 @@ pub mod layout;
 mod miopen;
 #[path = "../../shim-common/profile.rs"]
 mod profile;
+mod rccl;
 mod rocblas;
 
 use exports::dynamic_api;
@@ -36,9 +38,11 @@ mod imp {
     pub(crate) use crate::hip::device::*;
     pub(crate) use crate::hip::memory::*;
     pub(crate) use crate::hip::module::*;
+    pub(crate) use crate::hip::peer::*;
     pub(crate) use crate::hip::status::{hipGetErrorName, hipGetErrorString, hipGetLastError};
     pub(crate) use crate::hip::stream::*;
     pub(crate) use crate::hiprtc::*;
     pub(crate) use crate::miopen::*;
+    pub(crate) use crate::rccl::*;
     pub(crate) use crate::rocblas::*;
 }

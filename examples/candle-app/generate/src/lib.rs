@@ -8,7 +8,9 @@
 //!   architectures;
 //! - [`codec`]: tokenizers (Hugging Face's, or bytes for the seeded models);
 //! - [`generation`]: the decode loop with sampling, timings and the benchmark;
-//! - [`device`]: choosing HIP or the CPU.
+//! - [`device`]: choosing HIP or the CPU (one device, or one per tensor-parallel rank);
+//! - [`tensor_parallel`]: a Llama split over several devices, one thread per rank, and the
+//!   all-reduce its ranks meet in.
 
 pub mod codec;
 pub mod device;
@@ -16,6 +18,7 @@ pub mod generation;
 pub mod gguf;
 pub mod model;
 pub mod shapes;
+pub mod tensor_parallel;
 pub mod weights;
 
 /// The program's errors: a message for the user (Candle's, the tokenizer's, or our own).

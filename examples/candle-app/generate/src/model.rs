@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::codec::TextCodec;
 use crate::gguf::Header;
 use crate::shapes::{BYTE_TOKENIZER_KEY, Shape};
+use crate::tensor_parallel::{Collectives, TensorParallelLlama, WeightSource};
 use crate::{AppResult, app_error, weights};
 
 /// The architectures this program runs.
@@ -161,6 +162,8 @@ enum Net {
     QuantizedLlama(Box<quantized_llama::ModelWeights>),
     QuantizedQwen2(Box<quantized_qwen2::ModelWeights>),
     QuantizedQwen3(Box<quantized_qwen3::ModelWeights>),
+    /// A Llama split over several ranks (each with its own KV cache).
+    TensorParallelLlama(Box<TensorParallelLlama>),
 }
 
 /// A loaded model: the network, its tokenizer and what the config says.
@@ -193,67 +196,22 @@ impl Model {
             return Model::load_gguf(path, device);
         }
         check_dtype(dtype, device)?;
-        let (config, vb, weight_bytes, description, dir) = match source {
-            Source::Dir(dir) => {
-                let folder = Folder::open(dir)?;
-                let bytes = folder
-                    .weights
-                    .iter()
-                    .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
-                    .sum();
-                // SAFETY: the weight files are memory-mapped; they must not change while the
-                // program runs, which holds for a model folder nobody writes to meanwhile.
-                let vb =
-                    unsafe { VarBuilder::from_mmaped_safetensors(&folder.weights, dtype, device)? };
-                (
-                    folder.config,
-                    vb,
-                    bytes,
-                    dir.display().to_string(),
-                    Some(dir),
-                )
+        let opened = Opened::new(source, dtype)?;
+        let vb = match &opened.weights {
+            // A shape's weights are built whole in memory.
+            WeightSource::Seeded { config, seed } => {
+                let tensors = weights::build(config, *seed, dtype, device)?;
+                VarBuilder::from_tensors(tensors, dtype, device)
             }
-            Source::Gguf(_) => unreachable!("handled above"),
-            Source::Shape(shape, seed) => {
-                let config = shape.config();
-                let tensors = weights::build(&config, *seed, dtype, device)?;
-                let bytes = tensors
-                    .values()
-                    .map(|t| (t.elem_count() * dtype.size_in_bytes()) as u64)
-                    .sum();
-                let vb = VarBuilder::from_tensors(tensors, dtype, device);
-                let what = format!("{} shape, random weights from seed {seed}", shape.name());
-                (config, vb, bytes, what, None)
-            }
+            files => files.var_builder(dtype, device)?,
         };
-        let arch = Arch::of(&config)?;
-        let number = |key: &str| config[key].as_u64().map(|v| v as usize);
-        let max_positions = number("max_position_embeddings")
-            .ok_or_else(|| app_error("config.json: no max_position_embeddings"))?;
-        let vocab = number("vocab_size").ok_or_else(|| app_error("config.json: no vocab_size"))?;
-        let eos = match &config["eos_token_id"] {
-            Value::Array(ids) => ids
-                .iter()
-                .filter_map(|v| v.as_u64())
-                .map(|v| v as u32)
-                .collect(),
-            v => v.as_u64().map(|v| v as u32).into_iter().collect(),
-        };
-        let codec = if config[BYTE_TOKENIZER_KEY] == Value::Bool(true) {
-            let bos = config["bos_token_id"].as_u64().unwrap_or(0) as u32;
-            TextCodec::Bytes { bos }
-        } else {
-            match dir {
-                Some(dir) => TextCodec::from_dir(dir)?,
-                None => return Err(app_error("a shape without a tokenizer")),
-            }
-        };
-        let bad = |e: serde_json::Error| app_error(format!("config.json for {arch:?}: {e}"));
-        let net = match arch {
+        let about = opened.about()?;
+        let config = &opened.config;
+        let bad =
+            |e: serde_json::Error| app_error(format!("config.json for {:?}: {e}", about.arch));
+        let net = match about.arch {
             Arch::Llama => {
-                let cfg: llama::LlamaConfig =
-                    serde_json::from_value(config.clone()).map_err(bad)?;
-                let cfg = cfg.into_config(false);
+                let cfg = opened.llama_config()?;
                 let cache = llama::Cache::new(true, dtype, &cfg, device)?;
                 let model = llama::Llama::load(vb, &cfg)?;
                 Net::Llama(Box::new(model), Box::new(cache), Box::new(cfg))
@@ -271,18 +229,60 @@ impl Model {
                 Net::Qwen3(Box::new(qwen3::ModelForCausalLM::new(&cfg, vb)?))
             }
         };
-        Ok(Model {
-            net,
-            arch,
-            codec,
-            eos,
-            max_positions,
-            vocab,
-            weight_bytes,
-            dtype,
-            device: device.clone(),
-            description: format!("{arch:?} ({description})"),
-        })
+        Ok(opened.into_model(net, about, dtype, device, ""))
+    }
+
+    /// Loads a Llama from `source` (a folder or a shape) in `dtype`, split over the first
+    /// `tp` of `devices` (rank `r` on `devices[r]`; the CPU may repeat) with one collective
+    /// per rank from `collectives` (see [`crate::tensor_parallel`]). Generation, the timings
+    /// and the benchmark run it as any model; its [`device`](Model::device) is rank 0's,
+    /// where the logits come back, and `weight_bytes` counts the whole model.
+    ///
+    /// Errors: `tp` of 0 or more than `devices`, a GGUF file, an architecture other than
+    /// Llama, sizes that `tp` does not divide, a dtype a device cannot compute in, and a
+    /// rank's failure to load (naming it).
+    pub fn load_tensor_parallel(
+        source: &Source,
+        dtype: DType,
+        tp: usize,
+        devices: &[Device],
+        collectives: Collectives,
+    ) -> AppResult<Model> {
+        if tp == 0 {
+            return Err(app_error(
+                "tensor parallelism needs at least one rank (tp 0)",
+            ));
+        }
+        if tp > devices.len() {
+            return Err(app_error(format!(
+                "tensor parallelism over {tp} ranks needs {tp} devices, {} given",
+                devices.len()
+            )));
+        }
+        if let Source::Gguf(path) = source {
+            return Err(app_error(format!(
+                "{}: GGUF models run on one device; tensor parallelism (tp {tp}) needs a \
+                 model folder or a shape",
+                path.display()
+            )));
+        }
+        let opened = Opened::new(source, dtype)?;
+        let about = opened.about()?;
+        if about.arch != Arch::Llama {
+            return Err(app_error(format!(
+                "tensor parallelism (tp {tp}) runs Llama models; this one is {:?}",
+                about.arch
+            )));
+        }
+        let cfg = opened.llama_config()?;
+        let devices = &devices[..tp];
+        for device in devices {
+            check_dtype(dtype, device)?;
+        }
+        let model = TensorParallelLlama::load(&cfg, dtype, devices, collectives, &opened.weights)?;
+        let note = format!(", tensor parallel over {tp} ranks");
+        let net = Net::TensorParallelLlama(Box::new(model));
+        Ok(opened.into_model(net, about, dtype, &devices[0], &note))
     }
 
     /// Loads the GGUF file `path` onto `device`: Llama and Mistral files (architecture
@@ -364,9 +364,18 @@ impl Model {
         })
     }
 
-    /// The device the model runs on.
+    /// The device the model runs on (a tensor-parallel model's rank 0, which returns the
+    /// logits).
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// The number of tensor-parallel ranks (1 for a model on one device).
+    pub fn ranks(&self) -> usize {
+        match &self.net {
+            Net::TensorParallelLlama(model) => model.world(),
+            _ => 1,
+        }
     }
 
     /// Runs `ids` (`[batch, tokens]`) at position `pos` (the tokens already in the KV cache)
@@ -380,6 +389,7 @@ impl Model {
             Net::QuantizedLlama(model) => model.forward(ids, pos)?,
             Net::QuantizedQwen2(model) => model.forward(ids, pos)?,
             Net::QuantizedQwen3(model) => model.forward(ids, pos)?,
+            Net::TensorParallelLlama(model) => model.forward(ids, pos)?,
         };
         Ok(logits.to_dtype(DType::F32)?)
     }
@@ -396,9 +406,140 @@ impl Model {
             Net::QuantizedLlama(model) => model.clear_kv_cache(),
             Net::QuantizedQwen2(model) => model.clear_kv_cache(),
             Net::QuantizedQwen3(model) => model.clear_kv_cache(),
+            Net::TensorParallelLlama(model) => model.reset()?,
         }
         Ok(())
     }
+}
+
+/// A model folder or shape opened before any weight is loaded: its config, where its
+/// weights are, and what the report says about it.
+struct Opened {
+    config: Value,
+    weights: WeightSource,
+    /// Bytes of all weights (the files' sizes, or the shape's parameters in the dtype).
+    weight_bytes: u64,
+    description: String,
+    /// The folder, which holds the tokenizer (none for a shape).
+    dir: Option<PathBuf>,
+}
+
+impl Opened {
+    /// Opens `source` (a folder or a shape) for weights in `dtype`.
+    fn new(source: &Source, dtype: DType) -> AppResult<Opened> {
+        match source {
+            Source::Dir(dir) => {
+                let folder = Folder::open(dir)?;
+                let weight_bytes = folder
+                    .weights
+                    .iter()
+                    .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+                    .sum();
+                Ok(Opened {
+                    config: folder.config,
+                    weights: WeightSource::Safetensors(folder.weights),
+                    weight_bytes,
+                    description: dir.display().to_string(),
+                    dir: Some(dir.clone()),
+                })
+            }
+            Source::Shape(shape, seed) => {
+                let config = shape.config();
+                let weight_bytes = weights::params(&config)?
+                    .iter()
+                    .map(|p| (p.dims.iter().product::<usize>() * dtype.size_in_bytes()) as u64)
+                    .sum();
+                Ok(Opened {
+                    weights: WeightSource::Seeded {
+                        config: config.clone(),
+                        seed: *seed,
+                    },
+                    config,
+                    weight_bytes,
+                    description: format!("{} shape, random weights from seed {seed}", shape.name()),
+                    dir: None,
+                })
+            }
+            Source::Gguf(path) => Err(app_error(format!(
+                "{}: a GGUF file is not a model folder or shape",
+                path.display()
+            ))),
+        }
+    }
+
+    /// What the config says about the model around the network: the architecture, the
+    /// context, the vocabulary, the end-of-sequence ids and the tokenizer.
+    fn about(&self) -> AppResult<About> {
+        let config = &self.config;
+        let arch = Arch::of(config)?;
+        let number = |key: &str| config[key].as_u64().map(|v| v as usize);
+        let max_positions = number("max_position_embeddings")
+            .ok_or_else(|| app_error("config.json: no max_position_embeddings"))?;
+        let vocab = number("vocab_size").ok_or_else(|| app_error("config.json: no vocab_size"))?;
+        let eos = match &config["eos_token_id"] {
+            Value::Array(ids) => ids
+                .iter()
+                .filter_map(|v| v.as_u64())
+                .map(|v| v as u32)
+                .collect(),
+            v => v.as_u64().map(|v| v as u32).into_iter().collect(),
+        };
+        let codec = if config[BYTE_TOKENIZER_KEY] == Value::Bool(true) {
+            let bos = config["bos_token_id"].as_u64().unwrap_or(0) as u32;
+            TextCodec::Bytes { bos }
+        } else {
+            match &self.dir {
+                Some(dir) => TextCodec::from_dir(dir)?,
+                None => return Err(app_error("a shape without a tokenizer")),
+            }
+        };
+        Ok(About {
+            arch,
+            codec,
+            eos,
+            max_positions,
+            vocab,
+        })
+    }
+
+    /// The config as candle-transformers' Llama configuration.
+    fn llama_config(&self) -> AppResult<llama::Config> {
+        let cfg: llama::LlamaConfig = serde_json::from_value(self.config.clone())
+            .map_err(|e| app_error(format!("config.json for Llama: {e}")))?;
+        Ok(cfg.into_config(false))
+    }
+
+    /// The model around `net`, whose config said `about`.
+    fn into_model(
+        self,
+        net: Net,
+        about: About,
+        dtype: DType,
+        device: &Device,
+        note: &str,
+    ) -> Model {
+        Model {
+            net,
+            arch: about.arch,
+            codec: about.codec,
+            eos: about.eos,
+            max_positions: about.max_positions,
+            vocab: about.vocab,
+            weight_bytes: self.weight_bytes,
+            dtype,
+            device: device.clone(),
+            description: format!("{:?} ({}){note}", about.arch, self.description),
+        }
+    }
+}
+
+/// What a config says besides the network (see [`Opened::about`]).
+struct About {
+    arch: Arch,
+    codec: TextCodec,
+    eos: Vec<u32>,
+    max_positions: usize,
+    vocab: usize,
 }
 
 /// Fails clearly when `device` cannot compute in `dtype` (a small matmul is tried).

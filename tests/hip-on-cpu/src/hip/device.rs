@@ -1,8 +1,17 @@
-//! The one emulated device: its target (chosen by `HIP_ON_CPU_ARCH`),
-//! attributes, properties, versions and device selection.
+//! The emulated devices: their target (chosen by `HIP_ON_CPU_ARCH`), how
+//! many there are (`HIP_ON_CPU_DEVICES`) and which are visible
+//! (`HIP_VISIBLE_DEVICES`), their attributes, properties, versions, the
+//! per-thread current device and peer access.
+//!
+//! Devices are identified by their visible ordinal (0..count): everything
+//! that belongs to a device (buffers, streams, events, memory pools) records
+//! that ordinal. The physical index behind it only shows in the device's
+//! name and PCI bus id, so that tests can tell the devices apart.
 
+use std::cell::Cell;
+use std::collections::BTreeSet;
 use std::ffi::{c_int, c_uint};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use hip_sys::{hipDeviceAttribute_t as H, hipDeviceProp_tR0000, hipDeviceProp_tR0600, hipError_t};
 
@@ -15,6 +24,15 @@ pub const ARCH_VAR: &str = "HIP_ON_CPU_ARCH";
 
 /// Environment variable setting the device memory size in MiB.
 pub const MEMORY_VAR: &str = "HIP_ON_CPU_MEMORY_MIB";
+
+/// Environment variable setting how many identical devices are emulated.
+pub const DEVICES_VAR: &str = "HIP_ON_CPU_DEVICES";
+
+/// ROCm's variable listing the physical devices a process sees.
+pub const VISIBLE_VAR: &str = "HIP_VISIBLE_DEVICES";
+
+/// The most devices [`DEVICES_VAR`] may ask for.
+const MAX_DEVICES: usize = 64;
 
 /// The target emulated when [`ARCH_VAR`] is unset.
 pub const DEFAULT_ARCH: &str = "gfx942";
@@ -36,7 +54,7 @@ const TARGETS: &[(&str, u32, i64, &str)] = &[
     ("gfx1201", 32, 32, ""),
 ];
 
-/// The emulated device.
+/// The emulated devices (all of one target).
 #[derive(Debug)]
 pub(crate) struct Target {
     /// Bare architecture name, e.g. `gfx942`.
@@ -45,12 +63,44 @@ pub(crate) struct Target {
     pub(crate) wave: u32,
     compute_units: i64,
     features: &'static str,
-    /// Device memory in bytes.
+    /// Device memory in bytes, per device.
     pub(crate) memory: u64,
+    /// The physical index of each visible device, by visible ordinal (never
+    /// empty).
+    visible: Vec<usize>,
 }
 
-/// The target named by [`ARCH_VAR`] and the memory size of [`MEMORY_VAR`],
-/// read once; an error message when either is invalid.
+impl Target {
+    /// The number of visible devices.
+    pub(crate) fn count(&self) -> usize {
+        self.visible.len()
+    }
+}
+
+/// The physical devices `spec` (the value of [`VISIBLE_VAR`], `None` when
+/// unset) makes visible among `physical` ones, in visible-ordinal order.
+///
+/// As ROCm and CUDA read it: comma-separated physical indices, renumbered
+/// from 0 in the listed order; the first entry that is not a valid index
+/// (not a number, out of range, or listed before) hides itself and every
+/// entry after it. An empty value hides every device.
+fn visible_devices(spec: Option<&str>, physical: usize) -> Vec<usize> {
+    let Some(spec) = spec else {
+        return (0..physical).collect();
+    };
+    let mut visible = Vec::new();
+    for entry in spec.split(',') {
+        match entry.trim().parse::<usize>() {
+            Ok(index) if index < physical && !visible.contains(&index) => visible.push(index),
+            _ => break,
+        }
+    }
+    visible
+}
+
+/// The target named by [`ARCH_VAR`], the memory size of [`MEMORY_VAR`] and
+/// the devices of [`DEVICES_VAR`] and [`VISIBLE_VAR`], read once; an error
+/// message when any is invalid or no device is visible.
 pub(crate) fn target() -> Result<&'static Target, &'static str> {
     static TARGET: OnceLock<Result<Target, String>> = OnceLock::new();
     TARGET
@@ -72,12 +122,31 @@ pub(crate) fn target() -> Result<&'static Target, &'static str> {
                     .ok_or_else(|| format!("hip-on-cpu: {MEMORY_VAR}={v} is not 1..=1048576"))?,
                 Err(_) => DEFAULT_MEMORY_MIB,
             };
+            let physical = match std::env::var(DEVICES_VAR) {
+                Ok(v) => v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_DEVICES).contains(n))
+                    .ok_or_else(|| {
+                        format!("hip-on-cpu: {DEVICES_VAR}={v} is not 1..={MAX_DEVICES}")
+                    })?,
+                Err(_) => 1,
+            };
+            let spec = std::env::var(VISIBLE_VAR).ok();
+            let visible = visible_devices(spec.as_deref(), physical);
+            if visible.is_empty() {
+                return Err(format!(
+                    "hip-on-cpu: {VISIBLE_VAR}={} leaves none of the {physical} device(s) visible",
+                    spec.unwrap_or_default()
+                ));
+            }
             Ok(Target {
                 arch,
                 wave,
                 compute_units,
                 features,
                 memory: mib << 20,
+                visible,
             })
         })
         .as_ref()
@@ -93,19 +162,31 @@ pub(crate) fn device() -> HipResult<&'static Target> {
     })
 }
 
-/// Checks a device ordinal: only device 0 exists.
-fn check_ordinal(device_id: c_int) -> HipResult<&'static Target> {
+/// Checks a (visible) device ordinal: `hipErrorInvalidDevice` unless it
+/// names a visible device.
+pub(crate) fn check_ordinal(device_id: c_int) -> HipResult<&'static Target> {
     let t = device()?;
-    if device_id == 0 {
+    if usize::try_from(device_id).is_ok_and(|d| d < t.count()) {
         Ok(t)
     } else {
         Err(hipError_t::hipErrorInvalidDevice)
     }
 }
 
-/// The value of attribute `attr`, or `None` for one this platform does not
-/// answer.
-fn attribute(t: &Target, attr: H) -> Option<i64> {
+thread_local! {
+    /// The calling thread's current device (HIP: device 0 until set).
+    static CURRENT: Cell<c_int> = const { Cell::new(0) };
+}
+
+/// The calling thread's current device, once the platform is valid.
+pub(crate) fn current() -> HipResult<c_int> {
+    device()?;
+    Ok(CURRENT.with(Cell::get))
+}
+
+/// The value of attribute `attr` for the device whose physical index is
+/// `physical`, or `None` for one this platform does not answer.
+fn attribute(t: &Target, physical: usize, attr: H) -> Option<i64> {
     let cdna = t.wave == 64;
     Some(match attr {
         H::hipDeviceAttributeWarpSize => i64::from(t.wave),
@@ -121,6 +202,8 @@ fn attribute(t: &Target, attr: H) -> Option<i64> {
         | H::hipDeviceAttributeSharedMemPerMultiprocessor => 65_536,
         H::hipDeviceAttributeTotalGlobalMem => i64::try_from(t.memory).unwrap_or(i64::MAX),
         H::hipDeviceAttributeTotalConstantMemory => 65_536,
+        // Distinct per device: the physical index.
+        H::hipDeviceAttributePciBusId => i64::try_from(physical).unwrap_or(0),
         H::hipDeviceAttributeMultiprocessorCount
         | H::hipDeviceAttributePhysicalMultiProcessorCount => t.compute_units,
         H::hipDeviceAttributeMaxThreadsPerMultiProcessor => 2048,
@@ -154,7 +237,6 @@ fn attribute(t: &Target, attr: H) -> Option<i64> {
         | H::hipDeviceAttributeKernelExecTimeout
         | H::hipDeviceAttributeComputeMode
         | H::hipDeviceAttributeAsicRevision
-        | H::hipDeviceAttributePciBusId
         | H::hipDeviceAttributePciDeviceId
         | H::hipDeviceAttributePciDomainID
         | H::hipDeviceAttributeIsMultiGpuBoard => 0,
@@ -182,31 +264,33 @@ pub(crate) unsafe fn hipRuntimeGetVersion(version: *mut c_int) -> HipResult {
     unsafe { write_out(version, HIP_API_VERSION, hipError_t::hipErrorInvalidValue) }
 }
 
-/// `hipGetDeviceCount`: one device, or 0 and `hipErrorNoDevice` when the
-/// target is invalid.
+/// `hipGetDeviceCount`: the visible devices, or 0 and `hipErrorNoDevice`
+/// when the configuration is invalid.
 pub(crate) unsafe fn hipGetDeviceCount(count: *mut c_int) -> HipResult {
-    let status = device().map(|_| ());
+    let status = device().map(|t| c_int::try_from(t.count()).unwrap_or(c_int::MAX));
     // SAFETY: the caller passes a valid or null out-pointer.
     unsafe {
         write_out(
             count,
-            c_int::from(status.is_ok()),
+            *status.as_ref().unwrap_or(&0),
             hipError_t::hipErrorInvalidValue,
         )
     }?;
-    status
+    status.map(|_| ())
 }
 
-/// `hipGetDevice`: always device 0.
+/// `hipGetDevice`: the calling thread's current device.
 pub(crate) unsafe fn hipGetDevice(device_id: *mut c_int) -> HipResult {
-    device()?;
+    let d = current()?;
     // SAFETY: the caller passes a valid or null out-pointer.
-    unsafe { write_out(device_id, 0, hipError_t::hipErrorInvalidValue) }
+    unsafe { write_out(device_id, d, hipError_t::hipErrorInvalidValue) }
 }
 
-/// `hipSetDevice`: only device 0 exists.
+/// `hipSetDevice`: makes a visible device current on the calling thread.
 pub(crate) unsafe fn hipSetDevice(device_id: c_int) -> HipResult {
-    check_ordinal(device_id).map(|_| ())
+    check_ordinal(device_id)?;
+    CURRENT.with(|c| c.set(device_id));
+    Ok(())
 }
 
 /// `hipDeviceSynchronize`: work runs at the call, so there is nothing to
@@ -223,19 +307,29 @@ pub(crate) unsafe fn hipDeviceGetAttribute(
 ) -> HipResult {
     non_null(value, hipError_t::hipErrorInvalidValue)?;
     let t = check_ordinal(device_id)?;
-    let v = attribute(t, attr).ok_or(hipError_t::hipErrorInvalidValue)?;
+    let v = attribute(t, physical(t, device_id), attr).ok_or(hipError_t::hipErrorInvalidValue)?;
     let v = c_int::try_from(v).unwrap_or(c_int::MAX);
     // SAFETY: checked non-null; the caller guarantees validity.
     unsafe { write_out(value, v, hipError_t::hipErrorInvalidValue) }
 }
 
-/// The R0600 properties of the device.
+/// The physical index of a checked visible ordinal.
+fn physical(t: &Target, device_id: c_int) -> usize {
+    usize::try_from(device_id)
+        .ok()
+        .and_then(|d| t.visible.get(d).copied())
+        .unwrap_or(0)
+}
+
+/// The R0600 properties of a device; the name ends with the physical index
+/// (`#1`), which also is the PCI bus id.
 fn properties(device_id: c_int) -> HipResult<hipDeviceProp_tR0600> {
     let t = check_ordinal(device_id)?;
-    let name = format!("hip-on-cpu ({}, wave {})", t.arch, t.wave);
+    let physical = physical(t, device_id);
+    let name = format!("hip-on-cpu ({}, wave {}) #{physical}", t.arch, t.wave);
     let arch_name = format!("{}{}", t.arch, t.features);
     Ok(properties_from(name.as_bytes(), &arch_name, |attr| {
-        attribute(t, attr).unwrap_or(0)
+        attribute(t, physical, attr).unwrap_or(0)
     }))
 }
 
@@ -261,9 +355,62 @@ pub(crate) unsafe fn hipGetDeviceProperties(
     unsafe { write_out(prop, p, hipError_t::hipErrorInvalidValue) }
 }
 
+/// `(device, peer)` pairs with peer access enabled on `device`.
+static PEERS: Mutex<BTreeSet<(c_int, c_int)>> = Mutex::new(BTreeSet::new());
+
+/// `hipDeviceCanAccessPeer`: 1 between two distinct visible devices (their
+/// memory is the same host memory), 0 for a device and itself.
+pub(crate) unsafe fn hipDeviceCanAccessPeer(
+    can_access: *mut c_int,
+    device_id: c_int,
+    peer_id: c_int,
+) -> HipResult {
+    non_null(can_access, hipError_t::hipErrorInvalidValue)?;
+    check_ordinal(device_id)?;
+    check_ordinal(peer_id)?;
+    let can = c_int::from(device_id != peer_id);
+    // SAFETY: checked non-null; the caller guarantees validity.
+    unsafe { write_out(can_access, can, hipError_t::hipErrorInvalidValue) }
+}
+
+/// `hipDeviceEnablePeerAccess`: lets the current device access `peer_id`'s
+/// memory. Flags must be 0; the peer must be another visible device;
+/// enabling a pair twice is `hipErrorPeerAccessAlreadyEnabled`, as in HIP.
+/// Copies work without it (all memory is host memory): it is bookkeeping
+/// only, so that misuse is reported as on a GPU.
+pub(crate) unsafe fn hipDeviceEnablePeerAccess(peer_id: c_int, flags: c_uint) -> HipResult {
+    if flags != 0 {
+        return Err(hipError_t::hipErrorInvalidValue);
+    }
+    let device_id = current()?;
+    check_ordinal(peer_id)?;
+    if peer_id == device_id {
+        return Err(hipError_t::hipErrorInvalidDevice);
+    }
+    let mut peers = PEERS.lock().unwrap_or_else(|e| e.into_inner());
+    if peers.insert((device_id, peer_id)) {
+        Ok(())
+    } else {
+        Err(hipError_t::hipErrorPeerAccessAlreadyEnabled)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn visible_devices_follow_rocm() {
+        assert_eq!(visible_devices(None, 3), [0, 1, 2]);
+        assert_eq!(visible_devices(Some("1"), 2), [1]);
+        assert_eq!(visible_devices(Some("2, 0"), 3), [2, 0]);
+        // An invalid entry hides itself and the rest.
+        assert_eq!(visible_devices(Some("1,7,0"), 2), [1]);
+        assert_eq!(visible_devices(Some("0,x,1"), 2), [0]);
+        assert_eq!(visible_devices(Some("1,1,0"), 2), [1]);
+        assert_eq!(visible_devices(Some("-1,0"), 2), Vec::<usize>::new());
+        assert_eq!(visible_devices(Some(""), 2), Vec::<usize>::new());
+    }
 
     #[test]
     fn targets_have_amd_wave_sizes() {
@@ -276,9 +423,11 @@ mod tests {
     #[test]
     fn default_target_is_cdna_wave64() {
         // The test process does not set the variables.
-        if std::env::var_os(ARCH_VAR).is_none() && std::env::var_os(MEMORY_VAR).is_none() {
+        let vars = [ARCH_VAR, MEMORY_VAR, DEVICES_VAR, VISIBLE_VAR];
+        if vars.iter().all(|v| std::env::var_os(v).is_none()) {
             let t = target().unwrap();
             assert_eq!((t.arch, t.wave, t.memory), ("gfx942", 64, 8 << 30));
+            assert_eq!(t.count(), 1);
             let p = properties(0).unwrap();
             assert_eq!(p.warpSize, 64);
             assert_eq!(

@@ -11,10 +11,13 @@
 //! end fails the launch with the kernel's name. Copies and fills that start
 //! inside a buffer must end inside it (`hipErrorInvalidValue` otherwise).
 //!
-//! Usage is counted against the device size of `HIP_ON_CPU_MEMORY_MIB`, so
-//! `hipMemGetInfo` and out-of-memory errors behave as on a GPU. The default
+//! Every device buffer belongs to the device current at its allocation
+//! (`hipMallocAsync`: the stream's device), and usage is counted per device
+//! against the device size of `HIP_ON_CPU_MEMORY_MIB`, so `hipMemGetInfo`
+//! and out-of-memory errors behave as on a GPU. Each device's default
 //! memory pool keeps buffers freed with `hipFreeAsync` up to its release
-//! threshold, as ROCm's does.
+//! threshold, as ROCm's does. Peer copies (`hipMemcpyPeerAsync`) check that
+//! each pointer lies in a buffer of the device named for it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_int, c_uint, c_ushort, c_void};
@@ -24,8 +27,9 @@ use hip_sys::{
     hipDeviceptr_t, hipError_t, hipMemPool_t, hipMemPoolAttr, hipMemcpyKind, hipStream_t,
 };
 
-use super::device::device;
+use super::device::{check_ordinal, current, device};
 use super::status::HipResult;
+use super::stream::stream_device;
 use crate::ffi::{non_null, write_out};
 
 const INVALID: hipError_t = hipError_t::hipErrorInvalidValue;
@@ -47,6 +51,8 @@ struct Allocation {
     size: usize,
     /// Bytes counted against the device (0 for host allocations).
     counted: usize,
+    /// The owning device; `None` for host allocations.
+    device: Option<c_int>,
 }
 
 impl Allocation {
@@ -61,24 +67,38 @@ impl Allocation {
     }
 }
 
-/// Every live buffer by its address, and the device bytes in use.
+/// Every live buffer by its address, and the bytes in use on each device.
 struct Heap {
     buffers: BTreeMap<usize, Allocation>,
-    used: usize,
+    used: BTreeMap<c_int, usize>,
+}
+
+impl Heap {
+    /// Bytes in use on `device`.
+    fn used(&self, device: c_int) -> usize {
+        self.used.get(&device).copied().unwrap_or(0)
+    }
+
+    /// The buffer that holds all of `[ptr, ptr + len)`, if one does.
+    fn holding(&self, ptr: usize, len: usize) -> Option<&Allocation> {
+        let (&start, a) = self.buffers.range(..=ptr).next_back()?;
+        let end = ptr.checked_add(len)?;
+        (ptr < start + a.size.max(1) && end <= start + a.size).then_some(a)
+    }
 }
 
 static HEAP: Mutex<Heap> = Mutex::new(Heap {
     buffers: BTreeMap::new(),
-    used: 0,
+    used: BTreeMap::new(),
 });
 
 fn heap() -> std::sync::MutexGuard<'static, Heap> {
     HEAP.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Maps a guarded buffer of `size` bytes; `device` counts it against the
-/// device memory.
-fn allocate(size: usize, on_device: bool) -> HipResult<*mut c_void> {
+/// Maps a guarded buffer of `size` bytes, owned by `owner` and counted
+/// against its memory (`None`: a host buffer, not counted).
+fn allocate(size: usize, owner: Option<c_int>) -> HipResult<*mut c_void> {
     let limit = usize::try_from(device()?.memory).unwrap_or(usize::MAX);
     let body = size
         .max(1)
@@ -90,9 +110,11 @@ fn allocate(size: usize, on_device: bool) -> HipResult<*mut c_void> {
         .checked_next_multiple_of(PAGE)
         .and_then(|n| n.checked_add(2 * PAGE))
         .ok_or(hipError_t::hipErrorOutOfMemory)?;
-    let counted = if on_device { body } else { 0 };
+    let counted = if owner.is_some() { body } else { 0 };
     let mut heap = heap();
-    if on_device && heap.used.checked_add(counted).is_none_or(|u| u > limit) {
+    if let Some(d) = owner
+        && heap.used(d).checked_add(counted).is_none_or(|u| u > limit)
+    {
         return Err(hipError_t::hipErrorOutOfMemory);
     }
     // SAFETY: an anonymous private mapping; no existing memory is touched.
@@ -103,12 +125,15 @@ fn allocate(size: usize, on_device: bool) -> HipResult<*mut c_void> {
         map_len,
         size,
         counted,
+        device: owner,
     };
     for (start, len) in a.canaries(ptr) {
         // SAFETY: inside the accessible part of the fresh mapping.
         unsafe { std::ptr::write_bytes(start as *mut u8, CANARY, len) };
     }
-    heap.used += counted;
+    if let Some(d) = owner {
+        *heap.used.entry(d).or_default() += counted;
+    }
     heap.buffers.insert(ptr, a);
     Ok(ptr as *mut c_void)
 }
@@ -120,7 +145,9 @@ fn release(ptr: *mut c_void) -> HipResult {
     }
     let mut heap = heap();
     let a = heap.buffers.remove(&(ptr as usize)).ok_or(INVALID)?;
-    heap.used -= a.counted;
+    if let Some(used) = a.device.and_then(|d| heap.used.get_mut(&d)) {
+        *used -= a.counted;
+    }
     // SAFETY: the mapping was made by `allocate` and is no longer listed.
     unsafe { libc_munmap(a.base, a.map_len) };
     Ok(())
@@ -136,6 +163,12 @@ pub(crate) fn check_range(ptr: usize, len: usize) -> HipResult {
         }
     }
     Ok(())
+}
+
+/// The device whose buffer holds all of `[ptr, ptr + len)`; `None` when no
+/// device buffer does (host buffers included).
+pub(crate) fn device_holding(ptr: usize, len: usize) -> Option<c_int> {
+    heap().holding(ptr, len).and_then(|a| a.device)
 }
 
 /// Checks every buffer's canaries; on damage, restores them and describes
@@ -218,10 +251,10 @@ unsafe fn libc_munmap(base: usize, len: usize) {
     unsafe { munmap(base as *mut c_void, len) };
 }
 
-/// `hipMemGetInfo`: device size minus the buffers in use.
+/// `hipMemGetInfo`: the current device's size minus its buffers in use.
 pub(crate) unsafe fn hipMemGetInfo(free: *mut usize, total: *mut usize) -> HipResult {
     let limit = usize::try_from(device()?.memory).unwrap_or(usize::MAX);
-    let used = heap().used;
+    let used = heap().used(current()?);
     // SAFETY: the caller passes valid or null out-pointers.
     unsafe {
         write_out(free, limit.saturating_sub(used), INVALID)?;
@@ -229,13 +262,14 @@ pub(crate) unsafe fn hipMemGetInfo(free: *mut usize, total: *mut usize) -> HipRe
     }
 }
 
-/// `hipMalloc`: a guarded device buffer (size 0 gives null, as HIP does).
+/// `hipMalloc`: a guarded buffer of the current device (size 0 gives null,
+/// as HIP does).
 pub(crate) unsafe fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> HipResult {
     non_null(ptr, INVALID)?;
     let p = if size == 0 {
         std::ptr::null_mut()
     } else {
-        allocate(size, true)?
+        allocate(size, Some(current()?))?
     };
     // SAFETY: checked non-null; the caller guarantees validity.
     unsafe { write_out(ptr, p, INVALID) }
@@ -246,7 +280,7 @@ pub(crate) unsafe fn hipFree(ptr: *mut c_void) -> HipResult {
     release(ptr)
 }
 
-/// The default memory pool: buffers freed with `hipFreeAsync` stay
+/// A device's default memory pool: buffers freed with `hipFreeAsync` stay
 /// reserved (for reuse by an allocation of the same size) while the
 /// reserve stays within the release threshold, as a ROCm pool keeps them.
 struct Pool {
@@ -258,12 +292,13 @@ struct Pool {
     attributes: HashMap<u32, u64>,
 }
 
-static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+/// Every device's default pool, made on first use.
+static POOLS: Mutex<BTreeMap<c_int, Pool>> = Mutex::new(BTreeMap::new());
 
-/// Runs `f` on the pool state.
-fn with_pool<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
-    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-    f(pool.get_or_insert_with(|| Pool {
+/// Runs `f` on the state of `device`'s pool.
+fn with_pool<R>(device: c_int, f: impl FnOnce(&mut Pool) -> R) -> R {
+    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    f(pools.entry(device).or_insert_with(|| Pool {
         kept: Vec::new(),
         used: 0,
         attributes: HashMap::new(),
@@ -284,43 +319,50 @@ impl Pool {
     }
 }
 
-/// `hipMallocAsync`: a kept buffer of the same size, or a new one.
+/// `hipMallocAsync`: from the pool of the stream's device, a kept buffer of
+/// the same size or a new one.
 pub(crate) unsafe fn hipMallocAsync(
     ptr: *mut *mut c_void,
     size: usize,
-    _stream: hipStream_t,
+    stream: hipStream_t,
 ) -> HipResult {
     non_null(ptr, INVALID)?;
+    // SAFETY: the caller passes a live stream (or a special one).
+    let d = unsafe { stream_device(stream) }?;
     let p = if size == 0 {
         std::ptr::null_mut()
     } else {
-        let reused = with_pool(|pool| {
+        let reused = with_pool(d, |pool| {
             let at = pool.kept.iter().position(|(_, n)| *n == size)?;
             Some(pool.kept.swap_remove(at).0)
         });
         let p = match reused {
             Some(p) => p as *mut c_void,
-            None => allocate(size, true)?,
+            None => allocate(size, Some(d))?,
         };
-        with_pool(|pool| pool.used += size as u64);
+        with_pool(d, |pool| pool.used += size as u64);
         p
     };
     // SAFETY: checked non-null; the caller guarantees validity.
     unsafe { write_out(ptr, p, INVALID) }
 }
 
-/// `hipFreeAsync`: kept while the pool's reserve stays within its release
-/// threshold, released otherwise.
+/// `hipFreeAsync`: kept by the pool of the buffer's device while the
+/// pool's reserve stays within its release threshold, released otherwise.
 pub(crate) unsafe fn hipFreeAsync(ptr: *mut c_void, _stream: hipStream_t) -> HipResult {
     if ptr.is_null() {
         return Ok(());
     }
-    let size = heap()
+    let (size, owner) = heap()
         .buffers
         .get(&(ptr as usize))
-        .map(|a| a.size)
+        .map(|a| (a.size, a.device))
         .ok_or(INVALID)?;
-    with_pool(|pool| {
+    let Some(d) = owner else {
+        // A host buffer belongs to no pool.
+        return release(ptr);
+    };
+    with_pool(d, |pool| {
         pool.used = pool.used.saturating_sub(size as u64);
         let threshold = pool
             .attributes
@@ -336,28 +378,42 @@ pub(crate) unsafe fn hipFreeAsync(ptr: *mut c_void, _stream: hipStream_t) -> Hip
     })
 }
 
-/// The one memory pool's handle (a non-null token).
-const DEFAULT_POOL: hipMemPool_t = std::ptr::dangling_mut::<u64>().cast();
+/// Spacing of the pool handles: device `d`'s default pool is the non-null,
+/// never dereferenced token `(d + 1) * POOL_TOKEN`.
+const POOL_TOKEN: usize = 8;
+
+/// The handle of `device`'s default pool.
+fn pool_handle(device: c_int) -> hipMemPool_t {
+    let index = usize::try_from(device).unwrap_or(0);
+    std::ptr::without_provenance_mut((index + 1) * POOL_TOKEN)
+}
+
+/// The device whose default pool `pool` is (`hipErrorInvalidValue` for
+/// anything else).
+fn pool_device(pool: hipMemPool_t) -> HipResult<c_int> {
+    let token = pool as usize;
+    if token == 0 || !token.is_multiple_of(POOL_TOKEN) {
+        return Err(INVALID);
+    }
+    let d = c_int::try_from(token / POOL_TOKEN - 1).map_err(|_| INVALID)?;
+    check_ordinal(d).map_err(|_| INVALID)?;
+    Ok(d)
+}
 
 /// `hipDeviceGetDefaultMemPool`.
 pub(crate) unsafe fn hipDeviceGetDefaultMemPool(
     pool: *mut hipMemPool_t,
     device_id: c_int,
 ) -> HipResult {
-    device()?;
-    if device_id != 0 {
-        return Err(hipError_t::hipErrorInvalidDevice);
-    }
+    check_ordinal(device_id)?;
     // SAFETY: the caller passes a valid or null out-pointer.
-    unsafe { write_out(pool, DEFAULT_POOL, INVALID) }
+    unsafe { write_out(pool, pool_handle(device_id), INVALID) }
 }
 
 /// `hipMemPoolTrimTo`: releases kept buffers down to `min_bytes_to_hold`.
 pub(crate) unsafe fn hipMemPoolTrimTo(pool: hipMemPool_t, min_bytes_to_hold: usize) -> HipResult {
-    if pool != DEFAULT_POOL {
-        return Err(INVALID);
-    }
-    with_pool(|p| p.trim(min_bytes_to_hold as u64));
+    let d = pool_device(pool)?;
+    with_pool(d, |p| p.trim(min_bytes_to_hold as u64));
     Ok(())
 }
 
@@ -372,9 +428,7 @@ pub(crate) unsafe fn hipMemPoolSetAttribute(
     attr: hipMemPoolAttr,
     value: *mut c_void,
 ) -> HipResult {
-    if pool != DEFAULT_POOL {
-        return Err(INVALID);
-    }
+    let d = pool_device(pool)?;
     non_null(value, INVALID)?;
     // SAFETY: the caller passes a value of the attribute's type.
     let v = unsafe {
@@ -384,7 +438,7 @@ pub(crate) unsafe fn hipMemPoolSetAttribute(
             value.cast::<c_int>().read() as u64
         }
     };
-    with_pool(|p| p.attributes.insert(attr.0, v));
+    with_pool(d, |p| p.attributes.insert(attr.0, v));
     Ok(())
 }
 
@@ -396,11 +450,9 @@ pub(crate) unsafe fn hipMemPoolGetAttribute(
     value: *mut c_void,
 ) -> HipResult {
     use hipMemPoolAttr as A;
-    if pool != DEFAULT_POOL {
-        return Err(INVALID);
-    }
+    let d = pool_device(pool)?;
     non_null(value, INVALID)?;
-    let v = with_pool(|p| match attr {
+    let v = with_pool(d, |p| match attr {
         A::hipMemPoolAttrReservedMemCurrent => p.used + p.kept_bytes(),
         A::hipMemPoolAttrUsedMemCurrent => p.used,
         _ => p.attributes.get(&attr.0).copied().unwrap_or(0),
@@ -426,7 +478,7 @@ pub(crate) unsafe fn hipHostMalloc(
     let p = if size == 0 {
         std::ptr::null_mut()
     } else {
-        allocate(size, false)?
+        allocate(size, None)?
     };
     // SAFETY: checked non-null; the caller guarantees validity.
     unsafe { write_out(ptr, p, INVALID) }
@@ -474,6 +526,32 @@ pub(crate) unsafe fn hipMemcpyAsync(
     _stream: hipStream_t,
 ) -> HipResult {
     // SAFETY: same contract.
+    unsafe { copy(dst, src, size) }
+}
+
+/// `hipMemcpyPeerAsync`: both ordinals must be visible devices and each
+/// range must lie inside one buffer of its device (`hipErrorInvalidDevice`,
+/// `hipErrorInvalidValue` otherwise); copies at the call.
+pub(crate) unsafe fn hipMemcpyPeerAsync(
+    dst: *mut c_void,
+    dst_device: c_int,
+    src: *const c_void,
+    src_device: c_int,
+    size: usize,
+    _stream: hipStream_t,
+) -> HipResult {
+    check_ordinal(dst_device)?;
+    check_ordinal(src_device)?;
+    if size == 0 {
+        return Ok(());
+    }
+    if device_holding(dst as usize, size) != Some(dst_device)
+        || device_holding(src as usize, size) != Some(src_device)
+    {
+        return Err(INVALID);
+    }
+    // SAFETY: both ranges lie inside live buffers (checked above); the
+    // caller keeps them alive for the call.
     unsafe { copy(dst, src, size) }
 }
 
@@ -545,7 +623,7 @@ mod tests {
 
     #[test]
     fn writes_past_a_buffer_are_found() {
-        let p = allocate(100, true).unwrap() as *mut u8;
+        let p = allocate(100, Some(0)).unwrap() as *mut u8;
         assert_eq!(p as usize % ALIGN, 0);
         assert_eq!(check_guards(), Ok(()));
         // SAFETY: inside the canary after the 100-byte buffer.
@@ -572,8 +650,20 @@ mod tests {
         // SAFETY: valid out-pointers.
         unsafe { hipMemGetInfo(&mut free, &mut total) }.unwrap();
         assert_eq!(
-            allocate(total + 1, true),
+            allocate(total + 1, Some(0)),
             Err(hipError_t::hipErrorOutOfMemory)
         );
+    }
+
+    #[test]
+    fn ranges_name_their_device() {
+        let p = allocate(64, Some(0)).unwrap() as usize;
+        let h = allocate(64, None).unwrap() as usize;
+        assert_eq!(device_holding(p, 64), Some(0));
+        assert_eq!(device_holding(p + 8, 56), Some(0));
+        assert_eq!(device_holding(p + 8, 57), None);
+        assert_eq!(device_holding(h, 8), None);
+        release(p as *mut c_void).unwrap();
+        release(h as *mut c_void).unwrap();
     }
 }

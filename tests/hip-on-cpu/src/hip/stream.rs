@@ -3,14 +3,19 @@
 //! stream's work is complete whenever it is queried, and waits between
 //! streams have nothing left to wait for. Events record the host time of
 //! their `hipEventRecord`.
+//!
+//! Streams and events belong to the device current when they are created;
+//! the null and per-thread streams to the caller's current device. An event
+//! is recorded only on a stream of its own device, and elapsed time is
+//! measured only between events of one device, as HIP requires.
 
-use std::ffi::{c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 use std::sync::Mutex;
 use std::time::Instant;
 
 use hip_sys::{hipError_t, hipEvent_t, hipHostFn_t, hipStream_t};
 
-use super::device::device;
+use super::device::{current, device};
 use super::status::HipResult;
 use crate::ffi::{non_null, write_out};
 
@@ -30,15 +35,31 @@ fn is_special_stream(stream: hipStream_t) -> bool {
     (stream as usize) < 3
 }
 
-/// A created stream (only its flags exist).
+/// A created stream: its flags and device.
 struct Stream {
     _flags: c_uint,
+    device: c_int,
 }
 
 /// A created event.
 struct Event {
     timing: bool,
     recorded: Mutex<Option<Instant>>,
+    device: c_int,
+}
+
+/// The device `stream` belongs to: the caller's current device for the
+/// null and per-thread streams.
+///
+/// # Safety
+/// `stream` must be a special stream or a live handle from
+/// [`hipStreamCreateWithFlags`].
+pub(crate) unsafe fn stream_device(stream: hipStream_t) -> HipResult<c_int> {
+    if is_special_stream(stream) {
+        return current();
+    }
+    // SAFETY: a live stream, per the contract.
+    Ok(unsafe { &*stream.cast::<Stream>() }.device)
 }
 
 /// The event behind a handle.
@@ -60,8 +81,11 @@ pub(crate) unsafe fn hipStreamCreateWithFlags(
     if flags & !STREAM_NON_BLOCKING != 0 {
         return Err(INVALID);
     }
-    device()?;
-    let handle = Box::into_raw(Box::new(Stream { _flags: flags }));
+    let device = current()?;
+    let handle = Box::into_raw(Box::new(Stream {
+        _flags: flags,
+        device,
+    }));
     // SAFETY: checked non-null; the caller guarantees validity.
     unsafe { write_out(stream, handle.cast(), INVALID) }
 }
@@ -117,10 +141,11 @@ pub(crate) unsafe fn hipEventCreateWithFlags(ev: *mut hipEvent_t, flags: c_uint)
     if flags & !EVENT_FLAGS != 0 {
         return Err(INVALID);
     }
-    device()?;
+    let device = current()?;
     let handle = Box::into_raw(Box::new(Event {
         timing: flags & EVENT_DISABLE_TIMING == 0,
         recorded: Mutex::new(None),
+        device,
     }));
     // SAFETY: checked non-null; the caller guarantees validity.
     unsafe { write_out(ev, handle.cast(), INVALID) }
@@ -134,10 +159,15 @@ pub(crate) unsafe fn hipEventDestroy(ev: hipEvent_t) -> HipResult {
     Ok(())
 }
 
-/// `hipEventRecord`: the current time.
-pub(crate) unsafe fn hipEventRecord(ev: hipEvent_t, _stream: hipStream_t) -> HipResult {
+/// `hipEventRecord`: the current time, on a stream of the event's device
+/// (`hipErrorInvalidHandle` otherwise).
+pub(crate) unsafe fn hipEventRecord(ev: hipEvent_t, stream: hipStream_t) -> HipResult {
     // SAFETY: the caller passes a live event.
     let e = unsafe { event(ev) }?;
+    // SAFETY: the caller passes a live or special stream.
+    if unsafe { stream_device(stream) }? != e.device {
+        return Err(INVALID_HANDLE);
+    }
     *e.recorded.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     Ok(())
 }
@@ -155,7 +185,7 @@ pub(crate) unsafe fn hipEventQuery(ev: hipEvent_t) -> HipResult {
 }
 
 /// `hipEventElapsedTime`: milliseconds between two recorded, timed events
-/// (`hipErrorInvalidHandle` otherwise, as HIP).
+/// of one device (`hipErrorInvalidHandle` otherwise, as HIP).
 pub(crate) unsafe fn hipEventElapsedTime(
     ms: *mut f32,
     start: hipEvent_t,
@@ -164,6 +194,9 @@ pub(crate) unsafe fn hipEventElapsedTime(
     non_null(ms, INVALID)?;
     // SAFETY: the caller passes live events.
     let (a, b) = unsafe { (event(start)?, event(stop)?) };
+    if a.device != b.device {
+        return Err(INVALID_HANDLE);
+    }
     let time = |e: &Event| {
         let t = *e.recorded.lock().unwrap_or_else(|p| p.into_inner());
         t.filter(|_| e.timing).ok_or(INVALID_HANDLE)

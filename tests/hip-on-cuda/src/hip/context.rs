@@ -23,7 +23,7 @@ thread_local! {
     static CONTEXT_CACHE: Cell<Option<(i32, usize)>> = const { Cell::new(None) };
 }
 
-/// Primary contexts retained so far, by device ordinal (pointers as `usize`
+/// Primary contexts retained so far, by HIP device ordinal (pointers as `usize`
 /// because `CUcontext` is not `Send`).
 static PRIMARY_CONTEXTS: Mutex<Option<HashMap<i32, usize>>> = Mutex::new(None);
 
@@ -41,27 +41,79 @@ pub(crate) fn driver() -> HipResult {
     })
 }
 
-/// Number of CUDA devices (0 when the driver cannot be initialised).
+/// Environment variable listing the CUDA ordinals HIP may see, as ROCm's
+/// runtime reads it.
+pub(crate) const VISIBLE_DEVICES_VAR: &str = "HIP_VISIBLE_DEVICES";
+
+/// The CUDA ordinals of the visible HIP devices, in HIP ordinal order.
+///
+/// Without `HIP_VISIBLE_DEVICES` every CUDA device is visible. With it,
+/// the listed ordinals are visible in the listed order, renumbered from 0;
+/// as in ROCm and CUDA, the list ends at its first entry that is not a
+/// device (not a number, out of range, or repeated).
+fn visible_devices() -> HipResult<&'static [i32]> {
+    static VISIBLE: OnceLock<HipResult<Vec<i32>>> = OnceLock::new();
+    VISIBLE
+        .get_or_init(|| {
+            driver()?;
+            let mut count = 0;
+            // SAFETY: `count` is a valid out-pointer.
+            cu(unsafe { cu_sys::cuDeviceGetCount(&mut count) })?;
+            let list = std::env::var(VISIBLE_DEVICES_VAR).ok();
+            Ok(visible_from(list.as_deref(), count))
+        })
+        .as_ref()
+        .map(Vec::as_slice)
+        .map_err(|e| *e)
+}
+
+/// [`visible_devices`] for the variable's value `list` and `count` devices.
+fn visible_from(list: Option<&str>, count: i32) -> Vec<i32> {
+    let Some(list) = list else {
+        return (0..count).collect();
+    };
+    let mut visible = Vec::new();
+    for entry in list.split(',') {
+        match entry.trim().parse::<i32>() {
+            Ok(o) if (0..count).contains(&o) && !visible.contains(&o) => visible.push(o),
+            _ => break,
+        }
+    }
+    visible
+}
+
+/// Number of visible devices (0 when the driver cannot be initialised).
 pub(crate) fn device_count() -> HipResult<i32> {
-    driver()?;
-    let mut count = 0;
-    // SAFETY: `count` is a valid out-pointer.
-    cu(unsafe { cu_sys::cuDeviceGetCount(&mut count) })?;
-    Ok(count)
+    Ok(visible_devices()?.len() as i32)
+}
+
+/// The CUDA ordinal of a HIP ordinal, or `hipErrorInvalidDevice`.
+pub(crate) fn cuda_ordinal(ordinal: i32) -> HipResult<i32> {
+    let visible = visible_devices()?;
+    if visible.is_empty() {
+        return Err(hipError_t::hipErrorNoDevice);
+    }
+    usize::try_from(ordinal)
+        .ok()
+        .and_then(|i| visible.get(i).copied())
+        .ok_or(hipError_t::hipErrorInvalidDevice)
+}
+
+/// The HIP ordinal of a visible CUDA ordinal.
+pub(crate) fn hip_ordinal(cuda: i32) -> HipResult<i32> {
+    visible_devices()?
+        .iter()
+        .position(|&o| o == cuda)
+        .map(|i| i as i32)
+        .ok_or(hipError_t::hipErrorInvalidDevice)
 }
 
 /// The CUDA device handle for a HIP ordinal, or `hipErrorInvalidDevice`.
 pub(crate) fn cu_device(ordinal: i32) -> HipResult<cu_sys::CUdevice> {
-    let count = device_count()?;
-    if count == 0 {
-        return Err(hipError_t::hipErrorNoDevice);
-    }
-    if !(0..count).contains(&ordinal) {
-        return Err(hipError_t::hipErrorInvalidDevice);
-    }
+    let cuda = cuda_ordinal(ordinal)?;
     let mut device = 0;
     // SAFETY: `device` is a valid out-pointer and the ordinal is in range.
-    cu(unsafe { cu_sys::cuDeviceGet(&mut device, ordinal) })?;
+    cu(unsafe { cu_sys::cuDeviceGet(&mut device, cuda) })?;
     Ok(device)
 }
 
@@ -79,7 +131,7 @@ pub(crate) fn set_current_device(ordinal: i32) -> HipResult {
 }
 
 /// The primary context of `ordinal`, retained on first use.
-fn primary_context(ordinal: i32) -> HipResult<cu_sys::CUcontext> {
+pub(crate) fn primary_context(ordinal: i32) -> HipResult<cu_sys::CUcontext> {
     let mut guard = PRIMARY_CONTEXTS
         .lock()
         .map_err(|_| hipError_t::hipErrorUnknown)?;
@@ -116,4 +168,20 @@ pub(crate) fn ensure_current() -> HipResult {
         cu(unsafe { cu_sys::cuCtxSetCurrent(wanted) })?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::visible_from;
+
+    #[test]
+    fn visible_devices_follow_rocm_rules() {
+        assert_eq!(visible_from(None, 3), [0, 1, 2]);
+        assert_eq!(visible_from(Some("1"), 3), [1]);
+        assert_eq!(visible_from(Some("2, 0"), 3), [2, 0]);
+        assert_eq!(visible_from(Some("0,7,1"), 3), [0]);
+        assert_eq!(visible_from(Some("1,1,0"), 3), [1]);
+        assert_eq!(visible_from(Some("x,0"), 3), Vec::<i32>::new());
+        assert_eq!(visible_from(Some(""), 3), Vec::<i32>::new());
+    }
 }

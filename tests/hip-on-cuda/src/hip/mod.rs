@@ -5,6 +5,7 @@ pub(crate) mod device;
 pub(crate) mod error;
 pub(crate) mod memory;
 pub(crate) mod module;
+pub(crate) mod peer;
 #[path = "../../../shim-common/hip_properties.rs"]
 pub(crate) mod properties;
 #[path = "../../../shim-common/hip_status.rs"]

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! generate [run] [--model DIR | --shape NAME | --gguf FILE] [--prompt TEXT | --prompt-ids 1,2,3]
-//!          [--max-tokens N] [--dtype f32|f16|bf16] [--device cpu|hip|hip:N]
+//!          [--max-tokens N] [--dtype f32|f16|bf16] [--device cpu|hip|hip:N] [--tp N]
 //!          [--temperature T] [--top-k K] [--top-p P] [--repeat-penalty R]
 //!          [--repeat-last-n N] [--seed S] [--weights-seed S] [--ignore-eos] [--json]
 //!          [--logits-out FILE]
@@ -12,13 +12,17 @@
 //!     with random weights from a fixed seed and a byte-level tokenizer. --logits-out
 //!     writes every step's f32 logits ([steps, vocab], little-endian) to FILE and the ids
 //!     to FILE.json. --gguf runs a quantized GGUF file (Llama, Mistral, Qwen2, Qwen3) in f32.
+//!     --tp N splits a Llama over N ranks (tensor parallelism, one thread per rank): HIP
+//!     devices hip:0..N-1 (from hip:K with --device hip:K), or N CPU ranks with --device cpu;
+//!     the default 1 runs on one device.
 //! generate write-model --shape NAME --out DIR [--dtype D] [--weights-seed S]
 //!     writes a seeded random-weight model folder (config.json, model.safetensors)
 //! generate write-gguf --shape NAME --quant SCHEME --out FILE [--weights-seed S]
 //!     writes the same seeded weights as a GGUF file quantized by candle's quantizer:
 //!     q4_0, q8_0, q4k, q6k, or q4km (Q4_K with Q6_K for the output and some layers)
-//! generate bench [--model DIR | --shape NAME | --gguf FILE] [--dtype D] [--device D] [--batch B[,B..]]
-//!                [--prompt-len P[,P..]] [--new-tokens N] [--iters I] [--json FILE]
+//! generate bench [--model DIR | --shape NAME | --gguf FILE] [--dtype D] [--device D] [--tp N]
+//!                [--batch B[,B..]] [--prompt-len P[,P..]] [--new-tokens N] [--iters I]
+//!                [--json FILE]
 //!     prefill and decode timings per (batch, prompt length), one JSON object per case
 //! ```
 //! Shapes: tiny, tinyllama-1.1b, llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b. Exit status: 0
@@ -33,7 +37,7 @@ use candle_app_generate::generation::{self, Settings};
 use candle_app_generate::gguf::{self, SCHEMES, Scheme};
 use candle_app_generate::model::{self, Model, Source};
 use candle_app_generate::shapes::{SHAPES, Shape};
-use candle_app_generate::{AppResult, app_error, device, weights};
+use candle_app_generate::{AppResult, app_error, device, tensor_parallel, weights};
 use candle_core::{DType, Device};
 use serde_json::json;
 
@@ -181,13 +185,16 @@ fn usage() -> String {
     format!(
         "usage: generate [run] [--model DIR | --shape NAME | --gguf FILE] \
          [--prompt TEXT | --prompt-ids IDS] \
-         [--max-tokens N] [--dtype f32|f16|bf16] [--device cpu|hip|hip:N] [--temperature T] \
+         [--max-tokens N] [--dtype f32|f16|bf16] [--device cpu|hip|hip:N] [--tp N] \
+         [--temperature T] \
          [--top-k K] [--top-p P] [--repeat-penalty R] [--repeat-last-n N] [--seed S] \
          [--weights-seed S] [--ignore-eos] [--json] [--logits-out FILE]\n       \
          generate write-model --shape NAME --out DIR [--dtype D] [--weights-seed S]\n       \
          generate write-gguf --shape NAME --quant SCHEME --out FILE [--weights-seed S]\n       \
          generate bench [--model DIR | --shape NAME | --gguf FILE] [--dtype D] [--device D] \
-         [--batch B,..] [--prompt-len P,..] [--new-tokens N] [--iters I] [--json FILE]\n\
+         [--tp N] [--batch B,..] [--prompt-len P,..] [--new-tokens N] [--iters I] [--json FILE]\n\
+         --tp N: split a Llama over N ranks, HIP devices hip:K..K+N-1 (K from --device hip:K, \
+         else 0) or N CPU ranks with --device cpu\n\
          shapes: {}\nquantization schemes: {}",
         names.join(", "),
         schemes.join(", ")
@@ -218,10 +225,16 @@ fn shape(name: &str) -> AppResult<Shape> {
     })
 }
 
-/// The device and dtype: --device, else HIP when present (saying why not); --dtype, else
-/// bf16 on HIP and f32 on the CPU.
-fn device_and_dtype(args: &Args, quiet: bool) -> AppResult<(Device, DType)> {
-    let (device, reason) = device::select(args.get("--device"))?;
+/// The ranks' devices (one without --tp) and the dtype: --device, else HIP when present
+/// (saying why not); --dtype, else bf16 on HIP and f32 on the CPU.
+fn devices_and_dtype(args: &Args, quiet: bool) -> AppResult<(Vec<Device>, DType)> {
+    let tp = args.number::<usize>("--tp")?.unwrap_or(1);
+    if tp == 0 {
+        return Err(usage_error(
+            "--tp 0: tensor parallelism needs at least one rank",
+        ));
+    }
+    let (devices, reason) = device::select_ranks(args.get("--device"), tp)?;
     if let Some(reason) = reason
         && !quiet
     {
@@ -229,10 +242,25 @@ fn device_and_dtype(args: &Args, quiet: bool) -> AppResult<(Device, DType)> {
     }
     let dtype = match args.get("--dtype") {
         Some(name) => model::parse_dtype(name).map_err(|e| usage_error(e.to_string()))?,
-        None if device.is_cpu() => DType::F32,
+        None if devices[0].is_cpu() => DType::F32,
         None => DType::BF16,
     };
-    Ok((device, dtype))
+    Ok((devices, dtype))
+}
+
+/// The model on one device, or split over several (one rank each) with the collectives
+/// that suit them.
+fn load(source: &Source, dtype: DType, devices: &[Device]) -> AppResult<Model> {
+    match devices {
+        [device] => Model::load(source, dtype, device),
+        ranks => Model::load_tensor_parallel(
+            source,
+            dtype,
+            ranks.len(),
+            ranks,
+            tensor_parallel::collectives,
+        ),
+    }
 }
 
 fn run(args: &Args) -> AppResult<()> {
@@ -245,6 +273,7 @@ fn run(args: &Args) -> AppResult<()> {
         "--max-tokens",
         "--dtype",
         "--device",
+        "--tp",
         "--temperature",
         "--top-k",
         "--top-p",
@@ -269,7 +298,7 @@ fn run(args: &Args) -> AppResult<()> {
         ignore_eos: args.flag("--ignore-eos"),
     };
     let (source, embedded) = source(args)?;
-    let (device, dtype) = device_and_dtype(args, false)?;
+    let (devices, dtype) = devices_and_dtype(args, false)?;
     if embedded && !json_out {
         eprintln!(
             "generate: no --model: using the embedded default, a small Llama-architecture model \
@@ -277,7 +306,7 @@ fn run(args: &Args) -> AppResult<()> {
              text is noise, its speed and numerics are real"
         );
     }
-    let mut model = Model::load(&source, dtype, &device)?;
+    let mut model = load(&source, dtype, &devices)?;
     let prompt = match (args.get("--prompt"), args.get("--prompt-ids")) {
         (Some(_), Some(_)) => return Err(usage_error("give --prompt or --prompt-ids, not both")),
         (_, Some(ids)) => ids
@@ -300,7 +329,7 @@ fn run(args: &Args) -> AppResult<()> {
         eprintln!(
             "generate: {} on {} in {}, {} prompt tokens",
             model.description,
-            device::describe(&device),
+            device::describe_ranks(&devices),
             model::dtype_name(model.dtype),
             prompt.len()
         );
@@ -324,11 +353,12 @@ fn run(args: &Args) -> AppResult<()> {
     if let Some(file) = args.get("--logits-out") {
         write_logits(file, &outcome, &model)?;
     }
-    let peak = device::peak_memory(&device);
+    let peak = device::peak_memory_ranks(&devices);
     if json_out {
         let report = json!({
             "model": model.description,
-            "device": device::describe(&device),
+            "device": device::describe_ranks(&devices),
+            "tp": devices.len(),
             "dtype": model::dtype_name(model.dtype),
             "prompt_tokens": outcome.prompt.len(),
             "prompt_ids": outcome.prompt,
@@ -454,6 +484,7 @@ fn bench(args: &Args) -> AppResult<()> {
         "--gguf",
         "--dtype",
         "--device",
+        "--tp",
         "--batch",
         "--prompt-len",
         "--new-tokens",
@@ -463,19 +494,20 @@ fn bench(args: &Args) -> AppResult<()> {
     ])
     .map_err(|e| usage_error(e.to_string()))?;
     let (source, _) = source(args)?;
-    let (device, dtype) = device_and_dtype(args, true)?;
+    let (devices, dtype) = devices_and_dtype(args, true)?;
     let batches = args.list("--batch", "1")?;
     let prompts = args.list("--prompt-len", "512")?;
     let new_tokens = args.number("--new-tokens")?.unwrap_or(128);
     let iters = args.number("--iters")?.unwrap_or(3);
-    let mut model = Model::load(&source, dtype, &device)?;
-    let copy = generation::copy_bandwidth(&device)?;
+    let mut model = load(&source, dtype, &devices)?;
+    let copy = generation::copy_bandwidth(&devices[0])?;
     for &batch in &batches {
         for &prompt_len in &prompts {
             let r = generation::bench(&mut model, batch, prompt_len, new_tokens, iters)?;
             let row = json!({
                 "framework": "candle",
-                "device": device::describe(&device),
+                "device": device::describe_ranks(&devices),
+                "tp": devices.len(),
                 "model": model.description,
                 "dtype": model::dtype_name(model.dtype),
                 "batch": r.batch,
@@ -488,7 +520,7 @@ fn bench(args: &Args) -> AppResult<()> {
                 "host_ms_per_token": r.host_ms_per_token,
                 "weight_bytes": model.weight_bytes,
                 "copy_gb_per_s": copy,
-                "peak_memory_bytes": device::peak_memory(&device).map(|p| p.0),
+                "peak_memory_bytes": device::peak_memory_ranks(&devices).map(|p| p.0),
             });
             println!("{row}");
             if let Some(file) = args.get("--json") {
