@@ -63,6 +63,7 @@ const HIP_FUNCTIONS: &[&str] = &[
     "hipMemPoolTrimTo",
     "hipMemPoolSetAttribute",
     "hipMemPoolGetAttribute",
+    "hipMemPoolSetAccess",
     "hipHostMalloc",
     "hipHostFree",
     "hipMemcpy",

@@ -328,8 +328,10 @@ impl Device {
 
     /// Lets this device access `peer`'s memory directly, so that copies
     /// between the two ([`crate::Stream::memcpy_dtod`]) take the direct path
-    /// (`hipDeviceEnablePeerAccess`). Enabling it twice is not an error.
-    /// Access is one-way: enable it on both devices for copies either way.
+    /// (`hipDeviceEnablePeerAccess`, and `hipMemPoolSetAccess` for `peer`'s
+    /// default memory pool, where stream-ordered buffers live). Enabling it
+    /// twice is not an error. Access is one-way: enable it on both devices
+    /// for copies either way.
     pub fn enable_peer_access(&self, peer: &Device) -> Result<()> {
         if !self.can_access_peer(peer)? {
             return Err(Error::invalid(
@@ -349,11 +351,33 @@ impl Device {
         };
         if status == Ok(hipError_t::hipErrorPeerAccessAlreadyEnabled) {
             clear_hip_last_error();
-            return Ok(());
+        } else {
+            status.check(format_args!(
+                "hipDeviceEnablePeerAccess(device {}, peer {})",
+                self.inner.ordinal, peer.inner.ordinal
+            ))?;
         }
-        status.check(format_args!(
-            "hipDeviceEnablePeerAccess(device {}, peer {})",
-            self.inner.ordinal, peer.inner.ordinal
+        self.access_memory_pool_of(peer)
+    }
+
+    /// Lets this device read and write buffers of `peer`'s default memory
+    /// pool (stream-ordered allocations), which peer access alone does not
+    /// cover (`hipMemPoolSetAccess`).
+    fn access_memory_pool_of(&self, peer: &Device) -> Result<()> {
+        let Some(pool) = peer.default_memory_pool()? else {
+            return Ok(());
+        };
+        let access = hip_sys::hipMemAccessDesc {
+            location: hip_sys::hipMemLocation {
+                type_: hip_sys::hipMemLocationType::hipMemLocationTypeDevice,
+                id: self.inner.ordinal,
+            },
+            flags: hip_sys::hipMemAccessFlags::hipMemAccessFlagsProtReadWrite,
+        };
+        // SAFETY: a live pool and one valid access descriptor.
+        unsafe { self.inner.api.hipMemPoolSetAccess(pool, &access, 1) }.check(format_args!(
+            "hipMemPoolSetAccess(pool of device {}, read-write for device {})",
+            peer.inner.ordinal, self.inner.ordinal
         ))
     }
 

@@ -54,22 +54,24 @@ fn input<T: Element>(rank: usize) -> Vec<T> {
         .collect()
 }
 
-/// The host reduction of element `i` over all ranks.
-fn reduced<T: Element>(op: ReduceOp, i: usize) -> T {
-    let values = (0..WORLD).map(|r| input::<T>(r)[i].value());
-    let v = match op {
-        ReduceOp::Sum => values.sum(),
-        ReduceOp::Prod => values.product(),
-        ReduceOp::Max => values.fold(f64::MIN, f64::max),
-        ReduceOp::Min => values.fold(f64::MAX, f64::min),
-        // Integers: the sum divided by the rank count, truncated, as NCCL.
-        ReduceOp::Avg => values.sum::<f64>() / WORLD as f64,
-    };
-    if T::of(0.5) == T::of(0.0) {
-        T::of(v.trunc())
-    } else {
-        T::of(v)
-    }
+/// The host reduction over all ranks of every element.
+fn reduced<T: Element>(op: ReduceOp) -> Vec<T> {
+    let inputs: Vec<Vec<T>> = (0..WORLD).map(input::<T>).collect();
+    let integer = T::of(0.5) == T::of(0.0);
+    (0..COUNT)
+        .map(|i| {
+            let values = inputs.iter().map(|x| x[i].value());
+            let v = match op {
+                ReduceOp::Sum => values.sum(),
+                ReduceOp::Prod => values.product(),
+                ReduceOp::Max => values.fold(f64::MIN, f64::max),
+                ReduceOp::Min => values.fold(f64::MAX, f64::min),
+                // Integers: the sum divided by the rank count, truncated, as NCCL.
+                ReduceOp::Avg => values.sum::<f64>() / WORLD as f64,
+            };
+            T::of(if integer { v.trunc() } else { v })
+        })
+        .collect()
 }
 
 /// The devices of the test, or a failure saying how many there are.
@@ -126,7 +128,7 @@ fn check_collectives<T: Element>() {
                 stream.clone_dtoh(&in_place)?,
             ))
         });
-        let want: Vec<T> = (0..COUNT).map(|i| reduced::<T>(op, i)).collect();
+        let want = reduced::<T>(op);
         for (rank, (all, root, in_place)) in out.into_iter().enumerate() {
             assert_eq!(all, want, "all_reduce {op:?} {name} rank {rank}");
             assert_eq!(
@@ -166,8 +168,9 @@ fn check_collectives<T: Element>() {
     for (rank, (all, scattered, cast, received)) in out.into_iter().enumerate() {
         assert_eq!(all, gathered, "all_gather {name} rank {rank}");
         // Block `rank` of rank r's long input is input(rank + r).
+        let blocks: Vec<Vec<T>> = (0..WORLD).map(|r| input::<T>(rank + r)).collect();
         let want: Vec<T> = (0..COUNT)
-            .map(|i| T::of((0..WORLD).map(|r| input::<T>(rank + r)[i].value()).sum()))
+            .map(|i| T::of(blocks.iter().map(|b| b[i].value()).sum()))
             .collect();
         assert_eq!(scattered, want, "reduce_scatter {name} rank {rank}");
         assert_eq!(cast, input::<T>(1), "broadcast {name} rank {rank}");
@@ -213,9 +216,7 @@ fn gpu_one_thread_drives_both_communicators_in_a_group() {
         Ok(())
     })
     .expect("grouped all-reduce");
-    let want: Vec<f32> = (0..COUNT)
-        .map(|i| reduced::<f32>(ReduceOp::Sum, i))
-        .collect();
+    let want = reduced::<f32>(ReduceOp::Sum);
     for (stream, buf) in streams.iter().zip(&bufs) {
         assert_eq!(stream.clone_dtoh(buf).unwrap(), want);
     }

@@ -6,7 +6,7 @@
 use core::mem::{offset_of, size_of};
 use static_assertions::const_assert_eq;
 
-use crate::types::{hipDeviceProp_tR0000, hipDeviceProp_tR0600};
+use crate::types::{hipDeviceProp_tR0000, hipDeviceProp_tR0600, hipMemAccessDesc, hipMemLocation};
 
 /// Asserts the size of `$ty` and the offset of each listed field.
 macro_rules! assert_layout {
@@ -31,3 +31,8 @@ assert_layout!(hipDeviceProp_tR0000, size 792, {
     multiProcessorCount: 336,
     gcnArchName: 396,
 });
+
+// `hipMemPoolSetAccess` reads an array of these (hip_runtime_api.h: two
+// 4-byte enums and an int, in every release since 5.2).
+assert_layout!(hipMemLocation, size 8, { type_: 0, id: 4 });
+assert_layout!(hipMemAccessDesc, size 12, { location: 0, flags: 8 });

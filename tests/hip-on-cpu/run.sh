@@ -6,7 +6,8 @@
 # target/hip-on-cpu/cache/<arch> (hip-safe's disk cache).
 #
 #   HIP_ON_CPU_SUITES  "ci" (default): the hip-safe GPU and stress tests
-#                      (8 threads x 2,000 mixed ops), the conformance tests
+#                      (8 threads x 2,000 mixed ops), hip-safe's two-device
+#                      tests (HIP_ON_CPU_DEVICES=2), the conformance tests
 #                      in CI_CONFORMANCE and CI_PARTS;
 #                      "full": the stress test at its full 10,000 ops per
 #                      thread, every conformance test but `large::` (built
@@ -39,6 +40,7 @@ CI_PARTS=(0/8 1/8)
 cargo build -q --release -p hip-on-cpu
 cargo test -q -p hip-safe --test gpu --no-run
 cargo test -q -p hip-safe --test stress --no-run
+cargo test -q -p hip-safe --test multi_gpu --no-run
 cargo test -q -p candle-hip --test conformance --no-run
 target/release/hip-on-cpu-layout "$root/rocm" >/dev/null
 upstream=(--manifest-path examples/candle-app/Cargo.toml -p upstream-tests --test upstream)
@@ -63,6 +65,9 @@ for arch in $archs; do
         timed "hip-safe GPU tests" cargo test -q -p hip-safe --test gpu -- --include-ignored "${GPU_SKIPS[@]}"
         HIP_SAFE_STRESS_OPS=$([[ $suites == full ]] && echo 10000 || echo 2000) \
             timed "hip-safe stress test" cargo test -q -p hip-safe --test stress -- --include-ignored
+        # Two emulated devices and the shim's CPU RCCL.
+        HIP_ON_CPU_DEVICES=2 timed "hip-safe two-device tests" \
+            cargo test -q -p hip-safe --test multi_gpu -- --include-ignored
     fi
     if [[ $suites == full ]]; then
         timed "conformance (full)" cargo test -q --release -p candle-hip --test conformance -- \

@@ -53,6 +53,11 @@ crate::dynamic_api! {
         attr: hipMemPoolAttr,
         value: *mut ::core::ffi::c_void,
     ) -> hipError_t;
+    pub fn hipMemPoolSetAccess(
+        mem_pool: hipMemPool_t,
+        desc_list: *const hipMemAccessDesc,
+        count: usize,
+    ) -> hipError_t;
     pub fn hipHostMalloc(
         ptr: *mut *mut ::core::ffi::c_void,
         size: usize,

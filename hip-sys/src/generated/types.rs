@@ -1653,6 +1653,66 @@ impl hipMemPoolAttr {
 /// HIP memory pool attributes
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct hipMemPoolAttr(pub ::core::ffi::c_uint);
+impl hipMemLocationType {
+    pub const hipMemLocationTypeInvalid: hipMemLocationType = hipMemLocationType(0);
+    ///< Device location, thus it's HIP device ID
+    pub const hipMemLocationTypeDevice: hipMemLocationType = hipMemLocationType(1);
+}
+#[repr(transparent)]
+/// Specifies the type of location
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipMemLocationType(pub ::core::ffi::c_uint);
+/** Specifies a memory location.
+
+To specify a gpu, set type = @p hipMemLocationTypeDevice and set id = the gpu's device ID*/
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipMemLocation {
+    ///< Specifies the location type, which describes the meaning of id
+    pub type_: hipMemLocationType,
+    ///< Identifier for the provided location type @p hipMemLocationType
+    pub id: ::core::ffi::c_int,
+}
+impl Default for hipMemLocation {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl hipMemAccessFlags {
+    ///< Default, make the address range not accessible
+    pub const hipMemAccessFlagsProtNone: hipMemAccessFlags = hipMemAccessFlags(0);
+    ///< Set the address range read accessible
+    pub const hipMemAccessFlagsProtRead: hipMemAccessFlags = hipMemAccessFlags(1);
+    ///< Set the address range read-write accessible
+    pub const hipMemAccessFlagsProtReadWrite: hipMemAccessFlags = hipMemAccessFlags(3);
+}
+#[repr(transparent)]
+/** Specifies the memory protection flags for mapping
+*/
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipMemAccessFlags(pub ::core::ffi::c_uint);
+/// Memory access descriptor
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipMemAccessDesc {
+    ///< Location on which the accessibility has to change
+    pub location: hipMemLocation,
+    ///< Accessibility flags to set
+    pub flags: hipMemAccessFlags,
+}
+impl Default for hipMemAccessDesc {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 pub type hipHostFn_t =
     ::core::option::Option<unsafe extern "C" fn(userData: *mut ::core::ffi::c_void)>;
 #[repr(C)]

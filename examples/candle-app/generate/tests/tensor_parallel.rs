@@ -1,6 +1,7 @@
 //! Tensor parallelism on CPU ranks: a Llama split over 1, 2 and 4 ranks against
 //! candle-transformers' model on one device, bad splits, the host all-reduce, and failures
-//! that must not hang; and, `#[ignore]`d, two HIP ranks against one HIP device (run with
+//! that must not hang; and, `#[ignore]`d, two HIP ranks against one HIP device and tensors
+//! moving between two HIP devices (run with
 //! `--include-ignored` on a machine with two GPUs).
 
 use std::sync::Arc;
@@ -380,4 +381,39 @@ fn two_hip_ranks_give_one_hip_device_s_tokens_for_64_greedy_steps() {
     println!("HIP tp 2: 64 greedy steps, largest relative logit difference {worst:.2e}");
     assert_eq!(parallel.generated, reference.generated);
     assert!(worst < 1e-4, "{worst}");
+}
+
+#[test]
+#[ignore = "needs two HIP devices"]
+fn tensors_move_between_hip_devices_without_the_host() {
+    let (a, b) = (
+        candle_hip::extension::hip_device(0).expect("hip:0"),
+        candle_hip::extension::hip_device(1).expect("hip:1"),
+    );
+    let host = Tensor::arange(0f32, 4096., &Device::Cpu)
+        .unwrap()
+        .reshape((64, 64))
+        .unwrap();
+    for dtype in [DType::F32, DType::BF16, DType::U32] {
+        let want = host.to_dtype(dtype).unwrap();
+        let on_a = want.to_device(&a).unwrap();
+        // A strided view: the whole storage moves, the layout stays.
+        let on_b = on_a.t().unwrap().to_device(&b).unwrap();
+        assert!(
+            on_b.device().same_device(&b),
+            "{dtype:?} landed on {:?}",
+            on_b.device()
+        );
+        let back = on_b.to_device(&a).unwrap();
+        assert_eq!(
+            back.to_dtype(DType::F32).unwrap().to_vec2::<f32>().unwrap(),
+            want.t()
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap(),
+            "{dtype:?} round trip hip:0 -> hip:1 -> hip:0"
+        );
+    }
 }

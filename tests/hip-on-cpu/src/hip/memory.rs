@@ -24,7 +24,8 @@ use std::ffi::{c_int, c_uint, c_ushort, c_void};
 use std::sync::Mutex;
 
 use hip_sys::{
-    hipDeviceptr_t, hipError_t, hipMemPool_t, hipMemPoolAttr, hipMemcpyKind, hipStream_t,
+    hipDeviceptr_t, hipError_t, hipMemAccessDesc, hipMemLocationType, hipMemPool_t, hipMemPoolAttr,
+    hipMemcpyKind, hipStream_t,
 };
 
 use super::device::{check_ordinal, current, device};
@@ -439,6 +440,31 @@ pub(crate) unsafe fn hipMemPoolSetAttribute(
         }
     };
     with_pool(d, |p| p.attributes.insert(attr.0, v));
+    Ok(())
+}
+
+/// `hipMemPoolSetAccess`: checked and accepted; every device reaches host
+/// memory, so access needs no mapping here.
+pub(crate) unsafe fn hipMemPoolSetAccess(
+    pool: hipMemPool_t,
+    desc_list: *const hipMemAccessDesc,
+    count: usize,
+) -> HipResult {
+    pool_device(pool)?;
+    if count == 0 {
+        return Ok(());
+    }
+    non_null(desc_list, INVALID)?;
+    // SAFETY: the caller passes `count` descriptors.
+    let descs = unsafe { std::slice::from_raw_parts(desc_list, count) };
+    for d in descs {
+        if d.location.type_ != hipMemLocationType::hipMemLocationTypeDevice
+            || ![0, 1, 3].contains(&d.flags.0)
+        {
+            return Err(INVALID);
+        }
+        check_ordinal(d.location.id)?;
+    }
     Ok(())
 }
 

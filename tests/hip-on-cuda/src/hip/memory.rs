@@ -11,10 +11,11 @@ use std::ffi::{c_int, c_uint, c_ushort, c_void};
 use cudarc::driver::sys::CUmemPool_attribute as CuPoolAttr;
 use cudarc::driver::sys::{self as cu_sys, CUdeviceptr, CUstream};
 use hip_sys::{
-    hipDeviceptr_t, hipError_t, hipMemPool_t, hipMemPoolAttr, hipMemcpyKind, hipStream_t,
+    hipDeviceptr_t, hipError_t, hipMemAccessDesc, hipMemAccessFlags, hipMemLocationType,
+    hipMemPool_t, hipMemPoolAttr, hipMemcpyKind, hipStream_t,
 };
 
-use super::context::{cu_device, ensure_current};
+use super::context::{cu_device, cuda_ordinal, ensure_current};
 use super::error::{HipResult, cu};
 use crate::ffi::{non_null, write_out};
 
@@ -271,6 +272,55 @@ pub(crate) unsafe fn hipMemPoolGetAttribute(
 ) -> HipResult {
     // SAFETY: the caller's contract is pool_attribute's.
     unsafe { pool_attribute(mem_pool, attr, value, cu_sys::cuMemPoolGetAttribute) }
+}
+
+/// `hipMemPoolSetAccess`: CUDA's descriptors for HIP's (device locations
+/// only, their ordinals translated; the access flags have CUDA's values).
+pub(crate) unsafe fn hipMemPoolSetAccess(
+    mem_pool: hipMemPool_t,
+    desc_list: *const hipMemAccessDesc,
+    count: usize,
+) -> HipResult {
+    non_null(mem_pool, INVALID)?;
+    if count > 0 {
+        non_null(desc_list, INVALID)?;
+    }
+    let descs = if count == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the caller passes `count` descriptors.
+        unsafe { std::slice::from_raw_parts(desc_list, count) }
+    };
+    let cuda = descs
+        .iter()
+        .map(|d| {
+            if d.location.type_ != hipMemLocationType::hipMemLocationTypeDevice {
+                return Err(INVALID);
+            }
+            let flags = match d.flags {
+                hipMemAccessFlags::hipMemAccessFlagsProtNone => {
+                    cu_sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE
+                }
+                hipMemAccessFlags::hipMemAccessFlagsProtRead => {
+                    cu_sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ
+                }
+                hipMemAccessFlags::hipMemAccessFlagsProtReadWrite => {
+                    cu_sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                }
+                _ => return Err(INVALID),
+            };
+            Ok(cu_sys::CUmemAccessDesc {
+                location: cu_sys::CUmemLocation {
+                    type_: cu_sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                    id: cuda_ordinal(d.location.id)?,
+                },
+                flags,
+            })
+        })
+        .collect::<HipResult<Vec<_>>>()?;
+    ensure_current()?;
+    // SAFETY: a pool from hipDeviceGetDefaultMemPool and `count` descriptors.
+    cu(unsafe { cu_sys::cuMemPoolSetAccess(mem_pool.cast(), cuda.as_ptr(), cuda.len()) })
 }
 
 /// `hipHostMallocPortable`, `...Mapped`, `...WriteCombined`.
