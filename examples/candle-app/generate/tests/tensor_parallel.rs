@@ -75,12 +75,13 @@ fn within<T: Send + 'static>(seconds: u64, f: impl FnOnce() -> T + Send + 'stati
         .expect("hung, or panicked")
 }
 
-/// Checks that the split model gives the single model's greedy tokens for 64 steps and
-/// logits within `tolerance`; returns the largest relative difference.
-fn check_against_single(source: &Source, ranks: usize, tolerance: f32) -> f32 {
-    let reference = decode(&mut single(source, &Device::Cpu), 64);
-    let mut model = split(source, &vec![Device::Cpu; ranks]).expect("split model");
-    assert_eq!(model.ranks(), ranks);
+/// Checks that the model split over `devices` gives the single model's (on `devices[0]`)
+/// greedy tokens for 64 steps and logits within `tolerance`; returns the largest relative
+/// difference.
+fn check_against_single(source: &Source, devices: &[Device], tolerance: f32) -> f32 {
+    let reference = decode(&mut single(source, &devices[0]), 64);
+    let mut model = split(source, devices).expect("split model");
+    assert_eq!(model.ranks(), devices.len());
     let parallel = decode(&mut model, 64);
     let worst = reference
         .logits
@@ -89,8 +90,10 @@ fn check_against_single(source: &Source, ranks: usize, tolerance: f32) -> f32 {
         .map(|(r, p)| relative_difference(p, r))
         .fold(0f32, f32::max);
     println!(
-        "tp {ranks}: 64 greedy steps, tokens identical: {}, largest relative logit difference \
-         {worst:.2e}",
+        "tp {} on {:?}: 64 greedy steps, tokens identical: {}, largest relative logit \
+         difference {worst:.2e}",
+        devices.len(),
+        devices[0].location(),
         parallel.generated == reference.generated
     );
     assert_eq!(parallel.generated, reference.generated);
@@ -101,7 +104,7 @@ fn check_against_single(source: &Source, ranks: usize, tolerance: f32) -> f32 {
 #[test]
 fn two_ranks_give_the_single_device_tokens_for_64_greedy_steps() {
     // The seeded shape, each rank making its weights.
-    check_against_single(&tiny(), 2, 1e-4);
+    check_against_single(&tiny(), &[Device::Cpu, Device::Cpu], 1e-4);
 }
 
 #[test]
@@ -117,7 +120,7 @@ fn four_ranks_give_the_single_device_tokens_for_64_greedy_steps() {
     config["rope_theta"] = llama_3_2["rope_theta"].clone();
     config["rope_scaling"] = llama_3_2["rope_scaling"].clone();
     weights::write_model(&config, SEED, DType::F32, &dir).expect("write model");
-    check_against_single(&Source::Dir(dir.clone()), 4, 1e-4);
+    check_against_single(&Source::Dir(dir.clone()), &vec![Device::Cpu; 4], 1e-4);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -368,19 +371,7 @@ fn a_rank_failing_in_a_forward_is_named_and_nobody_hangs() {
 #[ignore = "needs two HIP devices"]
 fn two_hip_ranks_give_one_hip_device_s_tokens_for_64_greedy_steps() {
     let hip = |ordinal| candle_hip::extension::hip_device(ordinal).expect("HIP device");
-    let devices = [hip(0), hip(1)];
-    let reference = decode(&mut single(&tiny(), &devices[0]), 64);
-    let mut model = split(&tiny(), &devices).expect("two HIP ranks");
-    let parallel = decode(&mut model, 64);
-    let worst = reference
-        .logits
-        .iter()
-        .zip(&parallel.logits)
-        .map(|(r, p)| relative_difference(p, r))
-        .fold(0f32, f32::max);
-    println!("HIP tp 2: 64 greedy steps, largest relative logit difference {worst:.2e}");
-    assert_eq!(parallel.generated, reference.generated);
-    assert!(worst < 1e-4, "{worst}");
+    check_against_single(&tiny(), &[hip(0), hip(1)], 1e-4);
 }
 
 #[test]
