@@ -28,6 +28,8 @@
 //! - `dtypes` runs the storage-op cases of the suite for the dtypes added
 //!   after the first seven (i16, i32, f8e4m3 and candle's dummy dtypes),
 //!   with data of its own, and checks f8e4m3 ops on every bit pattern.
+//! - `startup`: every kernel module loads, and a second device reuses the
+//!   compiled code.
 //! - `random` (the device's random numbers), `errors` (what is refused) and
 //!   `large` (64-bit offsets) test the device directly.
 //!
@@ -58,6 +60,7 @@ mod pool;
 mod quantized;
 mod random;
 mod reduce;
+mod startup;
 
 use common::{Ctx, DTYPES, FLOATS, INDEX, Rng, Tally, device, shapes};
 use indexing::few_updates;
