@@ -5,6 +5,7 @@
 mod candle_patch;
 mod fetch;
 mod generate;
+mod kernel_bundle;
 mod symbols;
 mod text_generation;
 
@@ -37,6 +38,9 @@ const USAGE: &str = "usage: rocm-tools <command>
   symbols   download the ROCm 5.x, 6.4 and 7.x runtime packages into build/.rocm and write
             their exported function names to build/symbols/<library>-<version>.txt
   candle-patch  write the patched Candle sources into build/.candle-patched
+  kernel-bundle --out FILE [--archs a,b] [--jobs N]
+            compile every candle-hip kernel module for the targets with the loaded hipRTC
+            (real one: run inside build/sandbox.sh exec) into a kernel bundle; prints times
   generate [ARGS]  apply the Candle patches, then run examples/candle-app's text generation
             program with ARGS (no ARGS: the embedded default model; `-- --help` lists them)";
 
@@ -48,6 +52,7 @@ fn main() {
         Some("bindgen") => fetch::ensure(&repo, &fetch::DEV_6_4)
             .and_then(|dir| generate::run(&repo, &generate::include_dir(&dir), "6.4")),
         Some("symbols") => symbols::run(&repo),
+        Some("kernel-bundle") => kernel_bundle::run(&args[1..]),
         Some("candle-patch") => candle_patch::run(&repo).map(|dirs| {
             for dir in dirs {
                 println!("{}", dir.display());

@@ -8,6 +8,8 @@ use std::fmt;
 
 use hip_sys::{LoadError, MissingSymbol, hipError_t};
 
+use crate::bundle::BundleError;
+
 /// The crate-wide result type.
 pub type Result<T> = std::result::Result<T, Error>;
 
@@ -165,6 +167,9 @@ pub enum Error {
     /// RCCL failed.
     #[error(transparent)]
     Comm(#[from] CommError),
+    /// A code bundle could not be read, parsed or written.
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
     /// An argument was rejected before any library call (lengths, ranges,
     /// devices that do not match).
     #[error("{op}: {reason}")]

@@ -13,6 +13,9 @@
 //!   [`Stream::launch_builder`];
 //! - [`Module`]/[`Function`] load code objects, and [`Program`] compiles
 //!   HIP C++ at run time with hipRTC, caching code objects on disk;
+//! - [`CodeBundle`] reads one versioned file of code objects compiled ahead
+//!   of time (looked up by module name, [`SourceHash`], architecture and
+//!   wave size), which [`CodeBundleWriter`] writes;
 //! - [`Blas`] runs rocBLAS GEMMs and [`Dnn`] MIOpen convolutions;
 //! - [`Comm`] runs RCCL collectives between devices, and
 //!   [`Stream::memcpy_dtod`] copies between devices directly (peer copies,
@@ -45,6 +48,7 @@ mod alloc;
 mod alloc_cache;
 mod blas;
 mod buffer;
+mod bundle;
 mod code_object;
 mod comm;
 mod device;
@@ -62,6 +66,7 @@ mod transfer;
 
 pub use blas::{Blas, GemmConfig, GemmType, StridedBatchedConfig, Transpose};
 pub use buffer::{DeviceBuffer, DevicePtr, DevicePtrMut, DeviceView, DeviceViewMut};
+pub use bundle::{BundleEntry, BundleError, CodeBundle, CodeBundleWriter, SourceHash};
 pub use comm::{Comm, CommType, ReduceOp, UniqueId};
 pub use device::Device;
 pub use dnn::{Conv1dConfig, ConvConfig, ConvTransposeConfig, Dnn, DnnType};

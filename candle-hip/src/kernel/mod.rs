@@ -5,6 +5,7 @@
 //! - `catalogue`: every kernel family as a typed constant, and the
 //!   hipRTC program of each source ([`program`], [`kernel_names`]);
 //! - `registry`: a device's compiled modules and looked-up functions;
+//! - [`bundle`]: the precompiled code objects looked up before compiling;
 //! - `header`: every constant mirrored from the sources, checked against
 //!   them by one test;
 //! - `info`, `nchw`: the argument structs the kernels take by value;
@@ -14,6 +15,7 @@
 //! Each op family plans its own launches next to its op code (`ops/`,
 //! `fused/`).
 
+pub mod bundle;
 pub(crate) mod catalogue;
 pub(crate) mod grid;
 pub(crate) mod header;

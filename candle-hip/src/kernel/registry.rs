@@ -19,6 +19,7 @@ use candle_hip_kernels::Source;
 use hip_safe::{Device, Function, Module};
 
 use crate::error::{Result, hip};
+use crate::kernel::bundle;
 use crate::kernel::catalogue::{Kernel, program};
 
 /// A value made once, on first use, by whoever asks first.
@@ -59,7 +60,8 @@ static CODE: LazyLock<Mutex<HashMap<CodeKey, CodeSlot>>> = LazyLock::new(Default
 /// A code object, made once.
 type CodeSlot = Slot<Arc<Vec<u8>>>;
 
-/// The code object of `source` for `device`, compiled by the first caller
+/// The code object of `source` for `device`: from the kernel bundle when it
+/// has this exact one ([`bundle`]), else compiled by the first caller
 /// (others asking for the same one wait for it; other sources are not held
 /// up). Failures are not kept: the next call tries again.
 fn code_object(source: Source, device: &Device) -> Result<Arc<Vec<u8>>> {
@@ -69,21 +71,25 @@ fn code_object(source: Source, device: &Device) -> Result<Arc<Vec<u8>>> {
         wave_size: device.wave_size(),
     };
     let slot = slot(&CODE, key);
-    let mut code = lock(&slot);
-    if let Some(code) = code.as_ref() {
+    let mut slot_code = lock(&slot);
+    if let Some(code) = slot_code.as_ref() {
         return Ok(code.clone());
+    }
+    let program = program(source, device.wave_size());
+    if let Some(code) = bundle::lookup(source, &program, device.arch(), device.wave_size()) {
+        let code = Arc::new(code.to_vec());
+        *slot_code = Some(code.clone());
+        return Ok(code);
     }
     let start = Instant::now();
     tracing::debug!(target: "candle_hip::kernel", module = source.file_name(), arch = device.arch(),
         "compiling kernel module (first use)");
-    let compiled = program(source, device.wave_size())
-        .compile_for_arch(device.arch())
-        .map_err(hip)?;
+    let compiled = program.compile_for_arch(device.arch()).map_err(hip)?;
     tracing::info!(target: "candle_hip::kernel", module = source.file_name(), arch = device.arch(),
         ms = start.elapsed().as_millis() as u64, bytes = compiled.len(),
         "kernel module ready (compiled, or read from the code-object cache)");
     let compiled = Arc::new(compiled);
-    *code = Some(compiled.clone());
+    *slot_code = Some(compiled.clone());
     Ok(compiled)
 }
 

@@ -103,8 +103,13 @@ impl CodeCacheKey {
         CodeCacheKey { bytes }
     }
 
+    /// FNV-1a 128 of the serialised key.
+    pub(crate) fn hash(&self) -> u128 {
+        fnv1a_128(&[&self.bytes])
+    }
+
     fn file_name(&self) -> String {
-        format!("{:032x}{ENTRY_SUFFIX}", fnv1a_128(&[&self.bytes]))
+        format!("{:032x}{ENTRY_SUFFIX}", self.hash())
     }
 }
 

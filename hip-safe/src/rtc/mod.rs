@@ -143,6 +143,24 @@ impl Program {
         self
     }
 
+    /// A hash of everything the code object depends on besides the target
+    /// and the compiler: the source, the in-memory headers and the options
+    /// (FNV-1a 128 of their unambiguous serialisation, in the first 16 of
+    /// the 32 bytes). A [`crate::CodeBundle`] keys its code objects by it.
+    pub fn source_hash(&self) -> crate::SourceHash {
+        let key = CodeCacheKey::new(&self.source, &self.headers, &self.options, "", "");
+        let mut bytes = [0u8; 32];
+        bytes[..16].copy_from_slice(&key.hash().to_le_bytes());
+        crate::SourceHash::from(bytes)
+    }
+
+    /// The loaded compiler as code-object caches and bundles record it: the
+    /// platform, hipRTC's version, the hipRTC library and the runtime's
+    /// version.
+    pub fn compiler_identity() -> String {
+        compiler_id(platform()).to_string()
+    }
+
     /// Compiles for `device`'s architecture (feature suffixes stripped) and
     /// loads the result on it.
     pub fn compile_for(&self, device: &Device) -> Result<Module> {
