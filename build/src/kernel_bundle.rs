@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use candle_hip::kernel::program;
 use candle_hip_kernels::Source;
-use hip_safe::{CodeBundleWriter, Program};
+use hip_safe::{CodeBundleWriter, Program, SourceHash};
 
 use crate::Result;
 
@@ -35,6 +35,7 @@ fn wave_size(arch: &str) -> u32 {
 struct Compiled {
     source: Source,
     arch: String,
+    hash: SourceHash,
     seconds: f64,
     code: Vec<u8>,
 }
@@ -69,7 +70,8 @@ pub fn run(args: &[String]) -> Result<()> {
             scope.spawn(|| {
                 while let Some(&(source, arch)) = work.get(next.fetch_add(1, Ordering::Relaxed)) {
                     let t0 = Instant::now();
-                    match program(source, wave_size(arch)).compile_for_arch(arch) {
+                    let program = program(source, wave_size(arch));
+                    match program.compile_for_arch(arch) {
                         Ok(code) => done
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
@@ -77,6 +79,7 @@ pub fn run(args: &[String]) -> Result<()> {
                                 source,
                                 arch: arch.to_string(),
                                 seconds: t0.elapsed().as_secs_f64(),
+                                hash: program.source_hash(),
                                 code,
                             }),
                         Err(e) => failed
@@ -95,10 +98,9 @@ pub fn run(args: &[String]) -> Result<()> {
         format!("candle-hip {}", env!("CARGO_PKG_VERSION")),
     )?;
     for c in &done {
-        let hash = program(c.source, wave_size(&c.arch)).source_hash();
         writer.add(
             c.source.file_name(),
-            hash,
+            c.hash,
             &c.arch,
             wave_size(&c.arch),
             c.code.clone(),

@@ -67,9 +67,7 @@ impl HipStorage {
     /// hardware allows it; elsewhere the runtime stages the copy itself.
     pub fn to_device(&self, device: &HipDevice) -> Result<HipStorage> {
         let (src, dst) = (self.device.hip_device(), device.hip_device());
-        if src != dst && dst.can_access_peer(src).map_err(hip)? {
-            dst.enable_peer_access(src).map_err(hip)?;
-        }
+        dst.try_enable_peer_access(src).map_err(hip)?;
         let buffer = device.stream().clone_dtod(&self.buffer).map_err(hip)?;
         Ok(HipStorage::new(buffer, self.dtype, device.clone()))
     }

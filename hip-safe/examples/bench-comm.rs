@@ -93,10 +93,7 @@ fn copies(devices: &[Device; 2], iters: usize) -> Result<()> {
         let through_host = t0.elapsed().as_secs_f64();
         rows.push((bytes, staged, through_host));
     }
-    let direct = devices[1].can_access_peer(&devices[0])?;
-    if direct {
-        devices[1].enable_peer_access(&devices[0])?;
-    }
+    let direct = devices[1].try_enable_peer_access(&devices[0])?;
     for (bytes, staged, through_host) in rows {
         let src = s0.alloc_zeros::<u8>(bytes)?;
         let mut dst = s1.alloc_zeros::<u8>(bytes)?;

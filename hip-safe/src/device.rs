@@ -4,7 +4,7 @@
 use std::cell::Cell;
 use std::ffi::c_int;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use hip_sys::{
     HipApi, hipDeviceAttribute_t, hipDeviceProp_tR0000, hipDeviceProp_tR0600, hipError_t,
@@ -49,6 +49,9 @@ struct DeviceInner {
     compute_units: u32,
     total_memory: usize,
     memory_pools: bool,
+    /// The peers this device was given direct access to (through this
+    /// `Device` or its clones), so that enabling again costs no HIP call.
+    peers: Mutex<Vec<c_int>>,
 }
 
 impl fmt::Debug for Device {
@@ -123,6 +126,7 @@ impl Device {
                 compute_units: u32::try_from(compute_units).unwrap_or(0),
                 total_memory: props.total_memory,
                 memory_pools: memory_pools != 0,
+                peers: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -331,16 +335,36 @@ impl Device {
     /// (`hipDeviceEnablePeerAccess`, and `hipMemPoolSetAccess` for `peer`'s
     /// default memory pool, where stream-ordered buffers live). Enabling it
     /// twice is not an error. Access is one-way: enable it on both devices
-    /// for copies either way.
+    /// for copies either way. An error when the devices cannot access each
+    /// other's memory (see [`Device::try_enable_peer_access`]).
     pub fn enable_peer_access(&self, peer: &Device) -> Result<()> {
-        if !self.can_access_peer(peer)? {
-            return Err(Error::invalid(
+        if self.try_enable_peer_access(peer)? {
+            Ok(())
+        } else {
+            Err(Error::invalid(
                 format_args!(
                     "enable_peer_access({} -> {})",
                     self.inner.ordinal, peer.inner.ordinal
                 ),
                 "the devices cannot access each other's memory directly",
-            ));
+            ))
+        }
+    }
+
+    /// [`Device::enable_peer_access`] where the hardware allows it: `false`
+    /// (and nothing enabled) when it does not, e.g. for a device and
+    /// itself. Remembered per peer: asking again costs no HIP call.
+    pub fn try_enable_peer_access(&self, peer: &Device) -> Result<bool> {
+        let mut peers = self
+            .inner
+            .peers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if peers.contains(&peer.inner.ordinal) {
+            return Ok(true);
+        }
+        if !self.can_access_peer(peer)? {
+            return Ok(false);
         }
         self.bind_to_thread()?;
         // SAFETY: takes an open device ordinal and no pointers.
@@ -357,7 +381,9 @@ impl Device {
                 self.inner.ordinal, peer.inner.ordinal
             ))?;
         }
-        self.access_memory_pool_of(peer)
+        self.access_memory_pool_of(peer)?;
+        peers.push(peer.inner.ordinal);
+        Ok(true)
     }
 
     /// Lets this device read and write buffers of `peer`'s default memory

@@ -239,8 +239,14 @@ fn gpu_peer_copies_move_data_between_devices() {
         b.enable_peer_access(a).unwrap();
         b.enable_peer_access(a)
             .expect("enabling twice is not an error");
+        // Another handle of the same device asks HIP again (already enabled).
+        Device::new(1)
+            .unwrap()
+            .enable_peer_access(a)
+            .expect("enabling through another handle is not an error");
         a.enable_peer_access(b).unwrap();
     }
+    assert!(!a.try_enable_peer_access(a).unwrap(), "not its own peer");
     let direct = sb.clone_dtod(&src).unwrap();
     let back = sa.clone_dtod(&direct.slice(1..).unwrap()).unwrap();
     assert_eq!(sb.clone_dtoh(&direct).unwrap(), data);
