@@ -125,28 +125,45 @@ fn devices_are_distinct_with_their_own_memory() {
         // SAFETY: valid out-pointer.
         unsafe { api.hipGetDevice(&mut current) }.unwrap();
         assert_eq!(current, 0);
-        // SAFETY: plain calls with valid out-pointers; the buffer is freed.
-        unsafe {
-            assert_eq!(api.hipSetDevice(2), Ok(hipError_t::hipErrorInvalidDevice));
-            let info = |d: c_int| {
-                assert_eq!(api.hipSetDevice(d), Ok(hipError_t::hipSuccess));
-                let (mut free, mut total) = (0, 0);
-                let status = api.hipMemGetInfo(&mut free, &mut total);
-                assert_eq!(status, Ok(hipError_t::hipSuccess));
-                free
-            };
-            let (free0, free1) = (info(0), info(1));
-            // 1 GiB on device 1 (mapped without reserving memory).
-            assert_eq!(api.hipSetDevice(1), Ok(hipError_t::hipSuccess));
-            let mut p = std::ptr::null_mut();
-            assert_eq!(api.hipMalloc(&mut p, 1 << 30), Ok(hipError_t::hipSuccess));
-            let slack = 64 << 20; // other tests allocate small buffers meanwhile
-            let (after0, after1) = (info(0), info(1));
-            assert!(free1 - after1 >= 1 << 30 && free1 - after1 < (1 << 30) + slack);
-            assert!(free0.abs_diff(after0) < slack);
-            assert_eq!(api.hipFree(p), Ok(hipError_t::hipSuccess));
-        }
+        // SAFETY: a plain call.
+        assert_eq!(
+            unsafe { api.hipSetDevice(2) },
+            Ok(hipError_t::hipErrorInvalidDevice)
+        );
     });
+    // Memory counted per device, in a process of its own: tests running
+    // beside it here would allocate and free meanwhile.
+    run_child("child_memory_is_counted_per_device", &[]);
+}
+
+/// Allocating on device 1 takes free memory of device 1 only.
+#[test]
+#[ignore = "run by devices_are_distinct_with_their_own_memory in a child process"]
+fn child_memory_is_counted_per_device() {
+    if !is_child("child_memory_is_counted_per_device") {
+        return;
+    }
+    let api = hip_sys::hip().unwrap();
+    // SAFETY: plain calls with valid out-pointers; the buffer is freed.
+    unsafe {
+        let info = |d: c_int| {
+            assert_eq!(api.hipSetDevice(d), Ok(hipError_t::hipSuccess));
+            let (mut free, mut total) = (0, 0);
+            let status = api.hipMemGetInfo(&mut free, &mut total);
+            assert_eq!(status, Ok(hipError_t::hipSuccess));
+            free
+        };
+        let (free0, free1) = (info(0), info(1));
+        // 1 GiB on device 1 (mapped without reserving memory).
+        assert_eq!(api.hipSetDevice(1), Ok(hipError_t::hipSuccess));
+        let mut p = std::ptr::null_mut();
+        assert_eq!(api.hipMalloc(&mut p, 1 << 30), Ok(hipError_t::hipSuccess));
+        let slack = 64 << 20;
+        let (after0, after1) = (info(0), info(1));
+        assert!(free1 - after1 >= 1 << 30 && free1 - after1 < (1 << 30) + slack);
+        assert!(free0.abs_diff(after0) < slack);
+        assert_eq!(api.hipFree(p), Ok(hipError_t::hipSuccess));
+    }
 }
 
 #[test]
