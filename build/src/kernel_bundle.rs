@@ -1,10 +1,11 @@
-//! `kernel-bundle`: compiles every kernel module of candle-hip for a list of
-//! targets with the hipRTC that loads (the real one inside the ROCm sandbox:
+//! `kernel-bundle`: compiles every kernel unit of candle-hip (a source, or
+//! one dtype of a source split by dtype) for a list of targets with the hipRTC that loads (the real one inside the ROCm sandbox:
 //! `build/sandbox.sh exec target/debug/rocm-tools kernel-bundle ...`; the
 //! shim's NVRTC on the NVIDIA test platform) into one bundle file that
 //! candle-hip looks in before compiling (`candle_hip::kernel::bundle`), and
-//! prints the compile time of every module per target and the bundle's size
-//! per target. For compile times, point `HIP_SAFE_CACHE_DIR` at an empty
+//! prints the compile time of every source per target (the sum over its
+//! units, and the slowest unit: what a first use waits for) and the
+//! bundle's size per target. For compile times, point `HIP_SAFE_CACHE_DIR` at an empty
 //! folder: a cached code object is not compiled again.
 
 use std::path::PathBuf;
@@ -12,7 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use candle_hip::kernel::program;
+use candle_hip::kernel::Unit;
 use candle_hip_kernels::Source;
 use hip_safe::{CodeBundleWriter, Program, SourceHash};
 
@@ -31,16 +32,17 @@ fn wave_size(arch: &str) -> u32 {
     if arch.starts_with("gfx9") { 64 } else { 32 }
 }
 
-/// One compiled module.
+/// One compiled unit.
 struct Compiled {
-    source: Source,
+    unit: Unit,
     arch: String,
     hash: SourceHash,
     seconds: f64,
     code: Vec<u8>,
 }
 
-/// `kernel-bundle --out FILE [--archs a,b,...] [--jobs N]`.
+/// `kernel-bundle --out FILE [--archs a,b,...] [--jobs N] [--per-unit]`
+/// (`--per-unit`: also every unit's compile time, slowest first).
 pub fn run(args: &[String]) -> Result<()> {
     let value = |flag: &str| {
         args.iter()
@@ -57,9 +59,10 @@ pub fn run(args: &[String]) -> Result<()> {
         Some(n) => n.parse().map_err(|_| format!("--jobs {n}: not a number"))?,
         None => std::thread::available_parallelism().map_or(1, usize::from),
     };
-    let work: Vec<(Source, &str)> = archs
+    let units = Unit::all();
+    let work: Vec<(Unit, &str)> = archs
         .iter()
-        .flat_map(|arch| candle_hip_kernels::ALL.map(|s| (s, arch.as_str())))
+        .flat_map(|arch| units.iter().map(move |&u| (u, arch.as_str())))
         .collect();
     let next = AtomicUsize::new(0);
     let done = Mutex::new(Vec::new());
@@ -68,15 +71,15 @@ pub fn run(args: &[String]) -> Result<()> {
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
             scope.spawn(|| {
-                while let Some(&(source, arch)) = work.get(next.fetch_add(1, Ordering::Relaxed)) {
+                while let Some(&(unit, arch)) = work.get(next.fetch_add(1, Ordering::Relaxed)) {
                     let t0 = Instant::now();
-                    let program = program(source, wave_size(arch));
+                    let program = unit.program(wave_size(arch));
                     match program.compile_for_arch(arch) {
                         Ok(code) => done
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
                             .push(Compiled {
-                                source,
+                                unit,
                                 arch: arch.to_string(),
                                 seconds: t0.elapsed().as_secs_f64(),
                                 hash: program.source_hash(),
@@ -85,7 +88,7 @@ pub fn run(args: &[String]) -> Result<()> {
                         Err(e) => failed
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
-                            .push(format!("{} for {arch}: {e}", source.file_name())),
+                            .push(format!("{unit} for {arch}: {e}")),
                     }
                 }
             });
@@ -99,7 +102,7 @@ pub fn run(args: &[String]) -> Result<()> {
     )?;
     for c in &done {
         writer.add(
-            c.source.file_name(),
+            &c.unit.name(),
             c.hash,
             &c.arch,
             wave_size(&c.arch),
@@ -107,6 +110,19 @@ pub fn run(args: &[String]) -> Result<()> {
         )?;
     }
     writer.write(&out)?;
+    if args.iter().any(|a| a == "--per-unit") {
+        let mut by_time: Vec<&Compiled> = done.iter().collect();
+        by_time.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        for c in by_time {
+            println!(
+                "{:>7.2} s {:>6} KiB  {} {}",
+                c.seconds,
+                c.code.len() / 1024,
+                c.unit,
+                c.arch
+            );
+        }
+    }
     report(&archs, &done, start.elapsed().as_secs_f64(), jobs);
     println!("bundle: {} ({} entries)", out.display(), writer.len());
     if failed.is_empty() {
@@ -116,14 +132,27 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 }
 
-/// Prints seconds per module and target, totals and code bytes per target.
+/// Prints seconds per source and target (the sum over the source's units
+/// and, for a split source, its slowest unit), totals and code bytes per
+/// target.
 fn report(archs: &[String], done: &[Compiled], wall: f64, jobs: usize) {
     let cell = |source: Source, arch: &str| {
-        done.iter()
-            .find(|c| c.source == source && c.arch == arch)
-            .map_or("-".to_string(), |c| format!("{:.1}", c.seconds))
+        let times: Vec<f64> = done
+            .iter()
+            .filter(|c| c.unit.source() == source && c.arch == arch)
+            .map(|c| c.seconds)
+            .collect();
+        match times.len() {
+            0 => "-".to_string(),
+            1 => format!("{:.1}", times[0]),
+            n => format!(
+                "{:.1} ({n} units, max {:.1})",
+                times.iter().sum::<f64>(),
+                times.iter().copied().fold(0.0, f64::max)
+            ),
+        }
     };
-    println!("| module | {} |", archs.join(" | "));
+    println!("| source | {} |", archs.join(" | "));
     println!("|---|{}", "---:|".repeat(archs.len()));
     for source in candle_hip_kernels::ALL {
         let row: Vec<String> = archs.iter().map(|a| cell(source, a)).collect();
@@ -140,6 +169,14 @@ fn report(archs: &[String], done: &[Compiled], wall: f64, jobs: usize) {
         "| compile s (sum) | {} |",
         per_arch(&|c| c.seconds).join(" | ")
     );
+    let slowest: Vec<String> = archs
+        .iter()
+        .map(|a| {
+            let max = done.iter().filter(|c| &c.arch == a).map(|c| c.seconds);
+            format!("{:.1}", max.fold(0.0, f64::max))
+        })
+        .collect();
+    println!("| slowest unit s | {} |", slowest.join(" | "));
     println!(
         "| code MiB | {} |",
         per_arch(&|c| c.code.len() as f64 / (1 << 20) as f64).join(" | ")

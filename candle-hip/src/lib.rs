@@ -6,7 +6,7 @@
 //! `hip-safe`. Nothing from ROCm is needed to build: the HIP runtime and
 //! hipRTC are loaded when a device is opened, and the kernels (HIP C++ of
 //! the `candle-hip-kernels` crate, re-exported as [`kernels`]) are compiled
-//! for the device's architecture on first use ([`kernel::program`]) and
+//! for the device's architecture on first use ([`kernel::Unit::program`]) and
 //! cached on disk by `hip-safe`.
 //!
 //! Every dtype of candle 0.11.1 is stored. u8, u32, i16, i32, i64, f16,

@@ -1,5 +1,5 @@
 //! AMD compile check with the real hipRTC of ROCm 6.4 and no GPU: every
-//! kernel source compiles for two wave64 (gfx90a, gfx942) and two wave32
+//! kernel unit (a source, or one dtype of a split source) compiles for two wave64 (gfx90a, gfx942) and two wave32
 //! (gfx1100, gfx1201) targets, every kernel the backend may launch is in the
 //! code object, and no kernel spills vector registers to scratch memory.
 //!
@@ -9,8 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use candle_hip::kernel::{kernel_names, program};
-use candle_hip::kernels::ALL;
+use candle_hip::kernel::Unit;
 
 /// The targets, with the wave size their devices report.
 const TARGETS: [(&str, u32); 4] = [
@@ -54,8 +53,8 @@ fn sandbox_kernels_compile_for_amd() {
     let mut failures = Vec::new();
     let mut total = Duration::ZERO;
     println!(
-        "{:<14}{:>8}  {}",
-        "source",
+        "{:<22}{:>8}  {}",
+        "unit",
         "kernels",
         TARGETS.map(|(a, _)| format!("{a:>22}")).join("")
     );
@@ -64,12 +63,16 @@ fn sandbox_kernels_compile_for_amd() {
         only.as_ref()
             .is_none_or(|list| list.split(',').any(|f| f == file))
     };
-    for source in ALL.into_iter().filter(|s| selected(s.file_name())) {
-        let names = kernel_names(source);
-        let mut row = format!("{:<14}{:>8}  ", source.file_name(), names.len());
+    let units: Vec<Unit> = Unit::all()
+        .into_iter()
+        .filter(|u| selected(u.source().file_name()))
+        .collect();
+    for &unit in &units {
+        let names = unit.kernel_names();
+        let mut row = format!("{:<22}{:>8}  ", unit.name(), names.len());
         for (arch, wave) in TARGETS {
             let start = Instant::now();
-            let result = program(source, wave).without_cache().compile_for_arch(arch);
+            let result = unit.program(wave).without_cache().compile_for_arch(arch);
             let took = start.elapsed();
             total += took;
             match result {
@@ -85,31 +88,23 @@ fn sandbox_kernels_compile_for_amd() {
                         spills
                     );
                     if !missing.is_empty() {
-                        failures.push(format!(
-                            "{} {arch}: missing kernels {missing:?}",
-                            source.file_name()
-                        ));
+                        failures.push(format!("{unit} {arch}: missing kernels {missing:?}"));
                     }
                     if spills != 0 || scratch != 0 {
                         failures.push(format!(
-                            "{} {arch}: {spills} spilled vector registers, {scratch} bytes of scratch",
-                            source.file_name()
+                            "{unit} {arch}: {spills} spilled vector registers, {scratch} bytes of scratch"
                         ));
                     }
                 }
                 Err(e) => {
                     row += &format!("{:>22}", "FAILED");
-                    failures.push(format!("{} {arch}: {e}", source.file_name()));
+                    failures.push(format!("{unit} {arch}: {e}"));
                 }
             }
         }
         println!("{row}");
     }
-    let kernels: usize = ALL
-        .iter()
-        .filter(|s| selected(s.file_name()))
-        .map(|&s| kernel_names(s).len())
-        .sum();
+    let kernels: usize = units.iter().map(|u| u.kernel_names().len()).sum();
     println!(
         "{kernels} kernels x {} targets compiled in {:.1}s (vs = spilled vector registers)",
         TARGETS.len(),
@@ -124,4 +119,222 @@ fn metadata_values_are_read_as_msgpack_integers() {
     assert_eq!(metadata_sum(code, ".vgpr_spill_count"), 5 + 256);
     assert!(has_symbol(b"\0uexp_f32\0", "uexp_f32"));
     assert!(!has_symbol(b"\0uexp_f32x\0", "uexp_f32"));
+}
+
+/// ROCm's code-object manager (comgr, the library hipRTC compiles through),
+/// loaded from the sandbox as an inspector independent of our own code
+/// object checks: a code object's target ISA and its symbol names.
+mod comgr {
+    use std::ffi::{c_char, c_void};
+
+    use libloading::{Library, Symbol};
+
+    /// `amd_comgr_data_t` / `amd_comgr_symbol_t`: opaque handles.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Handle(u64);
+
+    const SUCCESS: u32 = 0;
+    const DATA_KIND_EXECUTABLE: u32 = 0x8;
+    const SYMBOL_INFO_NAME_LENGTH: u32 = 0x0;
+    const SYMBOL_INFO_NAME: u32 = 0x1;
+
+    type SymbolCallback = unsafe extern "C" fn(Handle, *mut c_void) -> u32;
+
+    /// What comgr reads from one code object.
+    pub struct Inspected {
+        /// The target, e.g. `amdgcn-amd-amdhsa--gfx942`.
+        pub isa: String,
+        /// Every symbol name.
+        pub symbols: Vec<String>,
+    }
+
+    /// Collects one symbol's name into the `Vec<String>` behind `names`.
+    unsafe extern "C" fn collect(symbol: Handle, names: *mut c_void) -> u32 {
+        // SAFETY: `inspect` passes its own `Library` as the first element
+        // and a `Vec<String>` as the second of the pair behind `names`, both
+        // alive for the whole iteration.
+        let (lib, names) = unsafe { &mut *(names as *mut (&Library, Vec<String>)) };
+        // SAFETY: the symbol type matches comgr's declaration.
+        let info: Symbol<unsafe extern "C" fn(Handle, u32, *mut c_void) -> u32> =
+            match unsafe { lib.get(b"amd_comgr_symbol_get_info\0") } {
+                Ok(f) => f,
+                Err(_) => return 1,
+            };
+        let mut len = 0usize;
+        // SAFETY: NAME_LENGTH writes a size_t.
+        if unsafe { info(symbol, SYMBOL_INFO_NAME_LENGTH, (&raw mut len).cast()) } != SUCCESS {
+            return 1;
+        }
+        let mut name = vec![0u8; len + 1];
+        // SAFETY: NAME writes `len` characters and a NUL into `name`.
+        if unsafe { info(symbol, SYMBOL_INFO_NAME, name.as_mut_ptr().cast()) } != SUCCESS {
+            return 1;
+        }
+        name.truncate(len);
+        names.push(String::from_utf8_lossy(&name).into_owned());
+        SUCCESS
+    }
+
+    /// Inspects `code` with the sandbox's comgr.
+    pub fn inspect(code: &[u8]) -> Result<Inspected, String> {
+        let lib = ["libamd_comgr.so.3", "libamd_comgr.so.2", "libamd_comgr.so"]
+            .into_iter()
+            // SAFETY: loading comgr runs no initialisation with
+            // preconditions.
+            .find_map(|name| unsafe { Library::new(name) }.ok())
+            .ok_or("comgr is not installed")?;
+        let call = |what: &str, status: u32| match status {
+            SUCCESS => Ok(()),
+            s => Err(format!("{what} failed with comgr status {s}")),
+        };
+        // SAFETY (each `get`): the function types match comgr's header
+        // (amd_comgr.h of ROCm 7.0); handles are passed by value.
+        unsafe {
+            let create: Symbol<unsafe extern "C" fn(u32, *mut Handle) -> u32> = lib
+                .get(b"amd_comgr_create_data\0")
+                .map_err(|e| e.to_string())?;
+            let set: Symbol<unsafe extern "C" fn(Handle, usize, *const c_char) -> u32> = lib
+                .get(b"amd_comgr_set_data\0")
+                .map_err(|e| e.to_string())?;
+            let isa_name: Symbol<unsafe extern "C" fn(Handle, *mut usize, *mut c_char) -> u32> =
+                lib.get(b"amd_comgr_get_data_isa_name\0")
+                    .map_err(|e| e.to_string())?;
+            let iterate: Symbol<unsafe extern "C" fn(Handle, SymbolCallback, *mut c_void) -> u32> =
+                lib.get(b"amd_comgr_iterate_symbols\0")
+                    .map_err(|e| e.to_string())?;
+            let release: Symbol<unsafe extern "C" fn(Handle) -> u32> = lib
+                .get(b"amd_comgr_release_data\0")
+                .map_err(|e| e.to_string())?;
+            let mut data = Handle(0);
+            call("create_data", create(DATA_KIND_EXECUTABLE, &mut data))?;
+            let result = (|| {
+                call("set_data", set(data, code.len(), code.as_ptr().cast()))?;
+                let mut len = 0usize;
+                call(
+                    "get_data_isa_name",
+                    isa_name(data, &mut len, std::ptr::null_mut()),
+                )?;
+                let mut isa = vec![0u8; len];
+                call(
+                    "get_data_isa_name",
+                    isa_name(data, &mut len, isa.as_mut_ptr().cast()),
+                )?;
+                let isa = String::from_utf8_lossy(isa.split(|&b| b == 0).next().unwrap_or(&[]))
+                    .into_owned();
+                let mut state: (&Library, Vec<String>) = (&lib, Vec::new());
+                call(
+                    "iterate_symbols",
+                    iterate(data, collect, (&raw mut state).cast()),
+                )?;
+                Ok(Inspected {
+                    isa,
+                    symbols: state.1,
+                })
+            })();
+            release(data);
+            result
+        }
+    }
+}
+
+/// Set in the child process of [`sandbox_bundle_entries_are_code_objects_for_their_targets`].
+const BUNDLE_CHILD_VAR: &str = "CANDLE_HIP_SANDBOX_BUNDLE_CHILD";
+
+/// A bundle made by the real hipRTC holds, per entry, a code object that
+/// ROCm's comgr reads as one for the entry's target with every kernel of the
+/// unit; and the loader (`candle_hip::kernel::code_object`, what a device
+/// loads) takes a matching entry instead of compiling, and compiles for a
+/// target whose entry does not match (a different source hash) or is not
+/// there.
+#[test]
+#[ignore = "needs the ROCm sandbox"]
+fn sandbox_bundle_entries_are_code_objects_for_their_targets() {
+    let unit = Unit::of_source(candle_hip::kernels::SIGMOID)[0];
+    if std::env::var_os(BUNDLE_CHILD_VAR).is_some() {
+        let cache = std::env::var_os(hip_safe::CACHE_DIR_VAR).expect("the parent sets a cache");
+        let entries = || std::fs::read_dir(&cache).map_or(0, |d| d.count());
+        let bundle = std::env::var_os(candle_hip::kernel::bundle::BUNDLE_VAR).unwrap();
+        let bundle = hip_safe::CodeBundle::open(std::path::Path::new(&bundle)).unwrap();
+        for (arch, wave, from_bundle) in [
+            ("gfx942", 64, true),
+            ("gfx1100", 32, false),
+            ("gfx90a", 64, false),
+        ] {
+            let before = entries();
+            let code = candle_hip::kernel::code_object(unit, arch, wave).expect("code object");
+            let compiled = entries() - before;
+            let bundled = bundle
+                .entries()
+                .find(|e| e.arch() == arch)
+                .map(|e| e.code());
+            println!("{unit} {arch}: compiled {compiled}, {} bytes", code.len());
+            if from_bundle {
+                assert_eq!(compiled, 0, "{arch}: the matching entry was not used");
+                assert_eq!(Some(code.as_slice()), bundled);
+            } else {
+                assert_eq!(
+                    compiled, 1,
+                    "{arch}: a mismatch must fall through to hipRTC"
+                );
+            }
+        }
+        return;
+    }
+    let dir =
+        std::env::temp_dir().join(format!("candle-hip-sandbox-bundle-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    let mut writer =
+        hip_safe::CodeBundleWriter::new(hip_safe::Program::compiler_identity(), "sandbox test")
+            .expect("writer");
+    for (arch, wave, hash_matches) in [("gfx942", 64, true), ("gfx1100", 32, false)] {
+        let program = unit.program(wave);
+        let code = program
+            .without_cache()
+            .compile_for_arch(arch)
+            .expect("compiles");
+        let inspected = comgr::inspect(&code).unwrap_or_else(|e| panic!("comgr: {e}"));
+        println!(
+            "{unit} {arch}: comgr reads {} with {} symbols",
+            inspected.isa,
+            inspected.symbols.len()
+        );
+        assert!(
+            inspected.isa.ends_with(&format!("--{arch}")),
+            "{}",
+            inspected.isa
+        );
+        for name in unit.kernel_names() {
+            assert!(
+                inspected.symbols.contains(&name),
+                "{arch}: comgr finds no symbol {name}"
+            );
+        }
+        let hash = if hash_matches {
+            unit.program(wave).source_hash()
+        } else {
+            hip_safe::SourceHash::new([7; 32])
+        };
+        writer
+            .add(&unit.name(), hash, arch, wave, code)
+            .expect("a valid entry");
+    }
+    let bundle = dir.join("sandbox.bundle");
+    writer.write(&bundle).expect("bundle written");
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "sandbox_bundle_entries_are_code_objects_for_their_targets",
+            "--ignored",
+            "--nocapture",
+            "--quiet",
+        ])
+        .env(BUNDLE_CHILD_VAR, "1")
+        .env(candle_hip::kernel::bundle::BUNDLE_VAR, &bundle)
+        .env(hip_safe::CACHE_DIR_VAR, dir.join("cache"))
+        .status()
+        .expect("child test runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(status.success(), "the loader check failed");
 }

@@ -100,12 +100,15 @@ struct BinaryFn<MinimumOp, ch_f8e4m3, true> {
     map_elems(info, out, BinaryFn<OP, ch_##TY>(), In<ch_##TY, 0>{lhs}, In<ch_##TY, 1>{rhs});         \
   }
 
+// Part 1: arithmetic; part 2: comparisons.
+#if CH_PART(1)
 CH_NUMERIC(CH_BINARY_KERNEL, badd, AddOp)
 CH_NUMERIC(CH_BINARY_KERNEL, bsub, SubOp)
 CH_NUMERIC(CH_BINARY_KERNEL, bmul, MulOp)
 CH_NUMERIC(CH_BINARY_KERNEL, bdiv, DivOp)
 CH_NUMERIC(CH_BINARY_KERNEL, bmaximum, MaximumOp)
 CH_NUMERIC(CH_BINARY_KERNEL, bminimum, MinimumOp)
+#endif
 
 // ---------------------------------------------------------------------------
 // Comparisons: 1 when true, 0 otherwise (NaN compares unequal to everything).
@@ -157,9 +160,11 @@ struct CmpFn<Op, T, false> {
     map_elems(info, out, CmpFn<OP, ch_##TY>(), In<ch_##TY, 0>{lhs}, In<ch_##TY, 1>{rhs});      \
   }
 
+#if CH_PART(2)
 CH_NUMERIC(CH_CMP_KERNEL, cmp_eq, EqOp)
 CH_NUMERIC(CH_CMP_KERNEL, cmp_ne, NeOp)
 CH_NUMERIC(CH_CMP_KERNEL, cmp_lt, LtOp)
 CH_NUMERIC(CH_CMP_KERNEL, cmp_le, LeOp)
 CH_NUMERIC(CH_CMP_KERNEL, cmp_gt, GtOp)
 CH_NUMERIC(CH_CMP_KERNEL, cmp_ge, GeOp)
+#endif

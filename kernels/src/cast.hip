@@ -15,23 +15,13 @@ struct CastFn {
   __device__ __forceinline__ D operator()(S v) const { return cast_to<D>(v); }
 };
 
-#define CH_CAST_KERNEL(S, D)                                                             \
+#define CH_CAST_KERNEL(NAME, S, D)                                                       \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                            \
-      cast_##S##_##D(const ElemInfo info, const ch_##S* in, ch_##D* out) {               \
+      NAME##_##S##_##D(const ElemInfo info, const ch_##S* in, ch_##D* out) {             \
     map_elems(info, out, CastFn<ch_##D>(), In<ch_##S, 0>{in});                           \
   }
 
-#define CH_CAST_FROM(S)                                                                  \
-  CH_CAST_KERNEL(S, u8)                                                                  \
-  CH_CAST_KERNEL(S, u32)                                                                 \
-  CH_CAST_KERNEL(S, i16)                                                                 \
-  CH_CAST_KERNEL(S, i32)                                                                 \
-  CH_CAST_KERNEL(S, i64)                                                                 \
-  CH_CAST_KERNEL(S, f16)                                                                 \
-  CH_CAST_KERNEL(S, bf16)                                                                \
-  CH_CAST_KERNEL(S, f32)                                                                 \
-  CH_CAST_KERNEL(S, f64)                                                                 \
-  CH_CAST_KERNEL(S, f8e4m3)
+#define CH_CAST_FROM(S) CH_NUMERIC(CH_CAST_KERNEL, cast, S)
 
 CH_CAST_FROM(u8)
 CH_CAST_FROM(u32)

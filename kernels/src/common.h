@@ -411,6 +411,28 @@ __device__ __forceinline__ ch_u64 global_threads() {
   return (ch_u64)gridDim.x * blockDim.x;
 }
 
+// n / d with the remainder in `rem`, for 64-bit n: one f64 division and
+// one correction step. The GPU has no 64-bit integer divide, and the
+// compiler's expansion of one is long enough that inlining it in every use
+// (a strided index decomposes once per dimension, and loops unroll) doubled
+// the compile time and code size of the element-wise kernels, while a call
+// costs registers. Exact for n < 2^53, which every element offset and count
+// is (no allocation comes close): the rounded quotient is then within one
+// of the true one.
+__device__ __forceinline__ ch_u64 divmod64(ch_u64 n, ch_u64 d, ch_u64& rem) {
+  ch_u64 q = (ch_u64)((double)n / (double)d);
+  ch_i64 r = (ch_i64)(n - q * d);
+  if (r < 0) {
+    q -= 1;
+    r += (ch_i64)d;
+  } else if (r >= (ch_i64)d) {
+    q += 1;
+    r -= (ch_i64)d;
+  }
+  rem = (ch_u64)r;
+  return q;
+}
+
 // n / d with the remainder in `rem`; 32-bit division whenever both fit.
 __device__ __forceinline__ ch_u64 divmod(ch_u64 n, ch_u64 d, ch_u64& rem) {
   if (((n | d) >> 32) == 0) {
@@ -418,9 +440,7 @@ __device__ __forceinline__ ch_u64 divmod(ch_u64 n, ch_u64 d, ch_u64& rem) {
     rem = (ch_u32)n - q * (ch_u32)d;
     return q;
   }
-  const ch_u64 q = n / d;
-  rem = n - q * d;
-  return q;
+  return divmod64(n, d, rem);
 }
 
 // Storage offset of the `i`-th element (row-major order) of a strided view.
@@ -573,6 +593,37 @@ __device__ __forceinline__ void unrolled_loop(ch_u64 count, const Compute& compu
   }
 }
 
+// Elements per pack of an element-wise kernel: CH_VEC_BYTES of the widest
+// operand, except 1 (no packs) for f8e4m3 results. Every f8e4m3 result is
+// rounded by a long emulated sequence, which packs and their unrolling
+// would copy dozens of times into each kernel, multiplying compile time;
+// f8e4m3 is a storage format whose arithmetic is rare, so its kernels are
+// kept small rather than wide.
+template <typename Out, typename... Ins>
+struct PackWidth {
+  static const int value = CH_VEC_BYTES / MaxSize<Out, Ins...>::value;
+};
+
+template <typename... Ins>
+struct PackWidth<ch_f8e4m3, Ins...> {
+  static const int value = 1;
+};
+
+// Whether element-wise function F is costly (`static const bool costly =
+// true`: libm calls and the like). Contiguous loops of a costly function
+// take one pack per step: its arithmetic hides memory latency better than
+// more loads in flight would, and every unrolled copy of a libm call
+// multiplies compile time and code size.
+template <typename F, typename = void>
+struct IsCostly {
+  static const bool value = false;
+};
+
+template <typename F>
+struct IsCostly<F, decltype((void)F::costly)> {
+  static const bool value = F::costly;
+};
+
 // out[i] = f(in0[i], in1[i], ...) for every element. Three paths:
 // - every operand contiguous: 16-byte packs when every pointer is aligned;
 // - strided with `inner_vec`: packs along the innermost dimension (one index
@@ -580,7 +631,7 @@ __device__ __forceinline__ void unrolled_loop(ch_u64 count, const Compute& compu
 // - otherwise one element at a time, offsets from the merged dims.
 template <typename Out, typename F, typename... Ins>
 __device__ __forceinline__ void map_elems(const ElemInfo& info, Out* out, const F& f, const Ins&... ins) {
-  const int V = CH_VEC_BYTES / MaxSize<Out, typename Ins::type...>::value;
+  const int V = PackWidth<Out, typename Ins::type...>::value;
   typedef Pack<Out, V> OutPack;
   OutPack* outv = reinterpret_cast<OutPack*>(out);
   const ch_u64 n = info.numel;
@@ -591,8 +642,8 @@ __device__ __forceinline__ void map_elems(const ElemInfo& info, Out* out, const 
       // unrolled_loop written out: f can be large (8 or 16 calls of a libm
       // function per pack), and a lambda around it may not be inlined. Packs
       // of 8 or more elements take half the unroll (the same bytes in flight
-      // per element, half the code).
-      const int U = V <= 4 ? CH_UNROLL : CH_UNROLL / 2;
+      // per element, half the code), costly functions none.
+      const int U = IsCostly<F>::value ? 1 : V <= 4 ? CH_UNROLL : CH_UNROLL / 2;
       const ch_u64 nv = n / V;
       const ch_u64 block = blockDim.x;
       const ch_u64 step = (ch_u64)gridDim.x * block * U;
@@ -693,18 +744,103 @@ __device__ __forceinline__ typename R::State block_reduce(typename R::State s, t
 
 // ---------------------------------------------------------------------------
 // Instantiation helpers: M(NAME, OP, dtype) for each dtype of a group. Kernel
-// names are NAME##_##dtype, e.g. uexp_f32.
+// names are NAME##_##dtype, e.g. uexp_f32; a family of two dtypes passes its
+// first one as OP, so the dtype of the helper is always the last suffix.
+//
+// A program compiled with -DCH_ONLY_DTYPE=CH_DTYPE_<dtype> defines only the
+// helpers' kernels whose last suffix is <dtype>: candle-hip compiles its
+// largest sources once per dtype that way, so that the first use of an op
+// compiles a tenth of the source. Without the define, every kernel.
 
-#define CH_FLOATS(M, NAME, OP) M(NAME, OP, f16) M(NAME, OP, bf16) M(NAME, OP, f32) M(NAME, OP, f64)
-#define CH_INTS(M, NAME, OP) M(NAME, OP, u8) M(NAME, OP, u32) M(NAME, OP, i64)
+#define CH_DTYPE_u8 1
+#define CH_DTYPE_u32 2
+#define CH_DTYPE_i16 3
+#define CH_DTYPE_i32 4
+#define CH_DTYPE_i64 5
+#define CH_DTYPE_f16 6
+#define CH_DTYPE_bf16 7
+#define CH_DTYPE_f32 8
+#define CH_DTYPE_f64 9
+#define CH_DTYPE_f8e4m3 10
+
+#if defined(CH_ONLY_DTYPE) && !(CH_ONLY_DTYPE >= CH_DTYPE_u8 && CH_ONLY_DTYPE <= CH_DTYPE_f8e4m3)
+#error "CH_ONLY_DTYPE must be one of the CH_DTYPE_<dtype> names"
+#endif
+
+#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_u8
+#define CH_IF_u8(...) __VA_ARGS__
+#else
+#define CH_IF_u8(...)
+#endif
+#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_u32
+#define CH_IF_u32(...) __VA_ARGS__
+#else
+#define CH_IF_u32(...)
+#endif
+#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_i16
+#define CH_IF_i16(...) __VA_ARGS__
+#else
+#define CH_IF_i16(...)
+#endif
+#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_i32
+#define CH_IF_i32(...) __VA_ARGS__
+#else
+#define CH_IF_i32(...)
+#endif
+#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_i64
+#define CH_IF_i64(...) __VA_ARGS__
+#else
+#define CH_IF_i64(...)
+#endif
+#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_f16
+#define CH_IF_f16(...) __VA_ARGS__
+#else
+#define CH_IF_f16(...)
+#endif
+#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_bf16
+#define CH_IF_bf16(...) __VA_ARGS__
+#else
+#define CH_IF_bf16(...)
+#endif
+#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_f32
+#define CH_IF_f32(...) __VA_ARGS__
+#else
+#define CH_IF_f32(...)
+#endif
+#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_f64
+#define CH_IF_f64(...) __VA_ARGS__
+#else
+#define CH_IF_f64(...)
+#endif
+#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_f8e4m3
+#define CH_IF_f8e4m3(...) __VA_ARGS__
+#else
+#define CH_IF_f8e4m3(...)
+#endif
+
+// A source may also group its families into numbered parts, each
+// instantiated inside `#if CH_PART(n)`: a program compiled with
+// -DCH_ONLY_PART=<n> defines only part n, which candle-hip compiles (per
+// dtype) as a unit of its own; without the define, every part.
+#ifndef CH_ONLY_PART
+#define CH_ONLY_PART 0
+#endif
+#define CH_PART(n) (CH_ONLY_PART == 0 || CH_ONLY_PART == (n))
+
+// M(NAME, OP, dtype) where the program defines kernels of `dtype`.
+#define CH_EACH(M, NAME, OP, TY) CH_IF_##TY(M(NAME, OP, TY))
+
+#define CH_FLOATS(M, NAME, OP) \
+  CH_EACH(M, NAME, OP, f16) CH_EACH(M, NAME, OP, bf16) CH_EACH(M, NAME, OP, f32) CH_EACH(M, NAME, OP, f64)
+#define CH_INTS(M, NAME, OP) CH_EACH(M, NAME, OP, u8) CH_EACH(M, NAME, OP, u32) CH_EACH(M, NAME, OP, i64)
 // The seven dtypes with a kernel of every family that takes all dtypes;
 // data movement (copies, fills, selects) serves every other dtype through
 // the one of its element width.
 #define CH_ALL(M, NAME, OP) CH_FLOATS(M, NAME, OP) CH_INTS(M, NAME, OP)
 // The other dtypes with arithmetic, instantiated where the computation
 // depends on the type.
-#define CH_NARROW_INTS(M, NAME, OP) M(NAME, OP, i16) M(NAME, OP, i32)
-#define CH_F8(M, NAME, OP) M(NAME, OP, f8e4m3)
+#define CH_NARROW_INTS(M, NAME, OP) CH_EACH(M, NAME, OP, i16) CH_EACH(M, NAME, OP, i32)
+#define CH_F8(M, NAME, OP) CH_EACH(M, NAME, OP, f8e4m3)
 // Every float dtype.
 #define CH_ANY_FLOAT(M, NAME, OP) CH_FLOATS(M, NAME, OP) CH_F8(M, NAME, OP)
 // Every dtype with arithmetic.

@@ -584,17 +584,27 @@ __device__ __forceinline__ void tiles_body(const IndexInfo& info, const I* ids, 
 #define CH_SCATTER_ADD_TILES(NAME, I, TY) CH_TILES_KERNEL(NAME, I, TY, true, true)
 #define CH_INDEX_ADD_TILES(NAME, I, TY) CH_TILES_KERNEL(NAME, I, TY, true, false)
 
-#define CH_INDEX_FAMILIES(I)                          \
-  CH_ALL(CH_READ_KERNEL, index_select, I)             \
-  CH_ALL(CH_READ_KERNEL, gather, I)                   \
-  CH_ALL(CH_SCATTER_SET, scatter, I)                  \
-  CH_NUMERIC(CH_SCATTER_ADD, scatter_add, I)          \
-  CH_NUMERIC(CH_INDEX_ADD_KERNEL, index_add, I)       \
-  CH_NUMERIC(CH_INDEX_ADD_KERNEL, index_add_rows, I)  \
-  CH_ALL(CH_SCATTER_SET_TILES, scatter_tiles, I)      \
-  CH_NUMERIC(CH_SCATTER_ADD_TILES, scatter_add_tiles, I) \
-  CH_NUMERIC(CH_INDEX_ADD_TILES, index_add_tiles, I)
+// NAME for every index dtype: L(M, NAME, I) for I = u8, u32, i64.
+#define CH_EACH_INDEX(L, NAME, M) L(M, NAME, u8) L(M, NAME, u32) L(M, NAME, i64)
 
-CH_INDEX_FAMILIES(u8)
-CH_INDEX_FAMILIES(u32)
-CH_INDEX_FAMILIES(i64)
+// Parts (each compiled per dtype as a unit of its own): 1 reads, 2 column
+// walks, 3 to 5 one tile family each (the largest kernels).
+#if CH_PART(1)
+CH_EACH_INDEX(CH_ALL, index_select, CH_READ_KERNEL)
+CH_EACH_INDEX(CH_ALL, gather, CH_READ_KERNEL)
+#endif
+#if CH_PART(2)
+CH_EACH_INDEX(CH_ALL, scatter, CH_SCATTER_SET)
+CH_EACH_INDEX(CH_NUMERIC, scatter_add, CH_SCATTER_ADD)
+CH_EACH_INDEX(CH_NUMERIC, index_add, CH_INDEX_ADD_KERNEL)
+CH_EACH_INDEX(CH_NUMERIC, index_add_rows, CH_INDEX_ADD_KERNEL)
+#endif
+#if CH_PART(3)
+CH_EACH_INDEX(CH_ALL, scatter_tiles, CH_SCATTER_SET_TILES)
+#endif
+#if CH_PART(4)
+CH_EACH_INDEX(CH_NUMERIC, scatter_add_tiles, CH_SCATTER_ADD_TILES)
+#endif
+#if CH_PART(5)
+CH_EACH_INDEX(CH_NUMERIC, index_add_tiles, CH_INDEX_ADD_TILES)
+#endif

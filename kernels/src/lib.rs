@@ -27,6 +27,7 @@ use std::hash::{Hash, Hasher};
 pub struct Source {
     file_name: &'static str,
     code: &'static str,
+    split_by_dtype: bool,
 }
 
 impl Source {
@@ -38,6 +39,15 @@ impl Source {
     /// The source text.
     pub const fn code(self) -> &'static str {
         self.code
+    }
+
+    /// Whether the source is compiled once per dtype: as one program per
+    /// `-DCH_ONLY_DTYPE=CH_DTYPE_<dtype>`, each holding the kernels whose
+    /// last dtype suffix is that dtype (see `common.h`). The large
+    /// element-wise, reduction and indexing sources are, so that the first
+    /// use of an op compiles a fraction of its source.
+    pub const fn split_by_dtype(self) -> bool {
+        self.split_by_dtype
     }
 
     /// The value of `#define NAME value` in this source (the rest of the
@@ -82,16 +92,23 @@ impl fmt::Debug for Source {
     }
 }
 
-/// Defines one public [`Source`] constant per file, and [`ALL`].
+/// Defines one public [`Source`] constant per file (`per dtype` marks the
+/// ones split by dtype), and [`ALL`].
 macro_rules! sources {
-    ($($(#[$doc:meta])* $name:ident = $file:literal;)*) => {
+    ($($(#[$doc:meta])* $name:ident = $file:literal $($per:ident $dtype:ident)?;)*) => {
         $(
             $(#[$doc])*
-            pub const $name: Source = Source { file_name: $file, code: include_str!($file) };
+            pub const $name: Source = Source {
+                file_name: $file,
+                code: include_str!($file),
+                split_by_dtype: sources!(@split $($per $dtype)?),
+            };
         )*
         /// Every source, in a fixed order.
         pub const ALL: [Source; [$($file),*].len()] = [$($name),*];
     };
+    (@split) => { false };
+    (@split per dtype) => { true };
 }
 
 /// The name under which every source includes [`COMMON_HEADER`].
@@ -102,21 +119,22 @@ pub const COMMON_HEADER_NAME: &str = "common.h";
 pub const COMMON_HEADER: Source = Source {
     file_name: COMMON_HEADER_NAME,
     code: include_str!("common.h"),
+    split_by_dtype: false,
 };
 
 sources! {
     /// `unary.hip`: unary ops, copy, affine, powf, elu.
-    UNARY = "unary.hip";
+    UNARY = "unary.hip" per dtype;
     /// `binary.hip`: binary ops and comparisons.
-    BINARY = "binary.hip";
+    BINARY = "binary.hip" per dtype;
     /// `cast.hip`: dtype conversions.
-    CAST = "cast.hip";
+    CAST = "cast.hip" per dtype;
     /// `where.hip`: `where_cond`.
-    WHERE = "where.hip";
+    WHERE = "where.hip" per dtype;
     /// `reduce.hip`: sum, min, max, argmin, argmax.
-    REDUCE = "reduce.hip";
+    REDUCE = "reduce.hip" per dtype;
     /// `indexing.hip`: index_select, gather, scatter, scatter_add, index_add.
-    INDEXING = "indexing.hip";
+    INDEXING = "indexing.hip" per dtype;
     /// `copy.hip`: copy2d, tiled transpose and fill.
     COPY = "copy.hip";
     /// `random.hip`: uniform and normal random numbers.

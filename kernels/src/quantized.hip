@@ -612,19 +612,19 @@ __device__ __forceinline__ void quantize_act(const float* x, signed char* q, flo
     quantize_act<Q::ACT>(x, q, d, s, count);                                                       \
   }
 
-#define QUANTIZED(Q, NAME)                                                                         \
-  DEQUANTIZE(Q, NAME, f16) DEQUANTIZE(Q, NAME, bf16) DEQUANTIZE(Q, NAME, f32) QUANTIZE_ACT(Q, NAME) \
-  QMATVEC(Q, NAME)
+// Every GGML block type: M(block traits, name suffix).
+#define CH_EACH_BLOCK(M)                                                                            \
+  M(Q4_0, q4_0) M(Q4_1, q4_1) M(Q5_0, q5_0) M(Q5_1, q5_1) M(Q8_0, q8_0) M(Q8_1, q8_1) M(Q2K, q2k)   \
+  M(Q3K, q3k) M(Q4K, q4k) M(Q5K, q5k) M(Q6K, q6k) M(Q8K, q8k)
 
-QUANTIZED(Q4_0, q4_0)
-QUANTIZED(Q4_1, q4_1)
-QUANTIZED(Q5_0, q5_0)
-QUANTIZED(Q5_1, q5_1)
-QUANTIZED(Q8_0, q8_0)
-QUANTIZED(Q8_1, q8_1)
-QUANTIZED(Q2K, q2k)
-QUANTIZED(Q3K, q3k)
-QUANTIZED(Q4K, q4k)
-QUANTIZED(Q5K, q5k)
-QUANTIZED(Q6K, q6k)
-QUANTIZED(Q8K, q8k)
+#define DEQUANTIZE_ALL(Q, NAME) DEQUANTIZE(Q, NAME, f16) DEQUANTIZE(Q, NAME, bf16) DEQUANTIZE(Q, NAME, f32)
+
+// Part 1: dequantization (prefill); part 2: the decode mat-vec and the
+// quantizer of its activations.
+#if CH_PART(1)
+CH_EACH_BLOCK(DEQUANTIZE_ALL)
+#endif
+#if CH_PART(2)
+CH_EACH_BLOCK(QUANTIZE_ACT)
+CH_EACH_BLOCK(QMATVEC)
+#endif

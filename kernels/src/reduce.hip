@@ -262,7 +262,8 @@ struct ArgExtremumR : ArgRun<T, IsMax> {
 
 // This thread's share of the contiguous run row[0..n), whose positions in
 // reduction order start at j0 (block-strided packs, CH_REDUCE_PACKS loads in
-// flight). The packs fold into `R::LANES` independent partial states (at
+// flight, one for 1-byte elements, whose packs are 16 pushes each). The
+// packs fold into `R::LANES` independent partial states (at
 // most one per element of a pack; element k goes to state k % lanes), so
 // that several push chains run side by side: a min/max push is a chain of
 // compares and selects on its state (one state made max over bf16
@@ -273,7 +274,7 @@ template <typename R, typename T>
 __device__ __forceinline__ typename R::State reduce_contiguous(const T* row, ch_u64 n, ch_u64 j0,
                                                                typename R::State st) {
   const int V = CH_VEC_BYTES / (int)sizeof(T);
-  const int U = CH_REDUCE_PACKS;
+  const int U = V <= 8 ? CH_REDUCE_PACKS : 1;
   const int L = V < R::LANES ? V : R::LANES;
   typedef Pack<T, V> P;
   const ch_u64 block = blockDim.x;
@@ -468,8 +469,9 @@ __device__ __forceinline__ void reduce_cols_packed(const ReduceInfo& info, const
                                                    typename R::State* work) {
   const int V = CH_VEC_BYTES / (int)sizeof(T);
   // Packs in flight per thread: as map_elems, half as many for packs of 8
-  // or more elements (their states take twice the registers).
-  const int U = V <= 4 ? CH_UNROLL : CH_UNROLL / 2;
+  // or more elements (their states take twice the registers), one for
+  // packs of 16 (whose unrolled pushes would dominate the compile time).
+  const int U = V <= 4 ? CH_UNROLL : V <= 8 ? CH_UNROLL / 2 : 1;
   __shared__ typename R::State part[ColsScratch<R>::STATES];
   const ch_u64 n = info.red_size;
   const ch_u64 stride = info.red_strides[0];
@@ -598,13 +600,20 @@ struct ArgMaxR : ArgExtremumR<T, true> {};
     reduce_cols_packed<R<ch_##TY> >(info, src, dst, work);                                          \
   }
 
+// Part 1: the general kernels; parts 2 and 3: COLS_PACKED (values, indices).
+#if CH_PART(1)
 CH_NUMERIC(CH_REDUCE_KERNEL, reduce_sum, SumR)
 CH_NUMERIC(CH_REDUCE_KERNEL, reduce_min, MinR)
 CH_NUMERIC(CH_REDUCE_KERNEL, reduce_max, MaxR)
 CH_NUMERIC(CH_REDUCE_KERNEL, reduce_argmin, ArgMinR)
 CH_NUMERIC(CH_REDUCE_KERNEL, reduce_argmax, ArgMaxR)
+#endif
+#if CH_PART(2)
 CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_sum, SumR)
 CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_min, MinR)
 CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_max, MaxR)
+#endif
+#if CH_PART(3)
 CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmin, ArgMinR)
 CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmax, ArgMaxR)
+#endif

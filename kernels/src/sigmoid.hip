@@ -9,6 +9,7 @@
 
 template <typename T>
 struct SigmoidFn {
+  static const bool costly = true;
   typedef typename Num<T>::acc A;
   __device__ __forceinline__ T operator()(T x) const {
     return Num<T>::from_acc((A)1 / ((A)1 + ch_exp(-Num<T>::to_acc(x))));

@@ -16,20 +16,22 @@
 
 #include "common.h"
 
-// Every op: `flt` on f32 and f64; ops defined on integers also `integer`.
-#define CH_LIBM_OP(NAME, FN)                                                  \
+// Every op: `flt` on f32 and f64; ops defined on integers also `integer`;
+// `costly` (see IsCostly in common.h) on the transcendental ones.
+#define CH_LIBM_OP(NAME, FN, COSTLY)                                          \
   struct NAME {                                                               \
+    static const bool costly = COSTLY;                                        \
     __device__ __forceinline__ static float flt(float x) { return FN##f(x); } \
     __device__ __forceinline__ static double flt(double x) { return FN(x); }  \
   };
 
-CH_LIBM_OP(ExpOp, exp)
-CH_LIBM_OP(LogOp, log)
-CH_LIBM_OP(SinOp, sin)
-CH_LIBM_OP(CosOp, cos)
-CH_LIBM_OP(TanhOp, tanh)
-CH_LIBM_OP(SqrtOp, sqrt)
-CH_LIBM_OP(ErfOp, erf)
+CH_LIBM_OP(ExpOp, exp, true)
+CH_LIBM_OP(LogOp, log, true)
+CH_LIBM_OP(SinOp, sin, true)
+CH_LIBM_OP(CosOp, cos, true)
+CH_LIBM_OP(TanhOp, tanh, true)
+CH_LIBM_OP(SqrtOp, sqrt, false)
+CH_LIBM_OP(ErfOp, erf, true)
 
 struct NegOp {
   template <typename A>
@@ -48,6 +50,7 @@ struct SqrOp {
 
 // Tanh approximation, as Candle's `gelu`.
 struct GeluOp {
+  static const bool costly = true;
   template <typename A>
   __device__ __forceinline__ static A flt(A x) {
     const A sqrt_two_over_pi = (A)0.79788456080286535587989211986876373;
@@ -56,6 +59,7 @@ struct GeluOp {
 };
 
 struct GeluErfOp {
+  static const bool costly = true;
   template <typename A>
   __device__ __forceinline__ static A flt(A x) {
     const A frac_1_sqrt_2 = (A)0.70710678118654752440084436210484903;
@@ -64,6 +68,7 @@ struct GeluErfOp {
 };
 
 struct SiluOp {
+  static const bool costly = true;
   template <typename A>
   __device__ __forceinline__ static A flt(A x) { return x / ((A)1 + ExpOp::flt(-x)); }
 };
@@ -169,6 +174,7 @@ struct UnaryFn;
 
 template <typename Op, typename T>
 struct UnaryFn<Op, T, true> {
+  static const bool costly = IsCostly<Op>::value;
   __device__ __forceinline__ T operator()(T x) const {
     return Num<T>::from_acc(FloatFn<Op, T>::apply(Num<T>::to_acc(x)));
   }
@@ -236,25 +242,32 @@ struct CopyFn {
     map_elems(info, out, UnaryFn<OP, ch_##TY>(), In<ch_##TY, 0>{in});                          \
   }
 
+// Part 1: transcendental ops (libm calls, compiled as a unit of their own
+// per dtype); part 2: the others.
+#if CH_PART(1)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, uexp, ExpOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, ulog, LogOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, usin, SinOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, ucos, CosOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, utanh, TanhOp)
-CH_ANY_FLOAT(CH_UNARY_KERNEL, uneg, NegOp)
-CH_ANY_FLOAT(CH_UNARY_KERNEL, urecip, RecipOp)
-CH_ANY_FLOAT(CH_UNARY_KERNEL, usqr, SqrOp)
-CH_ANY_FLOAT(CH_UNARY_KERNEL, usqrt, SqrtOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, ugelu, GeluOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, ugelu_erf, GeluErfOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, uerf, ErfOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, usilu, SiluOp)
+#endif
+
+#if CH_PART(2)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, uneg, NegOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, urecip, RecipOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, usqr, SqrOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, usqrt, SqrtOp)
 CH_NUMERIC(CH_UNARY_KERNEL, urelu, ReluOp)
 CH_NUMERIC(CH_UNARY_KERNEL, uabs, AbsOp)
 CH_NUMERIC(CH_UNARY_KERNEL, uceil, CeilOp)
 CH_NUMERIC(CH_UNARY_KERNEL, ufloor, FloorOp)
 CH_NUMERIC(CH_UNARY_KERNEL, uround, RoundOp)
 CH_NUMERIC(CH_UNARY_KERNEL, usign, SignOp)
+#endif
 
 #define CH_COPY_KERNEL(NAME, OP, TY)                                      \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)             \
@@ -262,7 +275,9 @@ CH_NUMERIC(CH_UNARY_KERNEL, usign, SignOp)
     map_elems(info, out, OP(), In<ch_##TY, 0>{in});                       \
   }
 
+#if CH_PART(2)
 CH_ALL(CH_COPY_KERNEL, ucopy, CopyFn)
+#endif
 
 // ---------------------------------------------------------------------------
 // Ops with scalar parameters. As in Candle's CPU backend, each parameter is
@@ -305,7 +320,9 @@ struct AffineFn<T, false> {
     map_elems(info, out, OP<ch_##TY>(mul, add), In<ch_##TY, 0>{in});                                 \
   }
 
+#if CH_PART(2)
 CH_NUMERIC(CH_AFFINE_KERNEL, affine, AffineFn)
+#endif
 
 __device__ __forceinline__ float ch_pow(float x, float e) { return powf(x, e); }
 __device__ __forceinline__ double ch_pow(double x, double e) { return pow(x, e); }
@@ -313,6 +330,7 @@ __device__ __forceinline__ double ch_pow(double x, double e) { return pow(x, e);
 // x ^ e (floating dtypes only).
 template <typename T>
 struct PowfFn {
+  static const bool costly = true;
   typename Num<T>::acc e;
   __device__ __forceinline__ explicit PowfFn(double exponent) : e(Num<T>::to_acc(cast_to<T>(exponent))) {}
   __device__ __forceinline__ T operator()(T x) const { return Num<T>::from_acc(ch_pow(Num<T>::to_acc(x), e)); }
@@ -322,6 +340,7 @@ struct PowfFn {
 // (floating dtypes only). -0 gives 0, equal to Candle's -0.
 template <typename T>
 struct EluFn {
+  static const bool costly = true;
   typename Num<T>::acc alpha;
   __device__ __forceinline__ explicit EluFn(double a) : alpha(Num<T>::to_acc(cast_to<T>(a))) {}
   __device__ __forceinline__ T operator()(T x) const {
@@ -350,5 +369,7 @@ struct EluFn<ch_f8e4m3> {
     map_elems(info, out, OP<ch_##TY>(param), In<ch_##TY, 0>{in});                        \
   }
 
+#if CH_PART(1)
 CH_ANY_FLOAT(CH_PARAM_KERNEL, powf, PowfFn)
 CH_ANY_FLOAT(CH_PARAM_KERNEL, elu, EluFn)
+#endif

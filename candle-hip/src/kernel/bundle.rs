@@ -6,17 +6,18 @@
 //! bundle embedded at build time (feature `embedded-kernel-bundle`, which
 //! reads the file named by the build-time variable
 //! `CANDLE_HIP_KERNEL_BUNDLE_EMBED`: building still needs no ROCm, only the
-//! file). An entry is used only when its module name, source hash (of the
-//! exact program the registry would compile), architecture and wave size
-//! match; everything else falls through to the disk cache and hipRTC. A
+//! file). An entry is used only when its unit name ([`Unit::name`]),
+//! source hash (of the exact program the registry would compile),
+//! architecture and wave size match; everything else falls through to the disk cache and hipRTC. A
 //! bundle that cannot be read or is invalid is reported once (`tracing`
 //! warning) and ignored.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use candle_hip_kernels::Source;
 use hip_safe::{CodeBundle, Program};
+
+use crate::kernel::Unit;
 
 /// Environment variable naming a bundle file.
 pub const BUNDLE_VAR: &str = "CANDLE_HIP_KERNEL_BUNDLE";
@@ -75,13 +76,13 @@ fn embedded() -> Option<CodeBundle> {
     None
 }
 
-/// The bundle's code object of `source` compiled as `program` for `arch`
+/// The bundle's code object of `unit` compiled as `program` for `arch`
 /// with `wave_size`-lane waves, if the bundle has exactly that one.
 pub(crate) fn lookup(
-    source: Source,
+    unit: Unit,
     program: &Program,
     arch: &str,
     wave_size: u32,
 ) -> Option<&'static [u8]> {
-    bundle()?.code_object(source.file_name(), program.source_hash(), arch, wave_size)
+    bundle()?.code_object(&unit.name(), program.source_hash(), arch, wave_size)
 }

@@ -1,7 +1,7 @@
 //! The kernel catalogue: every kernel family of the sources in
 //! `candle-hip-kernels`, the source that holds it and the dtypes it is
 //! instantiated for, as typed constants (a misspelt family does not
-//! compile), and the hipRTC program of each source.
+//! compile).
 //!
 //! A kernel is named `<family>_<dtype>` or, for families with two dtypes,
 //! `<family>_<first>_<second>` (e.g. `cast_f32_bf16`,
@@ -18,8 +18,7 @@
 use candle_core::DType;
 use candle_core::op::{CmpOp, ReduceOp};
 use candle_core::quantized::GgmlDType;
-use candle_hip_kernels::{self as sources, COMMON_HEADER, COMMON_HEADER_NAME, Source};
-use hip_safe::Program;
+use candle_hip_kernels::{self as sources, Source};
 
 use crate::dtype::{
     self, ACTIVATIONS, ANY_FLOAT, CORE, FLOATS, INDEX, INTS, NARROW_IDS, NUMERIC, RAW,
@@ -138,6 +137,9 @@ pub(crate) struct Family {
     pub(crate) name: &'static str,
     /// The source holding them.
     pub(crate) source: Source,
+    /// The part of the source (`#if CH_PART(n)`) holding them, or 0 for a
+    /// source without parts.
+    pub(crate) part: u8,
     /// Whether there is a kernel per [`BLOCK_TYPES`] entry (named
     /// `<family>_<block>_<dtype>`).
     pub(crate) blocks: bool,
@@ -307,17 +309,18 @@ impl Family {
     }
 }
 
-/// Defines one `Family` constant per line (`NAME = "prefix" in SOURCE:
-/// dtypes [x dtypes] [carries Carry] [per block];`) and [`FAMILIES`], the
-/// list of all of them.
+/// Defines one `Family` constant per line (`NAME = "prefix" in SOURCE
+/// [part N]: dtypes [x dtypes] [carries Carry] [per block];`) and
+/// [`FAMILIES`], the list of all of them.
 macro_rules! families {
-    ($($konst:ident = $name:literal in $source:ident: $first:ident $(x $second:ident)?
-        $(carries $carry:ident)? $(per $block:ident)?;)*) => {
+    ($($konst:ident = $name:literal in $source:ident $(part $part:literal)?: $first:ident
+        $(x $second:ident)? $(carries $carry:ident)? $(per $block:ident)?;)*) => {
         $(
             #[doc = concat!("`", $name, "_*` in `", stringify!($source), "`.")]
             pub(crate) const $konst: Family = Family {
                 name: $name,
                 source: sources::$source,
+                part: families!(@part $($part)?),
                 blocks: families!(@blocks $($block)?),
                 first: Dtypes::$first,
                 second: families!(@second $($second)?),
@@ -327,6 +330,8 @@ macro_rules! families {
         /// Every kernel family of the sources.
         pub(crate) const FAMILIES: &[&Family] = &[$(&$konst),*];
     };
+    (@part) => { 0 };
+    (@part $part:literal) => { $part };
     (@second) => { None };
     (@second $second:ident) => { Some(Dtypes::$second) };
     (@blocks) => { false };
@@ -336,63 +341,63 @@ macro_rules! families {
 }
 
 families! {
-    UEXP = "uexp" in UNARY: AnyFloat;
-    ULOG = "ulog" in UNARY: AnyFloat;
-    USIN = "usin" in UNARY: AnyFloat;
-    UCOS = "ucos" in UNARY: AnyFloat;
-    UTANH = "utanh" in UNARY: AnyFloat;
-    UNEG = "uneg" in UNARY: AnyFloat;
-    URECIP = "urecip" in UNARY: AnyFloat;
-    USQR = "usqr" in UNARY: AnyFloat;
-    USQRT = "usqrt" in UNARY: AnyFloat;
-    UGELU = "ugelu" in UNARY: AnyFloat;
-    UGELU_ERF = "ugelu_erf" in UNARY: AnyFloat;
-    UERF = "uerf" in UNARY: AnyFloat;
-    USILU = "usilu" in UNARY: AnyFloat;
-    URELU = "urelu" in UNARY: Numeric;
-    UABS = "uabs" in UNARY: Numeric;
-    UCEIL = "uceil" in UNARY: Numeric;
-    UFLOOR = "ufloor" in UNARY: Numeric;
-    UROUND = "uround" in UNARY: Numeric;
-    USIGN = "usign" in UNARY: Numeric;
-    UCOPY = "ucopy" in UNARY: Core carries Stored;
-    AFFINE = "affine" in UNARY: Numeric;
-    POWF = "powf" in UNARY: AnyFloat;
-    ELU = "elu" in UNARY: AnyFloat;
-    BADD = "badd" in BINARY: Numeric;
-    BSUB = "bsub" in BINARY: Numeric;
-    BMUL = "bmul" in BINARY: Numeric;
-    BDIV = "bdiv" in BINARY: Numeric;
-    BMAXIMUM = "bmaximum" in BINARY: Numeric;
-    BMINIMUM = "bminimum" in BINARY: Numeric;
-    CMP_EQ = "cmp_eq" in BINARY: Numeric;
-    CMP_NE = "cmp_ne" in BINARY: Numeric;
-    CMP_LT = "cmp_lt" in BINARY: Numeric;
-    CMP_LE = "cmp_le" in BINARY: Numeric;
-    CMP_GT = "cmp_gt" in BINARY: Numeric;
-    CMP_GE = "cmp_ge" in BINARY: Numeric;
+    UEXP = "uexp" in UNARY part 1: AnyFloat;
+    ULOG = "ulog" in UNARY part 1: AnyFloat;
+    USIN = "usin" in UNARY part 1: AnyFloat;
+    UCOS = "ucos" in UNARY part 1: AnyFloat;
+    UTANH = "utanh" in UNARY part 1: AnyFloat;
+    UNEG = "uneg" in UNARY part 2: AnyFloat;
+    URECIP = "urecip" in UNARY part 2: AnyFloat;
+    USQR = "usqr" in UNARY part 2: AnyFloat;
+    USQRT = "usqrt" in UNARY part 2: AnyFloat;
+    UGELU = "ugelu" in UNARY part 1: AnyFloat;
+    UGELU_ERF = "ugelu_erf" in UNARY part 1: AnyFloat;
+    UERF = "uerf" in UNARY part 1: AnyFloat;
+    USILU = "usilu" in UNARY part 1: AnyFloat;
+    URELU = "urelu" in UNARY part 2: Numeric;
+    UABS = "uabs" in UNARY part 2: Numeric;
+    UCEIL = "uceil" in UNARY part 2: Numeric;
+    UFLOOR = "ufloor" in UNARY part 2: Numeric;
+    UROUND = "uround" in UNARY part 2: Numeric;
+    USIGN = "usign" in UNARY part 2: Numeric;
+    UCOPY = "ucopy" in UNARY part 2: Core carries Stored;
+    AFFINE = "affine" in UNARY part 2: Numeric;
+    POWF = "powf" in UNARY part 1: AnyFloat;
+    ELU = "elu" in UNARY part 1: AnyFloat;
+    BADD = "badd" in BINARY part 1: Numeric;
+    BSUB = "bsub" in BINARY part 1: Numeric;
+    BMUL = "bmul" in BINARY part 1: Numeric;
+    BDIV = "bdiv" in BINARY part 1: Numeric;
+    BMAXIMUM = "bmaximum" in BINARY part 1: Numeric;
+    BMINIMUM = "bminimum" in BINARY part 1: Numeric;
+    CMP_EQ = "cmp_eq" in BINARY part 2: Numeric;
+    CMP_NE = "cmp_ne" in BINARY part 2: Numeric;
+    CMP_LT = "cmp_lt" in BINARY part 2: Numeric;
+    CMP_LE = "cmp_le" in BINARY part 2: Numeric;
+    CMP_GT = "cmp_gt" in BINARY part 2: Numeric;
+    CMP_GE = "cmp_ge" in BINARY part 2: Numeric;
     CAST = "cast" in CAST: Numeric x Numeric;
     WIDEN_IDS = "widen_ids" in CAST: NarrowIds;
     WHERE = "where" in WHERE: Ints x Core carries Numeric;
-    REDUCE_SUM = "reduce_sum" in REDUCE: Numeric;
-    REDUCE_MIN = "reduce_min" in REDUCE: Numeric;
-    REDUCE_MAX = "reduce_max" in REDUCE: Numeric;
-    REDUCE_ARGMIN = "reduce_argmin" in REDUCE: Numeric;
-    REDUCE_ARGMAX = "reduce_argmax" in REDUCE: Numeric;
-    REDUCE_COLS_SUM = "reduce_cols_sum" in REDUCE: Numeric;
-    REDUCE_COLS_MIN = "reduce_cols_min" in REDUCE: Numeric;
-    REDUCE_COLS_MAX = "reduce_cols_max" in REDUCE: Numeric;
-    REDUCE_COLS_ARGMIN = "reduce_cols_argmin" in REDUCE: Numeric;
-    REDUCE_COLS_ARGMAX = "reduce_cols_argmax" in REDUCE: Numeric;
-    INDEX_SELECT = "index_select" in INDEXING: Index x Core carries Numeric;
-    GATHER = "gather" in INDEXING: Index x Core carries Numeric;
-    SCATTER = "scatter" in INDEXING: Index x Core carries Numeric;
-    SCATTER_ADD = "scatter_add" in INDEXING: Index x Numeric;
-    INDEX_ADD = "index_add" in INDEXING: Index x Numeric;
-    INDEX_ADD_ROWS = "index_add_rows" in INDEXING: Index x Numeric;
-    SCATTER_TILES = "scatter_tiles" in INDEXING: Index x Core carries Numeric;
-    SCATTER_ADD_TILES = "scatter_add_tiles" in INDEXING: Index x Numeric;
-    INDEX_ADD_TILES = "index_add_tiles" in INDEXING: Index x Numeric;
+    REDUCE_SUM = "reduce_sum" in REDUCE part 1: Numeric;
+    REDUCE_MIN = "reduce_min" in REDUCE part 1: Numeric;
+    REDUCE_MAX = "reduce_max" in REDUCE part 1: Numeric;
+    REDUCE_ARGMIN = "reduce_argmin" in REDUCE part 1: Numeric;
+    REDUCE_ARGMAX = "reduce_argmax" in REDUCE part 1: Numeric;
+    REDUCE_COLS_SUM = "reduce_cols_sum" in REDUCE part 2: Numeric;
+    REDUCE_COLS_MIN = "reduce_cols_min" in REDUCE part 2: Numeric;
+    REDUCE_COLS_MAX = "reduce_cols_max" in REDUCE part 2: Numeric;
+    REDUCE_COLS_ARGMIN = "reduce_cols_argmin" in REDUCE part 3: Numeric;
+    REDUCE_COLS_ARGMAX = "reduce_cols_argmax" in REDUCE part 3: Numeric;
+    INDEX_SELECT = "index_select" in INDEXING part 1: Index x Core carries Numeric;
+    GATHER = "gather" in INDEXING part 1: Index x Core carries Numeric;
+    SCATTER = "scatter" in INDEXING part 2: Index x Core carries Numeric;
+    SCATTER_ADD = "scatter_add" in INDEXING part 2: Index x Numeric;
+    INDEX_ADD = "index_add" in INDEXING part 2: Index x Numeric;
+    INDEX_ADD_ROWS = "index_add_rows" in INDEXING part 2: Index x Numeric;
+    SCATTER_TILES = "scatter_tiles" in INDEXING part 3: Index x Core carries Numeric;
+    SCATTER_ADD_TILES = "scatter_add_tiles" in INDEXING part 4: Index x Numeric;
+    INDEX_ADD_TILES = "index_add_tiles" in INDEXING part 5: Index x Numeric;
     COPY2D = "copy2d" in COPY: Core carries Stored;
     TRANSPOSE = "transpose" in COPY: Core carries Stored;
     FILL = "fill" in COPY: Core carries Numeric;
@@ -416,9 +421,9 @@ families! {
     IM2COL = "im2col" in IM2COL: Floats;
     COL2IM = "col2im" in IM2COL: Floats;
     GEMV = "gemv" in GEMV: Floats;
-    DEQUANTIZE = "dequantize" in QUANTIZED: Activations per block;
-    QUANTIZE_ACT = "quantize_act" in QUANTIZED: F32 per block;
-    QMATVEC = "qmatvec" in QUANTIZED: F32 per block;
+    DEQUANTIZE = "dequantize" in QUANTIZED part 1: Activations per block;
+    QUANTIZE_ACT = "quantize_act" in QUANTIZED part 2: F32 per block;
+    QMATVEC = "qmatvec" in QUANTIZED part 2: F32 per block;
 }
 
 /// The family of candle's `UnaryOpT::KERNEL` or `BinaryOpT::KERNEL` name
@@ -459,26 +464,6 @@ pub(crate) fn reduce_family(op: ReduceOp, packed: bool) -> &'static Family {
         (ReduceOp::ArgMin, true) => &REDUCE_COLS_ARGMIN,
         (ReduceOp::ArgMax, true) => &REDUCE_COLS_ARGMAX,
     }
-}
-
-/// The hipRTC program of `source` for a device whose waves have
-/// `wave_size` lanes: the source, `common.h`, `-O3` and
-/// `-DCANDLE_HIP_WAVE=<wave_size>`.
-pub fn program(source: Source, wave_size: u32) -> Program {
-    Program::new(source.code(), source.file_name())
-        .header(COMMON_HEADER_NAME, COMMON_HEADER.code())
-        .option("-O3")
-        .define("CANDLE_HIP_WAVE", wave_size)
-}
-
-/// The name of every kernel the backend may launch from `source`.
-pub fn kernel_names(source: Source) -> Vec<String> {
-    FAMILIES
-        .iter()
-        .filter(|f| f.source == source)
-        .flat_map(|f| f.kernels())
-        .map(|k| k.name())
-        .collect()
 }
 
 #[cfg(test)]
@@ -874,7 +859,10 @@ mod tests {
     fn every_source_has_kernels_and_names_are_unique() {
         let mut all = Vec::new();
         for source in sources::ALL {
-            let names = kernel_names(source);
+            let names: Vec<String> = crate::kernel::Unit::of_source(source)
+                .into_iter()
+                .flat_map(|u| u.kernel_names())
+                .collect();
             assert!(
                 !names.is_empty(),
                 "{source:?} has no kernels in the catalogue"

@@ -2,8 +2,9 @@
 //!
 //! It imports only hip-safe, the sources crate and its own small modules
 //! (never the device or storage types):
-//! - `catalogue`: every kernel family as a typed constant, and the
-//!   hipRTC program of each source ([`program`], [`kernel_names`]);
+//! - `catalogue`: every kernel family as a typed constant;
+//! - [`Unit`]: what one hipRTC program holds (a source, or one dtype of a
+//!   source split by dtype), its program and kernel names;
 //! - `registry`: a device's compiled modules and looked-up functions;
 //! - [`bundle`]: the precompiled code objects looked up before compiling;
 //! - `header`: every constant mirrored from the sources, checked against
@@ -23,5 +24,7 @@ pub(crate) mod info;
 pub(crate) mod launch;
 pub(crate) mod nchw;
 mod registry;
+mod unit;
 
-pub use catalogue::{kernel_names, program};
+pub use registry::code_object;
+pub use unit::Unit;

@@ -1,12 +1,12 @@
-//! Per-device kernel registry: each source is compiled (through hip-safe's
-//! on-disk code-object cache) and loaded the first time one of its kernels
-//! is needed; functions are looked up once and kept.
+//! Per-device kernel registry: each compilation [`Unit`] is compiled
+//! (through hip-safe's on-disk code-object cache) and loaded the first time
+//! one of its kernels is needed; functions are looked up once and kept.
 //!
-//! Compiling never holds a lock other ops need: every source has a slot of
+//! Compiling never holds a lock other ops need: every unit has a slot of
 //! its own, so an op waits only for the module it needs, and different
 //! modules compile in parallel (on different threads, or in
 //! [`Registry::load_all`]). Code objects are shared by all devices of one
-//! architecture in the process, so two GPUs of one kind compile a source
+//! architecture in the process, so two GPUs of one kind compile a unit
 //! once. First-use compiles are logged with `tracing` (target
 //! `candle_hip::kernel`): which module, for which target, how long.
 
@@ -15,12 +15,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Instant;
 
-use candle_hip_kernels::Source;
 use hip_safe::{Device, Function, Module};
 
 use crate::error::{Result, hip};
+use crate::kernel::Unit;
 use crate::kernel::bundle;
-use crate::kernel::catalogue::{Kernel, program};
+use crate::kernel::catalogue::Kernel;
 
 /// A value made once, on first use, by whoever asks first.
 type Slot<T> = Arc<Mutex<Option<T>>>;
@@ -28,7 +28,7 @@ type Slot<T> = Arc<Mutex<Option<T>>>;
 /// Loaded modules and functions of one device.
 pub(crate) struct Registry {
     device: Device,
-    modules: Mutex<HashMap<Source, Slot<Module>>>,
+    modules: Mutex<HashMap<Unit, Slot<Module>>>,
     functions: Mutex<HashMap<Kernel, Function>>,
 }
 
@@ -43,11 +43,11 @@ fn slot<K: std::hash::Hash + Eq, T>(map: &Mutex<HashMap<K, Slot<T>>>, key: K) ->
     lock(map).entry(key).or_default().clone()
 }
 
-/// What a code object is compiled for: the source, the architecture and the
+/// What a code object is compiled for: the unit, the architecture and the
 /// wave size (a define of every program).
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct CodeKey {
-    source: Source,
+    unit: Unit,
     arch: String,
     wave_size: u32,
 }
@@ -60,32 +60,35 @@ static CODE: LazyLock<Mutex<HashMap<CodeKey, CodeSlot>>> = LazyLock::new(Default
 /// A code object, made once.
 type CodeSlot = Slot<Arc<Vec<u8>>>;
 
-/// The code object of `source` for `device`: from the kernel bundle when it
-/// has this exact one ([`bundle`]), else compiled by the first caller
-/// (others asking for the same one wait for it; other sources are not held
-/// up). Failures are not kept: the next call tries again.
-fn code_object(source: Source, device: &Device) -> Result<Arc<Vec<u8>>> {
+/// The code object of `unit` for `arch` with `wave_size`-lane waves, as
+/// a device of that kind loads it: from the kernel bundle when it has this
+/// exact one ([`bundle`](crate::kernel::bundle)), else compiled (through
+/// the disk cache) by the first caller; others asking for the same one
+/// wait for it, other units are not held up. Kept for the process's
+/// lifetime; failures are not kept (the next call tries again). Needs
+/// hipRTC only when compiling, never a device.
+pub fn code_object(unit: Unit, arch: &str, wave_size: u32) -> Result<Arc<Vec<u8>>> {
     let key = CodeKey {
-        source,
-        arch: device.arch().to_string(),
-        wave_size: device.wave_size(),
+        unit,
+        arch: arch.to_string(),
+        wave_size,
     };
     let slot = slot(&CODE, key);
     let mut slot_code = lock(&slot);
     if let Some(code) = slot_code.as_ref() {
         return Ok(code.clone());
     }
-    let program = program(source, device.wave_size());
-    if let Some(code) = bundle::lookup(source, &program, device.arch(), device.wave_size()) {
+    let program = unit.program(wave_size);
+    if let Some(code) = bundle::lookup(unit, &program, arch, wave_size) {
         let code = Arc::new(code.to_vec());
         *slot_code = Some(code.clone());
         return Ok(code);
     }
     let start = Instant::now();
-    tracing::debug!(target: "candle_hip::kernel", module = source.file_name(), arch = device.arch(),
+    tracing::debug!(target: "candle_hip::kernel", module = %unit, arch,
         "compiling kernel module (first use)");
-    let compiled = program.compile_for_arch(device.arch()).map_err(hip)?;
-    tracing::info!(target: "candle_hip::kernel", module = source.file_name(), arch = device.arch(),
+    let compiled = program.compile_for_arch(arch).map_err(hip)?;
+    tracing::info!(target: "candle_hip::kernel", module = %unit, arch,
         ms = start.elapsed().as_millis() as u64, bytes = compiled.len(),
         "kernel module ready (compiled, or read from the code-object cache)");
     let compiled = Arc::new(compiled);
@@ -103,24 +106,24 @@ impl Registry {
         }
     }
 
-    /// The module of `source`, compiled and loaded on first use; only
-    /// callers asking for the same source wait for each other.
-    pub(crate) fn module(&self, source: Source) -> Result<Module> {
-        let slot = slot(&self.modules, source);
+    /// The module of `unit`, compiled and loaded on first use; only
+    /// callers asking for the same unit wait for each other.
+    pub(crate) fn module(&self, unit: Unit) -> Result<Module> {
+        let slot = slot(&self.modules, unit);
         let mut module = lock(&slot);
         if let Some(m) = module.as_ref() {
             return Ok(m.clone());
         }
-        let code = code_object(source, &self.device)?;
+        let code = code_object(unit, self.device.arch(), self.device.wave_size())?;
         let loaded = Module::from_code_object(&self.device, &code).map_err(hip)?;
         *module = Some(loaded.clone());
         Ok(loaded)
     }
 
-    /// Compiles and loads every source that is not loaded yet, several at
-    /// a time (one worker per available core, at most [`MAX_WORKERS`]).
+    /// Compiles and loads every unit that is not loaded yet, several at a
+    /// time (one worker per available core, at most [`MAX_WORKERS`]).
     pub(crate) fn load_all(&self) -> Result<()> {
-        let sources = candle_hip_kernels::ALL;
+        let units = Unit::all();
         let next = AtomicUsize::new(0);
         let workers = std::thread::available_parallelism()
             .map_or(1, usize::from)
@@ -130,9 +133,8 @@ impl Registry {
             let handles: Vec<_> = (0..workers)
                 .map(|_| {
                     scope.spawn(|| -> Result<()> {
-                        while let Some(&source) = sources.get(next.fetch_add(1, Ordering::Relaxed))
-                        {
-                            self.module(source)?;
+                        while let Some(&unit) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
+                            self.module(unit)?;
                         }
                         Ok(())
                     })
@@ -150,7 +152,7 @@ impl Registry {
                 })
                 .collect()
         });
-        tracing::info!(target: "candle_hip::kernel", modules = sources.len(), workers,
+        tracing::info!(target: "candle_hip::kernel", modules = units.len(), workers,
             ms = start.elapsed().as_millis() as u64, "every kernel module loaded");
         results.into_iter().collect()
     }
@@ -160,7 +162,7 @@ impl Registry {
         if let Some(f) = lock(&self.functions).get(&kernel) {
             return Ok(f.clone());
         }
-        let module = self.module(kernel.source())?;
+        let module = self.module(Unit::of(&kernel))?;
         let function = module.function(&kernel.name()).map_err(hip)?;
         lock(&self.functions).insert(kernel, function.clone());
         Ok(function)

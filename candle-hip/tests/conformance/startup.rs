@@ -81,8 +81,8 @@ fn a_kernel_bundle_replaces_compiling_and_a_mismatch_falls_through() {
     }
     let device = HipDevice::new(0).expect("device 0");
     let (arch, wave) = (device.hip_device().arch(), device.hip_device().wave_size());
-    let source = candle_hip_kernels::SIGMOID;
-    let program = candle_hip::kernel::program(source, wave);
+    let unit = candle_hip::kernel::Unit::of_source(candle_hip_kernels::SIGMOID)[0];
+    let program = unit.program(wave);
     let code = program
         .compile_for_arch(arch)
         .expect("sigmoid.hip compiles");
@@ -95,7 +95,7 @@ fn a_kernel_bundle_replaces_compiling_and_a_mismatch_falls_through() {
     ] {
         let mut writer = hip_safe::CodeBundleWriter::new("test", "conformance").unwrap();
         writer
-            .add(source.file_name(), hash, arch, wave, code.clone())
+            .add(&unit.name(), hash, arch, wave, code.clone())
             .expect("a valid entry");
         let bundle = dir.join(format!("{case}.bundle"));
         writer.write(&bundle).expect("bundle written");
