@@ -8,14 +8,13 @@
 //! bundle's size per target. For compile times, point `HIP_SAFE_CACHE_DIR` at an empty
 //! folder: a cached code object is not compiled again.
 
-use std::path::PathBuf;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use candle_hip::kernel::Unit;
 use candle_hip_kernels::Source;
-use hip_safe::{CodeBundleWriter, Program, SourceHash};
+use hip_safe::{CodeBundle, CodeBundleWriter, Program, SourceHash};
 
 use crate::Result;
 
@@ -43,59 +42,28 @@ struct Compiled {
 
 /// `kernel-bundle --out FILE [--archs a,b,...] [--jobs N] [--per-unit]`
 /// (`--per-unit`: also every unit's compile time, slowest first).
+///
+/// The `N` compiles run in `N` worker processes (this executable's
+/// `kernel-bundle-worker`): hipRTC serialises compiles within a process
+/// (ROCm 6.4 measured here: two threads shared one core), so only
+/// processes compile side by side.
 pub fn run(args: &[String]) -> Result<()> {
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let out = PathBuf::from(value("--out").ok_or("kernel-bundle: --out FILE is required")?);
-    let archs: Vec<String> = match value("--archs") {
+    let out = PathBuf::from(flag(args, "--out").ok_or("kernel-bundle: --out FILE is required")?);
+    let archs: Vec<String> = match flag(args, "--archs") {
         Some(list) => list.split(',').map(str::to_string).collect(),
         None => DEFAULT_ARCHS.iter().map(|a| a.to_string()).collect(),
     };
-    let jobs = match value("--jobs") {
+    let jobs = match flag(args, "--jobs") {
         Some(n) => n.parse().map_err(|_| format!("--jobs {n}: not a number"))?,
         None => std::thread::available_parallelism().map_or(1, usize::from),
-    };
-    let units = Unit::all();
-    let work: Vec<(Unit, &str)> = archs
-        .iter()
-        .flat_map(|arch| units.iter().map(move |&u| (u, arch.as_str())))
-        .collect();
-    let next = AtomicUsize::new(0);
-    let done = Mutex::new(Vec::new());
-    let failed = Mutex::new(Vec::new());
+    }
+    .max(1);
     let start = Instant::now();
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.max(1) {
-            scope.spawn(|| {
-                while let Some(&(unit, arch)) = work.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let t0 = Instant::now();
-                    let program = unit.program(wave_size(arch));
-                    match program.compile_for_arch(arch) {
-                        Ok(code) => done
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push(Compiled {
-                                unit,
-                                arch: arch.to_string(),
-                                seconds: t0.elapsed().as_secs_f64(),
-                                hash: program.source_hash(),
-                                code,
-                            }),
-                        Err(e) => failed
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push(format!("{unit} for {arch}: {e}")),
-                    }
-                }
-            });
-        }
-    });
-    let done = done.into_inner().unwrap_or_else(|p| p.into_inner());
-    let failed = failed.into_inner().unwrap_or_else(|p| p.into_inner());
+    let (done, failed) = if jobs == 1 {
+        compile_share(&work(&archs), 0, 1)
+    } else {
+        compile_in_workers(&archs, jobs, &out)?
+    };
     let mut writer = CodeBundleWriter::new(
         Program::compiler_identity(),
         format!("candle-hip {}", env!("CARGO_PKG_VERSION")),
@@ -130,6 +98,138 @@ pub fn run(args: &[String]) -> Result<()> {
     } else {
         Err(format!("{} compile(s) failed:\n{}", failed.len(), failed.join("\n")).into())
     }
+}
+
+/// The value after `name` in `args`.
+fn flag(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+/// Every (unit, target) to compile, in a fixed order (workers take their
+/// share by position).
+fn work(archs: &[String]) -> Vec<(Unit, &str)> {
+    let units = Unit::all();
+    archs
+        .iter()
+        .flat_map(|arch| units.iter().map(move |&u| (u, arch.as_str())))
+        .collect()
+}
+
+/// Compiles items `share`, `share + of`, ... of `work`, one at a time.
+fn compile_share(work: &[(Unit, &str)], share: usize, of: usize) -> (Vec<Compiled>, Vec<String>) {
+    let mut done = Vec::new();
+    let mut failed = Vec::new();
+    for &(unit, arch) in work.iter().skip(share).step_by(of) {
+        let t0 = Instant::now();
+        let program = unit.program(wave_size(arch));
+        match program.compile_for_arch(arch) {
+            Ok(code) => done.push(Compiled {
+                unit,
+                arch: arch.to_string(),
+                seconds: t0.elapsed().as_secs_f64(),
+                hash: program.source_hash(),
+                code,
+            }),
+            Err(e) => failed.push(format!("{unit} for {arch}: {e}")),
+        }
+    }
+    (done, failed)
+}
+
+/// Runs `jobs` worker processes, each compiling its share into a bundle of
+/// its own next to `out`, and gathers their code objects and times.
+fn compile_in_workers(
+    archs: &[String],
+    jobs: usize,
+    out: &Path,
+) -> Result<(Vec<Compiled>, Vec<String>)> {
+    let exe = std::env::current_exe()?;
+    let part = |k: usize| out.with_extension(format!("part{k}"));
+    let children: Vec<Child> = (0..jobs)
+        .map(|k| {
+            Command::new(&exe)
+                .args(["kernel-bundle-worker", "--archs", &archs.join(",")])
+                .args(["--share", &format!("{k}/{jobs}")])
+                .arg("--out")
+                .arg(part(k))
+                .stdout(Stdio::piped())
+                .spawn()
+        })
+        .collect::<std::io::Result<_>>()?;
+    let units = Unit::all();
+    let mut done = Vec::new();
+    let mut failed = Vec::new();
+    for (k, child) in children.into_iter().enumerate() {
+        let output = child.wait_with_output()?;
+        let bundle = CodeBundle::open(part(k));
+        let _ = std::fs::remove_file(part(k));
+        if !output.status.success() {
+            failed.push(format!("worker {k} exited with {}", output.status));
+            continue;
+        }
+        let bundle = bundle?;
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            match line.split('\t').collect::<Vec<_>>()[..] {
+                ["ok", name, arch, seconds] => {
+                    let entry = bundle
+                        .entries()
+                        .find(|e| e.name() == name && e.arch() == arch);
+                    let unit = units.iter().find(|u| u.name() == name);
+                    match (entry, unit, seconds.parse()) {
+                        (Some(e), Some(&unit), Ok(seconds)) => done.push(Compiled {
+                            unit,
+                            arch: arch.to_string(),
+                            hash: e.source_hash(),
+                            seconds,
+                            code: e.code().to_vec(),
+                        }),
+                        _ => failed.push(format!("worker {k}: unreadable result `{line}`")),
+                    }
+                }
+                ["failed", message] => failed.push(message.to_string()),
+                _ => failed.push(format!("worker {k}: unreadable line `{line}`")),
+            }
+        }
+    }
+    Ok((done, failed))
+}
+
+/// `kernel-bundle-worker --archs a,b --share K/N --out FILE`: compiles
+/// share K of N of the work into the bundle FILE and prints one line per
+/// item: `ok\t<unit>\t<arch>\t<seconds>` or `failed\t<message>`.
+pub fn worker(args: &[String]) -> Result<()> {
+    let archs: Vec<String> = flag(args, "--archs")
+        .ok_or("--archs is required")?
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let share = flag(args, "--share").ok_or("--share K/N is required")?;
+    let (k, n) = share
+        .split_once('/')
+        .and_then(|(k, n)| Some((k.parse().ok()?, n.parse().ok()?)))
+        .filter(|&(k, n): &(usize, usize)| k < n)
+        .ok_or_else(|| format!("--share {share}: expected K/N with K < N"))?;
+    let out = PathBuf::from(flag(args, "--out").ok_or("--out FILE is required")?);
+    let (done, failed) = compile_share(&work(&archs), k, n);
+    let mut writer = CodeBundleWriter::new(Program::compiler_identity(), "kernel-bundle worker")?;
+    for c in &done {
+        writer.add(
+            &c.unit.name(),
+            c.hash,
+            &c.arch,
+            wave_size(&c.arch),
+            c.code.clone(),
+        )?;
+        println!("ok\t{}\t{}\t{}", c.unit, c.arch, c.seconds);
+    }
+    for message in failed {
+        println!("failed\t{}", message.replace(['\n', '\t'], " "));
+    }
+    writer.write(&out)?;
+    Ok(())
 }
 
 /// Prints seconds per source and target (the sum over the source's units
@@ -181,5 +281,5 @@ fn report(archs: &[String], done: &[Compiled], wall: f64, jobs: usize) {
         "| code MiB | {} |",
         per_arch(&|c| c.code.len() as f64 / (1 << 20) as f64).join(" | ")
     );
-    println!("wall time {wall:.1} s with {jobs} parallel compile(s)");
+    println!("wall time {wall:.1} s with {jobs} compile process(es)");
 }

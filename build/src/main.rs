@@ -38,9 +38,10 @@ const USAGE: &str = "usage: rocm-tools <command>
   symbols   download the ROCm 5.x, 6.4 and 7.x runtime packages into build/.rocm and write
             their exported function names to build/symbols/<library>-<version>.txt
   candle-patch  write the patched Candle sources into build/.candle-patched
-  kernel-bundle --out FILE [--archs a,b] [--jobs N]
-            compile every candle-hip kernel module for the targets with the loaded hipRTC
-            (real one: run inside build/sandbox.sh exec) into a kernel bundle; prints times
+  kernel-bundle --out FILE [--archs a,b] [--jobs N] [--per-unit]
+            compile every candle-hip kernel unit for the targets with the loaded hipRTC
+            (real one: run inside build/sandbox.sh exec), N worker processes at a time,
+            into a kernel bundle; prints times
   generate [ARGS]  apply the Candle patches, then run examples/candle-app's text generation
             program with ARGS (no ARGS: the embedded default model; `-- --help` lists them)";
 
@@ -53,6 +54,7 @@ fn main() {
             .and_then(|dir| generate::run(&repo, &generate::include_dir(&dir), "6.4")),
         Some("symbols") => symbols::run(&repo),
         Some("kernel-bundle") => kernel_bundle::run(&args[1..]),
+        Some("kernel-bundle-worker") => kernel_bundle::worker(&args[1..]),
         Some("candle-patch") => candle_patch::run(&repo).map(|dirs| {
             for dir in dirs {
                 println!("{}", dir.display());

@@ -443,20 +443,58 @@ __device__ __forceinline__ ch_u64 divmod(ch_u64 n, ch_u64 d, ch_u64& rem) {
   return divmod64(n, d, rem);
 }
 
-// Storage offset of the `i`-th element (row-major order) of a strided view.
-__device__ __forceinline__ ch_u64 strided_offset(ch_u64 i, ch_u32 rank, const ch_u64* dims,
-                                                 const ch_u64* strides) {
-  if (rank == 1) return i * strides[0];
-  ch_u64 off = 0;
+// Offsets in N operands of element `i` (row-major order) of a view of
+// `rank` dims, sharing the divisions; stride(k, d) is operand k's stride
+// of dimension d. The usual case, i and every dim below 2^32, divides in
+// 32 bits; otherwise with the 64-bit divmod. Both loops are unrolled: a
+// rolled one would index the kernel's argument struct dynamically, which
+// copies it to scratch memory.
+template <int N, typename Stride>
+__device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* dims, const Stride& stride,
+                                          ch_u64 (&off)[CH_MAX_OPERANDS]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) off[k] = 0;
+  if (rank == 1) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) off[k] = i * stride(k, 0);
+    return;
+  }
+  ch_u64 wide = i;
+#pragma unroll
+  for (int d = 0; d < CH_MAX_DIMS; ++d) {
+    if (d < (int)rank) wide |= dims[d];
+  }
+  if ((wide >> 32) == 0) {
+    ch_u32 n = (ch_u32)i;
+#pragma unroll
+    for (int d = CH_MAX_DIMS - 1; d >= 0; --d) {
+      if (d < (int)rank) {
+        const ch_u32 q = n / (ch_u32)dims[d];
+        const ch_u64 c = n - q * (ch_u32)dims[d];
+#pragma unroll
+        for (int k = 0; k < N; ++k) off[k] += c * stride(k, d);
+        n = q;
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int d = CH_MAX_DIMS - 1; d >= 0; --d) {
     if (d < (int)rank) {
       ch_u64 c;
-      i = divmod(i, dims[d], c);
-      off += c * strides[d];
+      i = divmod64(i, dims[d], c);
+#pragma unroll
+      for (int k = 0; k < N; ++k) off[k] += c * stride(k, d);
     }
   }
-  return off;
+}
+
+// Storage offset of the `i`-th element (row-major order) of a strided view.
+__device__ __forceinline__ ch_u64 strided_offset(ch_u64 i, ch_u32 rank, const ch_u64* dims,
+                                                 const ch_u64* strides) {
+  ch_u64 off[CH_MAX_OPERANDS];
+  decompose<1>(i, rank, dims, [&](int, int d) { return strides[d]; }, off);
+  return off[0];
 }
 
 // ---------------------------------------------------------------------------
@@ -480,22 +518,7 @@ struct ElemInfo {
 // Offsets of element `i` in each of the first N operands, sharing the divisions.
 template <int N>
 __device__ __forceinline__ void strided_offsets(const ElemInfo& info, ch_u64 i, ch_u64 (&off)[CH_MAX_OPERANDS]) {
-#pragma unroll
-  for (int k = 0; k < N; ++k) off[k] = 0;
-  if (info.rank == 1) {
-#pragma unroll
-    for (int k = 0; k < N; ++k) off[k] = i * info.strides[k][0];
-    return;
-  }
-#pragma unroll
-  for (int d = CH_MAX_DIMS - 1; d >= 0; --d) {
-    if (d < (int)info.rank) {
-      ch_u64 c;
-      i = divmod(i, info.dims[d], c);
-#pragma unroll
-      for (int k = 0; k < N; ++k) off[k] += c * info.strides[k][d];
-    }
-  }
+  decompose<N>(i, info.rank, info.dims, [&](int k, int d) { return info.strides[k][d]; }, off);
 }
 
 // V consecutive elements moved with one wide memory access.

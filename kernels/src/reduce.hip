@@ -600,20 +600,25 @@ struct ArgMaxR : ArgExtremumR<T, true> {};
     reduce_cols_packed<R<ch_##TY> >(info, src, dst, work);                                          \
   }
 
-// Part 1: the general kernels; parts 2 and 3: COLS_PACKED (values, indices).
+// Parts: 1 to 3 the general kernels (sum; min and max; argmin and argmax),
+// 4 and 5 COLS_PACKED (values; indices).
 #if CH_PART(1)
 CH_NUMERIC(CH_REDUCE_KERNEL, reduce_sum, SumR)
+#endif
+#if CH_PART(2)
 CH_NUMERIC(CH_REDUCE_KERNEL, reduce_min, MinR)
 CH_NUMERIC(CH_REDUCE_KERNEL, reduce_max, MaxR)
+#endif
+#if CH_PART(3)
 CH_NUMERIC(CH_REDUCE_KERNEL, reduce_argmin, ArgMinR)
 CH_NUMERIC(CH_REDUCE_KERNEL, reduce_argmax, ArgMaxR)
 #endif
-#if CH_PART(2)
+#if CH_PART(4)
 CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_sum, SumR)
 CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_min, MinR)
 CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_max, MaxR)
 #endif
-#if CH_PART(3)
+#if CH_PART(5)
 CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmin, ArgMinR)
 CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmax, ArgMaxR)
 #endif

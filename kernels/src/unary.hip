@@ -242,18 +242,22 @@ struct CopyFn {
     map_elems(info, out, UnaryFn<OP, ch_##TY>(), In<ch_##TY, 0>{in});                          \
   }
 
-// Part 1: transcendental ops (libm calls, compiled as a unit of their own
-// per dtype); part 2: the others.
+// Parts 1, 3 and 4: transcendental ops (libm calls), a few families each
+// so that a first use compiles little; part 2: the others.
 #if CH_PART(1)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, uexp, ExpOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, ulog, LogOp)
+CH_ANY_FLOAT(CH_UNARY_KERNEL, usilu, SiluOp)
+#endif
+#if CH_PART(3)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, usin, SinOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, ucos, CosOp)
+#endif
+#if CH_PART(4)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, utanh, TanhOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, ugelu, GeluOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, ugelu_erf, GeluErfOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, uerf, ErfOp)
-CH_ANY_FLOAT(CH_UNARY_KERNEL, usilu, SiluOp)
 #endif
 
 #if CH_PART(2)
@@ -369,7 +373,9 @@ struct EluFn<ch_f8e4m3> {
     map_elems(info, out, OP<ch_##TY>(param), In<ch_##TY, 0>{in});                        \
   }
 
-#if CH_PART(1)
+#if CH_PART(3)
 CH_ANY_FLOAT(CH_PARAM_KERNEL, powf, PowfFn)
+#endif
+#if CH_PART(1)
 CH_ANY_FLOAT(CH_PARAM_KERNEL, elu, EluFn)
 #endif
