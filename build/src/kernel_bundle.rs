@@ -64,19 +64,7 @@ pub fn run(args: &[String]) -> Result<()> {
     } else {
         compile_in_workers(&archs, jobs, &out)?
     };
-    let mut writer = CodeBundleWriter::new(
-        Program::compiler_identity(),
-        format!("candle-hip {}", env!("CARGO_PKG_VERSION")),
-    )?;
-    for c in &done {
-        writer.add(
-            &c.unit.name(),
-            c.hash,
-            &c.arch,
-            wave_size(&c.arch),
-            c.code.clone(),
-        )?;
-    }
+    let writer = bundle_of(&done, &format!("candle-hip {}", env!("CARGO_PKG_VERSION")))?;
     writer.write(&out)?;
     if args.iter().any(|a| a == "--per-unit") {
         let mut by_time: Vec<&Compiled> = done.iter().collect();
@@ -98,6 +86,22 @@ pub fn run(args: &[String]) -> Result<()> {
     } else {
         Err(format!("{} compile(s) failed:\n{}", failed.len(), failed.join("\n")).into())
     }
+}
+
+/// A bundle of the compiled units, made by `producer` with the loaded
+/// compiler.
+fn bundle_of(done: &[Compiled], producer: &str) -> Result<CodeBundleWriter> {
+    let mut writer = CodeBundleWriter::new(Program::compiler_identity(), producer)?;
+    for c in done {
+        writer.add(
+            &c.unit.name(),
+            c.hash,
+            &c.arch,
+            wave_size(&c.arch),
+            c.code.clone(),
+        )?;
+    }
+    Ok(writer)
 }
 
 /// The value after `name` in `args`.
@@ -214,15 +218,8 @@ pub fn worker(args: &[String]) -> Result<()> {
         .ok_or_else(|| format!("--share {share}: expected K/N with K < N"))?;
     let out = PathBuf::from(flag(args, "--out").ok_or("--out FILE is required")?);
     let (done, failed) = compile_share(&work(&archs), k, n);
-    let mut writer = CodeBundleWriter::new(Program::compiler_identity(), "kernel-bundle worker")?;
+    let writer = bundle_of(&done, "kernel-bundle worker")?;
     for c in &done {
-        writer.add(
-            &c.unit.name(),
-            c.hash,
-            &c.arch,
-            wave_size(&c.arch),
-            c.code.clone(),
-        )?;
         println!("ok\t{}\t{}\t{}", c.unit, c.arch, c.seconds);
     }
     for message in failed {
