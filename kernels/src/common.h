@@ -446,9 +446,10 @@ __device__ __forceinline__ ch_u64 divmod(ch_u64 n, ch_u64 d, ch_u64& rem) {
 // Offsets in N operands of element `i` (row-major order) of a view of
 // `rank` dims, sharing the divisions; stride(k, d) is operand k's stride
 // of dimension d. The usual case, i and every dim below 2^32, divides in
-// 32 bits; otherwise with the 64-bit divmod. Both loops are unrolled: a
-// rolled one would index the kernel's argument struct dynamically, which
-// copies it to scratch memory.
+// 32 bits; otherwise with the compiler's 64-bit division (divmod64's f64
+// form made reductions spill registers on wave64 targets). Both loops are
+// unrolled: a rolled one would index the kernel's argument struct
+// dynamically, which copies it to scratch memory.
 template <int N, typename Stride>
 __device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* dims, const Stride& stride,
                                           ch_u64 (&off)[CH_MAX_OPERANDS]) {
@@ -481,8 +482,9 @@ __device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* d
 #pragma unroll
   for (int d = CH_MAX_DIMS - 1; d >= 0; --d) {
     if (d < (int)rank) {
-      ch_u64 c;
-      i = divmod64(i, dims[d], c);
+      const ch_u64 q = i / dims[d];
+      const ch_u64 c = i - q * dims[d];
+      i = q;
 #pragma unroll
       for (int k = 0; k < N; ++k) off[k] += c * stride(k, d);
     }
