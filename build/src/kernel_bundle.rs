@@ -1,12 +1,14 @@
-//! `kernel-bundle`: compiles every kernel unit of candle-hip (a source, or
-//! one dtype of a source split by dtype) for a list of targets with the hipRTC that loads (the real one inside the ROCm sandbox:
-//! `build/sandbox.sh exec target/debug/rocm-tools kernel-bundle ...`; the
-//! shim's NVRTC on the NVIDIA test platform) into one bundle file that
-//! candle-hip looks in before compiling (`candle_hip::kernel::bundle`), and
-//! prints the compile time of every source per target (the sum over its
-//! units, and the slowest unit: what a first use waits for) and the
-//! bundle's size per target. For compile times, point `HIP_SAFE_CACHE_DIR` at an empty
-//! folder: a cached code object is not compiled again.
+//! `kernel-bundle`: compiles every kernel unit of candle-hip
+//! (`candle_hip::kernel::Unit`: a source, or one dtype and/or part of one)
+//! for a list of targets with the hipRTC that loads (the real one inside the
+//! ROCm sandbox: `build/sandbox.sh exec target/debug/rocm-tools
+//! kernel-bundle ...`; the shim's NVRTC on the NVIDIA test platform) into
+//! one bundle file that candle-hip looks in before compiling
+//! (`candle_hip::kernel::bundle`), and prints the compile time of every
+//! source per target (the sum over its units, and the slowest unit: what a
+//! first use waits for) and the bundle's size per target. For compile
+//! times, point `HIP_SAFE_CACHE_DIR` at an empty folder: a cached code
+//! object is not compiled again.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,7 +1,8 @@
 //! AMD compile check with the real hipRTC of ROCm 6.4 and no GPU: every
-//! kernel unit (a source, or one dtype of a split source) compiles for two wave64 (gfx90a, gfx942) and two wave32
-//! (gfx1100, gfx1201) targets, every kernel the backend may launch is in the
-//! code object, and no kernel spills vector registers to scratch memory.
+//! kernel unit (a source, or one dtype and/or part of one) compiles for two
+//! wave64 (gfx90a, gfx942) and two wave32 (gfx1100, gfx1201) targets, every
+//! kernel the backend may launch is in its code object, and no kernel
+//! spills vector registers to scratch memory.
 //!
 //! Runs inside the ROCm sandbox, where `.ci/run` executes every test binary
 //! with `--ignored sandbox_` (see build/README.md); ignored elsewhere.
@@ -140,6 +141,8 @@ mod comgr {
     const SYMBOL_INFO_NAME: u32 = 0x1;
 
     type SymbolCallback = unsafe extern "C" fn(Handle, *mut c_void) -> u32;
+    /// `amd_comgr_symbol_get_info`.
+    type SymbolInfo = unsafe extern "C" fn(Handle, u32, *mut c_void) -> u32;
 
     /// What comgr reads from one code object.
     pub struct Inspected {
@@ -151,16 +154,12 @@ mod comgr {
 
     /// Collects one symbol's name into the `Vec<String>` behind `names`.
     unsafe extern "C" fn collect(symbol: Handle, names: *mut c_void) -> u32 {
-        // SAFETY: `inspect` passes its own `Library` as the first element
-        // and a `Vec<String>` as the second of the pair behind `names`, both
-        // alive for the whole iteration.
-        let (lib, names) = unsafe { &mut *(names as *mut (&Library, Vec<String>)) };
-        // SAFETY: the symbol type matches comgr's declaration.
-        let info: Symbol<unsafe extern "C" fn(Handle, u32, *mut c_void) -> u32> =
-            match unsafe { lib.get(b"amd_comgr_symbol_get_info\0") } {
-                Ok(f) => f,
-                Err(_) => return 1,
-            };
+        // SAFETY: `inspect` passes comgr's `amd_comgr_symbol_get_info` as
+        // the first element and a `Vec<String>` as the second of the pair
+        // behind `names`, both alive (the library loaded) for the whole
+        // iteration.
+        let (info, names) = unsafe { &mut *(names as *mut (SymbolInfo, Vec<String>)) };
+        let info = *info;
         let mut len = 0usize;
         // SAFETY: NAME_LENGTH writes a size_t.
         if unsafe { info(symbol, SYMBOL_INFO_NAME_LENGTH, (&raw mut len).cast()) } != SUCCESS {
@@ -222,7 +221,10 @@ mod comgr {
                 )?;
                 let isa = String::from_utf8_lossy(isa.split(|&b| b == 0).next().unwrap_or(&[]))
                     .into_owned();
-                let mut state: (&Library, Vec<String>) = (&lib, Vec::new());
+                let info: Symbol<SymbolInfo> = lib
+                    .get(b"amd_comgr_symbol_get_info\0")
+                    .map_err(|e| e.to_string())?;
+                let mut state: (SymbolInfo, Vec<String>) = (*info, Vec::new());
                 call(
                     "iterate_symbols",
                     iterate(data, collect, (&raw mut state).cast()),

@@ -412,13 +412,12 @@ __device__ __forceinline__ ch_u64 global_threads() {
 }
 
 // n / d with the remainder in `rem`, for 64-bit n: one f64 division and
-// one correction step. The GPU has no 64-bit integer divide, and the
-// compiler's expansion of one is long enough that inlining it in every use
-// (a strided index decomposes once per dimension, and loops unroll) doubled
-// the compile time and code size of the element-wise kernels, while a call
-// costs registers. Exact for n < 2^53, which every element offset and count
-// is (no allocation comes close): the rounded quotient is then within one
-// of the true one.
+// one correction step, shorter code than the compiler's expansion of a
+// 64-bit integer division (the GPU has none). Exact for n < 2^53, which
+// every element offset and count is (no allocation comes close): the
+// rounded quotient is then within one of the true one. `decompose` does
+// not use it: unrolled over the dimensions, its f64 registers made
+// reductions spill on wave64 targets.
 __device__ __forceinline__ ch_u64 divmod64(ch_u64 n, ch_u64 d, ch_u64& rem) {
   ch_u64 q = (ch_u64)((double)n / (double)d);
   ch_i64 r = (ch_i64)(n - q * d);
@@ -446,10 +445,9 @@ __device__ __forceinline__ ch_u64 divmod(ch_u64 n, ch_u64 d, ch_u64& rem) {
 // Offsets in N operands of element `i` (row-major order) of a view of
 // `rank` dims, sharing the divisions; stride(k, d) is operand k's stride
 // of dimension d. The usual case, i and every dim below 2^32, divides in
-// 32 bits; otherwise with the compiler's 64-bit division (divmod64's f64
-// form made reductions spill registers on wave64 targets). Both loops are
-// unrolled: a rolled one would index the kernel's argument struct
-// dynamically, which copies it to scratch memory.
+// 32 bits; otherwise with the compiler's 64-bit division (see divmod64).
+// Both loops are unrolled: a rolled one would index the kernel's argument
+// struct dynamically, which copies it to scratch memory.
 template <int N, typename Stride>
 __device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* dims, const Stride& stride,
                                           ch_u64 (&off)[CH_MAX_OPERANDS]) {

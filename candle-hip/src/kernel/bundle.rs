@@ -8,9 +8,9 @@
 //! `CANDLE_HIP_KERNEL_BUNDLE_EMBED`: building still needs no ROCm, only the
 //! file). An entry is used only when its unit name ([`Unit::name`]),
 //! source hash (of the exact program the registry would compile),
-//! architecture and wave size match; everything else falls through to the disk cache and hipRTC. A
-//! bundle that cannot be read or is invalid is reported once (`tracing`
-//! warning) and ignored.
+//! architecture and wave size match; everything else falls through to the
+//! disk cache and hipRTC. A bundle that cannot be read or is invalid is
+//! reported once (`tracing` warning) and ignored.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

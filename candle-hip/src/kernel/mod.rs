@@ -3,8 +3,8 @@
 //! It imports only hip-safe, the sources crate and its own small modules
 //! (never the device or storage types):
 //! - `catalogue`: every kernel family as a typed constant;
-//! - [`Unit`]: what one hipRTC program holds (a source, or one dtype of a
-//!   source split by dtype), its program and kernel names;
+//! - [`Unit`]: what one hipRTC program holds (a source, or one dtype
+//!   and/or part of one), its program and kernel names;
 //! - `registry`: a device's compiled modules and looked-up functions;
 //! - [`bundle`]: the precompiled code objects looked up before compiling;
 //! - `header`: every constant mirrored from the sources, checked against

@@ -9,9 +9,9 @@
 //! test platform) and the CPU platform's compiler do, while hipRTC 6.4
 //! serialises the compiles of one process, so on AMD a first use may also
 //! wait for the unit compiling ahead of it. Units are small for that
-//! reason, and a kernel bundle removes the compiles. Code objects are shared by all devices of one
-//! architecture in the process, so two GPUs of one kind compile a unit
-//! once. First-use compiles are logged with `tracing` (target
+//! reason, and a kernel bundle removes the compiles. Code objects are
+//! shared by all devices of one architecture in the process, so two GPUs of
+//! one kind compile a unit once. First-use compiles are logged with `tracing` (target
 //! `candle_hip::kernel`): which module, for which target, how long.
 
 use std::collections::HashMap;
