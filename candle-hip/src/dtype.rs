@@ -70,6 +70,9 @@ pub(crate) const FLOATS: [DType; 4] = [DType::F16, DType::BF16, DType::F32, DTyp
 /// activations).
 pub(crate) const ACTIVATIONS: [DType; 3] = [DType::F16, DType::BF16, DType::F32];
 
+/// The 16-bit floating dtypes (fused attention's, as flash attention's).
+pub(crate) const HALVES: [DType; 2] = [DType::F16, DType::BF16];
+
 /// Every floating dtype with arithmetic ([`FLOATS`] and f8e4m3).
 pub(crate) const ANY_FLOAT: [DType; 5] = [
     DType::F16,

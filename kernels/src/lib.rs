@@ -161,6 +161,9 @@ sources! {
     /// `quantized.hip`: GGML's quantized blocks (dequantization and the
     /// matrix-vector product of decoding).
     QUANTIZED = "quantized.hip";
+    /// `attention.hip`: fused attention (flash attention) for prefill and
+    /// decode, with matrix instructions where the target has them.
+    ATTENTION = "attention.hip" per dtype;
 }
 
 #[cfg(test)]

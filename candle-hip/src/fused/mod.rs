@@ -11,6 +11,7 @@
 //! | [`rope_i`], [`rope`], [`rope_thd`] | `candle_nn::rotary_emb::{rope_i, rope, rope_thd}` | f16, bf16, f32, f64 |
 //! | [`sigmoid`] | `candle_nn::ops::sigmoid` | f16, bf16, f32, f64 |
 //! | [`arg_sort_last_dim`] | `Tensor::arg_sort_last_dim` | every dtype (u32 output) |
+//! | [`flash_attn`] | `candle_flash_attn::flash_attn*` | f16, bf16 |
 //!
 //! They are functions rather than candle custom ops because candle-nn's ops
 //! (and candle-core 0.11.1's `Tensor`) only reach the CPU, CUDA and Metal
@@ -22,10 +23,12 @@
 //! (which round intermediate results to the storage type) by rounding only.
 
 mod argsort;
+mod attention;
 mod rope;
 mod rows;
 
 pub use argsort::{arg_sort_last_dim, shared_sort_max_cols};
+pub use attention::{AttentionKernel, DECODE_MAX_QUERIES, FlashAttnParams, HEAD_DIMS, flash_attn};
 pub use rope::{rope, rope_i, rope_thd};
 pub use rows::{layer_norm, rms_norm, softmax_last_dim};
 

@@ -43,6 +43,7 @@
 //! `conformance: N cases, M failures`, the others
 //! `conformance <group>: N cases, M failures`.
 
+mod attention;
 mod common;
 mod conv;
 mod conv_fallback;

@@ -1,0 +1,484 @@
+//! Fused attention (flash attention, forward) through `attention.hip`:
+//! `softmax(Q·Kᵀ·scale + bias)·V` without materialising the scores, as
+//! `candle_flash_attn::flash_attn*` computes it.
+//!
+//! Operands are `(batch, seq, heads, head_dim)`, f16 or bf16, with the same
+//! dtype; `k` and `v` may have fewer heads than `q` (grouped- and
+//! multi-query attention: query head `h` reads key/value head
+//! `h / (h_q / h_k)`). Head dims 64, 80, 96, 128 and 256. Windows, the
+//! causal mask (`window_right = Some(0)`), soft-capping and ALiBi slopes
+//! follow flash-attention 2, whose causal diagonal is aligned to the bottom
+//! right when `s_q != s_k` (a query at row `i` sits at key position
+//! `i + s_k - s_q`). A query row that sees no key gets zeros.
+//!
+//! Two kernels: prefill (a block per 16 query rows per wave and head,
+//! matrix instructions for both products, online softmax in shared memory)
+//! and, for at most [`DECODE_MAX_QUERIES`] queries, flash-decoding (the keys
+//! split across blocks, each reading a key once for every query head of its
+//! group, then a merge of the splits).
+//!
+//! Which matrix path runs where: `mma.sync` (NVIDIA sm_80+, the test
+//! platform) and the portable product were executed on the NVIDIA test
+//! platform and on the CPU test platform (`tests/hip-on-cpu`); the AMD paths
+//! (MFMA on gfx908/gfx90a/gfx942, WMMA on gfx11 and gfx12) were executed on
+//! the CPU test platform, whose matrix builtins follow AMD's documented
+//! register layouts, and compiled with the real hipRTC in the ROCm sandbox.
+//! None has run on an AMD GPU.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{DType, Layout};
+use hip_safe::{DevicePtr, DeviceRepr, LaunchConfig};
+
+use crate::error::{Result, invalid};
+use crate::kernel::catalogue::{self as cat, Family};
+use crate::kernel::launch::to_u32;
+use crate::size;
+use crate::storage::HipStorage;
+
+const OP: &str = "flash_attn";
+
+/// The head dims with kernels.
+pub const HEAD_DIMS: [usize; 5] = [64, 80, 96, 128, 256];
+
+/// Queries per sequence up to which [`AttentionKernel::Auto`] decodes.
+pub const DECODE_MAX_QUERIES: usize = 8;
+
+/// `CH_ATTN_UNBOUNDED` of `attention.hip`: a window bound that never limits.
+const UNBOUNDED: i32 = 0x3fff_ffff;
+/// `CH_DECODE_THREADS` of `attention.hip`.
+const DECODE_THREADS: u32 = 128;
+/// Keys of one decode split at the least: fewer would cost more in merging
+/// than they save in parallelism.
+const MIN_SPLIT_KEYS: usize = 128;
+
+/// Which kernel computes the attention.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttentionKernel {
+    /// Flash-decoding for at most [`DECODE_MAX_QUERIES`] queries, the
+    /// prefill kernel otherwise.
+    #[default]
+    Auto,
+    /// The prefill kernel, whatever the number of queries.
+    Prefill,
+    /// The decoding kernel, whatever the number of queries.
+    Decode,
+}
+
+/// The parameters of a fused attention beside its operands.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FlashAttnParams {
+    /// Multiplies `q·k` (typically `1 / sqrt(head_dim)`).
+    pub softmax_scale: f32,
+    /// Keys visible before a query's position (`None`: all).
+    pub window_left: Option<usize>,
+    /// Keys visible after a query's position (`None`: all; `Some(0)`:
+    /// causal).
+    pub window_right: Option<usize>,
+    /// Soft-capping of the scaled scores, `softcap · tanh(s / softcap)`
+    /// (`None` or 0: none).
+    pub softcap: Option<f32>,
+    /// The kernel to run.
+    pub kernel: AttentionKernel,
+}
+
+impl FlashAttnParams {
+    /// Plain attention with `softmax_scale`, causal or not.
+    pub fn new(softmax_scale: f32, causal: bool) -> FlashAttnParams {
+        FlashAttnParams {
+            softmax_scale,
+            window_left: None,
+            window_right: causal.then_some(0),
+            softcap: None,
+            kernel: AttentionKernel::Auto,
+        }
+    }
+}
+
+/// `AttnArgs` of `attention.hip`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct AttnArgs {
+    q_stride: [u64; 3],
+    k_stride: [u64; 3],
+    v_stride: [u64; 3],
+    s_q: u32,
+    s_k: u32,
+    h_q: u32,
+    h_k: u32,
+    win_left: i32,
+    win_right: i32,
+    scale: f32,
+    softcap: f32,
+    split_keys: u32,
+    splits: u32,
+}
+
+// SAFETY: `#[repr(C)]`, u64 arrays then 4-byte fields in the order of the C
+// struct, which asserts the same size: no padding, every bit pattern valid.
+unsafe impl DeviceRepr for AttnArgs {}
+const _: () = assert!(std::mem::size_of::<AttnArgs>() == 9 * 8 + 10 * 4);
+
+/// An operand's sizes and its strides for the batch, sequence and head
+/// dimensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Operand {
+    dims: [usize; 4],
+    stride: [usize; 3],
+}
+
+/// The operand of `layout` when the kernels can read it in place: rank 4,
+/// unit-stride head dim, the start and every stride whole 16-byte packs.
+/// `Ok(None)` when it must be copied first.
+fn operand(what: &str, layout: &Layout) -> Result<Option<Operand>> {
+    let dims: [usize; 4] = layout.dims().try_into().map_err(|_| {
+        invalid(
+            OP,
+            format!(
+                "{what} must have rank 4 (batch, seq, heads, head_dim), got {:?}",
+                layout.dims()
+            ),
+        )
+    })?;
+    let st = layout.stride();
+    let pack = |s: usize| s.is_multiple_of(8);
+    let in_place = st[3] == 1 && pack(layout.start_offset()) && st[..3].iter().all(|&s| pack(s));
+    Ok(in_place.then_some(Operand {
+        dims,
+        stride: [st[0], st[1], st[2]],
+    }))
+}
+
+/// `x` as the kernels read it: itself, or a contiguous copy (into `copy`)
+/// when [`operand`] refuses its layout or its buffer is not 16-byte aligned.
+fn readable<'a>(
+    what: &str,
+    x: &'a HipStorage,
+    layout: &Layout,
+    copy: &'a mut Option<HipStorage>,
+) -> Result<(&'a HipStorage, Operand, usize)> {
+    let aligned = (x.buffer().device_ptr() as usize).is_multiple_of(16);
+    if let Some(op) = operand(what, layout)?.filter(|_| aligned) {
+        return Ok((x, op, layout.start_offset()));
+    }
+    let len = layout.shape().elem_count();
+    // SAFETY: copy_strided_src writes every element of the copy.
+    let mut dst = unsafe { x.device().alloc_storage(x.dtype(), len) }?;
+    x.copy_strided_src(&mut dst, 0, layout)?;
+    let contiguous = Layout::contiguous(layout.shape());
+    let op = operand(what, &contiguous)?.ok_or_else(|| {
+        invalid(
+            OP,
+            format!(
+                "{what}: a contiguous copy of {:?} is not readable",
+                layout.dims()
+            ),
+        )
+    })?;
+    Ok((copy.insert(dst), op, 0))
+}
+
+/// The kernel family of a head dim.
+fn families(d: usize) -> Option<[&'static Family; 3]> {
+    Some(match d {
+        64 => [
+            &cat::FLASH_ATTN_D64,
+            &cat::FLASH_DECODE_D64,
+            &cat::FLASH_COMBINE_D64,
+        ],
+        80 => [
+            &cat::FLASH_ATTN_D80,
+            &cat::FLASH_DECODE_D80,
+            &cat::FLASH_COMBINE_D80,
+        ],
+        96 => [
+            &cat::FLASH_ATTN_D96,
+            &cat::FLASH_DECODE_D96,
+            &cat::FLASH_COMBINE_D96,
+        ],
+        128 => [
+            &cat::FLASH_ATTN_D128,
+            &cat::FLASH_DECODE_D128,
+            &cat::FLASH_COMBINE_D128,
+        ],
+        256 => [
+            &cat::FLASH_ATTN_D256,
+            &cat::FLASH_DECODE_D256,
+            &cat::FLASH_COMBINE_D256,
+        ],
+        _ => return None,
+    })
+}
+
+/// A window bound as the kernels take it.
+fn window(w: Option<usize>) -> i32 {
+    w.map_or(UNBOUNDED, |w| w.min(UNBOUNDED as usize) as i32)
+}
+
+/// The launch shape of the prefill kernel for head dim `d`
+/// (`ATTN_WAVES` of `attention.hip`): 16 query rows per wave.
+fn prefill_waves(d: usize) -> u32 {
+    if d > 128 { 2 } else { 4 }
+}
+
+/// Query rows per decode block (`DECODE_ROWS` of `attention.hip`).
+fn decode_rows(d: usize) -> usize {
+    if d > 128 { 4 } else { 8 }
+}
+
+/// Key splits for decoding: enough blocks to fill the device twice over,
+/// each split at least [`MIN_SPLIT_KEYS`] keys.
+fn decode_splits(s_k: usize, blocks: usize, compute_units: usize) -> usize {
+    let wanted = (2 * compute_units).div_ceil(blocks.max(1));
+    wanted.clamp(1, s_k.div_ceil(MIN_SPLIT_KEYS).max(1))
+}
+
+/// Fused attention of `q` (batch, s_q, h_q, d) over `k` and `v` (batch,
+/// s_k, h_k, d); `alibi`, when given, holds one f32 slope per query head.
+/// Returns a contiguous (batch, s_q, h_q, d) storage of q's dtype.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn(
+    q: &HipStorage,
+    q_l: &Layout,
+    k: &HipStorage,
+    k_l: &Layout,
+    v: &HipStorage,
+    v_l: &Layout,
+    alibi: Option<(&HipStorage, &Layout)>,
+    params: &FlashAttnParams,
+) -> candle_core::Result<HipStorage> {
+    for other in [k, v] {
+        q.check_device(other, OP)?;
+        q.check_dtype(other, OP)?;
+    }
+    let dtype = q.dtype();
+    if !matches!(dtype, DType::F16 | DType::BF16) {
+        return Err(invalid(OP, format!("f16 and bf16 only, got {dtype:?}")));
+    }
+    let (mut qc, mut kc, mut vc) = (None, None, None);
+    let (q, qo, q_start) = readable("q", q, q_l, &mut qc)?;
+    let (k, ko, k_start) = readable("k", k, k_l, &mut kc)?;
+    let (v, vo, v_start) = readable("v", v, v_l, &mut vc)?;
+    let [b, s_q, h_q, d] = qo.dims;
+    let [kb, s_k, h_k, kd] = ko.dims;
+    if kb != b || kd != d || vo.dims != ko.dims {
+        return Err(invalid(
+            OP,
+            format!(
+                "q {:?}, k {:?} and v {:?} disagree: (batch, seq, heads, head_dim) with the same \
+                 batch and head_dim, k and v of one shape",
+                qo.dims, ko.dims, vo.dims
+            ),
+        ));
+    }
+    if h_k == 0 || !h_q.is_multiple_of(h_k) {
+        return Err(invalid(
+            OP,
+            format!("{h_k} key/value heads must divide {h_q} query heads"),
+        ));
+    }
+    let Some([prefill, decode, combine]) = families(d) else {
+        return Err(invalid(
+            OP,
+            format!("head_dim {d} has no kernel (supported: {HEAD_DIMS:?})"),
+        ));
+    };
+    let softcap = params.softcap.unwrap_or(0.0);
+    if !params.softmax_scale.is_finite() || !softcap.is_finite() || softcap < 0.0 {
+        return Err(invalid(
+            OP,
+            format!(
+                "softmax_scale {} and softcap {softcap} must be finite, softcap >= 0",
+                params.softmax_scale
+            ),
+        ));
+    }
+    let alibi = match alibi {
+        None => None,
+        Some((slopes, l)) => {
+            q.check_device(slopes, OP)?;
+            if slopes.dtype() != DType::F32 || l.dims() != [h_q] || !l.is_contiguous() {
+                return Err(invalid(
+                    OP,
+                    format!(
+                        "alibi slopes must be a contiguous f32 vector of {h_q} (one per query \
+                         head), got {:?} {:?}",
+                        slopes.dtype(),
+                        l.dims()
+                    ),
+                ));
+            }
+            Some(slopes.view(OP, l)?)
+        }
+    };
+
+    let device = q.device();
+    let len = size::product(OP, "the output", &[b, s_q, h_q, d])?;
+    // SAFETY: every element of the output is written by one of the kernels
+    // below (every row of every head), or the output is empty.
+    let mut out = unsafe { device.alloc_storage(dtype, len) }?;
+    if len == 0 {
+        return Ok(out);
+    }
+    let u32_of = |what, v| to_u32(OP, what, v);
+    let mut args = AttnArgs {
+        q_stride: qo.stride.map(|s| s as u64),
+        k_stride: ko.stride.map(|s| s as u64),
+        v_stride: vo.stride.map(|s| s as u64),
+        s_q: u32_of("s_q", s_q)?,
+        s_k: u32_of("s_k", s_k)?,
+        h_q: u32_of("h_q", h_q)?,
+        h_k: u32_of("h_k", h_k)?,
+        win_left: window(params.window_left),
+        win_right: window(params.window_right),
+        scale: params.softmax_scale,
+        softcap,
+        split_keys: 0,
+        splits: 0,
+    };
+    let qv = q.view_range(
+        OP,
+        q_start,
+        size::span(OP, &qo.dims, &[qo.stride[0], qo.stride[1], qo.stride[2], 1])?,
+    )?;
+    let kv = k.view_range(
+        OP,
+        k_start,
+        size::span(OP, &ko.dims, &[ko.stride[0], ko.stride[1], ko.stride[2], 1])?,
+    )?;
+    let vv = v.view_range(
+        OP,
+        v_start,
+        size::span(OP, &vo.dims, &[vo.stride[0], vo.stride[1], vo.stride[2], 1])?,
+    )?;
+    let null = 0u64;
+    let slopes: &dyn hip_safe::KernelArg = match &alibi {
+        Some(view) => view,
+        None => &null,
+    };
+    let launcher = device.kernels();
+    let batch = u32_of("batch", b)?;
+    let use_decode = match params.kernel {
+        AttentionKernel::Auto => s_q <= DECODE_MAX_QUERIES,
+        AttentionKernel::Prefill => false,
+        AttentionKernel::Decode => true,
+    };
+    if !use_decode {
+        let waves = prefill_waves(d);
+        let rows_per_block = 16 * waves as usize;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                u32_of("query blocks", s_q.div_ceil(rows_per_block))?,
+                args.h_q,
+                batch,
+            ),
+            block_dim: (waves * launcher.wave_size(), 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let o = out.view_all_mut();
+        let kernel = prefill.kernel(OP, dtype)?;
+        // SAFETY: flash_attn_d<D>_T takes (AttnArgs, const T* q, k, v, T* o,
+        // const float* alibi); the views span every element the strides of
+        // `args` reach for these dims, o holds b*s_q*h_q*d elements, alibi
+        // h_q floats or is null; the grid covers (query blocks, h_q, b) with
+        // ATTN_WAVES(d) waves per block.
+        unsafe { launcher.launch(kernel, cfg, &[&args, &qv, &kv, &vv, &o, slopes]) }?;
+        return Ok(out);
+    }
+
+    // Flash-decoding: partial results per key split, then their merge.
+    let per_kv = h_q / h_k;
+    let row_groups = (s_q * per_kv).div_ceil(decode_rows(d));
+    let blocks = size::product(OP, "the decode blocks", &[b, h_k, row_groups])?;
+    let splits = decode_splits(s_k, blocks, launcher.compute_units() as usize);
+    let split_keys = s_k.div_ceil(splits).max(1);
+    let splits = s_k.div_ceil(split_keys).max(1);
+    args.split_keys = u32_of("split_keys", split_keys)?;
+    args.splits = u32_of("splits", splits)?;
+    let part_len = size::product(OP, "the partial results", &[b, h_q, s_q, splits, d + 2])?;
+    // SAFETY: the decode kernel writes the d + 2 floats of every (row,
+    // split) before the merge reads them.
+    let mut part = unsafe { device.alloc_storage(DType::F32, part_len) }?;
+    let pv = part.view_all_mut();
+    let cfg = LaunchConfig {
+        grid_dim: (
+            args.splits,
+            u32_of("decode row groups", h_k * row_groups)?,
+            batch,
+        ),
+        block_dim: (DECODE_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let kernel = decode.kernel(OP, dtype)?;
+    // SAFETY: flash_decode_d<D>_T takes (AttnArgs, const T* q, k, v, float*
+    // part, const float* alibi); views as above, part holds b*h_q*s_q*splits
+    // rows of d + 2 floats; the grid covers (splits, h_k * row groups, b).
+    unsafe { launcher.launch(kernel, cfg, &[&args, &qv, &kv, &vv, &pv, slopes]) }?;
+    drop(pv);
+    let pr = part.view_range(OP, 0, part_len)?;
+    let o = out.view_all_mut();
+    let cfg = LaunchConfig {
+        grid_dim: (u32_of("queries x heads", s_q * h_q)?, batch, 1),
+        block_dim: (u32_of("head_dim", d)?, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let kernel = combine.kernel(OP, dtype)?;
+    // SAFETY: flash_combine_d<D>_T takes (AttnArgs, const float* part, T*
+    // o); part as written above, o holds b*s_q*h_q*d elements; one block of
+    // d threads per (query, head) and batch.
+    unsafe { launcher.launch(kernel, cfg, &[&args, &pr, &o]) }?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contiguous_and_transposed_operands_are_read_in_place() {
+        let l = Layout::contiguous((2, 7, 4, 64));
+        let op = operand("q", &l).unwrap().unwrap();
+        assert_eq!(op.stride, [7 * 4 * 64, 4 * 64, 64]);
+        // (b, h, s, d) transposed to (b, s, h, d), as candle-transformers passes it.
+        let t = Layout::contiguous((2, 4, 7, 80)).transpose(1, 2).unwrap();
+        let op = operand("q", &t).unwrap().unwrap();
+        assert_eq!(op.dims, [2, 7, 4, 80]);
+        assert_eq!(op.stride, [4 * 7 * 80, 80, 7 * 80]);
+    }
+
+    #[test]
+    fn unaligned_or_strided_head_dims_are_copied() {
+        let l = Layout::contiguous_with_offset((1, 3, 2, 64), 4);
+        assert_eq!(operand("q", &l).unwrap(), None);
+        let t = Layout::contiguous((1, 2, 64, 3)).transpose(2, 3).unwrap();
+        assert_eq!(operand("q", &t).unwrap(), None);
+        let err = operand("k", &Layout::contiguous((3, 64)))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("k must have rank 4"), "{err}");
+    }
+
+    #[test]
+    fn windows_and_splits() {
+        assert_eq!(window(None), UNBOUNDED);
+        assert_eq!(window(Some(0)), 0);
+        assert_eq!(window(Some(usize::MAX)), UNBOUNDED);
+        // One block per (batch, kv head): 32 kv heads on 100 compute units.
+        assert_eq!(decode_splits(4096, 32, 100), 7);
+        // Short caches are not split below MIN_SPLIT_KEYS keys.
+        assert_eq!(decode_splits(100, 1, 100), 1);
+        assert_eq!(decode_splits(300, 1, 100), 3);
+        // Enough blocks already.
+        assert_eq!(decode_splits(4096, 1000, 100), 1);
+    }
+
+    #[test]
+    fn every_head_dim_has_its_kernels() {
+        for d in HEAD_DIMS {
+            let [p, dec, c] = families(d).unwrap();
+            for f in [p, dec, c] {
+                assert!(f.name.ends_with(&format!("_d{d}")), "{}", f.name);
+            }
+        }
+        assert!(families(72).is_none());
+    }
+}

@@ -1,0 +1,771 @@
+// Fused attention (flash attention, forward): softmax(Q·Kᵀ·scale)·V with
+// the scores kept on chip, for f16 and bf16 with f32 accumulation.
+//
+// Layout as candle-flash-attn takes it: q (batch, s_q, h_q, D), k and v
+// (batch, s_k, h_k, D), any strides for the first three dimensions and unit
+// stride along D; the output is contiguous (batch, s_q, h_q, D). Query head
+// h reads key/value head h / (h_q / h_k) (grouped- and multi-query).
+//
+// Masking follows flash-attention 2: the query at row i sits at key
+// position i + s_k - s_q (the diagonal is aligned to the bottom right), and
+// key j is visible when i + off - win_left <= j <= i + off + win_right,
+// where off = s_k - s_q and a window of CH_ATTN_UNBOUNDED is no limit
+// (causal: win_right = 0). A row that sees no key gets zeros. The score of a
+// visible key is s = q·k·scale, then softcap·tanh(s / softcap) when softcap
+// > 0, then minus alibi[h]·|i + off - j| when alibi slopes are given.
+//
+//   flash_attn_d<D>_<T>(AttnArgs a, const T* q, const T* k, const T* v,
+//                       T* o, const float* alibi)
+//     Prefill (any s_q). A block owns 16 query rows per wave of one
+//     (batch, head) and walks the visible key tiles: S = Q·Kᵀ with matrix
+//     instructions, online softmax in shared memory, O += P·V.
+//     Grid (ceil(s_q / rows per block), h_q, batch); block: ATTN_WAVES(D)
+//     waves.
+//
+//   flash_decode_d<D>_<T>(AttnArgs a, const T* q, const T* k, const T* v,
+//                         float* part, const float* alibi)
+//     Decode (short s_q: flash-decoding). A block owns up to
+//     DECODE_ROWS(D) query rows (query position, head of the group) of one
+//     (batch, key/value head), so each key is read once for the whole
+//     group, and one split of the keys (a.split_keys of them); 16 lanes
+//     share a key. It writes each row's unnormalised partial output, running
+//     maximum and sum to `part`. Grid (splits, h_k * row groups, batch);
+//     block: CH_DECODE_THREADS threads.
+//
+//   flash_combine_d<D>_<T>(AttnArgs a, const float* part, T* o)
+//     Merges the splits of each row into the output. Grid (s_q * h_q,
+//     batch); block: D threads.
+//
+// Matrix instructions (one 16x16x16 product per wave, `Mma` below): MFMA on
+// CDNA (gfx908 for f16; gfx90a, gfx942 for f16 and bf16), WMMA on RDNA 3
+// (gfx11) and RDNA 4 (gfx12), `mma.sync` on the NVIDIA test platform
+// (sm_80 and newer); everything else takes the portable product, which
+// reads its operands from shared memory with plain FMAs. The tiling code
+// only sees a fragment's element placement (`a_at`, `b_at`, `c_at`), so the
+// same source drives every path. Which paths were executed where is stated
+// in candle-hip/src/fused/attention.rs.
+
+#include "common.h"
+
+// A window bound that never limits (candle-flash-attn's None).
+#define CH_ATTN_UNBOUNDED 0x3fffffff
+// Threads of a decode block; 16 lanes share each key.
+#define CH_DECODE_THREADS 128
+#define CH_DECODE_LANES 16
+
+// The problem, shared with the host (candle-hip/src/fused/attention.rs
+// mirrors it; both check the size).
+struct AttnArgs {
+  ch_u64 q_stride[3];  // batch, query position, head (elements)
+  ch_u64 k_stride[3];
+  ch_u64 v_stride[3];
+  ch_u32 s_q, s_k, h_q, h_k;
+  ch_i32 win_left, win_right;
+  float scale, softcap;
+  ch_u32 split_keys;  // decode: keys per split
+  ch_u32 splits;      // decode: splits per row
+};
+static_assert(sizeof(AttnArgs) == 9 * 8 + 10 * 4, "AttnArgs layout");
+
+#define CH_LOG2E 1.4426950408889634f
+
+// ---------------------------------------------------------------------------
+// 16-bit elements as raw bits: f16 and bf16 share every data path.
+
+template <typename T>
+__device__ __forceinline__ float attn_to_float(ch_u16 bits) {
+  return Num<T>::to_acc(*reinterpret_cast<const T*>(&bits));
+}
+
+template <typename T>
+__device__ __forceinline__ ch_u16 attn_from_float(float v) {
+  const T t = Num<T>::from_acc(v);
+  return *reinterpret_cast<const ch_u16*>(&t);
+}
+
+// ---------------------------------------------------------------------------
+// Fragments: C (16x16, f32) += A (16x16) · B (16x16) on one wave. Each
+// implementation places A_N elements of A, B_N of B and C_N of C in every
+// lane: element e of lane l is A[a_at(l, e)], and so on (row, col).
+
+struct AttnAt {
+  int row, col;
+};
+
+// The raw bits of A (or B) at (row, col) of a 16x16 operand stored at `p`
+// with steps `sr` and `sc` (elements).
+struct AttnView {
+  const ch_u16* p;
+  int sr, sc;
+  __device__ __forceinline__ ch_u16 at(int r, int c) const { return p[r * sr + c * sc]; }
+};
+
+// Fills a register fragment with the elements its layout places in `lane`.
+template <class F, int N>
+__device__ __forceinline__ void attn_gather(ch_u16 (&f)[N], const AttnView& v, int lane, bool b_operand) {
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    const AttnAt at = b_operand ? F::b_at(lane, e) : F::a_at(lane, e);
+    f[e] = v.at(at.row, at.col);
+  }
+}
+
+// The portable product: lane l owns C row l % 16, columns C_N·(l / 16) ...;
+// A is gathered (its row), B read from shared memory inside the product.
+template <typename T>
+struct MmaPortable {
+  static const int C_N = 256 / CANDLE_HIP_WAVE;
+  static const int A_N = 16;
+  struct AFrag {
+    ch_u16 v[A_N];
+  };
+  typedef AttnView BFrag;
+  __device__ static AttnAt a_at(int l, int e) { return {l % 16, e}; }
+  __device__ static AttnAt c_at(int l, int e) { return {l % 16, C_N * (l / 16) + e}; }
+  __device__ static AFrag load_a(const AttnView& v, int lane) {
+    AFrag f;
+#pragma unroll
+    for (int e = 0; e < A_N; ++e) f.v[e] = v.at(lane % 16, e);
+    return f;
+  }
+  __device__ static BFrag load_b(const AttnView& v, int) { return v; }
+  __device__ static void mma(float (&c)[C_N], const AFrag& a, const BFrag& b, int lane) {
+    float af[16];
+#pragma unroll
+    for (int k = 0; k < 16; ++k) af[k] = attn_to_float<T>(a.v[k]);
+#pragma unroll
+    for (int e = 0; e < C_N; ++e) {
+      const int n = c_at(lane, e).col;
+      float s = c[e];
+#pragma unroll
+      for (int k = 0; k < 16; ++k) s += af[k] * attn_to_float<T>(b.at(k, n));
+      c[e] = s;
+    }
+  }
+};
+
+// A product whose fragments sit in registers, gathered by layout L (which
+// gives A_N, B_N, C_N, a_at, b_at, c_at and mma over raw fragments).
+template <class L>
+struct MmaRegisters : L {
+  struct AFrag {
+    ch_u16 v[L::A_N];
+  };
+  struct BFrag {
+    ch_u16 v[L::B_N];
+  };
+  __device__ static AFrag load_a(const AttnView& v, int lane) {
+    AFrag f;
+    attn_gather<L>(f.v, v, lane, false);
+    return f;
+  }
+  __device__ static BFrag load_b(const AttnView& v, int lane) {
+    BFrag f;
+    attn_gather<L>(f.v, v, lane, true);
+    return f;
+  }
+  __device__ static void mma(float (&c)[L::C_N], const AFrag& a, const BFrag& b, int) { L::mma(c, a.v, b.v); }
+};
+
+// Two 16-bit elements as one 32-bit register, the lower index low.
+__device__ __forceinline__ ch_u32 attn_pair(const ch_u16* v) { return (ch_u32)v[0] | ((ch_u32)v[1] << 16); }
+
+#if defined(__HIP_PLATFORM_NVIDIA__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define CH_ATTN_MMA_NV 1
+#elif defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__) || \
+    defined(__gfx950__)
+#define CH_ATTN_MFMA 1
+#define CH_ATTN_MFMA_BF16 1
+#elif defined(__gfx908__)
+#define CH_ATTN_MFMA 1
+#elif defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || defined(__gfx1103__) || \
+    defined(__gfx1150__) || defined(__gfx1151__)
+#define CH_ATTN_WMMA_GFX11 1
+#elif defined(__gfx1200__) || defined(__gfx1201__)
+#define CH_ATTN_WMMA_GFX12 1
+#endif
+
+#if defined(CH_ATTN_MMA_NV)
+// Two m16n8k16 products (PTX ISA, "Matrix Fragments for mma.m16n8k16"):
+// g = l / 4, t = l % 4; A pairs at rows g, g + 8 and columns 2t, 2t + 8;
+// B pairs at k = 2t, 2t + 8 of column g (+ 8 for the second product); C
+// like A.
+template <bool BF16>
+struct MmaNvLayout {
+  static const int A_N = 8, B_N = 8, C_N = 8;
+  __device__ static AttnAt a_at(int l, int e) {
+    return {(l >> 2) + 8 * ((e >> 1) & 1), 2 * (l & 3) + (e & 1) + 8 * (e >> 2)};
+  }
+  __device__ static AttnAt b_at(int l, int e) {
+    return {2 * (l & 3) + (e & 1) + 8 * ((e >> 1) & 1), (l >> 2) + 8 * (e >> 2)};
+  }
+  __device__ static AttnAt c_at(int l, int e) { return a_at(l, e); }
+  __device__ static void mma(float (&c)[C_N], const ch_u16 (&a)[A_N], const ch_u16 (&b)[B_N]) {
+    ch_u32 ar[4], br[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      ar[i] = attn_pair(a + 2 * i);
+      br[i] = attn_pair(b + 2 * i);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float* d = c + 4 * h;
+      if (BF16) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(ar[0]), "r"(ar[1]), "r"(ar[2]), "r"(ar[3]), "r"(br[2 * h]), "r"(br[2 * h + 1]));
+      } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(ar[0]), "r"(ar[1]), "r"(ar[2]), "r"(ar[3]), "r"(br[2 * h]), "r"(br[2 * h + 1]));
+      }
+    }
+  }
+};
+#endif
+
+#if defined(CH_ATTN_MFMA) || defined(CH_ATTN_WMMA_GFX11) || defined(CH_ATTN_WMMA_GFX12)
+typedef _Float16 attn_v4h __attribute__((__vector_size__(4 * sizeof(_Float16))));
+typedef _Float16 attn_v8h __attribute__((__vector_size__(8 * sizeof(_Float16))));
+typedef _Float16 attn_v16h __attribute__((__vector_size__(16 * sizeof(_Float16))));
+typedef short attn_v4s __attribute__((__vector_size__(4 * sizeof(short))));
+typedef short attn_v8s __attribute__((__vector_size__(8 * sizeof(short))));
+typedef short attn_v16s __attribute__((__vector_size__(16 * sizeof(short))));
+typedef float attn_v4f __attribute__((__vector_size__(4 * sizeof(float))));
+typedef float attn_v8f __attribute__((__vector_size__(8 * sizeof(float))));
+
+// The N raw elements of a fragment as the builtin's vector type V.
+template <typename V, int N>
+__device__ __forceinline__ V attn_vec(const ch_u16 (&v)[N]) {
+  static_assert(sizeof(V) == N * sizeof(ch_u16), "fragment size");
+  V r;
+  __builtin_memcpy(&r, v, sizeof(V));
+  return r;
+}
+
+template <typename V, int N>
+__device__ __forceinline__ void attn_accumulate(float (&c)[N], const V& d) {
+  static_assert(sizeof(V) == N * sizeof(float), "accumulator size");
+  __builtin_memcpy(c, &d, sizeof(V));
+}
+#endif
+
+#if defined(CH_ATTN_MFMA)
+// CDNA v_mfma_f32_16x16x16{f16,bf16_1k} (wave 64; AMD Instinct ISA guides,
+// "Dependency and layout" of the MFMA chapter): lane l holds row l % 16 of A
+// (column of B) at k = 4·(l / 16) + e; C rows 4·(l / 16) + e of column l % 16.
+template <bool BF16>
+struct MmaMfmaLayout {
+  static_assert(CANDLE_HIP_WAVE == 64, "MFMA needs wave 64");
+  static const int A_N = 4, B_N = 4, C_N = 4;
+  __device__ static AttnAt a_at(int l, int e) { return {l % 16, 4 * (l / 16) + e}; }
+  __device__ static AttnAt b_at(int l, int e) { return {4 * (l / 16) + e, l % 16}; }
+  __device__ static AttnAt c_at(int l, int e) { return {4 * (l / 16) + e, l % 16}; }
+  __device__ static void mma(float (&c)[C_N], const ch_u16 (&a)[A_N], const ch_u16 (&b)[B_N]) {
+    attn_v4f acc;
+    __builtin_memcpy(&acc, c, sizeof acc);
+#if defined(CH_ATTN_MFMA_BF16)
+    if (BF16) {
+      acc = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(attn_vec<attn_v4s>(a), attn_vec<attn_v4s>(b), acc, 0, 0, 0);
+    } else
+#endif
+    {
+      acc = __builtin_amdgcn_mfma_f32_16x16x16f16(attn_vec<attn_v4h>(a), attn_vec<attn_v4h>(b), acc, 0, 0, 0);
+    }
+    attn_accumulate(c, acc);
+  }
+};
+#endif
+
+#if defined(CH_ATTN_WMMA_GFX11)
+// RDNA 3 v_wmma_f32_16x16x16_{f16,bf16} (wave 32; RDNA 3 ISA guide, "WMMA
+// matrix layouts"): lanes l and l + 16 both hold row l % 16 of A (column of
+// B), all 16 k; C row 2·e + l / 16 of column l % 16.
+template <bool BF16>
+struct MmaWmma11Layout {
+  static_assert(CANDLE_HIP_WAVE == 32, "WMMA is compiled for wave 32");
+  static const int A_N = 16, B_N = 16, C_N = 8;
+  __device__ static AttnAt a_at(int l, int e) { return {l % 16, e}; }
+  __device__ static AttnAt b_at(int l, int e) { return {e, l % 16}; }
+  __device__ static AttnAt c_at(int l, int e) { return {2 * e + l / 16, l % 16}; }
+  __device__ static void mma(float (&c)[C_N], const ch_u16 (&a)[A_N], const ch_u16 (&b)[B_N]) {
+    attn_v8f acc;
+    __builtin_memcpy(&acc, c, sizeof acc);
+    if (BF16) {
+      acc = __builtin_amdgcn_wmma_f32_16x16x16_bf16_w32(attn_vec<attn_v16s>(a), attn_vec<attn_v16s>(b), acc);
+    } else {
+      acc = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(attn_vec<attn_v16h>(a), attn_vec<attn_v16h>(b), acc);
+    }
+    attn_accumulate(c, acc);
+  }
+};
+#endif
+
+#if defined(CH_ATTN_WMMA_GFX12)
+// RDNA 4 v_wmma_f32_16x16x16_{f16,bf16} (wave 32; RDNA 4 ISA guide): lane l
+// holds row l % 16 of A (column of B) at k = 8·(e / 4) + 4·(l / 16) + e % 4;
+// C row 8·(l / 16) + e of column l % 16.
+template <bool BF16>
+struct MmaWmma12Layout {
+  static_assert(CANDLE_HIP_WAVE == 32, "WMMA is compiled for wave 32");
+  static const int A_N = 8, B_N = 8, C_N = 8;
+  __device__ static int k_of(int l, int e) { return 8 * (e / 4) + 4 * (l / 16) + e % 4; }
+  __device__ static AttnAt a_at(int l, int e) { return {l % 16, k_of(l, e)}; }
+  __device__ static AttnAt b_at(int l, int e) { return {k_of(l, e), l % 16}; }
+  __device__ static AttnAt c_at(int l, int e) { return {8 * (l / 16) + e, l % 16}; }
+  __device__ static void mma(float (&c)[C_N], const ch_u16 (&a)[A_N], const ch_u16 (&b)[B_N]) {
+    attn_v8f acc;
+    __builtin_memcpy(&acc, c, sizeof acc);
+    if (BF16) {
+      acc = __builtin_amdgcn_wmma_f32_16x16x16_bf16_w32_gfx12(attn_vec<attn_v8s>(a), attn_vec<attn_v8s>(b), acc);
+    } else {
+      acc = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32_gfx12(attn_vec<attn_v8h>(a), attn_vec<attn_v8h>(b), acc);
+    }
+    attn_accumulate(c, acc);
+  }
+};
+#endif
+
+// The product each element type uses on the target being compiled.
+template <typename T>
+struct MmaOf {
+  typedef MmaPortable<T> type;
+};
+#if defined(CH_ATTN_MMA_NV)
+template <>
+struct MmaOf<ch_f16> {
+  typedef MmaRegisters<MmaNvLayout<false> > type;
+};
+template <>
+struct MmaOf<ch_bf16> {
+  typedef MmaRegisters<MmaNvLayout<true> > type;
+};
+#elif defined(CH_ATTN_MFMA)
+template <>
+struct MmaOf<ch_f16> {
+  typedef MmaRegisters<MmaMfmaLayout<false> > type;
+};
+#if defined(CH_ATTN_MFMA_BF16)
+template <>
+struct MmaOf<ch_bf16> {
+  typedef MmaRegisters<MmaMfmaLayout<true> > type;
+};
+#endif
+#elif defined(CH_ATTN_WMMA_GFX11)
+template <>
+struct MmaOf<ch_f16> {
+  typedef MmaRegisters<MmaWmma11Layout<false> > type;
+};
+template <>
+struct MmaOf<ch_bf16> {
+  typedef MmaRegisters<MmaWmma11Layout<true> > type;
+};
+#elif defined(CH_ATTN_WMMA_GFX12)
+template <>
+struct MmaOf<ch_f16> {
+  typedef MmaRegisters<MmaWmma12Layout<false> > type;
+};
+template <>
+struct MmaOf<ch_bf16> {
+  typedef MmaRegisters<MmaWmma12Layout<true> > type;
+};
+#endif
+
+// ---------------------------------------------------------------------------
+// Masking and score transforms, per query row.
+
+struct AttnRow {
+  ch_i64 lo, hi;  // visible keys: lo <= j <= hi
+  ch_i64 pos;     // the row's key position, i + s_k - s_q
+  float slope;    // alibi slope (0: none)
+};
+
+__device__ __forceinline__ AttnRow attn_row(const AttnArgs& a, ch_i64 i, float slope) {
+  AttnRow r;
+  r.pos = i + (ch_i64)a.s_k - (ch_i64)a.s_q;
+  r.lo = r.pos - (ch_i64)a.win_left;
+  if (r.lo < 0) r.lo = 0;
+  r.hi = r.pos + (ch_i64)a.win_right;
+  if (r.hi > (ch_i64)a.s_k - 1) r.hi = (ch_i64)a.s_k - 1;
+  r.slope = slope;
+  return r;
+}
+
+// The score of dot product `dot` with key j in log2 units, or -inf when
+// the key is not visible.
+__device__ __forceinline__ float attn_score(const AttnArgs& a, const AttnRow& r, ch_i64 j, float dot) {
+  if (j < r.lo || j > r.hi) return -__builtin_huge_valf();
+  float s = dot * a.scale;
+  if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
+  if (r.slope != 0.0f) {
+    const ch_i64 d = r.pos - j;
+    s -= r.slope * (float)(d < 0 ? -d : d);
+  }
+  return s * CH_LOG2E;
+}
+
+// exp2(x - m) for a running maximum m that may still be -inf.
+__device__ __forceinline__ float attn_exp2(float x, float m) {
+  return m == -__builtin_huge_valf() ? 0.0f : exp2f(x - m);
+}
+
+// ---------------------------------------------------------------------------
+// Prefill.
+
+// Waves per block and keys per tile by head dimension: shared memory stays
+// under 48 KiB (a Q tile, a K and a V tile, the scores).
+#define ATTN_WAVES(D) ((D) > 128 ? 2 : 4)
+#define ATTN_KEYS(D) ((D) > 128 ? 16 : (D) > 64 ? 32 : 64)
+
+template <typename T, int D>
+__device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restrict__ q, const T* __restrict__ k,
+                                           const T* __restrict__ v, T* __restrict__ o,
+                                           const float* __restrict__ alibi) {
+  typedef typename MmaOf<T>::type M;
+  const int WAVES = ATTN_WAVES(D), BC = ATTN_KEYS(D), ROWS = 16 * WAVES;
+  const int LD = D + 8;    // padded row of a Q/K/V tile (elements)
+  const int SLD = BC + 4;  // padded row of the scores (floats)
+  const int LPR = CANDLE_HIP_WAVE / 16;  // lanes per score row
+  const int PACK = 8;                    // elements per 16-byte copy
+  __shared__ ch_u16 sq[ROWS * LD];
+  __shared__ ch_u16 sk[BC * LD];
+  __shared__ ch_u16 sv[BC * LD];
+  __shared__ float ss[ROWS * SLD];
+  __shared__ float s_alpha[ROWS];
+  __shared__ float s_sum[ROWS];
+
+  const int tid = (int)threadIdx.x, lane = tid % CANDLE_HIP_WAVE, wave = tid / CANDLE_HIP_WAVE;
+  const ch_u32 h = blockIdx.y, b = blockIdx.z;
+  const ch_u32 kvh = h / (a.h_q / a.h_k);
+  const ch_i64 i0 = (ch_i64)blockIdx.x * ROWS;
+  const ch_i64 rows = (ch_i64)a.s_q - i0 < ROWS ? (ch_i64)a.s_q - i0 : ROWS;
+  const ch_u16* qb = reinterpret_cast<const ch_u16*>(q) + b * a.q_stride[0] + h * a.q_stride[2];
+  const ch_u16* kb = reinterpret_cast<const ch_u16*>(k) + b * a.k_stride[0] + kvh * a.k_stride[2];
+  const ch_u16* vb = reinterpret_cast<const ch_u16*>(v) + b * a.v_stride[0] + kvh * a.v_stride[2];
+  const float slope = alibi != nullptr ? alibi[h] : 0.0f;
+
+  // Copies `n` rows of D elements at `src` (row step `step`) into a padded
+  // tile, zeros past `n`.
+  auto load_tile = [&](ch_u16* dst, int tile_rows, const ch_u16* src, ch_u64 step, ch_i64 n) {
+    const int packs = tile_rows * (D / PACK);
+    for (int p = tid; p < packs; p += (int)blockDim.x) {
+      const int r = p / (D / PACK), c = (p % (D / PACK)) * PACK;
+      Pack<ch_u16, PACK> val;
+      if (r < n) {
+        val = *reinterpret_cast<const Pack<ch_u16, PACK>*>(src + (ch_u64)r * step + c);
+      } else {
+#pragma unroll
+        for (int e = 0; e < PACK; ++e) val.v[e] = 0;
+      }
+      *reinterpret_cast<Pack<ch_u16, PACK>*>(dst + r * LD + c) = val;
+    }
+  };
+  load_tile(sq, ROWS, qb + (ch_u64)i0 * a.q_stride[1], a.q_stride[1], rows);
+
+  // This lane's score row (in the wave's 16) and its running statistics.
+  const int my_row = lane / LPR, my_part = lane % LPR;
+  const int block_row = wave * 16 + my_row;
+  const AttnRow row = attn_row(a, i0 + block_row, slope);
+  float m = -__builtin_huge_valf(), l = 0.0f;
+
+  // The keys any row of the block sees.
+  const AttnRow first = attn_row(a, i0, slope), last = attn_row(a, i0 + rows - 1, slope);
+  const ch_i64 j_begin = (first.lo / BC) * BC, j_end = last.hi + 1;
+
+  float acc[D / 16][M::C_N];
+#pragma unroll
+  for (int t = 0; t < D / 16; ++t)
+#pragma unroll
+    for (int e = 0; e < M::C_N; ++e) acc[t][e] = 0.0f;
+
+  float* wave_s = ss + wave * 16 * SLD;
+  const ch_u16* wave_p = reinterpret_cast<const ch_u16*>(wave_s);
+  for (ch_i64 j0 = j_begin; j0 < j_end; j0 += BC) {
+    const ch_i64 n = (ch_i64)a.s_k - j0 < BC ? (ch_i64)a.s_k - j0 : BC;
+    __syncthreads();  // the previous tile is consumed
+    load_tile(sk, BC, kb + (ch_u64)j0 * a.k_stride[1], a.k_stride[1], n);
+    load_tile(sv, BC, vb + (ch_u64)j0 * a.v_stride[1], a.v_stride[1], n);
+    __syncthreads();
+
+    // S = Q·Kᵀ for the wave's 16 rows.
+    float s[BC / 16][M::C_N];
+#pragma unroll
+    for (int t = 0; t < BC / 16; ++t)
+#pragma unroll
+      for (int e = 0; e < M::C_N; ++e) s[t][e] = 0.0f;
+#pragma unroll
+    for (int kt = 0; kt < D / 16; ++kt) {
+      const typename M::AFrag qa = M::load_a(AttnView{sq + wave * 16 * LD + kt * 16, LD, 1}, lane);
+#pragma unroll
+      for (int t = 0; t < BC / 16; ++t) {
+        const typename M::BFrag kf = M::load_b(AttnView{sk + t * 16 * LD + kt * 16, 1, LD}, lane);
+        M::mma(s[t], qa, kf, lane);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < BC / 16; ++t)
+#pragma unroll
+      for (int e = 0; e < M::C_N; ++e) {
+        const AttnAt at = M::c_at(lane, e);
+        wave_s[at.row * SLD + t * 16 + at.col] = s[t][e];
+      }
+    __syncthreads();
+
+    // Online softmax: each row's LPR lanes take every LPR-th key.
+    float x[BC / LPR];
+    float tile_max = -__builtin_huge_valf();
+#pragma unroll
+    for (int c = 0; c < BC / LPR; ++c) {
+      const int col = c * LPR + my_part;
+      x[c] = attn_score(a, row, j0 + col, wave_s[my_row * SLD + col]);
+      tile_max = fmaxf(tile_max, x[c]);
+    }
+#pragma unroll
+    for (int w = 1; w < LPR; w *= 2) tile_max = fmaxf(tile_max, __shfl_xor(tile_max, w, CANDLE_HIP_WAVE));
+    const float m_new = fmaxf(m, tile_max);
+    const float alpha = attn_exp2(m, m_new);
+    float sum = 0.0f;
+    // P replaces S in place as 16-bit values: every lane of the row has
+    // read its scores (the shuffles above wait for all of them).
+    ch_u16* p_row = reinterpret_cast<ch_u16*>(wave_s + my_row * SLD);
+#pragma unroll
+    for (int c = 0; c < BC / LPR; ++c) {
+      const float p = attn_exp2(x[c], m_new);
+      sum += p;
+      p_row[c * LPR + my_part] = attn_from_float<T>(p);
+    }
+#pragma unroll
+    for (int w = 1; w < LPR; w *= 2) sum += __shfl_xor(sum, w, CANDLE_HIP_WAVE);
+    l = l * alpha + sum;
+    m = m_new;
+    if (my_part == 0) {
+      s_alpha[block_row] = alpha;
+      s_sum[block_row] = l;
+    }
+    __syncthreads();
+
+    // O = O·alpha + P·V.
+#pragma unroll
+    for (int e = 0; e < M::C_N; ++e) {
+      const float f = s_alpha[wave * 16 + M::c_at(lane, e).row];
+#pragma unroll
+      for (int t = 0; t < D / 16; ++t) acc[t][e] *= f;
+    }
+#pragma unroll
+    for (int kt = 0; kt < BC / 16; ++kt) {
+      const typename M::AFrag pa = M::load_a(AttnView{wave_p + kt * 16, 2 * SLD, 1}, lane);
+#pragma unroll
+      for (int t = 0; t < D / 16; ++t) {
+        const typename M::BFrag vf = M::load_b(AttnView{sv + kt * 16 * LD + t * 16, LD, 1}, lane);
+        M::mma(acc[t], pa, vf, lane);
+      }
+    }
+  }
+  __syncthreads();
+
+  T* ob = o + (((ch_u64)b * a.s_q + (ch_u64)i0) * a.h_q + h) * D;
+#pragma unroll
+  for (int e = 0; e < M::C_N; ++e) {
+    const AttnAt at = M::c_at(lane, e);
+    const int r = wave * 16 + at.row;
+    if (r >= rows) continue;
+    const float total = j_begin < j_end ? s_sum[r] : 0.0f;
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+#pragma unroll
+    for (int t = 0; t < D / 16; ++t) ob[(ch_u64)r * a.h_q * D + t * 16 + at.col] = Num<T>::from_acc(acc[t][e] * inv);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Decode.
+
+// Query rows per decode block: each of a key's 16 lanes keeps D / 16
+// elements of every row's query and output in registers.
+#define DECODE_ROWS(D) ((D) > 128 ? 4 : 8)
+
+// E consecutive elements at p as floats, in the widest loads their
+// alignment allows (p is aligned to E elements' largest power-of-two
+// divisor: rows start at multiples of 8 elements).
+template <typename T, int E>
+__device__ __forceinline__ void attn_load_row(const ch_u16* p, float (&out)[E]) {
+  const int V = E % 8 == 0 ? 8 : E % 4 == 0 ? 4 : E % 2 == 0 ? 2 : 1;
+#pragma unroll
+  for (int c = 0; c < E / V; ++c) {
+    const Pack<ch_u16, V> pk = reinterpret_cast<const Pack<ch_u16, V>*>(p)[c];
+#pragma unroll
+    for (int e = 0; e < V; ++e) out[c * V + e] = attn_to_float<T>(pk.v[e]);
+  }
+}
+
+template <typename T, int D>
+__device__ __forceinline__ void flash_decode(const AttnArgs& a, const T* __restrict__ q, const T* __restrict__ k,
+                                             const T* __restrict__ v, float* __restrict__ part,
+                                             const float* __restrict__ alibi) {
+  const int R = DECODE_ROWS(D), E = D / CH_DECODE_LANES, GROUPS = CH_DECODE_THREADS / CH_DECODE_LANES;
+  __shared__ float s_m[GROUPS][R], s_l[GROUPS][R];
+  __shared__ float s_o[GROUPS][R][D];
+
+  const int tid = (int)threadIdx.x, sub = tid % CH_DECODE_LANES, group = tid / CH_DECODE_LANES;
+  const ch_u32 split = blockIdx.x, b = blockIdx.z;
+  const ch_u32 per_kv = a.h_q / a.h_k;
+  const ch_u32 row_groups = (a.s_q * per_kv + R - 1) / R;
+  const ch_u32 kvh = blockIdx.y / row_groups;
+  const ch_u32 row0 = (blockIdx.y % row_groups) * R;
+  const ch_u32 total_rows = a.s_q * per_kv;
+  const int rows = total_rows - row0 < (ch_u32)R ? (int)(total_rows - row0) : R;
+
+  // Row r: query position (row0 + r) / per_kv, head kvh·per_kv + (row0 + r) % per_kv.
+  float qr[R][E];
+  AttnRow info[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const ch_u32 rr = row0 + (r < rows ? r : 0);
+    const ch_u32 i = rr / per_kv, h = kvh * per_kv + rr % per_kv;
+    attn_load_row<T, E>(reinterpret_cast<const ch_u16*>(q) + b * a.q_stride[0] + i * a.q_stride[1] +
+                            h * a.q_stride[2] + sub * E,
+                        qr[r]);
+    info[r] = attn_row(a, i, alibi != nullptr ? alibi[h] : 0.0f);
+  }
+
+  float m[R], l[R], acc[R][E];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    m[r] = -__builtin_huge_valf();
+    l[r] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[r][e] = 0.0f;
+  }
+
+  const ch_i64 j_begin = (ch_i64)split * a.split_keys;
+  const ch_i64 j_limit = j_begin + a.split_keys < (ch_i64)a.s_k ? j_begin + a.split_keys : (ch_i64)a.s_k;
+  const ch_u16* kb = reinterpret_cast<const ch_u16*>(k) + b * a.k_stride[0] + kvh * a.k_stride[2] + sub * E;
+  const ch_u16* vb = reinterpret_cast<const ch_u16*>(v) + b * a.v_stride[0] + kvh * a.v_stride[2] + sub * E;
+  // Every lane of the block runs the same steps (the shuffles need whole
+  // waves); group g takes key j0 + g of each step.
+  for (ch_i64 j0 = j_begin; j0 < j_limit; j0 += GROUPS) {
+    const ch_i64 j = j0 + group;
+    const bool valid = j < j_limit;
+    float kr[E], vr[E];
+    attn_load_row<T, E>(kb + (ch_u64)(valid ? j : 0) * a.k_stride[1], kr);
+    attn_load_row<T, E>(vb + (ch_u64)(valid ? j : 0) * a.v_stride[1], vr);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) dot += qr[r][e] * kr[e];
+#pragma unroll
+      for (int w = 1; w < CH_DECODE_LANES; w *= 2) dot += __shfl_xor(dot, w, CANDLE_HIP_WAVE);
+      const float x = valid ? attn_score(a, info[r], j, dot) : -__builtin_huge_valf();
+      if (x == -__builtin_huge_valf()) continue;  // the key's 16 lanes agree
+      if (x > m[r]) {
+        const float alpha = attn_exp2(m[r], x);
+        l[r] *= alpha;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[r][e] *= alpha;
+        m[r] = x;
+      }
+      const float p = exp2f(x - m[r]);
+      l[r] += p;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[r][e] += p * vr[e];
+    }
+  }
+
+  // Merge the lane groups of the block, then store the split's partials.
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (sub == 0) {
+      s_m[group][r] = m[r];
+      s_l[group][r] = l[r];
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) s_o[group][r][sub * E + e] = acc[r][e];
+  }
+  __syncthreads();
+  for (int idx = tid; idx < rows * D; idx += CH_DECODE_THREADS) {
+    const int r = idx / D, d = idx % D;
+    float mx = -__builtin_huge_valf();
+    for (int g = 0; g < GROUPS; ++g) mx = fmaxf(mx, s_m[g][r]);
+    float sum = 0.0f, out = 0.0f;
+    for (int g = 0; g < GROUPS; ++g) {
+      const float f = attn_exp2(s_m[g][r], mx);
+      sum += s_l[g][r] * f;
+      out += s_o[g][r][d] * f;
+    }
+    const ch_u32 rr = row0 + r;
+    const ch_u32 i = rr / per_kv, h = kvh * per_kv + rr % per_kv;
+    // Partials of row (b, h, i): `splits` entries of D + 2 floats.
+    float* dst = part + ((((ch_u64)b * a.h_q + h) * a.s_q + i) * a.splits + split) * (D + 2);
+    dst[d] = out;
+    if (d == 0) {
+      dst[D] = mx;
+      dst[D + 1] = sum;
+    }
+  }
+}
+
+template <typename T, int D>
+__device__ __forceinline__ void flash_combine(const AttnArgs& a, const float* __restrict__ part, T* __restrict__ o) {
+  const ch_u32 hi = blockIdx.x, b = blockIdx.y;
+  const ch_u32 i = hi / a.h_q, h = hi % a.h_q;
+  const int d = (int)threadIdx.x;
+  const float* src = part + (((ch_u64)b * a.h_q + h) * a.s_q + i) * a.splits * (D + 2);
+  float mx = -__builtin_huge_valf();
+  for (ch_u32 s = 0; s < a.splits; ++s) mx = fmaxf(mx, src[s * (D + 2) + D]);
+  float sum = 0.0f, out = 0.0f;
+  for (ch_u32 s = 0; s < a.splits; ++s) {
+    const float* p = src + s * (D + 2);
+    const float f = attn_exp2(p[D], mx);
+    sum += p[D + 1] * f;
+    out += p[d] * f;
+  }
+  o[(((ch_u64)b * a.s_q + i) * a.h_q + h) * D + d] = Num<T>::from_acc(sum > 0.0f ? out / sum : 0.0f);
+}
+
+#define FLASH_ATTN(NAME, D, TYPE)                                                                      \
+  extern "C" __global__ void __launch_bounds__(ATTN_WAVES(D) * CANDLE_HIP_WAVE)                        \
+      NAME##_##TYPE(AttnArgs a, const ch_##TYPE* q, const ch_##TYPE* k, const ch_##TYPE* v,          \
+                    ch_##TYPE* o, const float* alibi) {                                                \
+    flash_attn<ch_##TYPE, D>(a, q, k, v, o, alibi);                                                    \
+  }
+#define FLASH_DECODE(NAME, D, TYPE)                                                                    \
+  extern "C" __global__ void __launch_bounds__(CH_DECODE_THREADS)                                      \
+      NAME##_##TYPE(AttnArgs a, const ch_##TYPE* q, const ch_##TYPE* k, const ch_##TYPE* v,          \
+                    float* part, const float* alibi) {                                                 \
+    flash_decode<ch_##TYPE, D>(a, q, k, v, part, alibi);                                               \
+  }
+#define FLASH_COMBINE(NAME, D, TYPE)                                                                   \
+  extern "C" __global__ void __launch_bounds__(256) NAME##_##TYPE(AttnArgs a, const float* part,      \
+                                                                  ch_##TYPE* o) {                      \
+    flash_combine<ch_##TYPE, D>(a, part, o);                                                           \
+  }
+
+#define CH_HALVES(M, NAME, OP) CH_EACH(M, NAME, OP, f16) CH_EACH(M, NAME, OP, bf16)
+
+#if CH_PART(1)
+CH_HALVES(FLASH_ATTN, flash_attn_d64, 64)
+CH_HALVES(FLASH_ATTN, flash_attn_d80, 80)
+CH_HALVES(FLASH_ATTN, flash_attn_d96, 96)
+#endif
+#if CH_PART(2)
+CH_HALVES(FLASH_ATTN, flash_attn_d128, 128)
+#endif
+#if CH_PART(3)
+CH_HALVES(FLASH_ATTN, flash_attn_d256, 256)
+#endif
+#if CH_PART(4)
+CH_HALVES(FLASH_DECODE, flash_decode_d64, 64)
+CH_HALVES(FLASH_DECODE, flash_decode_d80, 80)
+CH_HALVES(FLASH_DECODE, flash_decode_d96, 96)
+CH_HALVES(FLASH_DECODE, flash_decode_d128, 128)
+CH_HALVES(FLASH_DECODE, flash_decode_d256, 256)
+CH_HALVES(FLASH_COMBINE, flash_combine_d64, 64)
+CH_HALVES(FLASH_COMBINE, flash_combine_d80, 80)
+CH_HALVES(FLASH_COMBINE, flash_combine_d96, 96)
+CH_HALVES(FLASH_COMBINE, flash_combine_d128, 128)
+CH_HALVES(FLASH_COMBINE, flash_combine_d256, 256)
+#endif
