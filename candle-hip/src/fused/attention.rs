@@ -398,7 +398,6 @@ pub fn flash_attn(
     // SAFETY: the decode kernel writes the d + 2 floats of every (row,
     // split) before the merge reads them.
     let mut part = unsafe { device.alloc_storage(DType::F32, part_len) }?;
-    let pv = part.view_all_mut();
     let cfg = LaunchConfig {
         grid_dim: (
             args.splits,
@@ -412,8 +411,13 @@ pub fn flash_attn(
     // SAFETY: flash_decode_d<D>_T takes (AttnArgs, const T* q, k, v, float*
     // part, const float* alibi); views as above, part holds b*h_q*s_q*splits
     // rows of d + 2 floats; the grid covers (splits, h_k * row groups, b).
-    unsafe { launcher.launch(kernel, cfg, &[&args, &qv, &kv, &vv, &pv, slopes]) }?;
-    drop(pv);
+    unsafe {
+        launcher.launch(
+            kernel,
+            cfg,
+            &[&args, &qv, &kv, &vv, &part.view_all_mut(), slopes],
+        )
+    }?;
     let pr = part.view_range(OP, 0, part_len)?;
     let o = out.view_all_mut();
     let cfg = LaunchConfig {
