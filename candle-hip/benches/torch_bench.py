@@ -467,12 +467,43 @@ def compute_cases():
     return cases
 
 
+def attention_cases():
+    """The keys of examples/bench/attention.rs with PyTorch's
+    scaled_dot_product_attention on (batch, heads, seq, head_dim) tensors
+    (its flash backend for bf16); decode shares 8 key/value heads among 32
+    query heads through enable_gqa."""
+    cases = []
+    d = 128
+
+    def shape(b, h, s, causal):
+        return f"b{b} h{h} s{s} d{d}" + (" causal" if causal else "")
+
+    for b, h, s, causal in [(1, 32, 512, True), (1, 32, 2048, True), (1, 32, 4096, True),
+                            (1, 32, 4096, False), (4, 32, 4096, True), (1, 32, 16384, True)]:
+        def prefill(t, b=b, h=h, s=s, causal=causal):
+            q, k, v = (signed(t, (b, h, s, d), "bf16") for _ in range(3))
+            f = t.nn.functional.scaled_dot_product_attention
+            return lambda: f(q, k, v, is_causal=causal)
+        flops = 4 * b * h * s * s * d // (2 if causal else 1)
+        cases.append(Case("attention", "flash_attn", shape(b, h, s, causal), "bf16",
+                          ("flops", flops), prefill))
+    for b, s_k in [(1, 1024), (1, 4096), (1, 32768), (8, 4096)]:
+        def decode(t, b=b, s_k=s_k):
+            q = signed(t, (b, 32, 1, d), "bf16")
+            k, v = (signed(t, (b, 8, s_k, d), "bf16") for _ in range(2))
+            f = t.nn.functional.scaled_dot_product_attention
+            return lambda: f(q, k, v, enable_gqa=True)
+        cases.append(Case("attention", "flash_decode", f"b{b} h32/8 q1 k{s_k} d{d}", "bf16",
+                          ("bytes", 2 * nbytes(b * s_k * 8 * d, "bf16")), decode))
+    return cases
+
+
 def reference():
     return memcpy_case()
 
 
 def all_cases():
-    return elementwise_cases() + data_cases() + fused_cases() + compute_cases()
+    return elementwise_cases() + data_cases() + fused_cases() + compute_cases() + attention_cases()
 
 
 # ---- timing -------------------------------------------------------------------

@@ -37,6 +37,7 @@
 //! `hip_safe::Program`) on the device's stream into a buffer allocated there,
 //! and returns it with [`storage_from_buffer`] and [`boxed`].
 
+mod attention;
 mod collective;
 mod device;
 mod quantized;
@@ -50,6 +51,7 @@ use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Layout, Result, Shape};
 use hip_safe::DeviceBuffer;
 
+pub use attention::{FlashAttn, flash_attn};
 pub use collective::AllReduce;
 pub use device::BridgeDevice;
 pub use quantized::{BridgeQStorage, NoQuantized, QuantizedBlocks};

@@ -417,9 +417,9 @@ __device__ __forceinline__ float attn_exp2(float x, float m) {
 // Prefill.
 
 // Waves per block and keys per tile by head dimension: shared memory stays
-// under 48 KiB (a Q tile, a K and a V tile, the scores).
+// under 48 KiB (a Q tile, a K and a V tile, the scores and probabilities).
 #define ATTN_WAVES(D) ((D) > 128 ? 2 : 4)
-#define ATTN_KEYS(D) ((D) > 128 ? 16 : (D) > 64 ? 32 : 64)
+#define ATTN_KEYS(D) ((D) > 128 ? 16 : 32)
 
 template <typename T, int D>
 __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restrict__ q, const T* __restrict__ k,
@@ -429,12 +429,14 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
   const int WAVES = ATTN_WAVES(D), BC = ATTN_KEYS(D), ROWS = 16 * WAVES;
   const int LD = D + 8;    // padded row of a Q/K/V tile (elements)
   const int SLD = BC + 4;  // padded row of the scores (floats)
+  const int PLD = BC + 2;  // padded row of the probabilities (elements)
   const int LPR = CANDLE_HIP_WAVE / 16;  // lanes per score row
   const int PACK = 8;                    // elements per 16-byte copy
   __shared__ ch_u16 sq[ROWS * LD];
   __shared__ ch_u16 sk[BC * LD];
   __shared__ ch_u16 sv[BC * LD];
   __shared__ float ss[ROWS * SLD];
+  __shared__ ch_u16 sp[ROWS * PLD];
   __shared__ float s_alpha[ROWS];
   __shared__ float s_sum[ROWS];
 
@@ -483,7 +485,7 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     for (int e = 0; e < M::C_N; ++e) acc[t][e] = 0.0f;
 
   float* wave_s = ss + wave * 16 * SLD;
-  const ch_u16* wave_p = reinterpret_cast<const ch_u16*>(wave_s);
+  ch_u16* wave_p = sp + wave * 16 * PLD;
   for (ch_i64 j0 = j_begin; j0 < j_end; j0 += BC) {
     const ch_i64 n = (ch_i64)a.s_k - j0 < BC ? (ch_i64)a.s_k - j0 : BC;
     __syncthreads();  // the previous tile is consumed
@@ -497,7 +499,9 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     for (int t = 0; t < BC / 16; ++t)
 #pragma unroll
       for (int e = 0; e < M::C_N; ++e) s[t][e] = 0.0f;
-#pragma unroll
+    // Partly unrolled: fully unrolled, the compiler hoists every fragment
+    // load and runs out of registers on wave-32 targets.
+#pragma unroll 2
     for (int kt = 0; kt < D / 16; ++kt) {
       const typename M::AFrag qa = M::load_a(AttnView{sq + wave * 16 * LD + kt * 16, LD, 1}, lane);
 #pragma unroll
@@ -515,28 +519,26 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
       }
     __syncthreads();
 
-    // Online softmax: each row's LPR lanes take every LPR-th key.
-    float x[BC / LPR];
+    // Online softmax: each row's LPR lanes take every LPR-th key, in two
+    // passes over the scores (the maximum, then the exponentials) rather
+    // than holding them in registers beside the output accumulators.
     float tile_max = -__builtin_huge_valf();
 #pragma unroll
     for (int c = 0; c < BC / LPR; ++c) {
       const int col = c * LPR + my_part;
-      x[c] = attn_score(a, row, j0 + col, wave_s[my_row * SLD + col]);
-      tile_max = fmaxf(tile_max, x[c]);
+      tile_max = fmaxf(tile_max, attn_score(a, row, j0 + col, wave_s[my_row * SLD + col]));
     }
 #pragma unroll
     for (int w = 1; w < LPR; w *= 2) tile_max = fmaxf(tile_max, __shfl_xor(tile_max, w, CANDLE_HIP_WAVE));
     const float m_new = fmaxf(m, tile_max);
     const float alpha = attn_exp2(m, m_new);
     float sum = 0.0f;
-    // P replaces S in place as 16-bit values: every lane of the row has
-    // read its scores (the shuffles above wait for all of them).
-    ch_u16* p_row = reinterpret_cast<ch_u16*>(wave_s + my_row * SLD);
 #pragma unroll
     for (int c = 0; c < BC / LPR; ++c) {
-      const float p = attn_exp2(x[c], m_new);
+      const int col = c * LPR + my_part;
+      const float p = attn_exp2(attn_score(a, row, j0 + col, wave_s[my_row * SLD + col]), m_new);
       sum += p;
-      p_row[c * LPR + my_part] = attn_from_float<T>(p);
+      wave_p[my_row * PLD + col] = attn_from_float<T>(p);
     }
 #pragma unroll
     for (int w = 1; w < LPR; w *= 2) sum += __shfl_xor(sum, w, CANDLE_HIP_WAVE);
@@ -555,9 +557,9 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
 #pragma unroll
       for (int t = 0; t < D / 16; ++t) acc[t][e] *= f;
     }
-#pragma unroll
+#pragma unroll 1
     for (int kt = 0; kt < BC / 16; ++kt) {
-      const typename M::AFrag pa = M::load_a(AttnView{wave_p + kt * 16, 2 * SLD, 1}, lane);
+      const typename M::AFrag pa = M::load_a(AttnView{wave_p + kt * 16, PLD, 1}, lane);
 #pragma unroll
       for (int t = 0; t < D / 16; ++t) {
         const typename M::BFrag vf = M::load_b(AttnView{sv + kt * 16 * LD + t * 16, LD, 1}, lane);

@@ -8,7 +8,7 @@
 use candle_core::DType;
 use candle_hip::HipDevice;
 
-use crate::{compute, data, elementwise, fused, quantized};
+use crate::{attention, compute, data, elementwise, fused, quantized};
 
 /// Errors of the benchmark: candle's, hip-safe's and our own messages.
 pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -133,6 +133,7 @@ pub fn all() -> Vec<Case> {
     cases.extend(fused::cases());
     cases.extend(compute::cases());
     cases.extend(quantized::cases());
+    cases.extend(attention::cases());
     cases
 }
 

@@ -21,6 +21,7 @@
 //! `benches/torch_bench.py` measures the same cases with PyTorch and
 //! `benches/report.py` joins both into one table and a chart.
 
+mod attention;
 mod cases;
 mod compile_cost;
 mod compute;
