@@ -5,7 +5,7 @@
 //! Operands are `(batch, seq, heads, head_dim)`, f16 or bf16, with the same
 //! dtype; `k` and `v` may have fewer heads than `q` (grouped- and
 //! multi-query attention: query head `h` reads key/value head
-//! `h / (h_q / h_k)`). Head dims 64, 80, 96, 128 and 256. Windows, the
+//! `h / (h_q / h_k)`). Head dims 32, 64, 80, 96, 128 and 256. Windows, the
 //! causal mask (`window_right = Some(0)`), soft-capping and ALiBi slopes
 //! follow flash-attention 2, whose causal diagonal is aligned to the bottom
 //! right when `s_q != s_k` (a query at row `i` sits at key position
@@ -38,7 +38,7 @@ use crate::storage::HipStorage;
 const OP: &str = "flash_attn";
 
 /// The head dims with kernels.
-pub const HEAD_DIMS: [usize; 5] = [64, 80, 96, 128, 256];
+pub const HEAD_DIMS: [usize; 6] = [32, 64, 80, 96, 128, 256];
 
 /// Queries per sequence up to which [`AttentionKernel::Auto`] decodes.
 pub const DECODE_MAX_QUERIES: usize = 8;
@@ -180,6 +180,11 @@ fn readable<'a>(
 /// The kernel family of a head dim.
 fn families(d: usize) -> Option<[&'static Family; 3]> {
     Some(match d {
+        32 => [
+            &cat::FLASH_ATTN_D32,
+            &cat::FLASH_DECODE_D32,
+            &cat::FLASH_COMBINE_D32,
+        ],
         64 => [
             &cat::FLASH_ATTN_D64,
             &cat::FLASH_DECODE_D64,

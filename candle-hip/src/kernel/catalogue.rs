@@ -427,16 +427,19 @@ families! {
     DEQUANTIZE = "dequantize" in QUANTIZED part 1: Activations per block;
     QUANTIZE_ACT = "quantize_act" in QUANTIZED part 2: F32 per block;
     QMATVEC = "qmatvec" in QUANTIZED part 2: F32 per block;
+    FLASH_ATTN_D32 = "flash_attn_d32" in ATTENTION part 1: Halves;
     FLASH_ATTN_D64 = "flash_attn_d64" in ATTENTION part 1: Halves;
     FLASH_ATTN_D80 = "flash_attn_d80" in ATTENTION part 1: Halves;
     FLASH_ATTN_D96 = "flash_attn_d96" in ATTENTION part 1: Halves;
     FLASH_ATTN_D128 = "flash_attn_d128" in ATTENTION part 2: Halves;
     FLASH_ATTN_D256 = "flash_attn_d256" in ATTENTION part 3: Halves;
+    FLASH_DECODE_D32 = "flash_decode_d32" in ATTENTION part 4: Halves;
     FLASH_DECODE_D64 = "flash_decode_d64" in ATTENTION part 4: Halves;
     FLASH_DECODE_D80 = "flash_decode_d80" in ATTENTION part 4: Halves;
     FLASH_DECODE_D96 = "flash_decode_d96" in ATTENTION part 4: Halves;
     FLASH_DECODE_D128 = "flash_decode_d128" in ATTENTION part 4: Halves;
     FLASH_DECODE_D256 = "flash_decode_d256" in ATTENTION part 4: Halves;
+    FLASH_COMBINE_D32 = "flash_combine_d32" in ATTENTION part 4: Halves;
     FLASH_COMBINE_D64 = "flash_combine_d64" in ATTENTION part 4: Halves;
     FLASH_COMBINE_D80 = "flash_combine_d80" in ATTENTION part 4: Halves;
     FLASH_COMBINE_D96 = "flash_combine_d96" in ATTENTION part 4: Halves;
@@ -868,11 +871,11 @@ mod tests {
         // before i16, i32 and f8e4m3, which added 36 unary, 36 binary and
         // comparison, 53 cast, 14 where, 30 reduction, 45 indexing and 2
         // random kernels (the data-movement families carry them), then 4
-        // matrix-vector kernels, then 60 of quantized blocks, then 30 of
-        // fused attention (prefill, decode and merge for 5 head dims, f16
+        // matrix-vector kernels, then 60 of quantized blocks, then 36 of
+        // fused attention (prefill, decode and merge for 6 head dims, f16
         // and bf16).
         let total: usize = FAMILIES.iter().map(|f| f.kernels().len()).sum();
-        assert_eq!(total, 954);
+        assert_eq!(total, 960);
     }
 
     #[test]

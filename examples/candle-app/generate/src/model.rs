@@ -192,6 +192,19 @@ impl Model {
     /// Loads the model from `source` in `dtype` onto `device` (a GGUF file computes in f32
     /// whatever `dtype` says).
     pub fn load(source: &Source, dtype: DType, device: &Device) -> AppResult<Model> {
+        Model::load_with_flash_attn(source, dtype, device, false)
+    }
+
+    /// [`Model::load`], with fused attention (candle-flash-attn's API, which this workspace
+    /// points at candle-hip) in the Llama and Mistral layers when `flash_attn` is set.
+    /// candle-transformers' Qwen3 takes the fused path whenever its flash-attn feature is
+    /// built, as it is here; Qwen2 and GGUF models have none.
+    pub fn load_with_flash_attn(
+        source: &Source,
+        dtype: DType,
+        device: &Device,
+        flash_attn: bool,
+    ) -> AppResult<Model> {
         if let Source::Gguf(path) = source {
             return Model::load_gguf(path, device);
         }
@@ -211,13 +224,15 @@ impl Model {
             |e: serde_json::Error| app_error(format!("config.json for {:?}: {e}", about.arch));
         let net = match about.arch {
             Arch::Llama => {
-                let cfg = opened.llama_config()?;
+                let cfg = opened.llama_config(flash_attn)?;
                 let cache = llama::Cache::new(true, dtype, &cfg, device)?;
                 let model = llama::Llama::load(vb, &cfg)?;
                 Net::Llama(Box::new(model), Box::new(cache), Box::new(cfg))
             }
             Arch::Mistral => {
-                let cfg: mistral::Config = serde_json::from_value(config.clone()).map_err(bad)?;
+                let mut cfg: mistral::Config =
+                    serde_json::from_value(config.clone()).map_err(bad)?;
+                cfg.use_flash_attn = flash_attn;
                 Net::Mistral(Box::new(mistral::Model::new(&cfg, vb)?))
             }
             Arch::Qwen2 => {
@@ -274,7 +289,7 @@ impl Model {
                 about.arch
             )));
         }
-        let cfg = opened.llama_config()?;
+        let cfg = opened.llama_config(false)?;
         let devices = &devices[..tp];
         for device in devices {
             check_dtype(dtype, device)?;
@@ -502,11 +517,12 @@ impl Opened {
         })
     }
 
-    /// The config as candle-transformers' Llama configuration.
-    fn llama_config(&self) -> AppResult<llama::Config> {
+    /// The config as candle-transformers' Llama configuration, with fused attention when
+    /// `flash_attn` is set.
+    fn llama_config(&self, flash_attn: bool) -> AppResult<llama::Config> {
         let cfg: llama::LlamaConfig = serde_json::from_value(self.config.clone())
             .map_err(|e| app_error(format!("config.json for Llama: {e}")))?;
-        Ok(cfg.into_config(false))
+        Ok(cfg.into_config(flash_attn))
     }
 
     /// The model around `net`, whose config said `about`.

@@ -5,7 +5,7 @@
 //!          [--max-tokens N] [--dtype f32|f16|bf16] [--device cpu|hip|hip:N] [--tp N]
 //!          [--temperature T] [--top-k K] [--top-p P] [--repeat-penalty R]
 //!          [--repeat-last-n N] [--seed S] [--weights-seed S] [--ignore-eos] [--json]
-//!          [--logits-out FILE]
+//!          [--logits-out FILE] [--flash-attn]
 //!     generates from the prompt, printing tokens as they come, then one line each for time
 //!     to first token, prefill tokens/s, decode tokens/s and peak memory (--json: one JSON
 //!     object instead). Without --model or --shape: the embedded default, a small Llama
@@ -14,7 +14,9 @@
 //!     to FILE.json. --gguf runs a quantized GGUF file (Llama, Mistral, Qwen2, Qwen3) in f32.
 //!     --tp N splits a Llama over N ranks (tensor parallelism, one thread per rank): HIP
 //!     devices hip:0..N-1 (from hip:K with --device hip:K), or N CPU ranks with --device cpu;
-//!     the default 1 runs on one device.
+//!     the default 1 runs on one device. --flash-attn runs attention fused (candle-flash-attn's
+//!     API on candle-hip, `examples/candle-app/flash-attn`; Llama and Mistral; Qwen3 always
+//!     takes it, as candle-transformers builds it with its flash-attn feature).
 //! generate write-model --shape NAME --out DIR [--dtype D] [--weights-seed S]
 //!     writes a seeded random-weight model folder (config.json, model.safetensors)
 //! generate write-gguf --shape NAME --quant SCHEME --out FILE [--weights-seed S]
@@ -22,7 +24,7 @@
 //!     q4_0, q8_0, q4k, q6k, or q4km (Q4_K with Q6_K for the output and some layers)
 //! generate bench [--model DIR | --shape NAME | --gguf FILE] [--dtype D] [--device D] [--tp N]
 //!                [--batch B[,B..]] [--prompt-len P[,P..]] [--new-tokens N] [--iters I]
-//!                [--json FILE]
+//!                [--json FILE] [--flash-attn]
 //!     prefill and decode timings per (batch, prompt length), one JSON object per case
 //! ```
 //! Shapes: tiny, tinyllama-1.1b, llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b. Exit status: 0
@@ -54,7 +56,7 @@ struct Args {
 }
 
 /// Flags that take no value.
-const SWITCHES: [&str; 2] = ["--json", "--ignore-eos"];
+const SWITCHES: [&str; 3] = ["--json", "--ignore-eos", "--flash-attn"];
 
 impl Args {
     /// Parses `args`; `json_takes_file` for `bench`, whose `--json` names a file.
@@ -188,11 +190,12 @@ fn usage() -> String {
          [--max-tokens N] [--dtype f32|f16|bf16] [--device cpu|hip|hip:N] [--tp N] \
          [--temperature T] \
          [--top-k K] [--top-p P] [--repeat-penalty R] [--repeat-last-n N] [--seed S] \
-         [--weights-seed S] [--ignore-eos] [--json] [--logits-out FILE]\n       \
+         [--weights-seed S] [--ignore-eos] [--json] [--logits-out FILE] [--flash-attn]\n       \
          generate write-model --shape NAME --out DIR [--dtype D] [--weights-seed S]\n       \
          generate write-gguf --shape NAME --quant SCHEME --out FILE [--weights-seed S]\n       \
          generate bench [--model DIR | --shape NAME | --gguf FILE] [--dtype D] [--device D] \
-         [--tp N] [--batch B,..] [--prompt-len P,..] [--new-tokens N] [--iters I] [--json FILE]\n\
+         [--tp N] [--batch B,..] [--prompt-len P,..] [--new-tokens N] [--iters I] [--json FILE] \
+         [--flash-attn]\n\
          --tp N: split a Llama over N ranks, HIP devices hip:K..K+N-1 (K from --device hip:K, \
          else 0) or N CPU ranks with --device cpu\n\
          shapes: {}\nquantization schemes: {}",
@@ -250,9 +253,9 @@ fn devices_and_dtype(args: &Args, quiet: bool) -> AppResult<(Vec<Device>, DType)
 
 /// The model on one device, or split over several (one rank each) with the collectives
 /// that suit them.
-fn load(source: &Source, dtype: DType, devices: &[Device]) -> AppResult<Model> {
+fn load(source: &Source, dtype: DType, devices: &[Device], flash_attn: bool) -> AppResult<Model> {
     match devices {
-        [device] => Model::load(source, dtype, device),
+        [device] => Model::load_with_flash_attn(source, dtype, device, flash_attn),
         ranks => Model::load_tensor_parallel(
             source,
             dtype,
@@ -284,6 +287,7 @@ fn run(args: &Args) -> AppResult<()> {
         "--ignore-eos",
         "--json",
         "--logits-out",
+        "--flash-attn",
     ])
     .map_err(|e| usage_error(e.to_string()))?;
     let json_out = args.flag("--json");
@@ -306,7 +310,7 @@ fn run(args: &Args) -> AppResult<()> {
              text is noise, its speed and numerics are real"
         );
     }
-    let mut model = load(&source, dtype, &devices)?;
+    let mut model = load(&source, dtype, &devices, args.flag("--flash-attn"))?;
     let prompt = match (args.get("--prompt"), args.get("--prompt-ids")) {
         (Some(_), Some(_)) => return Err(usage_error("give --prompt or --prompt-ids, not both")),
         (_, Some(ids)) => ids
@@ -491,6 +495,7 @@ fn bench(args: &Args) -> AppResult<()> {
         "--iters",
         "--json",
         "--weights-seed",
+        "--flash-attn",
     ])
     .map_err(|e| usage_error(e.to_string()))?;
     let (source, _) = source(args)?;
@@ -499,7 +504,7 @@ fn bench(args: &Args) -> AppResult<()> {
     let prompts = args.list("--prompt-len", "512")?;
     let new_tokens = args.number("--new-tokens")?.unwrap_or(128);
     let iters = args.number("--iters")?.unwrap_or(3);
-    let mut model = load(&source, dtype, &devices)?;
+    let mut model = load(&source, dtype, &devices, args.flag("--flash-attn"))?;
     let copy = generation::copy_bandwidth(&devices[0])?;
     for &batch in &batches {
         for &prompt_len in &prompts {
