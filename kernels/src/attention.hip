@@ -25,10 +25,10 @@
 //   flash_decode_d<D>_<T>(AttnArgs a, const T* q, const T* k, const T* v,
 //                         float* part, const float* alibi)
 //     Decode (short s_q: flash-decoding). A block owns up to
-//     DECODE_ROWS(D) query rows (query position, head of the group) of one
+//     DECODE_ROWS query rows (query position, head of the group) of one
 //     (batch, key/value head), so each key is read once for the whole
-//     group, and one split of the keys (a.split_keys of them); 16 lanes
-//     share a key. It writes each row's unnormalised partial output, running
+//     group, and one split of the keys (a.split_keys of them); a lane
+//     scores one key at a time. It writes each row's unnormalised partial output, running
 //     maximum and sum to `part`. Grid (splits, h_k * row groups, batch);
 //     block: CH_DECODE_THREADS threads.
 //
@@ -49,9 +49,8 @@
 
 // A window bound that never limits (candle-flash-attn's None).
 #define CH_ATTN_UNBOUNDED 0x3fffffff
-// Threads of a decode block; 16 lanes share each key.
+// Threads of a decode block.
 #define CH_DECODE_THREADS 128
-#define CH_DECODE_LANES 16
 
 // The problem, shared with the host (candle-hip/src/fused/attention.rs
 // mirrors it; both check the size).
@@ -101,8 +100,23 @@ struct AttnView {
 };
 
 // Fills a register fragment with the elements its layout places in `lane`.
+// Where the operand's k dimension has unit stride, the layout's runs of
+// F::K_RUN elements consecutive along k (starting at multiples of the run)
+// load together, up to 4 elements (8 bytes: every tile row is aligned to
+// that).
 template <class F, int N>
 __device__ __forceinline__ void attn_gather(ch_u16 (&f)[N], const AttnView& v, int lane, bool b_operand) {
+  const int RUN = F::K_RUN < 4 ? F::K_RUN : 4;
+  if ((b_operand ? v.sr : v.sc) == 1) {
+#pragma unroll
+    for (int e = 0; e < N; e += RUN) {
+      const AttnAt at = b_operand ? F::b_at(lane, e) : F::a_at(lane, e);
+      const Pack<ch_u16, RUN> run = *reinterpret_cast<const Pack<ch_u16, RUN>*>(&v.p[at.row * v.sr + at.col * v.sc]);
+#pragma unroll
+      for (int i = 0; i < RUN; ++i) f[e + i] = run.v[i];
+    }
+    return;
+  }
 #pragma unroll
   for (int e = 0; e < N; ++e) {
     const AttnAt at = b_operand ? F::b_at(lane, e) : F::a_at(lane, e);
@@ -115,17 +129,17 @@ __device__ __forceinline__ void attn_gather(ch_u16 (&f)[N], const AttnView& v, i
 template <typename T>
 struct MmaPortable {
   static const int C_N = 256 / CANDLE_HIP_WAVE;
-  static const int A_N = 16;
+  static const int A_N = 16, K_RUN = 16;
   struct AFrag {
     ch_u16 v[A_N];
   };
   typedef AttnView BFrag;
   __device__ static AttnAt a_at(int l, int e) { return {l % 16, e}; }
   __device__ static AttnAt c_at(int l, int e) { return {l % 16, C_N * (l / 16) + e}; }
+  __device__ static AttnAt b_at(int l, int e) { return {e, l % 16}; }
   __device__ static AFrag load_a(const AttnView& v, int lane) {
     AFrag f;
-#pragma unroll
-    for (int e = 0; e < A_N; ++e) f.v[e] = v.at(lane % 16, e);
+    attn_gather<MmaPortable<T> >(f.v, v, lane, false);
     return f;
   }
   __device__ static BFrag load_b(const AttnView& v, int) { return v; }
@@ -192,7 +206,7 @@ __device__ __forceinline__ ch_u32 attn_pair(const ch_u16* v) { return (ch_u32)v[
 // like A.
 template <bool BF16>
 struct MmaNvLayout {
-  static const int A_N = 8, B_N = 8, C_N = 8;
+  static const int A_N = 8, B_N = 8, C_N = 8, K_RUN = 2;
   __device__ static AttnAt a_at(int l, int e) {
     return {(l >> 2) + 8 * ((e >> 1) & 1), 2 * (l & 3) + (e & 1) + 8 * (e >> 2)};
   }
@@ -261,7 +275,7 @@ __device__ __forceinline__ void attn_accumulate(float (&c)[N], const V& d) {
 template <bool BF16>
 struct MmaMfmaLayout {
   static_assert(CANDLE_HIP_WAVE == 64, "MFMA needs wave 64");
-  static const int A_N = 4, B_N = 4, C_N = 4;
+  static const int A_N = 4, B_N = 4, C_N = 4, K_RUN = 4;
   __device__ static AttnAt a_at(int l, int e) { return {l % 16, 4 * (l / 16) + e}; }
   __device__ static AttnAt b_at(int l, int e) { return {4 * (l / 16) + e, l % 16}; }
   __device__ static AttnAt c_at(int l, int e) { return {4 * (l / 16) + e, l % 16}; }
@@ -288,7 +302,7 @@ struct MmaMfmaLayout {
 template <bool BF16>
 struct MmaWmma11Layout {
   static_assert(CANDLE_HIP_WAVE == 32, "WMMA is compiled for wave 32");
-  static const int A_N = 16, B_N = 16, C_N = 8;
+  static const int A_N = 16, B_N = 16, C_N = 8, K_RUN = 16;
   __device__ static AttnAt a_at(int l, int e) { return {l % 16, e}; }
   __device__ static AttnAt b_at(int l, int e) { return {e, l % 16}; }
   __device__ static AttnAt c_at(int l, int e) { return {2 * e + l / 16, l % 16}; }
@@ -312,7 +326,7 @@ struct MmaWmma11Layout {
 template <bool BF16>
 struct MmaWmma12Layout {
   static_assert(CANDLE_HIP_WAVE == 32, "WMMA is compiled for wave 32");
-  static const int A_N = 8, B_N = 8, C_N = 8;
+  static const int A_N = 8, B_N = 8, C_N = 8, K_RUN = 4;
   __device__ static int k_of(int l, int e) { return 8 * (e / 4) + 4 * (l / 16) + e % 4; }
   __device__ static AttnAt a_at(int l, int e) { return {l % 16, k_of(l, e)}; }
   __device__ static AttnAt b_at(int l, int e) { return {k_of(l, e), l % 16}; }
@@ -417,7 +431,8 @@ __device__ __forceinline__ float attn_exp2(float x, float m) {
 // Prefill.
 
 // Waves per block and keys per tile by head dimension: shared memory stays
-// under 48 KiB (a Q tile, a K and a V tile, the scores and probabilities).
+// within 48 KiB (a Q tile, a K and a transposed V tile, the scores and
+// probabilities; 48 KiB exactly for D = 128).
 #define ATTN_WAVES(D) ((D) > 128 ? 2 : 4)
 #define ATTN_KEYS(D) ((D) > 128 ? 16 : 32)
 
@@ -428,13 +443,14 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
   typedef typename MmaOf<T>::type M;
   const int WAVES = ATTN_WAVES(D), BC = ATTN_KEYS(D), ROWS = 16 * WAVES;
   const int LD = D + 8;    // padded row of a Q/K/V tile (elements)
-  const int SLD = BC + 4;  // padded row of the scores (floats)
-  const int PLD = BC + 2;  // padded row of the probabilities (elements)
+  const int SLD = BC + 2;  // padded row of the scores (floats)
+  const int PLD = BC + 4;  // padded row of the probabilities (elements)
+  const int VLD = BC + 4;  // padded row of the transposed V tile (elements)
   const int LPR = CANDLE_HIP_WAVE / 16;  // lanes per score row
   const int PACK = 8;                    // elements per 16-byte copy
   __shared__ ch_u16 sq[ROWS * LD];
   __shared__ ch_u16 sk[BC * LD];
-  __shared__ ch_u16 sv[BC * LD];
+  __shared__ ch_u16 svt[D * VLD];  // V transposed: the k of P·V runs along rows
   __shared__ float ss[ROWS * SLD];
   __shared__ ch_u16 sp[ROWS * PLD];
   __shared__ float s_alpha[ROWS];
@@ -490,7 +506,20 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     const ch_i64 n = (ch_i64)a.s_k - j0 < BC ? (ch_i64)a.s_k - j0 : BC;
     __syncthreads();  // the previous tile is consumed
     load_tile(sk, BC, kb + (ch_u64)j0 * a.k_stride[1], a.k_stride[1], n);
-    load_tile(sv, BC, vb + (ch_u64)j0 * a.v_stride[1], a.v_stride[1], n);
+    // V lands transposed, each 16-byte pack of a key's row spread down a
+    // column, so that P·V reads its B fragments along rows as Q·Kᵀ does.
+    for (int p = tid; p < BC * (D / PACK); p += (int)blockDim.x) {
+      const int r = p / (D / PACK), c = (p % (D / PACK)) * PACK;
+      Pack<ch_u16, PACK> val;
+      if (r < n) {
+        val = *reinterpret_cast<const Pack<ch_u16, PACK>*>(vb + (ch_u64)(j0 + r) * a.v_stride[1] + c);
+      } else {
+#pragma unroll
+        for (int e = 0; e < PACK; ++e) val.v[e] = 0;
+      }
+#pragma unroll
+      for (int e = 0; e < PACK; ++e) svt[(c + e) * VLD + r] = val.v[e];
+    }
     __syncthreads();
 
     // S = Q·Kᵀ for the wave's 16 rows.
@@ -562,7 +591,7 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
       const typename M::AFrag pa = M::load_a(AttnView{wave_p + kt * 16, PLD, 1}, lane);
 #pragma unroll
       for (int t = 0; t < D / 16; ++t) {
-        const typename M::BFrag vf = M::load_b(AttnView{sv + kt * 16 * LD + t * 16, LD, 1}, lane);
+        const typename M::BFrag vf = M::load_b(AttnView{svt + t * 16 * VLD + kt * 16, 1, VLD}, lane);
         M::mma(acc[t], pa, vf, lane);
       }
     }
@@ -585,115 +614,190 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
 // ---------------------------------------------------------------------------
 // Decode.
 
-// Query rows per decode block: each of a key's 16 lanes keeps D / 16
-// elements of every row's query and output in registers.
-#define DECODE_ROWS(D) ((D) > 128 ? 4 : 8)
+// Query rows per decode block (query position, head of the group).
+#define DECODE_ROWS 4
 
-// E consecutive elements at p as floats, in the widest loads their
-// alignment allows (p is aligned to E elements' largest power-of-two
-// divisor: rows start at multiples of 8 elements).
-template <typename T, int E>
-__device__ __forceinline__ void attn_load_row(const ch_u16* p, float (&out)[E]) {
-  const int V = E % 8 == 0 ? 8 : E % 4 == 0 ? 4 : E % 2 == 0 ? 2 : 1;
-#pragma unroll
-  for (int c = 0; c < E / V; ++c) {
-    const Pack<ch_u16, V> pk = reinterpret_cast<const Pack<ch_u16, V>*>(p)[c];
-#pragma unroll
-    for (int e = 0; e < V; ++e) out[c * V + e] = attn_to_float<T>(pk.v[e]);
-  }
+// Dimensions of the output each lane accumulates in the decode kernel:
+// DECODE_DIMS(D) consecutive ones (read with one load) when the wave
+// divides D into a power of two per lane, else every wave-th from the
+// lane's index.
+#define DECODE_DIMS(D) (((D) + CANDLE_HIP_WAVE - 1) / CANDLE_HIP_WAVE)
+#define DECODE_VEC(D)                                                                              \
+  ((D) % CANDLE_HIP_WAVE == 0 && (DECODE_DIMS(D) == 1 || DECODE_DIMS(D) == 2 || DECODE_DIMS(D) == 4 || \
+                                  DECODE_DIMS(D) == 8))
+
+// The output dimension of a lane's i-th accumulator.
+template <int D>
+__device__ __forceinline__ int decode_dim(int lane, int i) {
+  return DECODE_VEC(D) ? lane * DECODE_DIMS(D) + i : lane + i * CANDLE_HIP_WAVE;
 }
 
+// A lane's DECODE_DIMS(D) values of a V row, as floats.
+template <typename T, int D, bool VEC>
+struct DecodeRow {
+  __device__ static void load(const ch_u16* row, int lane, float (&out)[DECODE_DIMS(D)]) {
+#pragma unroll
+    for (int i = 0; i < DECODE_DIMS(D); ++i) {
+      const int d = decode_dim<D>(lane, i);
+      out[i] = d < D ? attn_to_float<T>(row[d]) : 0.0f;
+    }
+  }
+};
+
+template <typename T, int D>
+struct DecodeRow<T, D, true> {
+  __device__ static void load(const ch_u16* row, int lane, float (&out)[DECODE_DIMS(D)]) {
+    typedef Pack<ch_u16, DECODE_DIMS(D)> P;
+    const P p = reinterpret_cast<const P*>(row)[lane];
+#pragma unroll
+    for (int i = 0; i < DECODE_DIMS(D); ++i) out[i] = attn_to_float<T>(p.v[i]);
+  }
+};
+
+// Each wave of a decode block walks the split's keys a wave's worth at a
+// time, one key per lane: the lane computes its key's scores for every row
+// in full (its K row read in 16-byte packs, the queries broadcast from
+// shared memory), the wave takes the maximum and sum of each row's scores
+// with shuffles, then accumulates P·V with lanes owning output dimensions
+// (decode_dim), each key's probabilities broadcast from its lane.
 template <typename T, int D>
 __device__ __forceinline__ void flash_decode(const AttnArgs& a, const T* __restrict__ q, const T* __restrict__ k,
                                              const T* __restrict__ v, float* __restrict__ part,
                                              const float* __restrict__ alibi) {
-  const int R = DECODE_ROWS(D), E = D / CH_DECODE_LANES, GROUPS = CH_DECODE_THREADS / CH_DECODE_LANES;
-  __shared__ float s_m[GROUPS][R], s_l[GROUPS][R];
-  __shared__ float s_o[GROUPS][R][D];
+  const int R = DECODE_ROWS, W = CANDLE_HIP_WAVE, WAVES = CH_DECODE_THREADS / CANDLE_HIP_WAVE;
+  const int DL = DECODE_DIMS(D), PACK = 8;
+  __shared__ Pack<float, 4> s_q[R][D / 4];  // read as 16-byte broadcasts
+  __shared__ AttnRow s_info[R];             // the rows' masks, in shared memory to spare registers
+  __shared__ float s_m[WAVES][R], s_l[WAVES][R];
+  __shared__ float s_o[WAVES][R][D];
 
-  const int tid = (int)threadIdx.x, sub = tid % CH_DECODE_LANES, group = tid / CH_DECODE_LANES;
+  const int tid = (int)threadIdx.x, lane = tid % W, wave = tid / W;
   const ch_u32 split = blockIdx.x, b = blockIdx.z;
   const ch_u32 per_kv = a.h_q / a.h_k;
-  const ch_u32 row_groups = (a.s_q * per_kv + R - 1) / R;
+  const ch_u32 total_rows = a.s_q * per_kv;
+  const ch_u32 row_groups = (total_rows + R - 1) / R;
   const ch_u32 kvh = blockIdx.y / row_groups;
   const ch_u32 row0 = (blockIdx.y % row_groups) * R;
-  const ch_u32 total_rows = a.s_q * per_kv;
   const int rows = total_rows - row0 < (ch_u32)R ? (int)(total_rows - row0) : R;
 
   // Row r: query position (row0 + r) / per_kv, head kvh·per_kv + (row0 + r) % per_kv.
-  float qr[R][E];
-  AttnRow info[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
+  if (tid < R) {
+    const ch_u32 rr = row0 + (tid < rows ? tid : 0);
+    const ch_u32 i = rr / per_kv, h = kvh * per_kv + rr % per_kv;
+    s_info[tid] = attn_row(a, i, alibi != nullptr ? alibi[h] : 0.0f);
+  }
+  for (int idx = tid; idx < R * D; idx += CH_DECODE_THREADS) {
+    const int r = idx / D, d = idx % D;
     const ch_u32 rr = row0 + (r < rows ? r : 0);
     const ch_u32 i = rr / per_kv, h = kvh * per_kv + rr % per_kv;
-    attn_load_row<T, E>(reinterpret_cast<const ch_u16*>(q) + b * a.q_stride[0] + i * a.q_stride[1] +
-                            h * a.q_stride[2] + sub * E,
-                        qr[r]);
-    info[r] = attn_row(a, i, alibi != nullptr ? alibi[h] : 0.0f);
+    s_q[r][d / 4].v[d % 4] = Num<T>::to_acc(q[b * a.q_stride[0] + i * a.q_stride[1] + h * a.q_stride[2] + d]);
   }
+  __syncthreads();
 
-  float m[R], l[R], acc[R][E];
+  float m[R], l[R], acc[R][DL];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     m[r] = -__builtin_huge_valf();
     l[r] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < E; ++e) acc[r][e] = 0.0f;
+    for (int i = 0; i < DL; ++i) acc[r][i] = 0.0f;
   }
 
   const ch_i64 j_begin = (ch_i64)split * a.split_keys;
   const ch_i64 j_limit = j_begin + a.split_keys < (ch_i64)a.s_k ? j_begin + a.split_keys : (ch_i64)a.s_k;
-  const ch_u16* kb = reinterpret_cast<const ch_u16*>(k) + b * a.k_stride[0] + kvh * a.k_stride[2] + sub * E;
-  const ch_u16* vb = reinterpret_cast<const ch_u16*>(v) + b * a.v_stride[0] + kvh * a.v_stride[2] + sub * E;
-  // Every lane of the block runs the same steps (the shuffles need whole
-  // waves); group g takes key j0 + g of each step.
-  for (ch_i64 j0 = j_begin; j0 < j_limit; j0 += GROUPS) {
-    const ch_i64 j = j0 + group;
+  const ch_u16* kb = reinterpret_cast<const ch_u16*>(k) + b * a.k_stride[0] + kvh * a.k_stride[2];
+  const ch_u16* vb = reinterpret_cast<const ch_u16*>(v) + b * a.v_stride[0] + kvh * a.v_stride[2];
+  // Every lane of a wave runs the same steps (the shuffles need whole waves).
+  for (ch_i64 j0 = j_begin + (ch_i64)wave * W; j0 < j_limit; j0 += (ch_i64)WAVES * W) {
+    const ch_i64 j = j0 + lane;
     const bool valid = j < j_limit;
-    float kr[E], vr[E];
-    attn_load_row<T, E>(kb + (ch_u64)(valid ? j : 0) * a.k_stride[1], kr);
-    attn_load_row<T, E>(vb + (ch_u64)(valid ? j : 0) * a.v_stride[1], vr);
+    const Pack<ch_u16, PACK>* krow =
+        reinterpret_cast<const Pack<ch_u16, PACK>*>(kb + (ch_u64)(valid ? j : j_begin) * a.k_stride[1]);
+    float dot[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) dot[r] = 0.0f;
+#pragma unroll 4
+    for (int c = 0; c < D / PACK; ++c) {
+      const Pack<ch_u16, PACK> kp = krow[c];
+      float kf[PACK];
+#pragma unroll
+      for (int e = 0; e < PACK; ++e) kf[e] = attn_to_float<T>(kp.v[e]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r >= rows) break;  // uniform over the block
+        const Pack<float, 4> q0 = s_q[r][c * 2], q1 = s_q[r][c * 2 + 1];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dot[r] += q0.v[e] * kf[e] + q1.v[e] * kf[4 + e];
+      }
+    }
+    const int keys = j_limit - j0 < W ? (int)(j_limit - j0) : W;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      float dot = 0.0f;
+      if (r >= rows) break;
+      const float x = valid ? attn_score(a, s_info[r], j, dot[r]) : -__builtin_huge_valf();
+      float mx = x;
 #pragma unroll
-      for (int e = 0; e < E; ++e) dot += qr[r][e] * kr[e];
-#pragma unroll
-      for (int w = 1; w < CH_DECODE_LANES; w *= 2) dot += __shfl_xor(dot, w, CANDLE_HIP_WAVE);
-      const float x = valid ? attn_score(a, info[r], j, dot) : -__builtin_huge_valf();
-      if (x == -__builtin_huge_valf()) continue;  // the key's 16 lanes agree
-      if (x > m[r]) {
-        const float alpha = attn_exp2(m[r], x);
-        l[r] *= alpha;
-#pragma unroll
-        for (int e = 0; e < E; ++e) acc[r][e] *= alpha;
-        m[r] = x;
+      for (int w = W / 2; w > 0; w /= 2) mx = fmaxf(mx, __shfl_xor(mx, w, W));
+      if (mx == -__builtin_huge_valf()) {  // the whole wave agrees
+        dot[r] = 0.0f;
+        continue;
       }
-      const float p = exp2f(x - m[r]);
-      l[r] += p;
+      const float m_new = fmaxf(m[r], mx);
+      const float alpha = attn_exp2(m[r], m_new);
+      const float p = attn_exp2(x, m_new);
+      float sum = p;
 #pragma unroll
-      for (int e = 0; e < E; ++e) acc[r][e] += p * vr[e];
+      for (int w = W / 2; w > 0; w /= 2) sum += __shfl_xor(sum, w, W);
+      m[r] = m_new;
+      l[r] = l[r] * alpha + sum;
+#pragma unroll
+      for (int i = 0; i < DL; ++i) acc[r][i] *= alpha;
+      dot[r] = p;  // the row's probability of this lane's key, for P·V
+    }
+    // P·V: the V rows of KB keys are loaded before any is used.
+    const int KB = 4;
+    for (int k0 = 0; k0 < keys; k0 += KB) {
+      float vv[KB][DL];
+#pragma unroll
+      for (int u = 0; u < KB; ++u) {
+        const ch_u16* vrow = vb + (ch_u64)(j0 + (k0 + u < keys ? k0 + u : 0)) * a.v_stride[1];
+        DecodeRow<T, D, DECODE_VEC(D)>::load(vrow, lane, vv[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < KB; ++u) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r >= rows) break;  // uniform over the block
+          // Keys past the split's end have probability 0 (their lanes' dot).
+          const float p = __shfl(dot[r], k0 + u < keys ? k0 + u : lane, W);
+          const float pk = k0 + u < keys ? p : 0.0f;
+#pragma unroll
+          for (int i = 0; i < DL; ++i) acc[r][i] += pk * vv[u][i];
+        }
+      }
     }
   }
 
-  // Merge the lane groups of the block, then store the split's partials.
+  // Merge the waves of the block, then store the split's partials.
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    if (sub == 0) {
-      s_m[group][r] = m[r];
-      s_l[group][r] = l[r];
+    if (lane == 0) {
+      s_m[wave][r] = m[r];
+      s_l[wave][r] = l[r];
     }
 #pragma unroll
-    for (int e = 0; e < E; ++e) s_o[group][r][sub * E + e] = acc[r][e];
+    for (int i = 0; i < DL; ++i) {
+      const int d = decode_dim<D>(lane, i);
+      if (d < D) s_o[wave][r][d] = acc[r][i];
+    }
   }
   __syncthreads();
   for (int idx = tid; idx < rows * D; idx += CH_DECODE_THREADS) {
     const int r = idx / D, d = idx % D;
     float mx = -__builtin_huge_valf();
-    for (int g = 0; g < GROUPS; ++g) mx = fmaxf(mx, s_m[g][r]);
+    for (int g = 0; g < WAVES; ++g) mx = fmaxf(mx, s_m[g][r]);
     float sum = 0.0f, out = 0.0f;
-    for (int g = 0; g < GROUPS; ++g) {
+    for (int g = 0; g < WAVES; ++g) {
       const float f = attn_exp2(s_m[g][r], mx);
       sum += s_l[g][r] * f;
       out += s_o[g][r][d] * f;
@@ -710,21 +814,46 @@ __device__ __forceinline__ void flash_decode(const AttnArgs& a, const T* __restr
   }
 }
 
+// Splits per row at most (the host keeps to it): the merge holds each
+// split's weight in shared memory.
+#define CH_DECODE_MAX_SPLITS 256
+
 template <typename T, int D>
 __device__ __forceinline__ void flash_combine(const AttnArgs& a, const float* __restrict__ part, T* __restrict__ o) {
+  __shared__ float s_w[CH_DECODE_MAX_SPLITS];
+  __shared__ float s_red[D];
   const ch_u32 hi = blockIdx.x, b = blockIdx.y;
   const ch_u32 i = hi / a.h_q, h = hi % a.h_q;
   const int d = (int)threadIdx.x;
+  const int splits = (int)a.splits;
   const float* src = part + (((ch_u64)b * a.h_q + h) * a.s_q + i) * a.splits * (D + 2);
+  // The splits' maxima and sums in parallel, one split per thread.
   float mx = -__builtin_huge_valf();
-  for (ch_u32 s = 0; s < a.splits; ++s) mx = fmaxf(mx, src[s * (D + 2) + D]);
-  float sum = 0.0f, out = 0.0f;
-  for (ch_u32 s = 0; s < a.splits; ++s) {
-    const float* p = src + s * (D + 2);
-    const float f = attn_exp2(p[D], mx);
-    sum += p[D + 1] * f;
-    out += p[d] * f;
+  for (int s = d; s < splits; s += D) mx = fmaxf(mx, src[s * (D + 2) + D]);
+  s_red[d] = mx;
+  __syncthreads();
+  mx = -__builtin_huge_valf();
+  for (int t = 0; t < D; ++t) mx = fmaxf(mx, s_red[t]);
+  __syncthreads();
+  float sum = 0.0f;
+  for (int s = d; s < splits; s += D) {
+    const float w = attn_exp2(src[s * (D + 2) + D], mx);
+    s_w[s] = w;
+    sum += w * src[s * (D + 2) + D + 1];
   }
+  s_red[d] = sum;
+  __syncthreads();
+  sum = 0.0f;
+  for (int t = 0; t < D; ++t) sum += s_red[t];
+  // Four independent sums: the loads of four splits are in flight at once.
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int s = 0;
+  for (; s + 4 <= splits; s += 4) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc[u] += s_w[s + u] * src[(s + u) * (D + 2) + d];
+  }
+  for (; s < splits; ++s) acc[0] += s_w[s] * src[s * (D + 2) + d];
+  const float out = (acc[0] + acc[1]) + (acc[2] + acc[3]);
   o[(((ch_u64)b * a.s_q + i) * a.h_q + h) * D + d] = Num<T>::from_acc(sum > 0.0f ? out / sum : 0.0f);
 }
 

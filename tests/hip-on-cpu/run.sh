@@ -33,9 +33,10 @@ GPU_SKIPS=(--skip gpu_no_leak_over_10000 --skip gpu_per_thread_streams_order_acr
 # The conformance tests CI runs: every op family's own test but the dtype
 # and random-number sweeps and the large-tensor test (GiB-sized buffers),
 # plus parts 0 and 1 of 8 of the storage-op suite (round trips,
-# index_select, copies, unary ops, ...); "full" runs them all.
+# index_select, copies, unary ops, ...); "full" runs them all. The attention
+# cases run the MFMA (gfx942) and WMMA (gfx1100) paths of attention.hip.
 CI_CONFORMANCE=(conv:: conv_fallback:: errors:: fused:: index_faults:: matmul:: overflow:: pool::
-    startup::a_kernel_bundle)
+    startup::a_kernel_bundle attention::flash_attn_matches attention::flash_attn_refuses)
 CI_PARTS=(0/8 1/8)
 
 cargo build -q --release -p hip-on-cpu

@@ -49,7 +49,9 @@ const UNBOUNDED: i32 = 0x3fff_ffff;
 const DECODE_THREADS: u32 = 128;
 /// Keys of one decode split at the least: fewer would cost more in merging
 /// than they save in parallelism.
-const MIN_SPLIT_KEYS: usize = 128;
+const MIN_SPLIT_KEYS: usize = 64;
+/// Splits per row at the most (`CH_DECODE_MAX_SPLITS` of `attention.hip`).
+const MAX_SPLITS: usize = 256;
 
 /// Which kernel computes the attention.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -226,15 +228,14 @@ fn prefill_waves(d: usize) -> u32 {
 }
 
 /// Query rows per decode block (`DECODE_ROWS` of `attention.hip`).
-fn decode_rows(d: usize) -> usize {
-    if d > 128 { 4 } else { 8 }
-}
+const DECODE_ROWS: usize = 4;
 
-/// Key splits for decoding: enough blocks to fill the device twice over,
-/// each split at least [`MIN_SPLIT_KEYS`] keys.
+/// Key splits for decoding: four blocks per compute unit (eight measured
+/// slower on the test platform), each split at least
+/// [`MIN_SPLIT_KEYS`] keys, at most [`MAX_SPLITS`] splits.
 fn decode_splits(s_k: usize, blocks: usize, compute_units: usize) -> usize {
-    let wanted = (2 * compute_units).div_ceil(blocks.max(1));
-    wanted.clamp(1, s_k.div_ceil(MIN_SPLIT_KEYS).max(1))
+    let wanted = (4 * compute_units).div_ceil(blocks.max(1));
+    wanted.clamp(1, s_k.div_ceil(MIN_SPLIT_KEYS).clamp(1, MAX_SPLITS))
 }
 
 /// Fused attention of `q` (batch, s_q, h_q, d) over `k` and `v` (batch,
@@ -392,7 +393,7 @@ pub fn flash_attn(
 
     // Flash-decoding: partial results per key split, then their merge.
     let per_kv = h_q / h_k;
-    let row_groups = (s_q * per_kv).div_ceil(decode_rows(d));
+    let row_groups = (s_q * per_kv).div_ceil(DECODE_ROWS);
     let blocks = size::product(OP, "the decode blocks", &[b, h_k, row_groups])?;
     let splits = decode_splits(s_k, blocks, launcher.compute_units() as usize);
     let split_keys = s_k.div_ceil(splits).max(1);
@@ -472,12 +473,33 @@ mod tests {
         assert_eq!(window(Some(0)), 0);
         assert_eq!(window(Some(usize::MAX)), UNBOUNDED);
         // One block per (batch, kv head): 32 kv heads on 100 compute units.
-        assert_eq!(decode_splits(4096, 32, 100), 7);
+        assert_eq!(decode_splits(4096, 32, 100), 13);
         // Short caches are not split below MIN_SPLIT_KEYS keys.
-        assert_eq!(decode_splits(100, 1, 100), 1);
-        assert_eq!(decode_splits(300, 1, 100), 3);
+        assert_eq!(decode_splits(60, 1, 100), 1);
+        assert_eq!(decode_splits(300, 1, 100), 5);
         // Enough blocks already.
         assert_eq!(decode_splits(4096, 1000, 100), 1);
+        // A long cache on a large device: at most MAX_SPLITS.
+        assert_eq!(decode_splits(1 << 20, 1, 1000), MAX_SPLITS);
+    }
+
+    #[test]
+    fn constants_match_the_kernel_source() {
+        let src = candle_hip_kernels::ATTENTION;
+        assert_eq!(src.define("CH_ATTN_UNBOUNDED"), Some("0x3fffffff"));
+        assert_eq!(UNBOUNDED, 0x3fff_ffff);
+        assert_eq!(
+            src.define("CH_DECODE_THREADS"),
+            Some(DECODE_THREADS.to_string().as_str())
+        );
+        assert_eq!(
+            src.define("CH_DECODE_MAX_SPLITS"),
+            Some(MAX_SPLITS.to_string().as_str())
+        );
+        assert_eq!(
+            src.define("DECODE_ROWS"),
+            Some(DECODE_ROWS.to_string().as_str())
+        );
     }
 
     #[test]

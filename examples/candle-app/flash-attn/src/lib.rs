@@ -19,6 +19,8 @@
 //! cumulative lengths are read to the host); paged KV caches
 //! (`block_table`) are not supported.
 
+#![warn(missing_docs)]
+
 use candle::custom_backend::{BoxedStorage, CustomStorage};
 use candle::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 use candle_hip::extension;
@@ -26,10 +28,15 @@ use candle_hip::fused::{AttentionKernel, FlashAttnParams, HEAD_DIMS};
 
 /// Flash-attention v2 as a Candle op: `q.apply_op3(k, v, op)`.
 pub struct FlashAttn {
+    /// Multiplies `q·k`.
     pub softmax_scale: f32,
+    /// ALiBi slopes, one f32 per query head.
     pub alibi_slopes: Option<Tensor>,
+    /// Keys visible before a query's position (`None`: all).
     pub window_size_left: Option<usize>,
+    /// Keys visible after a query's position (`None`: all; `Some(0)`: causal).
     pub window_size_right: Option<usize>,
+    /// Soft-capping of the scaled scores (`softcap · tanh(s / softcap)`).
     pub softcap: Option<f32>,
 }
 
@@ -305,17 +312,29 @@ pub fn flash_attn_alibi_windowed_softcap(
 /// (total_kv, num_heads_kv, head_size); `seqlens_q` and `seqlens_k` hold the
 /// batch_size + 1 cumulative offsets (u32).
 pub struct FlashAttnVarLen {
+    /// Multiplies `q·k`.
     pub softmax_scale: f32,
+    /// The longest query sequence (kept for API compatibility).
     pub max_seqlen_q: usize,
+    /// The longest key/value sequence (kept for API compatibility).
     pub max_seqlen_k: usize,
+    /// Cumulative query offsets, batch_size + 1 of them.
     pub seqlens_q: Tensor,
+    /// Cumulative key/value offsets, batch_size + 1 of them.
     pub seqlens_k: Tensor,
+    /// Paged KV cache block table: not supported (an error).
     pub block_table: Option<Tensor>,
+    /// Prefix ranges of paged caches: not supported (an error).
     pub mm_prefix_ranges: Option<Tensor>,
+    /// Page size of paged caches (unused without a block table).
     pub page_block_size: Option<usize>,
+    /// ALiBi slopes, one f32 per query head.
     pub alibi_slopes: Option<Tensor>,
+    /// Keys visible before a query's position (`None`: all).
     pub window_size_left: Option<usize>,
+    /// Keys visible after a query's position (`None`: all; `Some(0)`: causal).
     pub window_size_right: Option<usize>,
+    /// Soft-capping of the scaled scores.
     pub softcap: Option<f32>,
 }
 
