@@ -19,7 +19,7 @@ use candle_core::{DType, Device};
 
 mod common;
 
-use common::{greedy, relative_difference};
+use common::{divergence, greedy, relative_difference, teacher_forced};
 
 const SEED: u64 = 20_261_123;
 
@@ -139,37 +139,6 @@ fn bad_gguf_files_are_clear_errors() {
     }
 }
 
-/// The f32 logits of every step when `model` is fed `prompt` and then `tokens` one at a time.
-fn teacher_forced(model: &mut Model, prompt: &[u32], tokens: &[u32]) -> Vec<Vec<f32>> {
-    let dev = model.device().clone();
-    model.reset().unwrap();
-    let row = |t: candle_core::Tensor| t.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
-    let ids = candle_core::Tensor::new(prompt, &dev)
-        .unwrap()
-        .unsqueeze(0)
-        .unwrap();
-    let mut out = vec![row(model.forward(&ids, 0).unwrap())];
-    for (i, &id) in tokens
-        .iter()
-        .enumerate()
-        .take(tokens.len().saturating_sub(1))
-    {
-        let ids = candle_core::Tensor::new(&[id], &dev)
-            .unwrap()
-            .unsqueeze(0)
-            .unwrap();
-        out.push(row(model.forward(&ids, prompt.len() + i).unwrap()));
-    }
-    out
-}
-
-/// The gap between the two largest values of `row`.
-fn margin(row: &[f32]) -> f32 {
-    let mut sorted = row.to_vec();
-    sorted.sort_by(|a, b| b.total_cmp(a));
-    sorted[0] - sorted[1]
-}
-
 #[test]
 #[ignore = "needs a HIP device"]
 fn hip_matches_the_cpu_on_the_same_gguf_for_64_greedy_steps() {
@@ -202,26 +171,7 @@ fn hip_matches_the_cpu_on_the_same_gguf_for_64_greedy_steps() {
             .zip(&forced)
             .map(|(c, g)| relative_difference(g, c))
             .fold(0f32, f32::max);
-        let divergence = match cpu.logits.get(same_run) {
-            None => "none".to_string(),
-            Some(c) => {
-                let g = &forced[same_run];
-                let diff = c
-                    .iter()
-                    .zip(g)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0f32, f32::max);
-                assert!(
-                    margin(c) < 2.0 * diff,
-                    "{name}: step {same_run} differs with a top-2 margin of {} (difference {diff})",
-                    margin(c)
-                );
-                format!(
-                    "a near tie (top-2 margin {:.1e}, difference {diff:.1e})",
-                    margin(c)
-                )
-            }
-        };
+        let divergence = divergence(&cpu.logits, &forced, same_run, name);
         println!(
             "{name}: 64 greedy steps, the first {same_run} tokens the CPU's, then {divergence}; \
              fed the CPU's tokens, largest relative logit difference {worst:.2e}"
