@@ -617,6 +617,15 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
 // Query rows per decode block (query position, head of the group).
 #define DECODE_ROWS 4
 
+// Loads a decode step issues together (K row packs, then V rows): fewer on
+// RDNA, whose registers would spill with eight.
+#if defined(CH_ATTN_WMMA_GFX11) || defined(CH_ATTN_WMMA_GFX12) || defined(__gfx1030__) || \
+    defined(__gfx1031__) || defined(__gfx1032__) || defined(__gfx1034__) || defined(__gfx1035__) || defined(__gfx1036__)
+#define DECODE_STEP 4
+#else
+#define DECODE_STEP 8
+#endif
+
 // Dimensions of the output each lane accumulates in the decode kernel:
 // DECODE_DIMS(D) consecutive ones (read with one load) when the wave
 // divides D into a power of two per lane, else every wave-th from the
@@ -716,7 +725,12 @@ __device__ __forceinline__ void flash_decode(const AttnArgs& a, const T* __restr
     float dot[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) dot[r] = 0.0f;
+    // K row packs DECODE_STEP at a time, their loads issued together.
+#if DECODE_STEP == 8
+#pragma unroll 8
+#else
 #pragma unroll 4
+#endif
     for (int c = 0; c < D / PACK; ++c) {
       const Pack<ch_u16, PACK> kp = krow[c];
       float kf[PACK];
@@ -755,7 +769,7 @@ __device__ __forceinline__ void flash_decode(const AttnArgs& a, const T* __restr
       dot[r] = p;  // the row's probability of this lane's key, for P·V
     }
     // P·V: the V rows of KB keys are loaded before any is used.
-    const int KB = 4;
+    const int KB = DECODE_STEP;
     for (int k0 = 0; k0 < keys; k0 += KB) {
       float vv[KB][DL];
 #pragma unroll
