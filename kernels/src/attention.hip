@@ -431,8 +431,7 @@ __device__ __forceinline__ float attn_exp2(float x, float m) {
 // Prefill.
 
 // Waves per block and keys per tile by head dimension: shared memory stays
-// within 48 KiB (a Q tile, a K and a transposed V tile, the scores and
-// probabilities; 48 KiB exactly for D = 128).
+// within 48 KiB (a Q tile, a K and a V tile, the scores and probabilities).
 #define ATTN_WAVES(D) ((D) > 128 ? 2 : 4)
 #define ATTN_KEYS(D) ((D) > 128 ? 16 : 32)
 
@@ -445,12 +444,15 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
   const int LD = D + 8;    // padded row of a Q/K/V tile (elements)
   const int SLD = BC + 2;  // padded row of the scores (floats)
   const int PLD = BC + 4;  // padded row of the probabilities (elements)
-  const int VLD = BC + 4;  // padded row of the transposed V tile (elements)
   const int LPR = CANDLE_HIP_WAVE / 16;  // lanes per score row
   const int PACK = 8;                    // elements per 16-byte copy
   __shared__ ch_u16 sq[ROWS * LD];
   __shared__ ch_u16 sk[BC * LD];
-  __shared__ ch_u16 svt[D * VLD];  // V transposed: the k of P·V runs along rows
+  // V: row-major; transposed for D = 256, whose P·V fragments then load
+  // along rows (with row-major V, RDNA 4 spills a register there).
+  const bool VT = D > 128;
+  const int VLD = BC + 4;  // padded row of the transposed tile (elements)
+  __shared__ ch_u16 sv[VT ? D * VLD : BC * LD];
   __shared__ float ss[ROWS * SLD];
   __shared__ ch_u16 sp[ROWS * PLD];
   __shared__ float s_alpha[ROWS];
@@ -506,19 +508,21 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     const ch_i64 n = (ch_i64)a.s_k - j0 < BC ? (ch_i64)a.s_k - j0 : BC;
     __syncthreads();  // the previous tile is consumed
     load_tile(sk, BC, kb + (ch_u64)j0 * a.k_stride[1], a.k_stride[1], n);
-    // V lands transposed, each 16-byte pack of a key's row spread down a
-    // column, so that P·V reads its B fragments along rows as Q·Kᵀ does.
-    for (int p = tid; p < BC * (D / PACK); p += (int)blockDim.x) {
-      const int r = p / (D / PACK), c = (p % (D / PACK)) * PACK;
-      Pack<ch_u16, PACK> val;
-      if (r < n) {
-        val = *reinterpret_cast<const Pack<ch_u16, PACK>*>(vb + (ch_u64)(j0 + r) * a.v_stride[1] + c);
-      } else {
+    if (!VT) {
+      load_tile(sv, BC, vb + (ch_u64)j0 * a.v_stride[1], a.v_stride[1], n);
+    } else {
+      for (int p = tid; p < BC * (D / PACK); p += (int)blockDim.x) {
+        const int r = p / (D / PACK), c = (p % (D / PACK)) * PACK;
+        Pack<ch_u16, PACK> val;
+        if (r < n) {
+          val = *reinterpret_cast<const Pack<ch_u16, PACK>*>(vb + (ch_u64)(j0 + r) * a.v_stride[1] + c);
+        } else {
 #pragma unroll
-        for (int e = 0; e < PACK; ++e) val.v[e] = 0;
+          for (int e = 0; e < PACK; ++e) val.v[e] = 0;
+        }
+#pragma unroll
+        for (int e = 0; e < PACK; ++e) sv[(c + e) * VLD + r] = val.v[e];
       }
-#pragma unroll
-      for (int e = 0; e < PACK; ++e) svt[(c + e) * VLD + r] = val.v[e];
     }
     __syncthreads();
 
@@ -591,7 +595,9 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
       const typename M::AFrag pa = M::load_a(AttnView{wave_p + kt * 16, PLD, 1}, lane);
 #pragma unroll
       for (int t = 0; t < D / 16; ++t) {
-        const typename M::BFrag vf = M::load_b(AttnView{svt + t * 16 * VLD + kt * 16, 1, VLD}, lane);
+        const AttnView vview = VT ? AttnView{sv + t * 16 * VLD + kt * 16, 1, VLD}
+                                  : AttnView{sv + kt * 16 * LD + t * 16, LD, 1};
+        const typename M::BFrag vf = M::load_b(vview, lane);
         M::mma(acc[t], pa, vf, lane);
       }
     }
