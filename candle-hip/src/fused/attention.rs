@@ -17,13 +17,12 @@
 //! split across blocks, each reading a key once for every query head of its
 //! group, then a merge of the splits).
 //!
-//! Which matrix path runs where: `mma.sync` (NVIDIA sm_80+, the test
-//! platform) and the portable product were executed on the NVIDIA test
-//! platform and on the CPU test platform (`tests/hip-on-cpu`); the AMD paths
-//! (MFMA on gfx908/gfx90a/gfx942, WMMA on gfx11 and gfx12) were executed on
-//! the CPU test platform, whose matrix builtins follow AMD's documented
-//! register layouts, and compiled with the real hipRTC in the ROCm sandbox.
-//! None has run on an AMD GPU.
+//! Which matrix path ran where: `mma.sync` (NVIDIA sm_80+) on the NVIDIA test
+//! platform; MFMA (gfx908 f16, gfx90a/gfx942), WMMA (gfx11, gfx12) and the
+//! portable product (gfx1030 at wave 32, bf16 on gfx908 at wave 64) on the
+//! CPU test platform (`tests/hip-on-cpu`), whose matrix builtins follow AMD's
+//! documented register layouts. The AMD paths were also compiled with the
+//! real hipRTC in the ROCm sandbox (no spills); none has run on an AMD GPU.
 
 use candle_core::backend::BackendStorage;
 use candle_core::{DType, Layout};
