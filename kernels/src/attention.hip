@@ -469,8 +469,9 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
   const float slope = alibi != nullptr ? alibi[h] : 0.0f;
 
   // Copies `n` rows of D elements at `src` (row step `step`) into a padded
-  // tile, zeros past `n`.
-  auto load_tile = [&](ch_u16* dst, int tile_rows, const ch_u16* src, ch_u64 step, ch_i64 n) {
+  // tile, zeros past `n`: row-major (row step LD), or transposed (each
+  // pack spread down a column of row step VLD).
+  auto load_tile = [&](ch_u16* dst, int tile_rows, const ch_u16* src, ch_u64 step, ch_i64 n, bool transposed) {
     const int packs = tile_rows * (D / PACK);
     for (int p = tid; p < packs; p += (int)blockDim.x) {
       const int r = p / (D / PACK), c = (p % (D / PACK)) * PACK;
@@ -481,10 +482,15 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
 #pragma unroll
         for (int e = 0; e < PACK; ++e) val.v[e] = 0;
       }
-      *reinterpret_cast<Pack<ch_u16, PACK>*>(dst + r * LD + c) = val;
+      if (transposed) {
+#pragma unroll
+        for (int e = 0; e < PACK; ++e) dst[(c + e) * VLD + r] = val.v[e];
+      } else {
+        *reinterpret_cast<Pack<ch_u16, PACK>*>(dst + r * LD + c) = val;
+      }
     }
   };
-  load_tile(sq, ROWS, qb + (ch_u64)i0 * a.q_stride[1], a.q_stride[1], rows);
+  load_tile(sq, ROWS, qb + (ch_u64)i0 * a.q_stride[1], a.q_stride[1], rows, false);
 
   // This lane's score row (in the wave's 16) and its running statistics.
   const int my_row = lane / LPR, my_part = lane % LPR;
@@ -507,23 +513,8 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
   for (ch_i64 j0 = j_begin; j0 < j_end; j0 += BC) {
     const ch_i64 n = (ch_i64)a.s_k - j0 < BC ? (ch_i64)a.s_k - j0 : BC;
     __syncthreads();  // the previous tile is consumed
-    load_tile(sk, BC, kb + (ch_u64)j0 * a.k_stride[1], a.k_stride[1], n);
-    if (!VT) {
-      load_tile(sv, BC, vb + (ch_u64)j0 * a.v_stride[1], a.v_stride[1], n);
-    } else {
-      for (int p = tid; p < BC * (D / PACK); p += (int)blockDim.x) {
-        const int r = p / (D / PACK), c = (p % (D / PACK)) * PACK;
-        Pack<ch_u16, PACK> val;
-        if (r < n) {
-          val = *reinterpret_cast<const Pack<ch_u16, PACK>*>(vb + (ch_u64)(j0 + r) * a.v_stride[1] + c);
-        } else {
-#pragma unroll
-          for (int e = 0; e < PACK; ++e) val.v[e] = 0;
-        }
-#pragma unroll
-        for (int e = 0; e < PACK; ++e) sv[(c + e) * VLD + r] = val.v[e];
-      }
-    }
+    load_tile(sk, BC, kb + (ch_u64)j0 * a.k_stride[1], a.k_stride[1], n, false);
+    load_tile(sv, BC, vb + (ch_u64)j0 * a.v_stride[1], a.v_stride[1], n, VT);
     __syncthreads();
 
     // S = Q·Kᵀ for the wave's 16 rows.
@@ -695,17 +686,15 @@ __device__ __forceinline__ void flash_decode(const AttnArgs& a, const T* __restr
   const ch_u32 row0 = (blockIdx.y % row_groups) * R;
   const int rows = total_rows - row0 < (ch_u32)R ? (int)(total_rows - row0) : R;
 
-  // Row r: query position (row0 + r) / per_kv, head kvh·per_kv + (row0 + r) % per_kv.
-  if (tid < R) {
-    const ch_u32 rr = row0 + (tid < rows ? tid : 0);
-    const ch_u32 i = rr / per_kv, h = kvh * per_kv + rr % per_kv;
-    s_info[tid] = attn_row(a, i, alibi != nullptr ? alibi[h] : 0.0f);
-  }
+  // Row r's query position and head: (row0 + r) / per_kv and
+  // kvh·per_kv + (row0 + r) % per_kv; rows past the last repeat row 0.
+  auto position = [&](int r) { return (row0 + (r < rows ? r : 0)) / per_kv; };
+  auto head = [&](int r) { return kvh * per_kv + (row0 + (r < rows ? r : 0)) % per_kv; };
+  if (tid < R) s_info[tid] = attn_row(a, position(tid), alibi != nullptr ? alibi[head(tid)] : 0.0f);
   for (int idx = tid; idx < R * D; idx += CH_DECODE_THREADS) {
     const int r = idx / D, d = idx % D;
-    const ch_u32 rr = row0 + (r < rows ? r : 0);
-    const ch_u32 i = rr / per_kv, h = kvh * per_kv + rr % per_kv;
-    s_q[r][d / 4].v[d % 4] = Num<T>::to_acc(q[b * a.q_stride[0] + i * a.q_stride[1] + h * a.q_stride[2] + d]);
+    s_q[r][d / 4].v[d % 4] =
+        Num<T>::to_acc(q[b * a.q_stride[0] + position(r) * a.q_stride[1] + head(r) * a.q_stride[2] + d]);
   }
   __syncthreads();
 
@@ -822,10 +811,8 @@ __device__ __forceinline__ void flash_decode(const AttnArgs& a, const T* __restr
       sum += s_l[g][r] * f;
       out += s_o[g][r][d] * f;
     }
-    const ch_u32 rr = row0 + r;
-    const ch_u32 i = rr / per_kv, h = kvh * per_kv + rr % per_kv;
-    // Partials of row (b, h, i): `splits` entries of D + 2 floats.
-    float* dst = part + ((((ch_u64)b * a.h_q + h) * a.s_q + i) * a.splits + split) * (D + 2);
+    // Partials of row (b, head, position): `splits` entries of D + 2 floats.
+    float* dst = part + ((((ch_u64)b * a.h_q + head(r)) * a.s_q + position(r)) * a.splits + split) * (D + 2);
     dst[d] = out;
     if (d == 0) {
       dst[D] = mx;

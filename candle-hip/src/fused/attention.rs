@@ -149,17 +149,18 @@ fn operand(what: &str, layout: &Layout) -> Result<Option<Operand>> {
     }))
 }
 
-/// `x` as the kernels read it: itself, or a contiguous copy (into `copy`)
-/// when [`operand`] refuses its layout or its buffer is not 16-byte aligned.
+/// `x` as the kernels read it, with the layout to read it through: itself,
+/// or a contiguous copy (into `copy`) when [`operand`] refuses its layout or
+/// its buffer is not 16-byte aligned.
 fn readable<'a>(
     what: &str,
     x: &'a HipStorage,
     layout: &Layout,
     copy: &'a mut Option<HipStorage>,
-) -> Result<(&'a HipStorage, Operand, usize)> {
+) -> Result<(&'a HipStorage, Layout, Operand)> {
     let aligned = (x.buffer().device_ptr() as usize).is_multiple_of(16);
     if let Some(op) = operand(what, layout)?.filter(|_| aligned) {
-        return Ok((x, op, layout.start_offset()));
+        return Ok((x, layout.clone(), op));
     }
     let len = layout.shape().elem_count();
     // SAFETY: copy_strided_src writes every element of the copy.
@@ -175,7 +176,7 @@ fn readable<'a>(
             ),
         )
     })?;
-    Ok((copy.insert(dst), op, 0))
+    Ok((copy.insert(dst), contiguous, op))
 }
 
 /// The kernel family of a head dim.
@@ -260,9 +261,9 @@ pub fn flash_attn(
         return Err(invalid(OP, format!("f16 and bf16 only, got {dtype:?}")));
     }
     let (mut qc, mut kc, mut vc) = (None, None, None);
-    let (q, qo, q_start) = readable("q", q, q_l, &mut qc)?;
-    let (k, ko, k_start) = readable("k", k, k_l, &mut kc)?;
-    let (v, vo, v_start) = readable("v", v, v_l, &mut vc)?;
+    let (q, q_l, qo) = readable("q", q, q_l, &mut qc)?;
+    let (k, k_l, ko) = readable("k", k, k_l, &mut kc)?;
+    let (v, v_l, vo) = readable("v", v, v_l, &mut vc)?;
     let [b, s_q, h_q, d] = qo.dims;
     let [kb, s_k, h_k, kd] = ko.dims;
     if kb != b || kd != d || vo.dims != ko.dims {
@@ -340,21 +341,7 @@ pub fn flash_attn(
         split_keys: 0,
         splits: 0,
     };
-    let qv = q.view_range(
-        OP,
-        q_start,
-        size::span(OP, &qo.dims, &[qo.stride[0], qo.stride[1], qo.stride[2], 1])?,
-    )?;
-    let kv = k.view_range(
-        OP,
-        k_start,
-        size::span(OP, &ko.dims, &[ko.stride[0], ko.stride[1], ko.stride[2], 1])?,
-    )?;
-    let vv = v.view_range(
-        OP,
-        v_start,
-        size::span(OP, &vo.dims, &[vo.stride[0], vo.stride[1], vo.stride[2], 1])?,
-    )?;
+    let (qv, kv, vv) = (q.view(OP, &q_l)?, k.view(OP, &k_l)?, v.view(OP, &v_l)?);
     let null = 0u64;
     let slopes: &dyn hip_safe::KernelArg = match &alibi {
         Some(view) => view,
