@@ -35,7 +35,7 @@ GPU_SKIPS=(--skip gpu_no_leak_over_10000 --skip gpu_per_thread_streams_order_acr
 # plus parts 0 and 1 of 8 of the storage-op suite (round trips,
 # index_select, copies, unary ops, ...); "full" runs them all. The attention
 # cases run the MFMA (gfx942) and WMMA (gfx1100) paths of attention.hip.
-CI_CONFORMANCE=(conv:: conv_fallback:: errors:: fused:: index_faults:: matmul:: overflow:: pool::
+CI_CONFORMANCE=(conv:: conv_fallback:: errors:: fused:: graph:: index_faults:: matmul:: overflow:: pool::
     startup::a_kernel_bundle attention::flash_attn_matches attention::flash_attn_refuses)
 CI_PARTS=(0/8 1/8)
 

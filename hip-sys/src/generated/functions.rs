@@ -134,6 +134,31 @@ crate::dynamic_api! {
         fn_: hipHostFn_t,
         userData: *mut ::core::ffi::c_void,
     ) -> hipError_t;
+    pub fn hipStreamBeginCapture(
+        stream: hipStream_t,
+        mode: hipStreamCaptureMode,
+    ) -> hipError_t;
+    pub fn hipStreamEndCapture(
+        stream: hipStream_t,
+        pGraph: *mut hipGraph_t,
+    ) -> hipError_t;
+    pub fn hipStreamIsCapturing(
+        stream: hipStream_t,
+        pCaptureStatus: *mut hipStreamCaptureStatus,
+    ) -> hipError_t;
+    pub fn hipGraphInstantiateWithFlags(
+        pGraphExec: *mut hipGraphExec_t,
+        graph: hipGraph_t,
+        flags: ::core::ffi::c_ulonglong,
+    ) -> hipError_t;
+    pub fn hipGraphLaunch(graphExec: hipGraphExec_t, stream: hipStream_t) -> hipError_t;
+    pub fn hipGraphExecDestroy(graphExec: hipGraphExec_t) -> hipError_t;
+    pub fn hipGraphDestroy(graph: hipGraph_t) -> hipError_t;
+    pub fn hipGraphGetNodes(
+        graph: hipGraph_t,
+        nodes: *mut hipGraphNode_t,
+        numNodes: *mut usize,
+    ) -> hipError_t;
     pub fn hipEventCreateWithFlags(
         event: *mut hipEvent_t,
         flags: ::core::ffi::c_uint,

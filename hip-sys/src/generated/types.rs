@@ -1713,8 +1713,49 @@ impl Default for hipMemAccessDesc {
         }
     }
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ihipGraph {
+    _unused: [u8; 0],
+}
+/// An opaque value that represents a hip graph
+pub type hipGraph_t = *mut ihipGraph;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct hipGraphNode {
+    _unused: [u8; 0],
+}
+/// An opaque value that represents a hip graph node
+pub type hipGraphNode_t = *mut hipGraphNode;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct hipGraphExec {
+    _unused: [u8; 0],
+}
+/// An opaque value that represents a hip graph Exec
+pub type hipGraphExec_t = *mut hipGraphExec;
 pub type hipHostFn_t =
     ::core::option::Option<unsafe extern "C" fn(userData: *mut ::core::ffi::c_void)>;
+impl hipStreamCaptureMode {
+    pub const hipStreamCaptureModeGlobal: hipStreamCaptureMode = hipStreamCaptureMode(0);
+    pub const hipStreamCaptureModeThreadLocal: hipStreamCaptureMode = hipStreamCaptureMode(1);
+    pub const hipStreamCaptureModeRelaxed: hipStreamCaptureMode = hipStreamCaptureMode(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipStreamCaptureMode(pub ::core::ffi::c_uint);
+impl hipStreamCaptureStatus {
+    ///< Stream is not capturing
+    pub const hipStreamCaptureStatusNone: hipStreamCaptureStatus = hipStreamCaptureStatus(0);
+    ///< Stream is actively capturing
+    pub const hipStreamCaptureStatusActive: hipStreamCaptureStatus = hipStreamCaptureStatus(1);
+    /**< Stream is part of a capture sequence that has been
+    < invalidated, but not terminated*/
+    pub const hipStreamCaptureStatusInvalidated: hipStreamCaptureStatus = hipStreamCaptureStatus(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipStreamCaptureStatus(pub ::core::ffi::c_uint);
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct hipDeviceProp_tR0000 {

@@ -4,7 +4,9 @@
 //!
 //! - The device is the host: device memory is host memory (every buffer
 //!   between guard zones, checked after each launch), streams run their work
-//!   in order at the call, events record host time.
+//!   in order at the call, events record host time; stream capture records
+//!   the work instead, and a graph launch replays it at the call
+//!   (`hip::graph`).
 //! - hipRTC compiles a kernel source with the host C++ compiler against our
 //!   replacement `hip/*.h` headers (`device/`) into a shared object; a
 //!   launch runs every block's threads as fibers that meet at barriers and
@@ -43,6 +45,10 @@ use exports::dynamic_api;
 /// The implementations, by their C names, for the generated exports.
 mod imp {
     pub(crate) use crate::hip::device::*;
+    pub(crate) use crate::hip::graph::{
+        hipGraphDestroy, hipGraphExecDestroy, hipGraphGetNodes, hipGraphInstantiateWithFlags,
+        hipGraphLaunch, hipStreamBeginCapture, hipStreamEndCapture, hipStreamIsCapturing,
+    };
     pub(crate) use crate::hip::memory::*;
     pub(crate) use crate::hip::module::*;
     pub(crate) use crate::hip::status::{hipGetErrorName, hipGetErrorString, hipGetLastError};

@@ -36,6 +36,7 @@ use exports::dynamic_api;
 /// The implementations, by their C names, for the generated exports.
 mod imp {
     pub(crate) use crate::hip::device::*;
+    pub(crate) use crate::hip::graph::*;
     pub(crate) use crate::hip::memory::*;
     pub(crate) use crate::hip::module::*;
     pub(crate) use crate::hip::peer::*;

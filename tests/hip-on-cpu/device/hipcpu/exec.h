@@ -23,6 +23,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -538,6 +539,34 @@ inline int launch_kernel(void (*kernel)(Args...), const Launch& launch, std::ind
 template <typename... Args>
 inline int launch_kernel(void (*kernel)(Args...), const Launch& launch) {
   return launch_kernel(kernel, launch, std::index_sequence_for<Args...>{});
+}
+
+/// Strictest argument alignment `pack_arguments` supports (the runtime's
+/// buffers for packed arguments are aligned to it).
+constexpr uint64_t kMaxArgAlign = 64;
+
+/// The pack entry of one kernel (stream capture): copies the arguments that
+/// `args[i]` point at into `out` (room for `cap` bytes, aligned to
+/// `kMaxArgAlign`), each at its natural alignment, exactly as
+/// `launch_kernel` reads a packed buffer. Returns the bytes needed, writing
+/// nothing when `cap` is smaller, or UINT64_MAX for an argument aligned
+/// more strictly than `kMaxArgAlign`.
+template <typename... Args>
+inline uint64_t pack_arguments(void (*)(Args...), void* const* args, char* out, uint64_t cap) {
+  constexpr size_t n = sizeof...(Args);
+  constexpr size_t sizes[n > 0 ? n : 1] = {sizeof(typename std::decay<Args>::type)...};
+  constexpr size_t aligns[n > 0 ? n : 1] = {alignof(typename std::decay<Args>::type)...};
+  uint64_t offsets[n > 0 ? n : 1] = {};
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (aligns[i] > kMaxArgAlign) return UINT64_MAX;
+    total = (total + aligns[i] - 1) / aligns[i] * aligns[i];
+    offsets[i] = total;
+    total += sizes[i];
+  }
+  if (total > cap) return total;
+  for (size_t i = 0; i < n; ++i) std::memcpy(out + offsets[i], args[i], sizes[i]);
+  return total;
 }
 
 }  // namespace hipcpu

@@ -294,9 +294,11 @@ pub(crate) unsafe fn hipSetDevice(device_id: c_int) -> HipResult {
 }
 
 /// `hipDeviceSynchronize`: work runs at the call, so there is nothing to
-/// wait for.
+/// wait for (refused while any stream captures, as by HIP: see
+/// `hip::graph`).
 pub(crate) unsafe fn hipDeviceSynchronize() -> HipResult {
-    device().map(|_| ())
+    device()?;
+    super::graph::check_device_sync()
 }
 
 /// `hipDeviceGetAttribute`: one value of the attribute table.

@@ -18,6 +18,11 @@
 //! memory pool keeps buffers freed with `hipFreeAsync` up to its release
 //! threshold, as ROCm's does. Peer copies (`hipMemcpyPeerAsync`) check that
 //! each pointer lies in a buffer of the device named for it.
+//!
+//! On a capturing stream the asynchronous operations are checked at the
+//! call and recorded instead of run (see `hip::graph`); buffers that
+//! `hipMallocAsync` allocates in a capture belong to its graph, and
+//! `hipFree`/`hipFreeAsync` leave them to it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_int, c_uint, c_ushort, c_void};
@@ -29,6 +34,7 @@ use hip_sys::{
 };
 
 use super::device::{check_ordinal, current, device};
+use super::graph::{check_sync_copy, check_unsafe_call, record, record_alloc, record_free};
 use super::status::HipResult;
 use super::stream::stream_device;
 use crate::ffi::{non_null, write_out};
@@ -54,6 +60,9 @@ struct Allocation {
     counted: usize,
     /// The owning device; `None` for host allocations.
     device: Option<c_int>,
+    /// Allocated in a stream capture: owned by the graph, released only by
+    /// [`release_graph`].
+    graph: bool,
 }
 
 impl Allocation {
@@ -100,6 +109,25 @@ fn heap() -> std::sync::MutexGuard<'static, Heap> {
 /// Maps a guarded buffer of `size` bytes, owned by `owner` and counted
 /// against its memory (`None`: a host buffer, not counted).
 fn allocate(size: usize, owner: Option<c_int>) -> HipResult<*mut c_void> {
+    allocate_as(size, owner, false)
+}
+
+/// A buffer of `size` (> 0) bytes of `device` for a graph (`hipMallocAsync`
+/// in a capture); only [`release_graph`] releases it.
+pub(crate) fn allocate_for_graph(size: usize, device: c_int) -> HipResult<usize> {
+    allocate_as(size, Some(device), true).map(|p| p as usize)
+}
+
+/// Releases a buffer of [`allocate_for_graph`] (when its graph is gone).
+pub(crate) fn release_graph(ptr: usize) {
+    if let Some(a) = heap().buffers.get_mut(&ptr) {
+        a.graph = false;
+    }
+    let _ = release(ptr as *mut c_void);
+}
+
+/// [`allocate`], the buffer marked as a graph's when `graph` is set.
+fn allocate_as(size: usize, owner: Option<c_int>, graph: bool) -> HipResult<*mut c_void> {
     let limit = usize::try_from(device()?.memory).unwrap_or(usize::MAX);
     let body = size
         .max(1)
@@ -127,6 +155,7 @@ fn allocate(size: usize, owner: Option<c_int>) -> HipResult<*mut c_void> {
         size,
         counted,
         device: owner,
+        graph,
     };
     for (start, len) in a.canaries(ptr) {
         // SAFETY: inside the accessible part of the fresh mapping.
@@ -139,12 +168,18 @@ fn allocate(size: usize, owner: Option<c_int>) -> HipResult<*mut c_void> {
     Ok(ptr as *mut c_void)
 }
 
-/// Unmaps the buffer at `ptr` (null is a no-op).
+/// Unmaps the buffer at `ptr` (null is a no-op); a graph's buffer stays
+/// (its graph releases it).
 fn release(ptr: *mut c_void) -> HipResult {
     if ptr.is_null() {
         return Ok(());
     }
     let mut heap = heap();
+    match heap.buffers.get(&(ptr as usize)) {
+        None => return Err(INVALID),
+        Some(a) if a.graph => return Ok(()),
+        Some(_) => {}
+    }
     let a = heap.buffers.remove(&(ptr as usize)).ok_or(INVALID)?;
     if let Some(used) = a.device.and_then(|d| heap.used.get_mut(&d)) {
         *used -= a.counted;
@@ -264,8 +299,9 @@ pub(crate) unsafe fn hipMemGetInfo(free: *mut usize, total: *mut usize) -> HipRe
 }
 
 /// `hipMalloc`: a guarded buffer of the current device (size 0 gives null,
-/// as HIP does).
+/// as HIP does). Refused during some captures (see `hip::graph`).
 pub(crate) unsafe fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> HipResult {
+    check_unsafe_call()?;
     non_null(ptr, INVALID)?;
     let p = if size == 0 {
         std::ptr::null_mut()
@@ -276,8 +312,10 @@ pub(crate) unsafe fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> HipResult 
     unsafe { write_out(ptr, p, INVALID) }
 }
 
-/// `hipFree`.
+/// `hipFree` (a graph's buffer stays with its graph). Refused during some
+/// captures (see `hip::graph`).
 pub(crate) unsafe fn hipFree(ptr: *mut c_void) -> HipResult {
+    check_unsafe_call()?;
     release(ptr)
 }
 
@@ -321,7 +359,8 @@ impl Pool {
 }
 
 /// `hipMallocAsync`: from the pool of the stream's device, a kept buffer of
-/// the same size or a new one.
+/// the same size or a new one; on a capturing stream, a buffer of the
+/// capture's graph.
 pub(crate) unsafe fn hipMallocAsync(
     ptr: *mut *mut c_void,
     size: usize,
@@ -332,6 +371,9 @@ pub(crate) unsafe fn hipMallocAsync(
     let d = unsafe { stream_device(stream) }?;
     let p = if size == 0 {
         std::ptr::null_mut()
+    // SAFETY: as above.
+    } else if let Some(p) = unsafe { record_alloc(stream, size) }? {
+        p as *mut c_void
     } else {
         let reused = with_pool(d, |pool| {
             let at = pool.kept.iter().position(|(_, n)| *n == size)?;
@@ -349,16 +391,24 @@ pub(crate) unsafe fn hipMallocAsync(
 }
 
 /// `hipFreeAsync`: kept by the pool of the buffer's device while the
-/// pool's reserve stays within its release threshold, released otherwise.
-pub(crate) unsafe fn hipFreeAsync(ptr: *mut c_void, _stream: hipStream_t) -> HipResult {
+/// pool's reserve stays within its release threshold, released otherwise;
+/// on a capturing stream, a free node for a buffer of the capture (see
+/// `hip::graph`); a graph's buffer stays with its graph.
+pub(crate) unsafe fn hipFreeAsync(ptr: *mut c_void, stream: hipStream_t) -> HipResult {
     if ptr.is_null() {
         return Ok(());
     }
-    let (size, owner) = heap()
+    if record_free(stream, ptr as usize)? {
+        return Ok(());
+    }
+    let (size, owner, graph) = heap()
         .buffers
         .get(&(ptr as usize))
-        .map(|a| (a.size, a.device))
+        .map(|a| (a.size, a.device, a.graph))
         .ok_or(INVALID)?;
+    if graph {
+        return Ok(());
+    }
     let Some(d) = owner else {
         // A host buffer belongs to no pool.
         return release(ptr);
@@ -495,11 +545,13 @@ pub(crate) unsafe fn hipMemPoolGetAttribute(
 }
 
 /// `hipHostMalloc`: a guarded buffer not counted against the device.
+/// Refused during some captures (see `hip::graph`).
 pub(crate) unsafe fn hipHostMalloc(
     ptr: *mut *mut c_void,
     size: usize,
     _flags: c_uint,
 ) -> HipResult {
+    check_unsafe_call()?;
     non_null(ptr, INVALID)?;
     let p = if size == 0 {
         std::ptr::null_mut()
@@ -510,9 +562,21 @@ pub(crate) unsafe fn hipHostMalloc(
     unsafe { write_out(ptr, p, INVALID) }
 }
 
-/// `hipHostFree`.
+/// `hipHostFree`. Refused during some captures (see `hip::graph`).
 pub(crate) unsafe fn hipHostFree(ptr: *mut c_void) -> HipResult {
+    check_unsafe_call()?;
     release(ptr)
+}
+
+/// The checks of [`copy`].
+fn check_copy(dst: *mut c_void, src: *const c_void, size: usize) -> HipResult {
+    if size == 0 {
+        return Ok(());
+    }
+    non_null(dst, INVALID)?;
+    non_null(src, INVALID)?;
+    check_range(dst as usize, size)?;
+    check_range(src as usize, size)
 }
 
 /// Copies after checking both ranges against the buffers they start in.
@@ -520,65 +584,121 @@ pub(crate) unsafe fn hipHostFree(ptr: *mut c_void) -> HipResult {
 /// # Safety
 /// The caller's contract of `hipMemcpy`: both ranges valid for `size` bytes.
 unsafe fn copy(dst: *mut c_void, src: *const c_void, size: usize) -> HipResult {
+    check_copy(dst, src, size)?;
     if size == 0 {
         return Ok(());
     }
-    non_null(dst, INVALID)?;
-    non_null(src, INVALID)?;
-    check_range(dst as usize, size)?;
-    check_range(src as usize, size)?;
     // SAFETY: valid per the contract; `copy` allows overlap.
     unsafe { std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), size) };
     Ok(())
 }
 
-/// `hipMemcpy`: any direction (all memory is host memory).
+/// `hipMemcpy`: any direction (all memory is host memory). Refused while
+/// any stream captures (see `hip::graph`).
 pub(crate) unsafe fn hipMemcpy(
     dst: *mut c_void,
     src: *const c_void,
     size: usize,
     _kind: hipMemcpyKind,
 ) -> HipResult {
+    check_sync_copy()?;
     // SAFETY: same contract.
     unsafe { copy(dst, src, size) }
 }
 
-/// `hipMemcpyAsync`: done at the call.
+/// `hipMemcpyAsync`: done at the call, or checked and recorded on a
+/// capturing stream (host memory is then read or written at each replay,
+/// as on a GPU).
 pub(crate) unsafe fn hipMemcpyAsync(
     dst: *mut c_void,
     src: *const c_void,
     size: usize,
     _kind: hipMemcpyKind,
-    _stream: hipStream_t,
+    stream: hipStream_t,
 ) -> HipResult {
+    let (d, s) = (dst as usize, src as usize);
+    let recorded = record(stream, || {
+        check_copy(dst, src, size)?;
+        // SAFETY: the caller keeps both ranges valid for every replay (the
+        // contract of a captured copy); they are checked again then.
+        Ok(move || unsafe { copy(d as *mut c_void, s as *const c_void, size) })
+    })?;
+    if recorded {
+        return Ok(());
+    }
     // SAFETY: same contract.
     unsafe { copy(dst, src, size) }
 }
 
 /// `hipMemcpyPeerAsync`: both ordinals must be visible devices and each
 /// range must lie inside one buffer of its device (`hipErrorInvalidDevice`,
-/// `hipErrorInvalidValue` otherwise); copies at the call.
+/// `hipErrorInvalidValue` otherwise); copies at the call, or is recorded
+/// on a capturing stream (and checked again at each replay).
 pub(crate) unsafe fn hipMemcpyPeerAsync(
     dst: *mut c_void,
     dst_device: c_int,
     src: *const c_void,
     src_device: c_int,
     size: usize,
-    _stream: hipStream_t,
+    stream: hipStream_t,
+) -> HipResult {
+    let (d, s) = (dst as usize, src as usize);
+    let recorded = record(stream, || {
+        check_peer_copy(d, dst_device, s, src_device, size)?;
+        // SAFETY: checked again at each replay; the caller keeps the
+        // buffers alive for every replay (the contract of a captured copy).
+        Ok(move || unsafe { peer_copy(d, dst_device, s, src_device, size) })
+    })?;
+    if recorded {
+        return Ok(());
+    }
+    // SAFETY: the caller keeps both buffers alive for the call.
+    unsafe { peer_copy(d, dst_device, s, src_device, size) }
+}
+
+/// The checks of [`peer_copy`].
+fn check_peer_copy(
+    dst: usize,
+    dst_device: c_int,
+    src: usize,
+    src_device: c_int,
+    size: usize,
 ) -> HipResult {
     check_ordinal(dst_device)?;
     check_ordinal(src_device)?;
-    if size == 0 {
-        return Ok(());
-    }
-    if device_holding(dst as usize, size) != Some(dst_device)
-        || device_holding(src as usize, size) != Some(src_device)
+    if size != 0
+        && (device_holding(dst, size) != Some(dst_device)
+            || device_holding(src, size) != Some(src_device))
     {
         return Err(INVALID);
     }
-    // SAFETY: both ranges lie inside live buffers (checked above); the
-    // caller keeps them alive for the call.
-    unsafe { copy(dst, src, size) }
+    Ok(())
+}
+
+/// A peer copy after [`check_peer_copy`].
+///
+/// # Safety
+/// Buffers that pass the checks must stay allocated for the call.
+unsafe fn peer_copy(
+    dst: usize,
+    dst_device: c_int,
+    src: usize,
+    src_device: c_int,
+    size: usize,
+) -> HipResult {
+    check_peer_copy(dst, dst_device, src, src_device, size)?;
+    // SAFETY: both ranges lie inside live buffers (checked above).
+    unsafe { copy(dst as *mut c_void, src as *const c_void, size) }
+}
+
+/// The checks of [`fill`].
+fn check_fill<T>(dst: *mut c_void, count: usize) -> HipResult {
+    if count == 0 {
+        return Ok(());
+    }
+    non_null(dst, INVALID)?;
+    let bytes = count.checked_mul(size_of::<T>()).ok_or(INVALID)?;
+    check_range(dst as usize, bytes)
 }
 
 /// Fills `count` elements of `T` at `dst` after the range check.
@@ -586,33 +706,57 @@ pub(crate) unsafe fn hipMemcpyPeerAsync(
 /// # Safety
 /// `dst` must be valid for `count` writes of `T`.
 unsafe fn fill<T: Copy>(dst: *mut c_void, value: T, count: usize) -> HipResult {
+    check_fill::<T>(dst, count)?;
     if count == 0 {
         return Ok(());
     }
-    non_null(dst, INVALID)?;
-    let bytes = count.checked_mul(size_of::<T>()).ok_or(INVALID)?;
-    check_range(dst as usize, bytes)?;
     // SAFETY: valid per the contract; buffers are 256-byte aligned and
     // callers pass element-aligned pointers.
     unsafe { std::slice::from_raw_parts_mut(dst.cast::<T>(), count).fill(value) };
     Ok(())
 }
 
-/// `hipMemset`: bytes.
+/// A fill queued on `stream`: at the call, or checked and recorded when
+/// the stream captures.
+///
+/// # Safety
+/// `dst` must be valid for `count` writes of `T` (at every replay, when
+/// captured).
+unsafe fn fill_on<T>(stream: hipStream_t, dst: *mut c_void, value: T, count: usize) -> HipResult
+where
+    T: Copy + Send + Sync + 'static,
+{
+    let d = dst as usize;
+    let recorded = record(stream, || {
+        check_fill::<T>(dst, count)?;
+        // SAFETY: the caller keeps the range valid for every replay (the
+        // contract of a captured fill); it is checked again then.
+        Ok(move || unsafe { fill(d as *mut c_void, value, count) })
+    })?;
+    if recorded {
+        return Ok(());
+    }
+    // SAFETY: same contract.
+    unsafe { fill(dst, value, count) }
+}
+
+/// `hipMemset`: bytes. Refused while any stream captures (see
+/// `hip::graph`).
 pub(crate) unsafe fn hipMemset(dst: *mut c_void, value: c_int, size: usize) -> HipResult {
+    check_sync_copy()?;
     // SAFETY: same contract.
     unsafe { fill(dst, value as u8, size) }
 }
 
-/// `hipMemsetAsync`: bytes, at the call.
+/// `hipMemsetAsync`: bytes, at the call (recorded on a capturing stream).
 pub(crate) unsafe fn hipMemsetAsync(
     dst: *mut c_void,
     value: c_int,
     size: usize,
-    _stream: hipStream_t,
+    stream: hipStream_t,
 ) -> HipResult {
     // SAFETY: same contract.
-    unsafe { fill(dst, value as u8, size) }
+    unsafe { fill_on(stream, dst, value as u8, size) }
 }
 
 /// `hipMemsetD16Async`: 16-bit elements.
@@ -620,13 +764,13 @@ pub(crate) unsafe fn hipMemsetD16Async(
     dst: hipDeviceptr_t,
     value: c_ushort,
     count: usize,
-    _stream: hipStream_t,
+    stream: hipStream_t,
 ) -> HipResult {
     if !(dst as usize).is_multiple_of(2) {
         return Err(INVALID);
     }
     // SAFETY: same contract.
-    unsafe { fill(dst, value, count) }
+    unsafe { fill_on(stream, dst, value, count) }
 }
 
 /// `hipMemsetD32Async`: 32-bit elements.
@@ -634,13 +778,13 @@ pub(crate) unsafe fn hipMemsetD32Async(
     dst: hipDeviceptr_t,
     value: c_int,
     count: usize,
-    _stream: hipStream_t,
+    stream: hipStream_t,
 ) -> HipResult {
     if !(dst as usize).is_multiple_of(4) {
         return Err(INVALID);
     }
     // SAFETY: same contract.
-    unsafe { fill(dst, value, count) }
+    unsafe { fill_on(stream, dst, value, count) }
 }
 
 #[cfg(test)]

@@ -9,6 +9,12 @@
 //! `__hipcpu_launch_k` (see `device/hipcpu/exec.h`); a launch splits the
 //! grid's blocks over a pool of CPU threads, each running its blocks'
 //! threads as fibers, and checks the buffers' guards afterwards.
+//!
+//! A launch on a capturing stream is recorded instead (see `hip::graph`)
+//! with a copy of its argument values: the kernel's pack entry
+//! `__hipcpu_pack_k` lays the values `kernelParams` points at out in a
+//! packed buffer (or the `extra` buffer is copied), which every replay
+//! passes to the launch entry.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::sync::mpsc;
@@ -17,6 +23,7 @@ use std::sync::{Mutex, OnceLock};
 use hip_sys::{hipError_t, hipFunction_attribute as Attr, hipFunction_t, hipModule_t, hipStream_t};
 
 use super::device::device;
+use super::graph::record;
 use super::memory::check_guards;
 use super::status::HipResult;
 use crate::ffi::{non_null, write_out};
@@ -34,6 +41,8 @@ pub(crate) const E_MACHINE: usize = 18;
 pub(crate) const ABI_SYMBOL: &str = "__hipcpu_module_abi";
 /// Prefix of a kernel's launch entry.
 pub(crate) const LAUNCH_PREFIX: &str = "__hipcpu_launch_";
+/// Prefix of a kernel's pack entry (see `hipcpu::pack_arguments`).
+pub(crate) const PACK_PREFIX: &str = "__hipcpu_pack_";
 
 /// Environment variable capping the CPU threads a launch uses.
 pub const THREADS_VAR: &str = "HIP_ON_CPU_THREADS";
@@ -66,6 +75,13 @@ struct Launch {
 
 /// A kernel's launch entry.
 type Entry = unsafe extern "C" fn(*const Launch) -> c_int;
+/// A kernel's pack entry: `(args, out, capacity) -> bytes needed`.
+type Pack = unsafe extern "C" fn(*const *mut c_void, *mut c_char, u64) -> u64;
+
+/// A block of a packed argument buffer, aligned as `hipcpu::kMaxArgAlign`.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct ArgBlock([u8; 64]);
 
 /// A loaded module and the functions handed out from it.
 struct Module {
@@ -79,6 +95,8 @@ struct Module {
 struct Function {
     name: CString,
     entry: Entry,
+    /// Absent from modules built before stream capture existed.
+    pack: Option<Pack>,
 }
 
 /// The total length of the ELF image at `image` (section headers last, as
@@ -181,9 +199,15 @@ pub(crate) unsafe fn hipModuleGetFunction(
     // SAFETY: launch entries have the `Entry` signature.
     let entry: Entry =
         *unsafe { m.library.get::<Entry>(symbol) }.map_err(|_| hipError_t::hipErrorNotFound)?;
+    let pack_symbol = [PACK_PREFIX.as_bytes(), name.to_bytes()].concat();
+    // SAFETY: pack entries have the `Pack` signature.
+    let pack = unsafe { m.library.get::<Pack>(pack_symbol.as_slice()) }
+        .ok()
+        .map(|p| *p);
     let f = Box::new(Function {
         name: name.to_owned(),
         entry,
+        pack,
     });
     let ptr: *const Function = &*f;
     m.functions
@@ -316,9 +340,113 @@ fn run(entry: Entry, launch: Launch, blocks: u64) -> Result<(), String> {
     results.into_iter().collect()
 }
 
+/// Runs a launch of `entry` (the kernel `name`) over `blocks` blocks and
+/// checks the buffers' guards; a failure is reported on stderr with the
+/// kernel's name and returned as `hipErrorLaunchFailure`.
+fn execute(entry: Entry, name: &CStr, launch: Launch, blocks: u64) -> HipResult {
+    let outcome = run(entry, launch, blocks).and_then(|()| {
+        check_guards().map_err(|damage| format!("kernel `{}`: {damage}", name.to_string_lossy()))
+    });
+    outcome.map_err(|message| {
+        eprintln!("hip-on-cpu: launch failed: {message}");
+        hipError_t::hipErrorLaunchFailure
+    })
+}
+
+/// A launch recorded by a capture: the kernel, its dimensions and a packed
+/// copy of its arguments.
+struct Recorded {
+    entry: Entry,
+    name: CString,
+    grid: Dim3,
+    block: Dim3,
+    shared_bytes: u32,
+    args: Vec<ArgBlock>,
+    args_size: u64,
+}
+
+// SAFETY: `Dim3` is plain data; the entry is a function of a module that
+// stays loaded for the life of the process.
+unsafe impl Send for Recorded {}
+// SAFETY: as above; a replay only reads the record.
+unsafe impl Sync for Recorded {}
+
+impl Recorded {
+    /// Runs the recorded launch with the recorded argument values.
+    fn replay(&self) -> HipResult {
+        let launch = Launch {
+            grid: self.grid,
+            block: self.block,
+            shared_bytes: u64::from(self.shared_bytes),
+            first_block: 0,
+            block_step: 1,
+            args: std::ptr::null_mut(),
+            packed: self.args.as_ptr().cast(),
+            packed_size: self.args_size,
+            kernel: self.name.as_ptr(),
+            error: std::ptr::null_mut(),
+            error_len: 0,
+        };
+        let blocks = u64::from(self.grid.x) * u64::from(self.grid.y) * u64::from(self.grid.z);
+        execute(self.entry, &self.name, launch, blocks)
+    }
+}
+
+/// A packed copy of a launch's arguments: the values `params` points at,
+/// laid out by the kernel's pack entry, or the `extra` buffer's bytes.
+///
+/// # Safety
+/// `params` must be null or point at the kernel's arguments; `packed` must
+/// be valid for `packed_size` bytes when `params` is null.
+unsafe fn copy_arguments(
+    function: &Function,
+    params: *mut *mut c_void,
+    packed: *const c_char,
+    packed_size: u64,
+) -> HipResult<(Vec<ArgBlock>, u64)> {
+    let block = size_of::<ArgBlock>();
+    let blocks_for = |bytes: u64| usize::try_from(bytes).map(|b| b.div_ceil(block).max(1));
+    if params.is_null() {
+        let mut args = vec![ArgBlock([0; 64]); blocks_for(packed_size).map_err(|_| INVALID)?];
+        let len = usize::try_from(packed_size).map_err(|_| INVALID)?;
+        // SAFETY: `packed` holds `packed_size` bytes per the contract; the
+        // destination has room for them.
+        unsafe { std::ptr::copy_nonoverlapping(packed, args.as_mut_ptr().cast(), len) };
+        return Ok((args, packed_size));
+    }
+    let Some(pack) = function.pack else {
+        eprintln!(
+            "hip-on-cpu: kernel `{}` comes from a module without pack entries (built before              stream capture was supported): its launch cannot be captured",
+            function.name.to_string_lossy()
+        );
+        return Err(hipError_t::hipErrorStreamCaptureUnsupported);
+    };
+    // SAFETY: with no room, the entry only measures.
+    let needed = unsafe { pack(params, std::ptr::null_mut(), 0) };
+    if needed == u64::MAX {
+        eprintln!(
+            "hip-on-cpu: kernel `{}` has an argument aligned to more than 64 bytes: its launch \
+             cannot be captured",
+            function.name.to_string_lossy()
+        );
+        return Err(hipError_t::hipErrorStreamCaptureUnsupported);
+    }
+    let mut args = vec![ArgBlock([0; 64]); blocks_for(needed).map_err(|_| INVALID)?];
+    let room = (args.len() * block) as u64;
+    // SAFETY: `params` points at the kernel's arguments; `args` has room
+    // for `room` bytes, aligned as the entry requires.
+    let written = unsafe { pack(params, args.as_mut_ptr().cast(), room) };
+    if written != needed || needed > room {
+        return Err(INVALID);
+    }
+    Ok((args, needed))
+}
+
 /// `hipModuleLaunchKernel`: runs the kernel to completion. A failure (a
 /// divergent or deadlocked block, damaged buffer guards) is reported on
 /// stderr with the kernel's name and returned as `hipErrorLaunchFailure`.
+/// On a capturing stream the launch is checked and recorded, with a copy
+/// of its argument values.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn hipModuleLaunchKernel(
     f: hipFunction_t,
@@ -329,7 +457,7 @@ pub(crate) unsafe fn hipModuleLaunchKernel(
     block_y: c_uint,
     block_z: c_uint,
     shared_bytes: c_uint,
-    _stream: hipStream_t,
+    stream: hipStream_t,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> HipResult {
@@ -355,17 +483,36 @@ pub(crate) unsafe fn hipModuleLaunchKernel(
     } else {
         (std::ptr::null(), 0)
     };
+    let grid = Dim3 {
+        x: grid_x,
+        y: grid_y,
+        z: grid_z,
+    };
+    let block = Dim3 {
+        x: block_x,
+        y: block_y,
+        z: block_z,
+    };
+    let recorded = record(stream, || {
+        // SAFETY: the caller's arguments, as for a launch.
+        let (args, args_size) = unsafe { copy_arguments(function, params, packed, packed_size) }?;
+        let launch = Recorded {
+            entry: function.entry,
+            name: function.name.clone(),
+            grid,
+            block,
+            shared_bytes,
+            args,
+            args_size,
+        };
+        Ok(move || launch.replay())
+    })?;
+    if recorded {
+        return Ok(());
+    }
     let launch = Launch {
-        grid: Dim3 {
-            x: grid_x,
-            y: grid_y,
-            z: grid_z,
-        },
-        block: Dim3 {
-            x: block_x,
-            y: block_y,
-            z: block_z,
-        },
+        grid,
+        block,
         shared_bytes: u64::from(shared_bytes),
         first_block: 0,
         block_step: 1,
@@ -376,14 +523,7 @@ pub(crate) unsafe fn hipModuleLaunchKernel(
         error: std::ptr::null_mut(),
         error_len: 0,
     };
-    let outcome = run(function.entry, launch, blocks).and_then(|()| {
-        check_guards()
-            .map_err(|damage| format!("kernel `{}`: {damage}", function.name.to_string_lossy()))
-    });
-    outcome.map_err(|message| {
-        eprintln!("hip-on-cpu: launch failed: {message}");
-        hipError_t::hipErrorLaunchFailure
-    })
+    execute(function.entry, &function.name, launch, blocks)
 }
 
 /// `hipFuncGetAttribute`: the limits every kernel of this platform has.

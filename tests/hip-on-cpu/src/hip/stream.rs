@@ -2,7 +2,8 @@
 //! the caller's order, which is a valid schedule of any stream program: a
 //! stream's work is complete whenever it is queried, and waits between
 //! streams have nothing left to wait for. Events record the host time of
-//! their `hipEventRecord`.
+//! their `hipEventRecord`. While a stream captures, its work is recorded
+//! instead, and synchronising with it is refused (see `hip::graph`).
 //!
 //! Streams and events belong to the device current when they are created;
 //! the null and per-thread streams to the caller's current device. An event
@@ -16,6 +17,7 @@ use std::time::Instant;
 use hip_sys::{hipError_t, hipEvent_t, hipHostFn_t, hipStream_t};
 
 use super::device::{current, device};
+use super::graph::{self, CapturePoint};
 use super::status::HipResult;
 use crate::ffi::{non_null, write_out};
 
@@ -30,8 +32,9 @@ const EVENT_DISABLE_TIMING: c_uint = 0x2;
 /// and AMD's fence scopes).
 const EVENT_FLAGS: c_uint = 0x1 | 0x2 | 0x4 | 0x2000_0000 | 0x4000_0000 | 0x8000_0000;
 
-/// The null stream and `hipStreamPerThread` (2) are not destroyable.
-fn is_special_stream(stream: hipStream_t) -> bool {
+/// The null stream, `hipStreamLegacy` (1) and `hipStreamPerThread` (2):
+/// not destroyable, never captured.
+pub(crate) fn is_special_stream(stream: hipStream_t) -> bool {
     (stream as usize) < 3
 }
 
@@ -44,8 +47,25 @@ struct Stream {
 /// A created event.
 struct Event {
     timing: bool,
-    recorded: Mutex<Option<Instant>>,
+    recorded: Mutex<Recorded>,
     device: c_int,
+}
+
+/// What an event's last `hipEventRecord` did.
+#[derive(Default)]
+struct Recorded {
+    /// The host time of the last record outside a capture.
+    time: Option<Instant>,
+    /// The stream of the last record (an address).
+    stream: usize,
+    /// Where the last record was in a capture, if it was.
+    capture: Option<CapturePoint>,
+}
+
+impl Event {
+    fn recorded(&self) -> std::sync::MutexGuard<'_, Recorded> {
+        self.recorded.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The device `stream` belongs to: the caller's current device for the
@@ -90,29 +110,37 @@ pub(crate) unsafe fn hipStreamCreateWithFlags(
     unsafe { write_out(stream, handle.cast(), INVALID) }
 }
 
-/// `hipStreamDestroy`.
+/// `hipStreamDestroy`; a capturing stream leaves its capture, which is
+/// dropped if it began on it.
 pub(crate) unsafe fn hipStreamDestroy(stream: hipStream_t) -> HipResult {
     if is_special_stream(stream) {
         return Err(INVALID_HANDLE);
     }
+    graph::forget_stream(stream);
     // SAFETY: the caller passes a stream from hipStreamCreateWithFlags.
     drop(unsafe { Box::from_raw(stream.cast::<Stream>()) });
     Ok(())
 }
 
-/// `hipStreamSynchronize`: the work is done.
-pub(crate) unsafe fn hipStreamSynchronize(_stream: hipStream_t) -> HipResult {
-    device().map(|_| ())
+/// `hipStreamSynchronize`: the work is done (refused during captures as
+/// HIP refuses it, see `hip::graph`).
+pub(crate) unsafe fn hipStreamSynchronize(stream: hipStream_t) -> HipResult {
+    device()?;
+    graph::check_stream_sync(stream)
 }
 
-/// `hipStreamQuery`: always complete.
-pub(crate) unsafe fn hipStreamQuery(_stream: hipStream_t) -> HipResult {
-    device().map(|_| ())
+/// `hipStreamQuery`: always complete (refused during captures as HIP
+/// refuses it, see `hip::graph`).
+pub(crate) unsafe fn hipStreamQuery(stream: hipStream_t) -> HipResult {
+    device()?;
+    graph::check_stream_sync(stream)
 }
 
-/// `hipStreamWaitEvent`: the recorded work is done.
+/// `hipStreamWaitEvent`: the recorded work is done; a wait on an event
+/// recorded in a capture makes the stream take part in it (see
+/// `hip::graph`).
 pub(crate) unsafe fn hipStreamWaitEvent(
-    _stream: hipStream_t,
+    stream: hipStream_t,
     ev: hipEvent_t,
     flags: c_uint,
 ) -> HipResult {
@@ -120,16 +148,30 @@ pub(crate) unsafe fn hipStreamWaitEvent(
         return Err(INVALID);
     }
     // SAFETY: the caller passes a live event.
-    unsafe { event(ev) }.map(|_| ())
+    let point = unsafe { event(ev) }?.recorded().capture;
+    graph::wait_event(stream, point)
 }
 
-/// `hipLaunchHostFunc`: calls the function now.
+/// `hipLaunchHostFunc`: calls the function now, or at each replay when the
+/// stream captures.
 pub(crate) unsafe fn hipLaunchHostFunc(
-    _stream: hipStream_t,
+    stream: hipStream_t,
     fn_: hipHostFn_t,
     user_data: *mut c_void,
 ) -> HipResult {
     let f = fn_.ok_or(INVALID)?;
+    let data = user_data as usize;
+    let recorded = graph::record(stream, || {
+        Ok(move || {
+            // SAFETY: the caller's function with the caller's data, called
+            // at each launch of the graph as HIP would.
+            unsafe { f(data as *mut c_void) };
+            Ok(())
+        })
+    })?;
+    if recorded {
+        return Ok(());
+    }
     // SAFETY: the caller's function with the caller's data, as HIP would.
     unsafe { f(user_data) };
     Ok(())
@@ -144,7 +186,7 @@ pub(crate) unsafe fn hipEventCreateWithFlags(ev: *mut hipEvent_t, flags: c_uint)
     let device = current()?;
     let handle = Box::into_raw(Box::new(Event {
         timing: flags & EVENT_DISABLE_TIMING == 0,
-        recorded: Mutex::new(None),
+        recorded: Mutex::new(Recorded::default()),
         device,
     }));
     // SAFETY: checked non-null; the caller guarantees validity.
@@ -160,7 +202,8 @@ pub(crate) unsafe fn hipEventDestroy(ev: hipEvent_t) -> HipResult {
 }
 
 /// `hipEventRecord`: the current time, on a stream of the event's device
-/// (`hipErrorInvalidHandle` otherwise).
+/// (`hipErrorInvalidHandle` otherwise). On a capturing stream it marks a
+/// point of the capture instead (no node, no time: see `hip::graph`).
 pub(crate) unsafe fn hipEventRecord(ev: hipEvent_t, stream: hipStream_t) -> HipResult {
     // SAFETY: the caller passes a live event.
     let e = unsafe { event(ev) }?;
@@ -168,20 +211,39 @@ pub(crate) unsafe fn hipEventRecord(ev: hipEvent_t, stream: hipStream_t) -> HipR
     if unsafe { stream_device(stream) }? != e.device {
         return Err(INVALID_HANDLE);
     }
-    *e.recorded.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    let point = graph::capture_point(stream)?;
+    let mut recorded = e.recorded();
+    recorded.stream = stream as usize;
+    recorded.capture = point;
+    if point.is_none() {
+        recorded.time = Some(Instant::now());
+    }
     Ok(())
 }
 
-/// `hipEventSynchronize`: recorded work is done.
+/// `hipEventSynchronize`: recorded work is done (refused for an event of
+/// an active capture and during captures as HIP refuses it, see
+/// `hip::graph`).
 pub(crate) unsafe fn hipEventSynchronize(ev: hipEvent_t) -> HipResult {
-    // SAFETY: the caller passes a live event.
-    unsafe { event(ev) }.map(|_| ())
+    let (point, stream) = {
+        // SAFETY: the caller passes a live event.
+        let e = unsafe { event(ev) }?;
+        let recorded = e.recorded();
+        (recorded.capture, recorded.stream)
+    };
+    graph::check_event(point, stream, true)
 }
 
-/// `hipEventQuery`: always complete.
+/// `hipEventQuery`: always complete (refused for an event of an active
+/// capture, see `hip::graph`).
 pub(crate) unsafe fn hipEventQuery(ev: hipEvent_t) -> HipResult {
-    // SAFETY: the caller passes a live event.
-    unsafe { event(ev) }.map(|_| ())
+    let (point, stream) = {
+        // SAFETY: the caller passes a live event.
+        let e = unsafe { event(ev) }?;
+        let recorded = e.recorded();
+        (recorded.capture, recorded.stream)
+    };
+    graph::check_event(point, stream, false)
 }
 
 /// `hipEventElapsedTime`: milliseconds between two recorded, timed events
@@ -198,7 +260,7 @@ pub(crate) unsafe fn hipEventElapsedTime(
         return Err(INVALID_HANDLE);
     }
     let time = |e: &Event| {
-        let t = *e.recorded.lock().unwrap_or_else(|p| p.into_inner());
+        let t = e.recorded().time;
         t.filter(|_| e.timing).ok_or(INVALID_HANDLE)
     };
     let (t0, t1) = (time(a)?, time(b)?);

@@ -8,7 +8,8 @@
 //!    with the target's wave size and macros;
 //! 3. the preprocessed text is rewritten: every `extern "C"` kernel (marked
 //!    by the `__global__` replacement) gets a launch entry
-//!    `__hipcpu_launch_<name>`, `extern __shared__ T x[];` becomes a pointer
+//!    `__hipcpu_launch_<name>` and a pack entry `__hipcpu_pack_<name>`
+//!    (which copies its arguments for stream capture), `extern __shared__ T x[];` becomes a pointer
 //!    to the launch's dynamic shared memory, other `__shared__` variables
 //!    become block-local (thread-local) statics;
 //! 4. it is compiled into a shared object, returned with its ELF machine
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::options::Parsed;
-use crate::hip::module::{ABI_SYMBOL, E_MACHINE, EM_AMDGPU, LAUNCH_PREFIX};
+use crate::hip::module::{ABI_SYMBOL, E_MACHINE, EM_AMDGPU, LAUNCH_PREFIX, PACK_PREFIX};
 
 /// Environment variable naming the host C++ compiler.
 pub const CXX_VAR: &str = "HIP_ON_CPU_CXX";
@@ -278,6 +279,9 @@ fn rewrite(text: &str) -> Result<(String, Vec<String>), String> {
         out.push_str(&format!(
             "extern \"C\" __attribute__((visibility(\"default\"))) int {LAUNCH_PREFIX}{k}(const ::hipcpu::Launch* l) {{ return ::hipcpu::launch_kernel(&{k}, *l); }}\n"
         ));
+        out.push_str(&format!(
+            "extern \"C\" __attribute__((visibility(\"default\"))) unsigned long long {PACK_PREFIX}{k}(void* const* a, char* o, unsigned long long c) {{ return ::hipcpu::pack_arguments(&{k}, a, o, c); }}\n"
+        ));
     }
     Ok((out, kernels))
 }
@@ -332,6 +336,7 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("int __hipcpu_launch_add_f32(const ::hipcpu::Launch* l)"));
+        assert!(out.contains("unsigned long long __hipcpu_pack_add_f32(void* const* a"));
         assert!(!out.contains(KERNEL_MARKER));
     }
 

@@ -15,7 +15,8 @@
 //! Sums are accumulated in f64 and written as `α·sum + β·out` (`out` not
 //! read when β = 0), rounding to nearest even. The scalars are f32, or f64
 //! for f64 tensors, as in MIOpen. Find reports one algorithm (GEMM), no
-//! workspace is needed.
+//! workspace is needed. On a capturing stream a convolution is checked and
+//! recorded instead (see `hip::graph`), its scalars copied at the call.
 
 use std::ffi::{c_int, c_void};
 
@@ -26,9 +27,12 @@ use miopen_sys::{
     miopenStatus_t, miopenTensorDescriptor_t,
 };
 
+use hip_sys::hipError_t;
+
 use super::descriptor::{ConvDesc, TensorDesc, convolution, tensor};
 use super::{MiopenResult, handle};
 use crate::ffi::{non_null, write_out};
+use crate::hip::graph::record;
 
 const BAD_PARM: miopenStatus_t = miopenStatus_t::miopenStatusBadParm;
 const NOT_IMPLEMENTED: miopenStatus_t = miopenStatus_t::miopenStatusNotImplemented;
@@ -43,6 +47,7 @@ enum Direction {
 }
 
 /// A convolution call, its descriptors read and checked.
+#[derive(Clone)]
 struct Call {
     x: TensorDesc,
     y: TensorDesc,
@@ -398,6 +403,85 @@ pub(crate) unsafe fn miopenFindConvolutionBackwardDataAlgorithm(
     }
 }
 
+/// A scalar's bytes (f64, or f32 in the low bytes), copied at the call.
+///
+/// # Safety
+/// `ptr` must point at an f64 when `double`, else at an f32.
+unsafe fn scalar(ptr: *const c_void, double: bool) -> u64 {
+    let mut value = 0u64;
+    let bytes = if double { 8 } else { 4 };
+    // SAFETY: per the contract; `value` has room for 8 bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            ptr.cast::<u8>(),
+            std::ptr::from_mut(&mut value).cast(),
+            bytes,
+        )
+    };
+    value
+}
+
+/// Runs a call at once, or records it when the handle's stream captures.
+///
+/// # Safety
+/// As for [`run`]; a recorded call's tensors must stay valid for every
+/// replay of its graph.
+unsafe fn submit(
+    h: miopenHandle_t,
+    call: &Call,
+    alpha: *const c_void,
+    beta: *const c_void,
+    x: *mut c_void,
+    w: *const c_void,
+    y: *mut c_void,
+) -> MiopenResult {
+    // SAFETY: the caller passes a live handle.
+    let stream = unsafe { handle(h) }?.stream;
+    non_null(alpha, BAD_PARM)?;
+    non_null(beta, BAD_PARM)?;
+    let double = D(call.x.dtype) == D::miopenDouble;
+    let recorded = record(stream, || {
+        for t in [&call.x, &call.y, &call.w] {
+            Call::extent(t).map_err(|_| hipError_t::hipErrorInvalidValue)?;
+        }
+        // SAFETY: the caller's scalars, of the tensors' type.
+        let (a, b) = unsafe { (scalar(alpha, double), scalar(beta, double)) };
+        let (call, x, w, y) = (call.clone(), x as usize, w as usize, y as usize);
+        Ok(move || {
+            let (a, b) = (std::ptr::from_ref(&a).cast(), std::ptr::from_ref(&b).cast());
+            // SAFETY: the tensors stay valid for every replay (the
+            // contract of captured work); the scalars are copies.
+            let done = unsafe {
+                run(
+                    &call,
+                    a,
+                    b,
+                    x as *mut c_void,
+                    w as *const c_void,
+                    y as *mut c_void,
+                )
+            };
+            done.map_err(|status| {
+                eprintln!(
+                    "hip-on-cpu: a MIOpen convolution replayed by a graph failed: {status:?}"
+                );
+                hipError_t::hipErrorLaunchFailure
+            })
+        })
+    });
+    match recorded {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            // SAFETY: per the contract.
+            unsafe { run(call, alpha, beta, x, w, y) }
+        }
+        Err(error) => {
+            eprintln!("hip-on-cpu: a MIOpen convolution on a capturing stream failed: {error:?}");
+            Err(miopenStatus_t::miopenStatusInternalError)
+        }
+    }
+}
+
 /// `miopenConvolutionForward`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn miopenConvolutionForward(
@@ -424,7 +508,7 @@ pub(crate) unsafe fn miopenConvolutionForward(
             Direction::Gather => (x.cast_mut(), y),
             Direction::Scatter => (y, x.cast_mut()),
         };
-        run(&call, alpha, beta, xp, w, yp)
+        submit(h, &call, alpha, beta, xp, w, yp)
     }
 }
 
@@ -453,6 +537,6 @@ pub(crate) unsafe fn miopenConvolutionBackwardData(
             Direction::Scatter => (dx, dy.cast_mut()),
             Direction::Gather => (dy.cast_mut(), dx),
         };
-        run(&call, alpha, beta, xp, w, yp)
+        submit(h, &call, alpha, beta, xp, w, yp)
     }
 }

@@ -64,7 +64,8 @@ pub(crate) unsafe fn miopenDestroy(h: miopenHandle_t) -> MiopenResult {
     Ok(())
 }
 
-/// `miopenSetStream`: remembered (work runs at the call).
+/// `miopenSetStream`: remembered (work runs at the call, or is recorded
+/// when the stream captures).
 pub(crate) unsafe fn miopenSetStream(
     h: miopenHandle_t,
     stream: miopenAcceleratorQueue_t,

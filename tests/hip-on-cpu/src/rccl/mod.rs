@@ -15,7 +15,8 @@
 //!   after `HIP_ON_CPU_RCCL_TIMEOUT_S` seconds (60 by default).
 //!
 //! Work runs at the call, as every stream operation of this platform does,
-//! so any stream of the shim is accepted. Buffers must lie inside device
+//! so any stream of the shim is accepted, except a capturing one: RCCL
+//! calls are not recorded into graphs here (`ncclInvalidUsage`). Buffers must lie inside device
 //! buffers of the communicator's device. Argument errors return
 //! `ncclInvalidArgument` and set the message of `ncclGetLastError`.
 
@@ -300,6 +301,20 @@ fn collective(comm: ncclComm_t, args: CollectiveArgs) -> CResult {
     })
 }
 
+/// Refuses an RCCL call on a capturing stream with `ncclInvalidUsage`
+/// (this platform does not record RCCL calls into graphs); the capture
+/// goes on.
+fn refuse_capture(name: &str, stream: hipStream_t) -> CResult {
+    if !crate::hip::graph::is_capturing(stream) {
+        return Ok(());
+    }
+    let failure = Failure::usage(format_args!(
+        "{name}: the stream is capturing, and hip-on-cpu does not record RCCL calls into graphs"
+    ));
+    group::refused(&failure);
+    Err(report(failure))
+}
+
 /// `ncclAllReduce`.
 pub(crate) unsafe fn ncclAllReduce(
     sendbuff: *const c_void,
@@ -308,8 +323,9 @@ pub(crate) unsafe fn ncclAllReduce(
     datatype: ncclDataType_t,
     op: ncclRedOp_t,
     comm: ncclComm_t,
-    _stream: hipStream_t,
+    stream: hipStream_t,
 ) -> CResult {
+    refuse_capture("ncclAllReduce", stream)?;
     collective(
         comm,
         CollectiveArgs {
@@ -332,8 +348,9 @@ pub(crate) unsafe fn ncclBroadcast(
     datatype: ncclDataType_t,
     root: c_int,
     comm: ncclComm_t,
-    _stream: hipStream_t,
+    stream: hipStream_t,
 ) -> CResult {
+    refuse_capture("ncclBroadcast", stream)?;
     collective(
         comm,
         CollectiveArgs {
@@ -358,8 +375,9 @@ pub(crate) unsafe fn ncclReduce(
     op: ncclRedOp_t,
     root: c_int,
     comm: ncclComm_t,
-    _stream: hipStream_t,
+    stream: hipStream_t,
 ) -> CResult {
+    refuse_capture("ncclReduce", stream)?;
     collective(
         comm,
         CollectiveArgs {
@@ -381,8 +399,9 @@ pub(crate) unsafe fn ncclAllGather(
     sendcount: usize,
     datatype: ncclDataType_t,
     comm: ncclComm_t,
-    _stream: hipStream_t,
+    stream: hipStream_t,
 ) -> CResult {
+    refuse_capture("ncclAllGather", stream)?;
     collective(
         comm,
         CollectiveArgs {
@@ -405,8 +424,9 @@ pub(crate) unsafe fn ncclReduceScatter(
     datatype: ncclDataType_t,
     op: ncclRedOp_t,
     comm: ncclComm_t,
-    _stream: hipStream_t,
+    stream: hipStream_t,
 ) -> CResult {
+    refuse_capture("ncclReduceScatter", stream)?;
     collective(
         comm,
         CollectiveArgs {
@@ -486,8 +506,9 @@ pub(crate) unsafe fn ncclSend(
     datatype: ncclDataType_t,
     peer: c_int,
     comm: ncclComm_t,
-    _stream: hipStream_t,
+    stream: hipStream_t,
 ) -> CResult {
+    refuse_capture("ncclSend", stream)?;
     point_to_point(
         Direction::Send,
         sendbuff as usize,
@@ -505,8 +526,9 @@ pub(crate) unsafe fn ncclRecv(
     datatype: ncclDataType_t,
     peer: c_int,
     comm: ncclComm_t,
-    _stream: hipStream_t,
+    stream: hipStream_t,
 ) -> CResult {
+    refuse_capture("ncclRecv", stream)?;
     point_to_point(
         Direction::Recv,
         recvbuff as usize,

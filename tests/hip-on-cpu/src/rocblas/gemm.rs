@@ -9,9 +9,14 @@
 use std::ffi::c_void;
 
 use half::{bf16, f16};
-use rocblas_sys::{rocblas_datatype as T, rocblas_handle, rocblas_operation, rocblas_status};
+use hip_sys::hipError_t;
+use rocblas_sys::{
+    rocblas_datatype as T, rocblas_handle, rocblas_operation, rocblas_pointer_mode, rocblas_status,
+};
 
 use super::{BlasResult, handle};
+use crate::hip::graph::record;
+use crate::hip::status::HipResult;
 
 #[path = "../../../shim-common/rocblas_gemm_args.rs"]
 mod args;
@@ -118,16 +123,122 @@ fn offset(m: &Matrix, row: usize, col: usize, b: usize) -> BlasResult<usize> {
         .ok_or(INVALID_SIZE)
 }
 
-/// Runs a GEMM problem.
+/// A scalar of a recorded GEMM.
+#[derive(Clone, Copy)]
+enum Scalar {
+    /// Copied at the call (host pointer mode): the compute type's bytes.
+    Value(u64),
+    /// Read at each replay (device pointer mode).
+    At(usize),
+}
+
+/// A GEMM recorded by a stream capture.
+struct Recorded {
+    problem: Problem,
+    alpha: Scalar,
+    beta: Scalar,
+}
+
+// SAFETY: the pointers name device memory (and, in device pointer mode,
+// scalars) that the caller keeps valid for every replay, the contract of
+// captured work; a replay only reads the record.
+unsafe impl Send for Recorded {}
+// SAFETY: as above.
+unsafe impl Sync for Recorded {}
+
+impl Recorded {
+    /// Records `p`, copying its scalars in host pointer mode.
+    ///
+    /// # Safety
+    /// In host mode the scalars must be readable values of the compute type.
+    unsafe fn new(p: &Problem, mode: rocblas_pointer_mode) -> Recorded {
+        let bytes = if p.compute == T::rocblas_datatype_f64_r {
+            8
+        } else {
+            4
+        };
+        let scalar = |ptr: *const c_void| {
+            if mode == rocblas_pointer_mode::rocblas_pointer_mode_device {
+                return Scalar::At(ptr as usize);
+            }
+            let mut value = 0u64;
+            // SAFETY: per the contract; `value` has room for 8 bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    ptr.cast::<u8>(),
+                    std::ptr::from_mut(&mut value).cast(),
+                    bytes,
+                )
+            };
+            Scalar::Value(value)
+        };
+        Recorded {
+            problem: Problem { ..*p },
+            alpha: scalar(p.alpha),
+            beta: scalar(p.beta),
+        }
+    }
+
+    /// Runs the recorded GEMM.
+    fn replay(&self) -> HipResult {
+        let at = |s: &Scalar| match s {
+            Scalar::Value(v) => std::ptr::from_ref(v).cast::<c_void>(),
+            Scalar::At(p) => *p as *const c_void,
+        };
+        let p = Problem {
+            alpha: at(&self.alpha),
+            beta: at(&self.beta),
+            ..self.problem
+        };
+        let done = p.validate(check_types).and_then(|any| {
+            if !any {
+                return Ok(());
+            }
+            // SAFETY: the recorded pointers stay valid for every replay (see
+            // the `Send` impl); the scalars point at the record or at device
+            // memory.
+            unsafe { compute(&p) }
+        });
+        done.map_err(|status| {
+            eprintln!("hip-on-cpu: a rocBLAS GEMM replayed by a graph failed: {status:?}");
+            hipError_t::hipErrorLaunchFailure
+        })
+    }
+}
+
+/// Runs a GEMM problem, or records it when the handle's stream captures.
 ///
 /// # Safety
 /// The matrices and scalars must be valid for the problem's shapes.
 unsafe fn run(h: rocblas_handle, p: &Problem) -> BlasResult {
     // SAFETY: the caller passes a live handle.
-    unsafe { handle(h) }?;
+    let handle = unsafe { handle(h) }?;
+    let (stream, mode) = (handle.stream, handle.pointer_mode);
     if !p.validate(check_types)? {
         return Ok(());
     }
+    let recorded = record(stream, || {
+        // SAFETY: the caller's scalars, valid per the contract.
+        let gemm = unsafe { Recorded::new(p, mode) };
+        Ok(move || gemm.replay())
+    });
+    match recorded {
+        Ok(true) => return Ok(()),
+        Ok(false) => {}
+        Err(error) => {
+            eprintln!("hip-on-cpu: a rocBLAS GEMM on a capturing stream failed: {error:?}");
+            return Err(rocblas_status::rocblas_status_internal_error);
+        }
+    }
+    // SAFETY: per the contract.
+    unsafe { compute(p) }
+}
+
+/// Computes a checked GEMM problem.
+///
+/// # Safety
+/// The matrices and scalars must be valid for the problem's shapes.
+unsafe fn compute(p: &Problem) -> BlasResult {
     let f64_compute = p.compute == T::rocblas_datatype_f64_r;
     // SAFETY: the scalars are of the compute type.
     let (alpha, beta) = unsafe {

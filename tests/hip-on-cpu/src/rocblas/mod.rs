@@ -5,7 +5,10 @@
 //!
 //! A `rocblas_handle` is a boxed [`Handle`]. Work runs to completion at the
 //! call, whatever the stream; scalars are read from host memory in either
-//! pointer mode, since device memory is host memory here.
+//! pointer mode, since device memory is host memory here. On a capturing
+//! stream a GEMM is checked and recorded instead (see `hip::graph`): its
+//! scalars are copied at the call in host pointer mode and read at each
+//! replay in device pointer mode, as rocBLAS does.
 
 #[path = "../../../shim-common/rocblas_common.rs"]
 mod common;
@@ -28,8 +31,12 @@ const VERSION: &[u8] = b"4.4.0-hip-on-cpu";
 
 /// One rocBLAS handle.
 struct Handle {
-    /// The stream set by `rocblas_set_stream` (only reported back).
+    /// The stream set by `rocblas_set_stream` (work on a capturing stream
+    /// is recorded).
     stream: hipStream_t,
+    /// The pointer mode set by `rocblas_set_pointer_mode` (host by
+    /// default): when a captured GEMM reads its scalars.
+    pointer_mode: rocblas_pointer_mode,
 }
 
 /// The handle behind a `rocblas_handle`.
@@ -48,6 +55,7 @@ pub(crate) unsafe fn rocblas_create_handle(out: *mut rocblas_handle) -> BlasResu
     non_null(out, rocblas_status::rocblas_status_invalid_pointer)?;
     let boxed = Box::new(Handle {
         stream: std::ptr::null_mut(),
+        pointer_mode: rocblas_pointer_mode::rocblas_pointer_mode_host,
     });
     // SAFETY: checked non-null; the caller guarantees validity.
     unsafe {
@@ -67,8 +75,9 @@ pub(crate) unsafe fn rocblas_destroy_handle(h: rocblas_handle) -> BlasResult {
     Ok(())
 }
 
-/// `rocblas_set_stream`: remembered for `rocblas_get_stream` (work runs at
-/// the call, which is a valid schedule of any stream).
+/// `rocblas_set_stream`: remembered for `rocblas_get_stream` and stream
+/// capture (work runs at the call, which is a valid schedule of any
+/// stream).
 pub(crate) unsafe fn rocblas_set_stream(h: rocblas_handle, stream: hipStream_t) -> BlasResult {
     // SAFETY: the caller passes a live handle.
     unsafe { handle(h) }?.stream = stream;
@@ -96,10 +105,13 @@ pub(crate) unsafe fn rocblas_set_pointer_mode(
     pointer_mode: rocblas_pointer_mode,
 ) -> BlasResult {
     // SAFETY: the caller passes a live handle.
-    unsafe { handle(h) }?;
+    let h = unsafe { handle(h) }?;
     match pointer_mode {
         rocblas_pointer_mode::rocblas_pointer_mode_host
-        | rocblas_pointer_mode::rocblas_pointer_mode_device => Ok(()),
+        | rocblas_pointer_mode::rocblas_pointer_mode_device => {
+            h.pointer_mode = pointer_mode;
+            Ok(())
+        }
         _ => Err(rocblas_status::rocblas_status_invalid_value),
     }
 }

@@ -3,6 +3,7 @@
 pub(crate) mod context;
 pub(crate) mod device;
 pub(crate) mod error;
+pub(crate) mod graph;
 pub(crate) mod memory;
 pub(crate) mod module;
 pub(crate) mod peer;
