@@ -40,6 +40,7 @@ mod error;
 #[cfg(feature = "candle-extension")]
 pub mod extension;
 pub mod fused;
+mod graph;
 mod handles;
 pub mod kernel;
 mod ops;
@@ -52,5 +53,6 @@ pub use candle_hip_kernels as kernels;
 pub use collective::HipComm;
 pub use device::HipDevice;
 pub use error::HipBackendError;
+pub use graph::HipGraph;
 pub use ops::conv;
 pub use storage::HipStorage;

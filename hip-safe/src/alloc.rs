@@ -8,6 +8,7 @@ use hip_sys::hipError_t;
 use crate::alloc_cache;
 use crate::buffer::{DeviceBuffer, Release};
 use crate::error::{Error, Result};
+use crate::graph::GraphMemory;
 use crate::repr::{DeviceRepr, ValidAsZeroBits};
 use crate::result::{Status, clear_hip_last_error, out_ptr};
 use crate::stream::Stream;
@@ -47,6 +48,14 @@ impl Stream {
         }
         self.bind()?;
         let what = || format!("{bytes} bytes ({len} x {dtype})");
+        if let Some(memory) = self.capture_memory() {
+            let block = GraphMemory::block_bytes(bytes).ok_or_else(|| {
+                Error::invalid("alloc", format_args!("{} overflows usize", what()))
+            })?;
+            buffer.ptr = memory.take(block, what())?;
+            buffer.release = Release::Graph { memory, block };
+            return Ok(buffer);
+        }
         if self.stream_ordered_alloc() {
             let mut size = bytes;
             buffer.release = Release::FreeAsync;
@@ -127,6 +136,16 @@ impl<T: DeviceRepr> Drop for DeviceBuffer<T> {
         if self.ptr.is_null() {
             return;
         }
+        if let Release::Graph { memory, block } = &self.release {
+            memory.give_back(self.ptr, *block);
+            return;
+        }
+        if let Some(capture) = self.stream.capture_memory() {
+            // Recorded work may still use it: kept until the graph is gone.
+            let release = std::mem::replace(&mut self.release, Release::Free);
+            capture.defer(self.ptr, self.stream.clone(), release);
+            return;
+        }
         if let Release::Cache(class) = self.release {
             match self.stream.allocation_cache().put(class, self.ptr) {
                 Ok(()) => return,
@@ -134,7 +153,7 @@ impl<T: DeviceRepr> Drop for DeviceBuffer<T> {
             }
         }
         let (ptr, stream) = (self.ptr, self.stream.raw());
-        let free_async = self.release != Release::Free;
+        let free_async = !matches!(self.release, Release::Free);
         self.stream.device().release(|api| {
             if free_async {
                 // SAFETY: allocated by hipMallocAsync; freed once, in order

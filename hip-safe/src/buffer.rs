@@ -5,10 +5,12 @@ use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
 
 use hip_sys::hipDeviceptr_t;
 
 use crate::error::{Error, Result};
+use crate::graph::GraphMemory;
 use crate::launch::KernelArg;
 use crate::repr::DeviceRepr;
 use crate::stream::Stream;
@@ -84,7 +86,6 @@ pub struct DeviceBuffer<T: DeviceRepr> {
 }
 
 /// How a [`DeviceBuffer`]'s memory goes back when it is dropped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Release {
     /// `hipFree` (allocated with `hipMalloc`).
     Free,
@@ -94,6 +95,12 @@ pub(crate) enum Release {
     /// (allocated with `hipMallocAsync` at the class size); freed with
     /// `hipFreeAsync` when the cache is full or off.
     Cache(u8),
+    /// To the pool of the graph captured while it was allocated, as a
+    /// block of `block` bytes (see [`crate::graph`]).
+    Graph {
+        memory: Arc<GraphMemory>,
+        block: usize,
+    },
 }
 
 // SAFETY: the buffer uniquely owns its allocation; device memory is not tied

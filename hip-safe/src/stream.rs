@@ -1,7 +1,7 @@
 //! [`Stream`]: an ordered queue of device work.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, ThreadId};
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use crate::alloc_cache::{AllocationCache, MAX_CACHED_BYTES};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
+use crate::graph::GraphMemory;
 use crate::result::{CheckStatus, clear_hip_last_error, out_ptr};
 
 /// `hipStreamNonBlocking`: the stream does not synchronise with the null stream.
@@ -54,6 +55,8 @@ struct StreamInner {
     kind: StreamKind,
     /// Small freed allocations kept for reuse (off until given a limit).
     alloc_cache: AllocationCache,
+    /// The memory of the capture in progress on this stream, if any.
+    capture: Mutex<Option<Arc<GraphMemory>>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,6 +130,7 @@ impl Stream {
                 handle,
                 kind,
                 alloc_cache: AllocationCache::default(),
+                capture: Mutex::new(None),
             }),
         }
     }
@@ -324,6 +328,42 @@ impl Stream {
 
     pub(crate) fn api(&self) -> &'static hip_sys::HipApi {
         self.inner.device.api()
+    }
+
+    /// Whether this stream was created by us (the only kind HIP captures).
+    pub(crate) fn is_owned(&self) -> bool {
+        self.inner.kind == StreamKind::Owned
+    }
+
+    fn capture_slot(&self) -> MutexGuard<'_, Option<Arc<GraphMemory>>> {
+        // Each update replaces the whole value, so a poisoned lock is usable.
+        self.inner
+            .capture
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The memory of the capture in progress on this stream, if any.
+    pub(crate) fn capture_memory(&self) -> Option<Arc<GraphMemory>> {
+        self.capture_slot().clone()
+    }
+
+    /// Marks the stream as capturing into `memory`; refuses a second capture.
+    pub(crate) fn start_capture(&self, memory: Arc<GraphMemory>) -> Result<()> {
+        let mut slot = self.capture_slot();
+        if slot.is_some() {
+            return Err(Error::invalid(
+                "Stream::capture",
+                "the stream is capturing already",
+            ));
+        }
+        *slot = Some(memory);
+        Ok(())
+    }
+
+    /// Ends what [`Stream::start_capture`] began.
+    pub(crate) fn stop_capture(&self) {
+        *self.capture_slot() = None;
     }
 }
 

@@ -615,6 +615,103 @@ fn gpu_kernel_launch_scalars_buffers_views_structs() {
     assert!(unsafe { launch.launch(bad) }.is_err());
 }
 
+/// Captures `y = 2x` (into a buffer from before the capture), a copy into a
+/// scratch buffer of the capture, `+1` on it and a copy into an output
+/// that escapes the capture; returns the graph and the output.
+fn capture_saxpy_plus_one(
+    stream: &Stream,
+    module: &Module,
+    dx: &hip_safe::DeviceBuffer<f32>,
+    dy: &mut hip_safe::DeviceBuffer<f32>,
+) -> hip_safe::Result<(hip_safe::DeviceBuffer<f32>, hip_safe::Graph)> {
+    let n = dx.len() as u32;
+    let saxpy = module.function("saxpy")?;
+    let affine = module.function("affine")?;
+    let work = || {
+        stream.memset_zeros(dy)?;
+        let two = 2.0f32;
+        let mut launch = stream.launch_builder(&saxpy);
+        launch.arg(&two).arg(dx).arg(&*dy).arg(&n);
+        // SAFETY: saxpy(float, const float*, float*, unsigned) touches [0, n).
+        unsafe { launch.launch(LaunchConfig::for_num_elems(n)) }?;
+        let mut scratch = stream.alloc_zeros::<f32>(n as usize)?;
+        stream.memcpy_dtod(&*dy, &mut scratch)?;
+        let p = Affine {
+            scale: 1.0,
+            offset: 1.0,
+            n,
+        };
+        let mut launch = stream.launch_builder(&affine);
+        launch.arg(&p).arg(&scratch);
+        // SAFETY: affine(Affine, float*) touches [0, p.n).
+        unsafe { launch.launch(LaunchConfig::for_num_elems(n)) }?;
+        // SAFETY: written in full by the copy below before any read.
+        let mut out = unsafe { stream.alloc::<f32>(n as usize) }?;
+        stream.memcpy_dtod(&scratch, &mut out)?;
+        Ok(out)
+    };
+    // SAFETY: dx and dy outlive every launch of the graph in the callers.
+    unsafe { stream.capture(work) }
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn gpu_graph_capture_replays_with_new_inputs() {
+    let _gpu = shared();
+    let dev = device();
+    let stream = dev.new_stream().unwrap();
+    let module = kernels(&dev);
+    let n = 3000usize;
+    let mut dx = stream.clone_htod(&vec![0.0f32; n]).unwrap();
+    let mut dy = stream.clone_htod(&vec![7.0f32; n]).unwrap();
+    let (out, graph) = capture_saxpy_plus_one(&stream, &module, &dx, &mut dy).unwrap();
+    assert!(graph.node_count() >= 5, "{graph:?}");
+    // Captured work does not run.
+    assert_eq!(stream.clone_dtoh(&dy).unwrap(), vec![7.0f32; n]);
+    for replay in 0..3u64 {
+        let x: Vec<f32> = values(n, 10 + replay).iter().map(|&v| v as f32).collect();
+        stream.memcpy_htod(&x, &mut dx).unwrap();
+        graph.launch().unwrap();
+        let y = stream.clone_dtoh(&dy).unwrap();
+        let got = stream.clone_dtoh(&out).unwrap();
+        for i in 0..n {
+            assert_eq!(y[i], 2.0 * x[i], "replay {replay}, y[{i}]");
+            assert_eq!(got[i], 2.0 * x[i] + 1.0, "replay {replay}, out[{i}]");
+        }
+    }
+    // The escaped output outlives the graph.
+    drop(graph);
+    assert_eq!(stream.clone_dtoh(&out).unwrap().len(), n);
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn gpu_graph_capture_refusals_leave_the_stream_usable() {
+    let _gpu = shared();
+    let dev = device();
+    let stream = dev.new_stream().unwrap();
+    // The null stream cannot be captured.
+    // SAFETY: nothing is captured.
+    let err = unsafe { dev.default_stream().capture(|| Ok::<(), Error>(())) }.unwrap_err();
+    assert!(err.to_string().contains("new_stream"), "{err}");
+    // Waiting for the host inside a capture fails; the capture ends.
+    let buf = stream.clone_htod(&[1.0f32, 2.0]).unwrap();
+    // SAFETY: the capture fails; nothing is launched.
+    let err = unsafe { stream.capture(|| stream.clone_dtoh(&buf)) }.unwrap_err();
+    println!("copy to host inside a capture: {err}");
+    // A nested capture is refused.
+    // SAFETY: nothing is launched.
+    let nested = unsafe { stream.capture(|| stream.capture(|| Ok::<(), Error>(())).map(|_| ())) };
+    assert!(nested.is_err());
+    // The stream works normally afterwards.
+    assert_eq!(stream.clone_dtoh(&buf).unwrap(), vec![1.0, 2.0]);
+    // An empty capture is a valid graph.
+    // SAFETY: the graph touches no memory.
+    let ((), graph) = unsafe { stream.capture(|| Ok::<(), Error>(())) }.unwrap();
+    graph.launch().unwrap();
+    stream.synchronize().unwrap();
+}
+
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_function_keeps_its_module_alive() {

@@ -52,6 +52,7 @@ mod dtypes;
 mod elementwise;
 mod errors;
 mod fused;
+mod graph;
 mod index_faults;
 mod indexing;
 mod large;
