@@ -8,8 +8,9 @@
 #       HIP; then Llama-3.2-1B-shaped seeded weights against Hugging Face
 #       transformers on the same safetensors: greedy tokens identical for 128
 #       steps in f32, logits within 5e-2 of the largest in bf16 while the
-#       tokens agree. The GGUF tests (HIP vs CPU on the same quantized files) run
-#       after the package tests.
+#       tokens agree. The GGUF tests (HIP vs CPU on the same quantized files) and
+#       the static-cache tests (its step on HIP vs the CPU) run after the package
+#       tests.
 #   generation.sh bench <outdir> <shape> [batches] [prompt lengths]
 #       writes the shape's seeded bf16 weights, then the generation benchmark of
 #       candle-hip and of PyTorch eager on them, and the joined report
@@ -18,6 +19,11 @@
 #       writes the shape as a GGUF file per quantization scheme (default
 #       q4_0,q8_0,q4k) and benchmarks each on HIP, then the bf16 model, rows to
 #       <outdir>/gguf-<shape>.jsonl (prompt 128, 64 new tokens).
+#   generation.sh graph <outdir> [shapes]
+#       decode through a captured HIP graph (--graph) against eager decode, for each
+#       shape (default llama-3.2-1b,llama-3.1-8b; seeded bf16 weights built on the GPU),
+#       batch 1, prompts of 128 and 2048 tokens, 128 new tokens; then PyTorch eager on the
+#       1B shape's folder. Rows to <outdir>/graph.jsonl and graph-torch.jsonl.
 #   generation.sh tp <outdir> [shapes]
 #       tensor parallelism over two GPUs: the tensor_parallel tests, then for each
 #       shape (default tiny,llama-3.1-8b; seeded bf16 weights built on the GPUs) 64
@@ -33,7 +39,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode="${1:-}"
 out="${2:-}"
 if [[ -z "$mode" || -z "$out" ]]; then
-    echo "usage: $0 check|bench|gguf-bench|tp <outdir> [shape batches prompts | shape schemes batches | shapes]" >&2
+    echo "usage: $0 check|bench|gguf-bench|graph|tp <outdir> [shape batches prompts | shape schemes batches | shapes]" >&2
     exit 2
 fi
 mkdir -p "$out"
@@ -71,6 +77,7 @@ case "$mode" in
 check)
     step tests "$here/generation" --include-ignored --nocapture --test-threads=1
     step gguf-tests "$here/gguf" --include-ignored --nocapture --test-threads=1
+    step static-cache-tests "$here/static_cache" --include-ignored --nocapture --test-threads=1
     step embedded-default "$here/generate" --device hip --max-tokens 64
     prompt="128000,791,4062,14198,39935,35308,927,279,16053,5679"
     for dtype in f32 bf16; do
@@ -128,6 +135,24 @@ gguf-bench)
     step "gguf-bench-$shape-bf16" "$here/generate" bench --model "$dir" --dtype bf16 \
         --device hip --batch "$batches" --prompt-len 128 --new-tokens 64 --iters 2 --json "$rows"
     ;;
+graph)
+    shapes="${3:-llama-3.2-1b,llama-3.1-8b}"
+    rows="$out/graph.jsonl"
+    rm -f "$rows" "$out/graph-torch.jsonl"
+    for shape in ${shapes//,/ }; do
+        for mode in eager graph; do
+            flag=()
+            [[ $mode == graph ]] && flag=(--graph)
+            step "graph-bench-$shape-$mode" "$here/generate" bench --shape "$shape" \
+                --dtype bf16 --device hip --batch 1 --prompt-len 128,2048 --new-tokens 128 \
+                --iters 2 "${flag[@]}" --json "$rows"
+        done
+    done
+    dir="$(model_dir llama-3.2-1b bf16)" || exit 1
+    step graph-bench-torch python3 "$here/torch_generate.py" bench --model "$dir" \
+        --dtype bf16 --batch 1 --prompt-len 128,2048 --new-tokens 128 --iters 2 \
+        --json "$out/graph-torch.jsonl"
+    ;;
 tp)
     shapes="${3:-tiny,llama-3.1-8b}"
     rows="$out/tp.jsonl"
@@ -152,7 +177,7 @@ tp)
     done
     ;;
 *)
-    echo "usage: $0 check|bench|gguf-bench|tp <outdir> ..." >&2
+    echo "usage: $0 check|bench|gguf-bench|graph|tp <outdir> ..." >&2
     exit 2
     ;;
 esac

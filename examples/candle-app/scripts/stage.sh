@@ -43,7 +43,7 @@ jq -r 'select(.reason == "compiler-artifact" and .executable != null)
        | [.target.name, .executable] | @tsv' "$json" |
 while IFS=$'\t' read -r target path; do
     case "$target" in
-        upstream | minilm | custom-kernel | generate | generation | gguf | tensor_parallel)
+        upstream | minilm | custom-kernel | generate | generation | gguf | tensor_parallel | static_cache)
             cp "$path" "$dest/$target"
             strip "$dest/$target"
             ;;

@@ -120,6 +120,7 @@ pub fn generate(
 ) -> AppResult<Outcome> {
     check_context(model, prompt.len(), 1)?;
     let max_tokens = settings.max_tokens.min(model.max_positions - prompt.len());
+    model.reserve(prompt.len() + max_tokens)?;
     model.reset()?;
     let mut sampler = LogitsProcessor::from_sampling(settings.seed, settings.sampling());
     let mut out = Outcome {
@@ -195,6 +196,7 @@ pub fn bench(
         ));
     }
     check_context(model, prompt_len, new_tokens)?;
+    model.reserve(prompt_len + new_tokens)?;
     let dev = model.device().clone();
     // Byte-range ids, the same for every run.
     let ids: Vec<u32> = (0..batch * prompt_len)

@@ -10,14 +10,20 @@
 //! - [`generation`]: the decode loop with sampling, timings and the benchmark;
 //! - [`device`]: choosing HIP or the CPU (one device, or one per tensor-parallel rank);
 //! - [`tensor_parallel`]: a Llama split over several devices, one thread per rank, and the
-//!   all-reduce its ranks meet in.
+//!   all-reduce its ranks meet in;
+//! - [`static_cache`]: a Llama with fixed-size KV caches whose one-token decode step has
+//!   static shapes and reads its token and position from the device (capturable into a
+//!   graph).
+//! - [`graph_decode`]: that step captured into a HIP graph once and replayed per token.
 
 pub mod codec;
 pub mod device;
 pub mod generation;
 pub mod gguf;
+pub mod graph_decode;
 pub mod model;
 pub mod shapes;
+pub mod static_cache;
 pub mod tensor_parallel;
 pub mod weights;
 

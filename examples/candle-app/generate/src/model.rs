@@ -12,9 +12,15 @@ use serde_json::Value;
 
 use crate::codec::TextCodec;
 use crate::gguf::Header;
+use crate::graph_decode::GraphDecoder;
 use crate::shapes::{BYTE_TOKENIZER_KEY, Shape};
+use crate::static_cache::StaticLlama;
 use crate::tensor_parallel::{Collectives, TensorParallelLlama, WeightSource};
 use crate::{AppResult, app_error, weights};
+
+/// The static KV cache a graph-decoding model starts with, before [`Model::reserve`] sizes
+/// it to a request.
+const GRAPH_CACHE_POSITIONS: usize = 256;
 
 /// The architectures this program runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,6 +170,8 @@ enum Net {
     QuantizedQwen3(Box<quantized_qwen3::ModelWeights>),
     /// A Llama split over several ranks (each with its own KV cache).
     TensorParallelLlama(Box<TensorParallelLlama>),
+    /// A Llama with a static KV cache, decoding through a captured graph on HIP.
+    GraphLlama(Box<GraphDecoder>),
 }
 
 /// A loaded model: the network, its tokenizer and what the config says.
@@ -210,14 +218,7 @@ impl Model {
         }
         check_dtype(dtype, device)?;
         let opened = Opened::new(source, dtype)?;
-        let vb = match &opened.weights {
-            // A shape's weights are built whole in memory.
-            WeightSource::Seeded { config, seed } => {
-                let tensors = weights::build(config, *seed, dtype, device)?;
-                VarBuilder::from_tensors(tensors, dtype, device)
-            }
-            files => files.var_builder(dtype, device)?,
-        };
+        let vb = opened.var_builder(dtype, device)?;
         let about = opened.about()?;
         let config = &opened.config;
         let bad =
@@ -245,6 +246,37 @@ impl Model {
             }
         };
         Ok(opened.into_model(net, about, dtype, device, ""))
+    }
+
+    /// Loads a Llama from `source` (a folder or a shape) in `dtype` with a static KV cache
+    /// whose one-token decode step is captured into a HIP graph and replayed (see
+    /// [`crate::graph_decode`]; on the CPU the step runs eagerly). Batch size 1; the cache
+    /// is sized by [`Model::reserve`], which generation and the benchmark call.
+    ///
+    /// Errors: a GGUF file, an architecture other than Llama, a dtype the device cannot
+    /// compute in.
+    pub fn load_graph_decode(source: &Source, dtype: DType, device: &Device) -> AppResult<Model> {
+        if let Source::Gguf(path) = source {
+            return Err(app_error(format!(
+                "{}: graph decoding runs Llama safetensors models and shapes, not GGUF files",
+                path.display()
+            )));
+        }
+        check_dtype(dtype, device)?;
+        let opened = Opened::new(source, dtype)?;
+        let about = opened.about()?;
+        if about.arch != Arch::Llama {
+            return Err(app_error(format!(
+                "graph decoding runs Llama models; this one is {:?}",
+                about.arch
+            )));
+        }
+        let cfg = opened.llama_config(false)?;
+        let vb = opened.var_builder(dtype, device)?;
+        let initial = GRAPH_CACHE_POSITIONS.min(cfg.max_position_embeddings);
+        let model = StaticLlama::load(vb, &cfg, initial)?;
+        let net = Net::GraphLlama(Box::new(GraphDecoder::new(model)));
+        Ok(opened.into_model(net, about, dtype, device, ", graph decoding"))
     }
 
     /// Loads a Llama from `source` (a folder or a shape) in `dtype`, split over the first
@@ -405,6 +437,7 @@ impl Model {
             Net::QuantizedQwen2(model) => model.forward(ids, pos)?,
             Net::QuantizedQwen3(model) => model.forward(ids, pos)?,
             Net::TensorParallelLlama(model) => model.forward(ids, pos)?,
+            Net::GraphLlama(model) => model.forward(ids, pos)?,
         };
         Ok(logits.to_dtype(DType::F32)?)
     }
@@ -422,8 +455,29 @@ impl Model {
             Net::QuantizedQwen2(model) => model.clear_kv_cache(),
             Net::QuantizedQwen3(model) => model.clear_kv_cache(),
             Net::TensorParallelLlama(model) => model.reset()?,
+            // The prompt's forward overwrites the rows it uses; later rows are masked.
+            Net::GraphLlama(_) => {}
         }
         Ok(())
+    }
+
+    /// Prepares for a sequence of `positions` tokens (prompt and generated): sizes the
+    /// static KV cache of a graph-decoding model to it (see
+    /// [`GraphDecoder::reserve`]); nothing for the other models.
+    pub fn reserve(&mut self, positions: usize) -> AppResult<()> {
+        if let Net::GraphLlama(model) = &mut self.net {
+            model.reserve(positions, self.max_positions)?;
+        }
+        Ok(())
+    }
+
+    /// The operations of the captured decode step, for a graph-decoding model that has
+    /// decoded a token.
+    pub fn graph_nodes(&self) -> Option<usize> {
+        match &self.net {
+            Net::GraphLlama(model) => model.graph_nodes(),
+            _ => None,
+        }
     }
 }
 
@@ -514,6 +568,17 @@ impl Opened {
             eos,
             max_positions,
             vocab,
+        })
+    }
+
+    /// The weights in `dtype` on `device` (a shape's are built whole in memory).
+    fn var_builder(&self, dtype: DType, device: &Device) -> AppResult<VarBuilder<'static>> {
+        Ok(match &self.weights {
+            WeightSource::Seeded { config, seed } => {
+                let tensors = weights::build(config, *seed, dtype, device)?;
+                VarBuilder::from_tensors(tensors, dtype, device)
+            }
+            files => files.var_builder(dtype, device)?,
         })
     }
 

@@ -424,19 +424,19 @@ impl SimpleBackend for SeededBackend {
 
 /// The per-rank sizes of a configuration split over `world` ranks.
 #[derive(Clone, Copy, Debug)]
-struct Split {
+pub(crate) struct Split {
     world: usize,
     /// Query heads per rank.
-    heads: usize,
+    pub(crate) heads: usize,
     /// Key/value heads per rank.
-    kv_heads: usize,
+    pub(crate) kv_heads: usize,
     /// As candle-transformers' Llama: `hidden_size / num_attention_heads`.
-    head_dim: usize,
+    pub(crate) head_dim: usize,
 }
 
 impl Split {
     /// The split, or an error naming every size that `world` does not divide.
-    fn new(cfg: &Config, world: usize) -> AppResult<Split> {
+    pub(crate) fn new(cfg: &Config, world: usize) -> AppResult<Split> {
         if world == 0 {
             return Err(app_error(
                 "tensor parallelism needs at least one rank (got 0)",
@@ -502,27 +502,27 @@ fn shard(
 }
 
 /// A rank's part of a layer's attention.
-struct Attention {
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
+pub(crate) struct Attention {
+    pub(crate) q: Linear,
+    pub(crate) k: Linear,
+    pub(crate) v: Linear,
+    pub(crate) o: Linear,
     split: Split,
 }
 
 /// A rank's part of a layer's feed-forward network.
-struct Mlp {
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+pub(crate) struct Mlp {
+    pub(crate) gate: Linear,
+    pub(crate) up: Linear,
+    pub(crate) down: Linear,
 }
 
 /// A rank's part of a decoder layer (the norms are whole).
-struct Layer {
-    input_norm: RmsNorm,
-    attention: Attention,
-    post_norm: RmsNorm,
-    mlp: Mlp,
+pub(crate) struct Layer {
+    pub(crate) input_norm: RmsNorm,
+    pub(crate) attention: Attention,
+    pub(crate) post_norm: RmsNorm,
+    pub(crate) mlp: Mlp,
 }
 
 /// What the layers of one forward share: the RoPE rows and the causal mask of its tokens,
@@ -544,13 +544,18 @@ impl Step<'_> {
 }
 
 /// A whole RMS norm of `size` features (weight `name`).
-fn load_norm(vb: &VarBuilder, name: &str, size: usize, eps: f64) -> candle_core::Result<RmsNorm> {
+pub(crate) fn load_norm(
+    vb: &VarBuilder,
+    name: &str,
+    size: usize,
+    eps: f64,
+) -> candle_core::Result<RmsNorm> {
     Ok(RmsNorm::new(vb.get(size, name)?, eps))
 }
 
 impl Layer {
     /// Rank `rank`'s part of the layer whose weights `vb` holds under its prefix.
-    fn load(
+    pub(crate) fn load(
         vb: &VarBuilder,
         cfg: &Config,
         split: Split,
@@ -716,7 +721,7 @@ fn inverse_frequencies(cfg: &Config) -> Vec<f32> {
 
 /// The cos and sin tables of every position (`[max_position_embeddings, head_dim / 2]`),
 /// computed in f32 on `device` and cast to `dtype`.
-fn rope_tables(
+pub(crate) fn rope_tables(
     cfg: &Config,
     dtype: DType,
     device: &Device,

@@ -330,3 +330,47 @@ fn hip_flash_attention_keeps_the_greedy_tokens() {
         assert!(worst < 5e-2, "{label}: {worst}");
     }
 }
+
+/// Graph decoding (a static KV cache, the step captured once and replayed) of the tiny
+/// model against candle-transformers' Llama on the same weights, f32, 64 greedy steps;
+/// returns the captured step's node count (none on the CPU, where the step runs eagerly).
+fn check_graph_decoding(device: &Device) -> Option<usize> {
+    let p = prompt(11);
+    let settings = greedy(64);
+    let mut reference = tiny(DType::F32, &Device::Cpu);
+    let want = generation::generate(&mut reference, &p, &settings, true, |_| Ok(())).unwrap();
+    let source = Source::Shape(Shape::Tiny, SEED);
+    let mut model = Model::load_graph_decode(&source, DType::F32, device).unwrap();
+    // Twice: the second run reuses the cache and, on HIP, the captured graph.
+    for run in 0..2 {
+        let got = generation::generate(&mut model, &p, &settings, true, |_| Ok(())).unwrap();
+        let worst = want
+            .logits
+            .iter()
+            .zip(&got.logits)
+            .map(|(w, g)| relative_difference(g, w))
+            .fold(0f32, f32::max);
+        println!(
+            "graph decoding on {:?}, run {run}: {} steps, largest relative logit difference \
+             {worst:.2e}, graph of {:?} nodes",
+            device.location(),
+            got.generated.len(),
+            model.graph_nodes()
+        );
+        assert_eq!(got.generated, want.generated);
+        assert!(worst < 1e-4, "{worst}");
+    }
+    model.graph_nodes()
+}
+
+#[test]
+fn graph_decoding_matches_the_reference_on_the_cpu() {
+    assert_eq!(check_graph_decoding(&Device::Cpu), None);
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn hip_graph_decoding_matches_the_cpu_reference() {
+    let nodes = check_graph_decoding(&hip());
+    assert!(nodes.is_some_and(|n| n > 0), "{nodes:?}");
+}

@@ -5,7 +5,7 @@
 //!          [--max-tokens N] [--dtype f32|f16|bf16] [--device cpu|hip|hip:N] [--tp N]
 //!          [--temperature T] [--top-k K] [--top-p P] [--repeat-penalty R]
 //!          [--repeat-last-n N] [--seed S] [--weights-seed S] [--ignore-eos] [--json]
-//!          [--logits-out FILE] [--flash-attn]
+//!          [--logits-out FILE] [--flash-attn] [--graph]
 //!     generates from the prompt, printing tokens as they come, then one line each for time
 //!     to first token, prefill tokens/s, decode tokens/s and peak memory (--json: one JSON
 //!     object instead). Without --model or --shape: the embedded default, a small Llama
@@ -16,7 +16,9 @@
 //!     devices hip:0..N-1 (from hip:K with --device hip:K), or N CPU ranks with --device cpu;
 //!     the default 1 runs on one device. --flash-attn runs attention fused (candle-flash-attn's
 //!     API on candle-hip, `examples/candle-app/flash-attn`; Llama and Mistral; Qwen3 always
-//!     takes it, as candle-transformers builds it with its flash-attn feature).
+//!     takes it, as candle-transformers builds it with its flash-attn feature). --graph runs a
+//!     Llama with a static KV cache whose one-token decode step is captured into a HIP graph
+//!     once and replayed for every token (batch 1; on the CPU the step runs eagerly).
 //! generate write-model --shape NAME --out DIR [--dtype D] [--weights-seed S]
 //!     writes a seeded random-weight model folder (config.json, model.safetensors)
 //! generate write-gguf --shape NAME --quant SCHEME --out FILE [--weights-seed S]
@@ -24,7 +26,7 @@
 //!     q4_0, q8_0, q4k, q6k, or q4km (Q4_K with Q6_K for the output and some layers)
 //! generate bench [--model DIR | --shape NAME | --gguf FILE] [--dtype D] [--device D] [--tp N]
 //!                [--batch B[,B..]] [--prompt-len P[,P..]] [--new-tokens N] [--iters I]
-//!                [--json FILE] [--flash-attn]
+//!                [--json FILE] [--flash-attn] [--graph]
 //!     prefill and decode timings per (batch, prompt length), one JSON object per case
 //! ```
 //! Shapes: tiny, tinyllama-1.1b, llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b. Exit status: 0
@@ -56,7 +58,7 @@ struct Args {
 }
 
 /// Flags that take no value.
-const SWITCHES: [&str; 3] = ["--json", "--ignore-eos", "--flash-attn"];
+const SWITCHES: [&str; 4] = ["--json", "--ignore-eos", "--flash-attn", "--graph"];
 
 impl Args {
     /// Parses `args`; `json_takes_file` for `bench`, whose `--json` names a file.
@@ -190,12 +192,13 @@ fn usage() -> String {
          [--max-tokens N] [--dtype f32|f16|bf16] [--device cpu|hip|hip:N] [--tp N] \
          [--temperature T] \
          [--top-k K] [--top-p P] [--repeat-penalty R] [--repeat-last-n N] [--seed S] \
-         [--weights-seed S] [--ignore-eos] [--json] [--logits-out FILE] [--flash-attn]\n       \
+         [--weights-seed S] [--ignore-eos] [--json] [--logits-out FILE] [--flash-attn] \
+         [--graph]\n       \
          generate write-model --shape NAME --out DIR [--dtype D] [--weights-seed S]\n       \
          generate write-gguf --shape NAME --quant SCHEME --out FILE [--weights-seed S]\n       \
          generate bench [--model DIR | --shape NAME | --gguf FILE] [--dtype D] [--device D] \
          [--tp N] [--batch B,..] [--prompt-len P,..] [--new-tokens N] [--iters I] [--json FILE] \
-         [--flash-attn]\n\
+         [--flash-attn] [--graph]\n\
          --tp N: split a Llama over N ranks, HIP devices hip:K..K+N-1 (K from --device hip:K, \
          else 0) or N CPU ranks with --device cpu\n\
          shapes: {}\nquantization schemes: {}",
@@ -251,9 +254,19 @@ fn devices_and_dtype(args: &Args, quiet: bool) -> AppResult<(Vec<Device>, DType)
     Ok((devices, dtype))
 }
 
-/// The model on one device, or split over several (one rank each) with the collectives
-/// that suit them.
-fn load(source: &Source, dtype: DType, devices: &[Device], flash_attn: bool) -> AppResult<Model> {
+/// The model on one device (with fused attention for --flash-attn, graph decoding for
+/// --graph), or split over several (one rank each) with the collectives that suit them.
+fn load(source: &Source, dtype: DType, devices: &[Device], args: &Args) -> AppResult<Model> {
+    let flash_attn = args.flag("--flash-attn");
+    if args.flag("--graph") {
+        if flash_attn || devices.len() > 1 {
+            return Err(usage_error(
+                "--graph runs on one device with its own attention: not with --flash-attn or \
+                 --tp",
+            ));
+        }
+        return Model::load_graph_decode(source, dtype, &devices[0]);
+    }
     match devices {
         [device] => Model::load_with_flash_attn(source, dtype, device, flash_attn),
         ranks => Model::load_tensor_parallel(
@@ -288,6 +301,7 @@ fn run(args: &Args) -> AppResult<()> {
         "--json",
         "--logits-out",
         "--flash-attn",
+        "--graph",
     ])
     .map_err(|e| usage_error(e.to_string()))?;
     let json_out = args.flag("--json");
@@ -310,7 +324,7 @@ fn run(args: &Args) -> AppResult<()> {
              text is noise, its speed and numerics are real"
         );
     }
-    let mut model = load(&source, dtype, &devices, args.flag("--flash-attn"))?;
+    let mut model = load(&source, dtype, &devices, args)?;
     let prompt = match (args.get("--prompt"), args.get("--prompt-ids")) {
         (Some(_), Some(_)) => return Err(usage_error("give --prompt or --prompt-ids, not both")),
         (_, Some(ids)) => ids
@@ -496,6 +510,7 @@ fn bench(args: &Args) -> AppResult<()> {
         "--json",
         "--weights-seed",
         "--flash-attn",
+        "--graph",
     ])
     .map_err(|e| usage_error(e.to_string()))?;
     let (source, _) = source(args)?;
@@ -504,7 +519,7 @@ fn bench(args: &Args) -> AppResult<()> {
     let prompts = args.list("--prompt-len", "512")?;
     let new_tokens = args.number("--new-tokens")?.unwrap_or(128);
     let iters = args.number("--iters")?.unwrap_or(3);
-    let mut model = load(&source, dtype, &devices, args.flag("--flash-attn"))?;
+    let mut model = load(&source, dtype, &devices, args)?;
     let copy = generation::copy_bandwidth(&devices[0])?;
     for &batch in &batches {
         for &prompt_len in &prompts {
@@ -526,6 +541,7 @@ fn bench(args: &Args) -> AppResult<()> {
                 "weight_bytes": model.weight_bytes,
                 "copy_gb_per_s": copy,
                 "peak_memory_bytes": device::peak_memory_ranks(&devices).map(|p| p.0),
+                "graph_nodes": model.graph_nodes(),
             });
             println!("{row}");
             if let Some(file) = args.get("--json") {

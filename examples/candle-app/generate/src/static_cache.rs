@@ -1,0 +1,509 @@
+//! A Llama whose one-token decode step has static shapes, so that it can be recorded once
+//! into a HIP graph and replayed for every token.
+//!
+//! [`StaticLlama`] holds the weights of candle-transformers' `llama` (same tensor names, same
+//! operations: RMS norm, RoPE with Llama 3's rescaling, grouped-query attention with f32
+//! softmax, SwiGLU, tied or separate `lm_head`) and, per layer, a key and a value cache of a
+//! fixed `max_len` positions, allocated once and zeroed. Two ways in:
+//!
+//! - [`StaticLlama::forward`] runs a chunk of tokens at a host-known position (the prompt):
+//!   it writes the chunk's keys and values into the caches with `slice_set` and attends,
+//!   causally, over cache positions `0..pos + tokens`. Its shapes follow the chunk.
+//! - [`StaticLlama::step`] runs one token whose id and position it reads from two fixed
+//!   device tensors, which [`StaticLlama::set_step_inputs`] fills before each step. Nothing
+//!   in it depends on the position on the host: the RoPE row is an `index_select` of the
+//!   tables at the device position, the keys and values are written with `scatter_set` at
+//!   indices made from that position, and the attention always spans the whole cache, the
+//!   positions after the current one masked with -inf (from a comparison with a
+//!   precomputed `arange`). Every call therefore launches the same kernels with the same
+//!   shapes and arguments, reads nothing back to the host, and leaves its results only in
+//!   the caches and in a fixed logits tensor ([`StaticLlama::step_logits`]), which is what
+//!   graph capture needs.
+//!
+//! Attention never repeats the caches per query head (candle-transformers' `repeat_kv`
+//! copies them): the query heads that share a key/value head (consecutive heads, as
+//! `repeat_kv` pairs them) are stacked as rows of one product with that head's keys. The
+//! scores are computed in the model's dtype, scaled, and the mask and softmax applied in
+//! f32 before casting back, as Hugging Face's eager attention does; in f32 that is
+//! candle-transformers' computation (its masked keys weigh exactly 0 here too).
+//!
+//! Batch size 1 only.
+
+use candle_core::{DType, Device, IndexOp, Module, Tensor};
+use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
+use candle_transformers::models::llama::Config;
+
+use crate::tensor_parallel::{Layer, Split, load_norm, rope_tables};
+use crate::{AppResult, app_error};
+
+/// A Llama with KV caches of a fixed length and a capturable one-token step (see the
+/// module documentation).
+pub struct StaticLlama {
+    /// The token embedding table (`[vocab, hidden]`), also `lm_head`'s weight when tied.
+    embed: Embedding,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    lm_head: Linear,
+    /// RoPE's cosine table of every position the model takes (`[max_position_embeddings,
+    /// head_dim / 2]`, model dtype).
+    cos: Tensor,
+    /// The sine table, likewise.
+    sin: Tensor,
+    /// Each layer's key and value caches, `[1, kv_heads, max_len, head_dim]`, written in
+    /// place.
+    caches: Vec<(Tensor, Tensor)>,
+    /// `0..max_len` as u32: compared with the step's position to mask later keys.
+    key_positions: Tensor,
+    /// `max_len` zeros (f32): the step's mask where a key is visible. Made once, with
+    /// `neg_inf`, so that the step uploads nothing.
+    zeros: Tensor,
+    /// `max_len` times -inf (f32): the step's mask where a key comes later.
+    neg_inf: Tensor,
+    /// The step's inputs, one u32 tensor `[token, position]`, so that
+    /// [`StaticLlama::set_step_inputs`] makes a single host-to-device copy.
+    step_inputs: Tensor,
+    /// The token id: a view of `step_inputs`, shape `[1]`.
+    token: Tensor,
+    /// Its position: a view of `step_inputs`, shape `[1]`.
+    pos: Tensor,
+    /// The step's output logits, `[1, vocab]` f32, overwritten by every step.
+    logits: Tensor,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    vocab: usize,
+    max_len: usize,
+    /// `max_position_embeddings`: the longest cache the RoPE tables cover.
+    max_positions: usize,
+    device: Device,
+}
+
+/// Fails unless a cache of `max_len` positions fits the model's `max_positions`.
+fn check_max_len(max_len: usize, max_positions: usize) -> AppResult<()> {
+    if max_len == 0 || max_len > max_positions {
+        return Err(app_error(format!(
+            "a static KV cache needs 1 to {max_positions} positions (max_position_embeddings), \
+             not {max_len}"
+        )));
+    }
+    Ok(())
+}
+
+/// What depends on the cache length: the zeroed caches and the step's mask operands.
+struct PositionBuffers {
+    caches: Vec<(Tensor, Tensor)>,
+    key_positions: Tensor,
+    zeros: Tensor,
+    neg_inf: Tensor,
+}
+
+impl PositionBuffers {
+    /// Buffers for `layers` layers of `(kv_heads, head_dim)` and `max_len` positions.
+    fn new(
+        layers: usize,
+        (kv_heads, head_dim): (usize, usize),
+        max_len: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> candle_core::Result<PositionBuffers> {
+        let cache_shape = (1, kv_heads, max_len, head_dim);
+        let caches = (0..layers)
+            .map(|_| {
+                Ok((
+                    Tensor::zeros(cache_shape, dtype, device)?,
+                    Tensor::zeros(cache_shape, dtype, device)?,
+                ))
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(PositionBuffers {
+            caches,
+            key_positions: Tensor::arange(0, max_len as u32, device)?,
+            zeros: Tensor::zeros(max_len, DType::F32, device)?,
+            neg_inf: Tensor::full(f32::NEG_INFINITY, max_len, device)?,
+        })
+    }
+}
+
+impl StaticLlama {
+    /// Loads the weights of `cfg`'s Llama (2, 3, 3.2: tied embeddings and Llama 3's RoPE
+    /// rescaling as candle-transformers computes them; candle-transformers' tensor names)
+    /// from `vb`, in `vb`'s dtype on its device, and allocates zeroed KV caches of
+    /// `max_len` positions per layer (`[1, kv_heads, max_len, head_dim]`) and the step's
+    /// fixed inputs and output. `cfg.use_flash_attn` is ignored: the attention is always
+    /// the unfused one described in the module documentation.
+    ///
+    /// Errors: a `max_len` of 0 or past `cfg.max_position_embeddings`, head counts that do
+    /// not divide (hidden size by query heads, query heads by key/value heads), and a
+    /// missing or misshapen tensor.
+    pub fn load(vb: VarBuilder, cfg: &Config, max_len: usize) -> AppResult<StaticLlama> {
+        check_max_len(max_len, cfg.max_position_embeddings)?;
+        // One "rank" holding everything: the tensor-parallel loader's sizes and layers.
+        let split = Split::new(cfg, 1)?;
+        if split.kv_heads == 0 || split.heads % split.kv_heads != 0 {
+            return Err(app_error(format!(
+                "num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
+                split.heads, split.kv_heads
+            )));
+        }
+        if split.head_dim * split.heads != cfg.hidden_size {
+            return Err(app_error(format!(
+                "hidden_size ({}) is not a multiple of num_attention_heads ({})",
+                cfg.hidden_size, split.heads
+            )));
+        }
+        let (dtype, device) = (vb.dtype(), vb.device().clone());
+        let (vocab, hidden) = (cfg.vocab_size, cfg.hidden_size);
+        let table = vb.get((vocab, hidden), "model.embed_tokens.weight")?;
+        let lm_head = if cfg.tie_word_embeddings {
+            Linear::new(table.clone(), None)
+        } else {
+            Linear::new(vb.get((vocab, hidden), "lm_head.weight")?, None)
+        };
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| Layer::load(&vb.pp(format!("model.layers.{i}")), cfg, split, 0))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let norm = load_norm(&vb, "model.norm.weight", hidden, cfg.rms_norm_eps)?;
+        // The tables of every position the model takes (the step selects its row).
+        let (cos, sin) = rope_tables(cfg, dtype, &device)?;
+        let positions = PositionBuffers::new(
+            cfg.num_hidden_layers,
+            (split.kv_heads, split.head_dim),
+            max_len,
+            dtype,
+            &device,
+        )?;
+        let step_inputs = Tensor::zeros(2, DType::U32, &device)?;
+        Ok(StaticLlama {
+            embed: Embedding::new(table, hidden),
+            layers,
+            norm,
+            lm_head,
+            cos,
+            sin,
+            caches: positions.caches,
+            key_positions: positions.key_positions,
+            zeros: positions.zeros,
+            neg_inf: positions.neg_inf,
+            token: step_inputs.narrow(0, 0, 1)?,
+            pos: step_inputs.narrow(0, 1, 1)?,
+            step_inputs,
+            logits: Tensor::zeros((1, vocab), DType::F32, &device)?,
+            heads: split.heads,
+            kv_heads: split.kv_heads,
+            head_dim: split.head_dim,
+            vocab,
+            max_len,
+            max_positions: cfg.max_position_embeddings,
+            device,
+        })
+    }
+
+    /// Replaces the KV caches (and the step's mask operands) with zeroed ones of `max_len`
+    /// positions, keeping the weights: the next forward starts a new sequence. A graph
+    /// captured from [`step`](StaticLlama::step) before names the old caches and must be
+    /// captured again.
+    ///
+    /// Errors: a `max_len` of 0 or past `max_position_embeddings`.
+    pub fn set_max_len(&mut self, max_len: usize) -> AppResult<()> {
+        check_max_len(max_len, self.max_positions)?;
+        let positions = PositionBuffers::new(
+            self.layers.len(),
+            (self.kv_heads, self.head_dim),
+            max_len,
+            self.cos.dtype(),
+            &self.device,
+        )?;
+        self.caches = positions.caches;
+        self.key_positions = positions.key_positions;
+        self.zeros = positions.zeros;
+        self.neg_inf = positions.neg_inf;
+        self.max_len = max_len;
+        Ok(())
+    }
+
+    /// The number of positions the KV caches hold (prompt and generated tokens together).
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// The vocabulary size (the logits per token).
+    pub fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    /// The device the weights, caches and step tensors live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Runs the chunk `ids` (`[1, tokens]`, u32) at positions `pos..pos + tokens`: writes
+    /// its keys and values into rows `pos..pos + tokens` of the caches (rows after it are
+    /// left as they are and never read by this call), attends causally over positions
+    /// `0..pos + tokens`, and returns the last position's logits, `[1, vocab]` f32. The
+    /// shapes follow the chunk (this is the prompt's path, driven from the host; the ids
+    /// are read back to check them).
+    ///
+    /// Errors, before anything is written: a batch other than 1, no tokens,
+    /// `pos + tokens > max_len`, and an id outside the vocabulary.
+    pub fn forward(&mut self, ids: &Tensor, pos: usize) -> AppResult<Tensor> {
+        let (batch, tokens) = ids.dims2()?;
+        if batch != 1 {
+            return Err(app_error(format!(
+                "StaticLlama runs batch size 1, not {batch}"
+            )));
+        }
+        if tokens == 0 {
+            return Err(app_error("a forward needs at least one token"));
+        }
+        let end = pos + tokens;
+        if end > self.max_len {
+            return Err(app_error(format!(
+                "positions {pos}..{end} are past the static KV cache of {} positions",
+                self.max_len
+            )));
+        }
+        let ids = ids.to_dtype(DType::U32)?.to_device(&self.device)?;
+        if let Some(id) = ids
+            .flatten_all()?
+            .to_vec1::<u32>()?
+            .into_iter()
+            .find(|&id| id as usize >= self.vocab)
+        {
+            return Err(app_error(format!(
+                "token {id} is outside the vocabulary of {}",
+                self.vocab
+            )));
+        }
+        // Query `s` (at position pos + s) sees keys 0..=pos + s.
+        let mask: Vec<f32> = (0..tokens)
+            .flat_map(|s| (0..end).map(move |j| if j > pos + s { f32::NEG_INFINITY } else { 0. }))
+            .collect();
+        let pass = Pass {
+            cos: self.cos.narrow(0, pos, tokens)?,
+            sin: self.sin.narrow(0, pos, tokens)?,
+            bias: Tensor::from_vec(mask, (tokens, end), &self.device)?,
+            write: CacheWrite::Rows { start: pos },
+        };
+        Ok(self.run(self.embed.forward(&ids)?, &pass)?)
+    }
+
+    /// Writes the next step's token id and position into the step's fixed device inputs
+    /// (one host-to-device copy of two u32 into the existing storage). Call it outside any
+    /// graph capture, before each [`step`](StaticLlama::step).
+    ///
+    /// Errors: `pos >= max_len` and a token outside the vocabulary (the step itself cannot
+    /// check them, it never reads them on the host).
+    pub fn set_step_inputs(&self, token: u32, pos: usize) -> AppResult<()> {
+        if pos >= self.max_len {
+            return Err(app_error(format!(
+                "position {pos} is past the static KV cache of {} positions",
+                self.max_len
+            )));
+        }
+        if token as usize >= self.vocab {
+            return Err(app_error(format!(
+                "token {token} is outside the vocabulary of {}",
+                self.vocab
+            )));
+        }
+        // max_len fits u32 (the key positions are a u32 arange), so pos does too.
+        let inputs = Tensor::new(&[token, pos as u32], &self.device)?;
+        self.step_inputs.slice_set(&inputs, 0, 0)?;
+        Ok(())
+    }
+
+    /// The decode step: reads the token and its position from the inputs
+    /// [`set_step_inputs`](StaticLlama::set_step_inputs) wrote, runs the model for that
+    /// token, writes its keys and values into the caches at that position and its logits
+    /// into [`step_logits`](StaticLlama::step_logits), all in place.
+    ///
+    /// Capturable: the shapes and kernel arguments are the same on every call whatever the
+    /// position, nothing is read back to the host, nothing is uploaded, and every tensor it
+    /// makes is dropped before it returns (only the caches and the logits carry results).
+    pub fn step(&self) -> candle_core::Result<()> {
+        let (kv_heads, head_dim) = (self.kv_heads, self.head_dim);
+        // What depends on the position, computed once for all layers from the device
+        // position: the RoPE row, the scatter indices and the mask of later keys.
+        let cos = self.cos.index_select(&self.pos, 0)?;
+        let sin = self.sin.index_select(&self.pos, 0)?;
+        let index = self
+            .pos
+            .reshape((1, 1, 1, 1))?
+            .broadcast_as((1, kv_heads, 1, head_dim))?
+            .contiguous()?;
+        let later = self
+            .key_positions
+            .gt(&self.pos.broadcast_as(self.max_len)?)?;
+        let bias = later
+            .where_cond(&self.neg_inf, &self.zeros)?
+            .reshape((1, self.max_len))?;
+        let pass = Pass {
+            cos,
+            sin,
+            bias,
+            write: CacheWrite::At { index: &index },
+        };
+        let x = self.embed.embeddings().index_select(&self.token, 0)?;
+        let logits = self.run(x.unsqueeze(0)?, &pass)?;
+        self.logits.slice_set(&logits, 0, 0)
+    }
+
+    /// The fixed output of [`step`](StaticLlama::step): the last step's logits, `[1, vocab]`
+    /// f32 (zeros before the first step). The same tensor (same storage) on every call.
+    pub fn step_logits(&self) -> &Tensor {
+        &self.logits
+    }
+
+    /// The layers, the final norm and `lm_head` on the embedded tokens `x`
+    /// (`[1, tokens, hidden]`): the f32 logits of the last token, `[1, vocab]`.
+    fn run(&self, mut x: Tensor, pass: &Pass) -> candle_core::Result<Tensor> {
+        for (layer, cache) in self.layers.iter().zip(&self.caches) {
+            x = self.layer(layer, cache, &x, pass)?;
+        }
+        let tokens = x.dim(1)?;
+        let last = self
+            .norm
+            .forward(&x)?
+            .i((.., tokens - 1, ..))?
+            .contiguous()?;
+        self.lm_head.forward(&last)?.to_dtype(DType::F32)
+    }
+
+    /// One decoder layer on `x` (`[1, tokens, hidden]`), as candle-transformers' `Block`.
+    fn layer(
+        &self,
+        layer: &Layer,
+        cache: &(Tensor, Tensor),
+        x: &Tensor,
+        pass: &Pass,
+    ) -> candle_core::Result<Tensor> {
+        let attended = self.attention(layer, cache, &layer.input_norm.forward(x)?, pass)?;
+        let x = (attended + x)?;
+        let h = layer.post_norm.forward(&x)?;
+        let mlp = &layer.mlp;
+        let gated = (candle_nn::ops::silu(&mlp.gate.forward(&h)?)? * mlp.up.forward(&h)?)?;
+        mlp.down.forward(&gated)? + x
+    }
+
+    /// Self-attention of the normed `x` (`[1, tokens, hidden]`): projections, RoPE, the
+    /// keys and values written into `cache` as `pass` says, attention over the cached
+    /// positions `pass` gives, and the output projection.
+    fn attention(
+        &self,
+        layer: &Layer,
+        cache: &(Tensor, Tensor),
+        x: &Tensor,
+        pass: &Pass,
+    ) -> candle_core::Result<Tensor> {
+        let attn = &layer.attention;
+        let tokens = x.dim(1)?;
+        let head_dim = self.head_dim;
+        // [1, tokens, n * head_dim] -> [1, n, tokens, head_dim], contiguous (RoPE and the
+        // cache writes need it).
+        let by_head = |t: Tensor, n: usize| {
+            t.reshape((1, tokens, n, head_dim))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let q = by_head(attn.q.forward(x)?, self.heads)?;
+        let k = by_head(attn.k.forward(x)?, self.kv_heads)?;
+        let v = by_head(attn.v.forward(x)?, self.kv_heads)?;
+        let q = candle_nn::rotary_emb::rope(&q, &pass.cos, &pass.sin)?;
+        let k = candle_nn::rotary_emb::rope(&k, &pass.cos, &pass.sin)?;
+        let (keys, values) = pass.write.store(cache, &k, &v)?;
+        let y = attend(&q, &keys, &values, &pass.bias)?;
+        attn.o.forward(&y)
+    }
+}
+
+/// What the layers of one pass share: the RoPE rows of its tokens, the additive mask over
+/// the keys they attend to, and how their keys and values reach the caches.
+struct Pass<'a> {
+    /// The RoPE cosines of the pass's positions, `[tokens, head_dim / 2]`.
+    cos: Tensor,
+    /// The sines, likewise.
+    sin: Tensor,
+    /// `[tokens, keys]` f32: 0 for a key the query sees, -inf for a later one.
+    bias: Tensor,
+    write: CacheWrite<'a>,
+}
+
+/// Where a pass's keys and values go in the caches, and which cached positions it reads.
+enum CacheWrite<'a> {
+    /// A chunk at host-known positions from `start`: `slice_set` into those rows, then
+    /// attention over positions `0..start + tokens`.
+    Rows {
+        /// The first position of the chunk.
+        start: usize,
+    },
+    /// One token at a device position: `scatter_set` along the positions at `index`
+    /// (`[1, kv_heads, 1, head_dim]` u32, every element the position), then attention
+    /// over the whole cache (the mask hides the later positions).
+    At {
+        /// The scatter indices.
+        index: &'a Tensor,
+    },
+}
+
+impl CacheWrite<'_> {
+    /// Writes `k` and `v` (`[1, kv_heads, tokens, head_dim]`, contiguous) into `cache` in
+    /// place and returns the keys and values to attend over.
+    fn store(
+        &self,
+        (k_cache, v_cache): &(Tensor, Tensor),
+        k: &Tensor,
+        v: &Tensor,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        match self {
+            CacheWrite::Rows { start } => {
+                k_cache.slice_set(k, 2, *start)?;
+                v_cache.slice_set(v, 2, *start)?;
+                let len = start + k.dim(2)?;
+                // Copied out of the cache's row stride: the products then see the
+                // contiguous layout candle-transformers gives them.
+                Ok((
+                    k_cache.narrow(2, 0, len)?.contiguous()?,
+                    v_cache.narrow(2, 0, len)?.contiguous()?,
+                ))
+            }
+            CacheWrite::At { index } => {
+                k_cache.scatter_set(index, k, 2)?;
+                v_cache.scatter_set(index, v, 2)?;
+                Ok((k_cache.clone(), v_cache.clone()))
+            }
+        }
+    }
+}
+
+/// Grouped-query attention of `q` (`[1, heads, tokens, head_dim]`) over `keys` and
+/// `values` (`[1, kv_heads, len, head_dim]`) with the additive f32 `bias` (`[tokens, len]`);
+/// returns `[1, tokens, heads * head_dim]` in `q`'s dtype.
+///
+/// The `heads / kv_heads` query heads of a key/value head are consecutive (as
+/// candle-transformers' `repeat_kv` pairs them), so `q` reshapes to
+/// `[1, kv_heads, group * tokens, head_dim]` and each key/value head is read once, without
+/// copying it per query head.
+fn attend(
+    q: &Tensor,
+    keys: &Tensor,
+    values: &Tensor,
+    bias: &Tensor,
+) -> candle_core::Result<Tensor> {
+    let (_, heads, tokens, head_dim) = q.dims4()?;
+    let (_, kv_heads, len, _) = keys.dims4()?;
+    let group = heads / kv_heads;
+    let dtype = q.dtype();
+    let q = q.reshape((1, kv_heads, group * tokens, head_dim))?;
+    let scores = (q.matmul(&keys.t()?)? / (head_dim as f64).sqrt())?
+        .to_dtype(DType::F32)?
+        .reshape((1, kv_heads, group, tokens, len))?
+        .broadcast_add(bias)?;
+    let weights = candle_nn::ops::softmax_last_dim(&scores)?
+        .to_dtype(dtype)?
+        .reshape((1, kv_heads, group * tokens, len))?;
+    weights
+        .matmul(values)?
+        .reshape((1, heads, tokens, head_dim))?
+        .transpose(1, 2)?
+        .reshape((1, tokens, heads * head_dim))
+}
