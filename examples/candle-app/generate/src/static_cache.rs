@@ -23,9 +23,12 @@
 //! Attention never repeats the caches per query head (candle-transformers' `repeat_kv`
 //! copies them): the query heads that share a key/value head (consecutive heads, as
 //! `repeat_kv` pairs them) are stacked as rows of one product with that head's keys. The
-//! scores are computed in the model's dtype, scaled, and the mask and softmax applied in
-//! f32 before casting back, as Hugging Face's eager attention does; in f32 that is
-//! candle-transformers' computation (its masked keys weigh exactly 0 here too).
+//! scores are computed in the model's dtype, scaled, masked and softmaxed (see [`attend`]);
+//! in f32 that is candle-transformers' computation (its masked keys weigh exactly 0 here
+//! too). On a HIP device in f16/bf16 the prompt's attention takes the fused kernel
+//! (candle-flash-attn's API) instead. The q, k and v projections are one product, as are
+//! gate and up (weights concatenated at load): fewer launches per layer, which is what a
+//! one-token step costs.
 //!
 //! Batch size 1 only.
 
@@ -41,7 +44,7 @@ use crate::{AppResult, app_error};
 pub struct StaticLlama {
     /// The token embedding table (`[vocab, hidden]`), also `lm_head`'s weight when tied.
     embed: Embedding,
-    layers: Vec<Layer>,
+    layers: Vec<Block>,
     norm: RmsNorm,
     lm_head: Linear,
     /// RoPE's cosine table of every position the model takes (`[max_position_embeddings,
@@ -54,10 +57,10 @@ pub struct StaticLlama {
     caches: Vec<(Tensor, Tensor)>,
     /// `0..max_len` as u32: compared with the step's position to mask later keys.
     key_positions: Tensor,
-    /// `max_len` zeros (f32): the step's mask where a key is visible. Made once, with
+    /// `max_len` zeros (model dtype): the step's mask where a key is visible. Made once, with
     /// `neg_inf`, so that the step uploads nothing.
     zeros: Tensor,
-    /// `max_len` times -inf (f32): the step's mask where a key comes later.
+    /// `max_len` times -inf (model dtype): the step's mask where a key comes later.
     neg_inf: Tensor,
     /// The step's inputs, one u32 tensor `[token, position]`, so that
     /// [`StaticLlama::set_step_inputs`] makes a single host-to-device copy.
@@ -73,6 +76,9 @@ pub struct StaticLlama {
     head_dim: usize,
     vocab: usize,
     max_len: usize,
+    /// Whether the prompt's attention takes the fused kernel (a HIP device and a 16-bit
+    /// dtype, what candle-hip's flash attention runs); otherwise [`attend`].
+    fused_prompt: bool,
     /// `max_position_embeddings`: the longest cache the RoPE tables cover.
     max_positions: usize,
     device: Device,
@@ -118,8 +124,8 @@ impl PositionBuffers {
         Ok(PositionBuffers {
             caches,
             key_positions: Tensor::arange(0, max_len as u32, device)?,
-            zeros: Tensor::zeros(max_len, DType::F32, device)?,
-            neg_inf: Tensor::full(f32::NEG_INFINITY, max_len, device)?,
+            zeros: Tensor::zeros(max_len, dtype, device)?,
+            neg_inf: Tensor::full(f32::NEG_INFINITY, max_len, device)?.to_dtype(dtype)?,
         })
     }
 }
@@ -161,6 +167,7 @@ impl StaticLlama {
         };
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| Layer::load(&vb.pp(format!("model.layers.{i}")), cfg, split, 0))
+            .map(|layer| Block::fuse(layer?))
             .collect::<candle_core::Result<Vec<_>>>()?;
         let norm = load_norm(&vb, "model.norm.weight", hidden, cfg.rms_norm_eps)?;
         // The tables of every position the model takes (the step selects its row).
@@ -193,6 +200,7 @@ impl StaticLlama {
             head_dim: split.head_dim,
             vocab,
             max_len,
+            fused_prompt: !device.is_cpu() && matches!(dtype, DType::F16 | DType::BF16),
             max_positions: cfg.max_position_embeddings,
             device,
         })
@@ -281,7 +289,8 @@ impl StaticLlama {
         let pass = Pass {
             cos: self.cos.narrow(0, pos, tokens)?,
             sin: self.sin.narrow(0, pos, tokens)?,
-            bias: Tensor::from_vec(mask, (tokens, end), &self.device)?,
+            bias: Tensor::from_vec(mask, (tokens, end), &self.device)?
+                .to_dtype(self.cos.dtype())?,
             write: CacheWrite::Rows { start: pos },
         };
         Ok(self.run(self.embed.forward(&ids)?, &pass)?)
@@ -372,7 +381,7 @@ impl StaticLlama {
     /// One decoder layer on `x` (`[1, tokens, hidden]`), as candle-transformers' `Block`.
     fn layer(
         &self,
-        layer: &Layer,
+        layer: &Block,
         cache: &(Tensor, Tensor),
         x: &Tensor,
         pass: &Pass,
@@ -380,9 +389,11 @@ impl StaticLlama {
         let attended = self.attention(layer, cache, &layer.input_norm.forward(x)?, pass)?;
         let x = (attended + x)?;
         let h = layer.post_norm.forward(&x)?;
-        let mlp = &layer.mlp;
-        let gated = (candle_nn::ops::silu(&mlp.gate.forward(&h)?)? * mlp.up.forward(&h)?)?;
-        mlp.down.forward(&gated)? + x
+        let gate_up = layer.gate_up.forward(&h)?;
+        let inter = gate_up.dim(2)? / 2;
+        let gated = (candle_nn::ops::silu(&gate_up.narrow(2, 0, inter)?)?
+            * gate_up.narrow(2, inter, inter)?)?;
+        layer.down.forward(&gated)? + x
     }
 
     /// Self-attention of the normed `x` (`[1, tokens, hidden]`): projections, RoPE, the
@@ -390,12 +401,11 @@ impl StaticLlama {
     /// positions `pass` gives, and the output projection.
     fn attention(
         &self,
-        layer: &Layer,
+        layer: &Block,
         cache: &(Tensor, Tensor),
         x: &Tensor,
         pass: &Pass,
     ) -> candle_core::Result<Tensor> {
-        let attn = &layer.attention;
         let tokens = x.dim(1)?;
         let head_dim = self.head_dim;
         // [1, tokens, n * head_dim] -> [1, n, tokens, head_dim], contiguous (RoPE and the
@@ -405,14 +415,56 @@ impl StaticLlama {
                 .transpose(1, 2)?
                 .contiguous()
         };
-        let q = by_head(attn.q.forward(x)?, self.heads)?;
-        let k = by_head(attn.k.forward(x)?, self.kv_heads)?;
-        let v = by_head(attn.v.forward(x)?, self.kv_heads)?;
+        // One product for the three projections; at one token the parts are contiguous
+        // views of it.
+        let qkv = layer.qkv.forward(x)?;
+        let (q_width, kv_width) = (self.heads * head_dim, self.kv_heads * head_dim);
+        let q = by_head(qkv.narrow(2, 0, q_width)?, self.heads)?;
+        let k = by_head(qkv.narrow(2, q_width, kv_width)?, self.kv_heads)?;
+        let v = by_head(qkv.narrow(2, q_width + kv_width, kv_width)?, self.kv_heads)?;
         let q = candle_nn::rotary_emb::rope(&q, &pass.cos, &pass.sin)?;
         let k = candle_nn::rotary_emb::rope(&k, &pass.cos, &pass.sin)?;
         let (keys, values) = pass.write.store(cache, &k, &v)?;
-        let y = attend(&q, &keys, &values, &pass.bias)?;
-        attn.o.forward(&y)
+        let y = match pass.write {
+            CacheWrite::Rows { .. } if self.fused_prompt => attend_fused(&q, &keys, &values)?,
+            _ => attend(&q, &keys, &values, &pass.bias)?,
+        };
+        layer.o.forward(&y)
+    }
+}
+
+/// A decoder layer with its projections fused for decoding: q, k and v in one product,
+/// gate and up in another (their weights concatenated along the outputs), so that a
+/// one-token step launches two matrix-vector products where the separate weights take
+/// five.
+struct Block {
+    input_norm: RmsNorm,
+    /// `[q; k; v]` weights, `[(heads + 2 kv_heads) * head_dim, hidden]`.
+    qkv: Linear,
+    o: Linear,
+    post_norm: RmsNorm,
+    /// `[gate; up]` weights, `[2 * intermediate, hidden]`.
+    gate_up: Linear,
+    down: Linear,
+}
+
+impl Block {
+    /// Concatenates `layer`'s projection weights (the separate ones are dropped).
+    fn fuse(layer: Layer) -> candle_core::Result<Block> {
+        let cat = |parts: &[&Linear]| {
+            let weights: Vec<&Tensor> = parts.iter().map(|l| l.weight()).collect();
+            Ok::<_, candle_core::Error>(Linear::new(Tensor::cat(&weights, 0)?, None))
+        };
+        let attention = &layer.attention;
+        let mlp = &layer.mlp;
+        Ok(Block {
+            qkv: cat(&[&attention.q, &attention.k, &attention.v])?,
+            gate_up: cat(&[&mlp.gate, &mlp.up])?,
+            o: attention.o.clone(),
+            down: mlp.down.clone(),
+            input_norm: layer.input_norm,
+            post_norm: layer.post_norm,
+        })
     }
 }
 
@@ -459,12 +511,7 @@ impl CacheWrite<'_> {
                 k_cache.slice_set(k, 2, *start)?;
                 v_cache.slice_set(v, 2, *start)?;
                 let len = start + k.dim(2)?;
-                // Copied out of the cache's row stride: the products then see the
-                // contiguous layout candle-transformers gives them.
-                Ok((
-                    k_cache.narrow(2, 0, len)?.contiguous()?,
-                    v_cache.narrow(2, 0, len)?.contiguous()?,
-                ))
+                Ok((k_cache.narrow(2, 0, len)?, v_cache.narrow(2, 0, len)?))
             }
             CacheWrite::At { index } => {
                 k_cache.scatter_set(index, k, 2)?;
@@ -476,8 +523,11 @@ impl CacheWrite<'_> {
 }
 
 /// Grouped-query attention of `q` (`[1, heads, tokens, head_dim]`) over `keys` and
-/// `values` (`[1, kv_heads, len, head_dim]`) with the additive f32 `bias` (`[tokens, len]`);
-/// returns `[1, tokens, heads * head_dim]` in `q`'s dtype.
+/// `values` (`[1, kv_heads, len, head_dim]`) with the additive `bias` (`[tokens, len]`, 0
+/// or -inf, `q`'s dtype); returns `[1, tokens, heads * head_dim]` in `q`'s dtype. The
+/// masked scores go to softmax in the model's dtype: adding 0 or -inf is exact, and
+/// candle-hip's softmax (like Candle's CUDA one) computes in f32 and rounds once, so on
+/// HIP this equals candle-transformers' f32 softmax rounded back, in two launches fewer.
 ///
 /// The `heads / kv_heads` query heads of a key/value head are consecutive (as
 /// candle-transformers' `repeat_kv` pairs them), so `q` reshapes to
@@ -492,18 +542,36 @@ fn attend(
     let (_, heads, tokens, head_dim) = q.dims4()?;
     let (_, kv_heads, len, _) = keys.dims4()?;
     let group = heads / kv_heads;
-    let dtype = q.dtype();
     let q = q.reshape((1, kv_heads, group * tokens, head_dim))?;
+    // The prompt's keys are a narrowed view of the cache (a copy here); the step's are
+    // the whole cache (no copy).
+    let (keys, values) = (keys.contiguous()?, values.contiguous()?);
     let scores = (q.matmul(&keys.t()?)? / (head_dim as f64).sqrt())?
-        .to_dtype(DType::F32)?
         .reshape((1, kv_heads, group, tokens, len))?
         .broadcast_add(bias)?;
-    let weights = candle_nn::ops::softmax_last_dim(&scores)?
-        .to_dtype(dtype)?
-        .reshape((1, kv_heads, group * tokens, len))?;
+    let weights =
+        candle_nn::ops::softmax_last_dim(&scores)?.reshape((1, kv_heads, group * tokens, len))?;
     weights
-        .matmul(values)?
+        .matmul(&values)?
         .reshape((1, heads, tokens, head_dim))?
         .transpose(1, 2)?
         .reshape((1, tokens, heads * head_dim))
+}
+
+/// The prompt's causal attention through candle-flash-attn's API (candle-hip's fused
+/// kernel in this workspace): `q` `[1, heads, tokens, head_dim]` over the cached `keys` and
+/// `values` (`[1, kv_heads, len, head_dim]` views, read in place), the last query aligned
+/// with the last key as the mask of [`attend`] aligns them. Returns
+/// `[1, tokens, heads * head_dim]`. O(tokens) memory instead of the `[tokens, len]` scores.
+fn attend_fused(q: &Tensor, keys: &Tensor, values: &Tensor) -> candle_core::Result<Tensor> {
+    let (_, heads, tokens, head_dim) = q.dims4()?;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let y = candle_flash_attn::flash_attn(
+        &q.transpose(1, 2)?,
+        &keys.transpose(1, 2)?,
+        &values.transpose(1, 2)?,
+        scale,
+        true,
+    )?;
+    y.reshape((1, tokens, heads * head_dim))
 }
