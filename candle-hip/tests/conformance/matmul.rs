@@ -1,5 +1,6 @@
 //! Matrix multiplication (rocBLAS, and gemv.hip for decode-shaped products)
-//! against candle's CPU matmul in f64: edge sizes, decode-step GEMVs, attention (32 heads x 128) and a 4096-wide
+//! against candle's CPU matmul in f64: edge sizes, decode-step GEMVs (long
+//! rows split over several waves too), attention (32 heads x 128) and a 4096-wide
 //! projection; left operands contiguous, offset, transposed or narrowed;
 //! right operands contiguous, transposed, broadcast over the batch, or one
 //! transposed weight for every batch (candle-nn's `Linear`).
@@ -37,6 +38,14 @@ fn matmul_matches_cpu() {
         (&[4], 1, 33, 264),
         (&[], 2, 17, 1024),
         (&[], 1, 24, 60),
+        // Rows long enough for gemv.hip to split each output over several
+        // waves on the emulated devices (48 to 304 compute units): up to
+        // 16 waves per output (f64, wave 64), groups past n in the last
+        // block (n = 33), lanes with a partial last step (k = 1032, 8200).
+        (&[], 1, 256, 14336),
+        (&[], 1, 64, 8192),
+        (&[], 1, 33, 1032),
+        (&[1], 1, 24, 8200),
     ];
     let lhs_arr = [
         Arrange::Contiguous,
