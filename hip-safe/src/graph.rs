@@ -9,17 +9,7 @@
 //! same arguments, so it reads whatever the buffers they name hold at that
 //! time: write new inputs into the same buffers between launches.
 //!
-//! Memory. While a stream captures, buffers allocated on it come from a
-//! pool owned by the graph ([`GraphMemory`], plain `hipMalloc` blocks, which
-//! relaxed capture allows), never from the stream-ordered pool or the
-//! allocation cache: the addresses recorded in the graph must stay valid for
-//! every replay. A buffer of the capture dropped inside it returns its block
-//! to the graph's pool for later allocations of the same capture (safe, as
-//! the replay keeps the capture's order); a buffer that escapes the capture
-//! keeps the pool alive and is rewritten by every replay, like a static
-//! output. A buffer from before the capture that is dropped while the
-//! stream captures is not freed until the graph is gone, since recorded
-//! work may still use it.
+//! How memory behaves while capturing is described on [`Graph`].
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -37,11 +27,27 @@ use crate::stream::Stream;
 /// Graph-owned blocks are rounded up to this many bytes.
 const BLOCK_ALIGN: usize = 256;
 
-/// A captured, instantiated sequence of stream work (`hipGraphExec_t`).
+/// A captured, instantiated sequence of stream work (`hipGraphExec_t`),
+/// made by [`Stream::capture`].
 ///
-/// Dropping it waits for the device (a replay may still run), then
-/// destroys the graph; the memory of its capture lives on while buffers
-/// that escaped the capture do.
+/// A replay repeats the recorded kernels and copies with the same
+/// arguments, so it reads whatever the buffers they name hold at that time:
+/// write new inputs into the same buffers between launches.
+///
+/// Memory: while a stream captures, buffers allocated on it come from a
+/// pool owned by the graph (plain `hipMalloc` blocks, which relaxed capture
+/// allows), never from the stream-ordered pool or the allocation cache, so
+/// the addresses recorded in the graph stay valid for every replay. A
+/// buffer of the capture dropped inside it returns its block to that pool
+/// for later allocations of the same capture (safe: the replay keeps the
+/// capture's order); a buffer that escapes the capture keeps the pool alive
+/// and is rewritten by every replay, like a static output. A buffer from
+/// before the capture that is dropped while the stream captures is freed
+/// only once the graph is gone, since recorded work may still use it.
+///
+/// Dropping the graph waits for the device (a replay may still run), then
+/// destroys it; the memory of its capture lives on while buffers that
+/// escaped the capture do.
 pub struct Graph {
     exec: hipGraphExec_t,
     graph: hipGraph_t,
@@ -116,8 +122,8 @@ fn destroy(device: &Device, graph: hipGraph_t, exec: hipGraphExec_t) {
 
 impl Stream {
     /// Captures the stream work that `work` queues on this stream into a
-    /// [`Graph`], without running it (see the [module docs](self) for how
-    /// memory behaves while capturing). The stream must be one created by
+    /// [`Graph`], without running it (see [`Graph`] for how memory behaves
+    /// while capturing). The stream must be one created by
     /// [`Device::new_stream`] (HIP cannot capture the null stream) and not
     /// capturing already. Work that needs the host to wait (copies to host
     /// memory, synchronisation) fails inside a capture with HIP's
