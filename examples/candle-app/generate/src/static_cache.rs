@@ -36,7 +36,7 @@ use candle_core::{DType, Device, IndexOp, Module, Tensor};
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 use candle_transformers::models::llama::Config;
 
-use crate::tensor_parallel::{Layer, Split, load_norm, rope_tables};
+use crate::tensor_parallel::{Layer, Split, load_embedding_and_head, load_norm, rope_tables};
 use crate::{AppResult, app_error};
 
 /// A Llama with KV caches of a fixed length and a capturable one-token step (see the
@@ -159,12 +159,7 @@ impl StaticLlama {
         }
         let (dtype, device) = (vb.dtype(), vb.device().clone());
         let (vocab, hidden) = (cfg.vocab_size, cfg.hidden_size);
-        let table = vb.get((vocab, hidden), "model.embed_tokens.weight")?;
-        let lm_head = if cfg.tie_word_embeddings {
-            Linear::new(table.clone(), None)
-        } else {
-            Linear::new(vb.get((vocab, hidden), "lm_head.weight")?, None)
-        };
+        let (table, lm_head) = load_embedding_and_head(&vb, cfg)?;
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| Layer::load(&vb.pp(format!("model.layers.{i}")), cfg, split, 0))
             .map(|layer| Block::fuse(layer?))

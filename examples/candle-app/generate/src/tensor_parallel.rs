@@ -543,6 +543,22 @@ impl Step<'_> {
     }
 }
 
+/// The token embedding table (`[vocab, hidden]`) and `lm_head` (the table itself when the
+/// embeddings are tied), whole, with candle-transformers' names.
+pub(crate) fn load_embedding_and_head(
+    vb: &VarBuilder,
+    cfg: &Config,
+) -> candle_core::Result<(Tensor, Linear)> {
+    let (vocab, hidden) = (cfg.vocab_size, cfg.hidden_size);
+    let table = vb.get((vocab, hidden), "model.embed_tokens.weight")?;
+    let lm_head = if cfg.tie_word_embeddings {
+        Linear::new(table.clone(), None)
+    } else {
+        Linear::new(vb.get((vocab, hidden), "lm_head.weight")?, None)
+    };
+    Ok((table, lm_head))
+}
+
 /// A whole RMS norm of `size` features (weight `name`).
 pub(crate) fn load_norm(
     vb: &VarBuilder,
@@ -780,13 +796,8 @@ impl RankSetup {
             all_reduce,
         } = self;
         let vb = weights.var_builder(dtype, &device)?;
-        let (vocab, hidden) = (cfg.vocab_size, cfg.hidden_size);
-        let table = vb.get((vocab, hidden), "model.embed_tokens.weight")?;
-        let lm_head = if cfg.tie_word_embeddings {
-            Linear::new(table.clone(), None)
-        } else {
-            Linear::new(vb.get((vocab, hidden), "lm_head.weight")?, None)
-        };
+        let hidden = cfg.hidden_size;
+        let (table, lm_head) = load_embedding_and_head(&vb, &cfg)?;
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| Layer::load(&vb.pp(format!("model.layers.{i}")), &cfg, split, rank))
             .collect::<candle_core::Result<Vec<_>>>()?;
