@@ -14,8 +14,9 @@
 //! during any capture), so the tests of this binary run one at a time
 //! ([`platform`] holds a lock).
 
+mod child;
+
 use std::ffi::{CString, c_int, c_void};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, Once, OnceLock};
 
@@ -73,24 +74,12 @@ fn platform() -> MutexGuard<'static, ()> {
 /// Runs the ignored test `test` in a child process with `vars` set, and
 /// checks that it ran and passed.
 fn run_child(test: &str, vars: &[(&str, &str)]) {
-    let exe = std::env::current_exe().expect("test executable path");
-    let out = Command::new(exe)
-        .args([test, "--exact", "--include-ignored", "--test-threads=1"])
-        .env(CHILD_VAR, test)
-        .envs(vars.iter().copied())
-        .output()
-        .expect("child test process");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "{test} with {vars:?}:\n{stdout}\n{stderr}"
-    );
+    child::run(CHILD_VAR, test, vars);
 }
 
 /// Whether this process is the child running `test`.
 fn is_child(test: &str) -> bool {
-    std::env::var(CHILD_VAR).is_ok_and(|v| v == test)
+    child::is(CHILD_VAR, test)
 }
 
 /// `y[i] += a * x[i] + b` for `i < n`.

@@ -10,9 +10,10 @@
 //! timeout) runs in a child process: the parent runs this executable again
 //! with one ignored `child_*` test selected and the variables set.
 
+mod child;
+
 use std::ffi::{CStr, c_int, c_void};
 use std::fmt::Debug;
-use std::process::Command;
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
@@ -57,25 +58,12 @@ fn use_platform() {
 /// checks that it ran and passed.
 fn run_child(test: &str, vars: &[(&str, &str)]) {
     use_platform();
-    let exe = std::env::current_exe().expect("test executable path");
-    let out = Command::new(exe)
-        .args([test, "--exact", "--include-ignored", "--test-threads=1"])
-        .env(CHILD_VAR, test)
-        .envs(vars.iter().copied())
-        .output()
-        .expect("child test process");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "{test} with {vars:?}:\n{stdout}\n{stderr}"
-    );
+    child::run(CHILD_VAR, test, vars);
 }
 
-/// Whether this process is the child running `test` (the parent passes
-/// over the `child_*` tests when they are included).
+/// Whether this process is the child running `test`.
 fn is_child(test: &str) -> bool {
-    std::env::var(CHILD_VAR).is_ok_and(|v| v == test)
+    child::is(CHILD_VAR, test)
 }
 
 /// The `ncclResult_t` of a failed RCCL call, if `result` is one.
