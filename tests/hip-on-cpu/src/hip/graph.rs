@@ -320,18 +320,31 @@ pub(crate) fn record<W>(stream: hipStream_t, make: impl FnOnce() -> HipResult<W>
 where
     W: Fn() -> HipResult + Send + Sync + 'static,
 {
+    let recorded = with_live_capture(stream, |capture| {
+        capture.push(stream as usize, Box::new(make()?));
+        Ok(())
+    })?;
+    Ok(recorded.is_some())
+}
+
+/// Runs `f` on the live capture `stream` takes part in, under the registry
+/// lock: `Ok(None)` when the stream does not capture,
+/// `hipErrorStreamCaptureInvalidated` when its capture was invalidated.
+fn with_live_capture<R>(
+    stream: hipStream_t,
+    f: impl FnOnce(&mut Capture) -> HipResult<R>,
+) -> HipResult<Option<R>> {
     if !any_capture() {
-        return Ok(false);
+        return Ok(None);
     }
     let mut registry = registry();
     let Some(capture) = registry.capture_of(stream as usize) else {
-        return Ok(false);
+        return Ok(None);
     };
     if capture.invalidated {
         return Err(INVALIDATED);
     }
-    capture.push(stream as usize, Box::new(make()?));
-    Ok(true)
+    f(capture).map(Some)
 }
 
 /// Whether `stream` takes part in a capture (active or invalidated).
@@ -351,17 +364,12 @@ pub(crate) unsafe fn record_alloc(stream: hipStream_t, size: usize) -> HipResult
     }
     // SAFETY: a live stream, per the contract.
     let device = unsafe { stream_device(stream) }?;
-    let mut registry = registry();
-    let Some(capture) = registry.capture_of(stream as usize) else {
-        return Ok(None);
-    };
-    if capture.invalidated {
-        return Err(INVALIDATED);
-    }
-    let ptr = allocate_for_graph(size, device)?;
-    capture.memory.0.push(ptr);
-    capture.push(stream as usize, Box::new(|| Ok(())));
-    Ok(Some(ptr))
+    with_live_capture(stream, |capture| {
+        let ptr = allocate_for_graph(size, device)?;
+        capture.memory.0.push(ptr);
+        capture.push(stream as usize, Box::new(|| Ok(())));
+        Ok(ptr)
+    })
 }
 
 /// `hipFreeAsync` of `ptr` on `stream` if it captures: a free node (doing
@@ -369,23 +377,16 @@ pub(crate) unsafe fn record_alloc(stream: hipStream_t, size: usize) -> HipResult
 /// yet; any other buffer fails with `hipErrorInvalidValue` and invalidates
 /// the capture. `Ok(false)` when the stream does not capture.
 pub(crate) fn record_free(stream: hipStream_t, ptr: usize) -> HipResult<bool> {
-    if !any_capture() {
-        return Ok(false);
-    }
-    let mut registry = registry();
-    let Some(capture) = registry.capture_of(stream as usize) else {
-        return Ok(false);
-    };
-    if capture.invalidated {
-        return Err(INVALIDATED);
-    }
-    if !capture.memory.0.contains(&ptr) || capture.freed.contains(&ptr) {
-        capture.invalidated = true;
-        return Err(INVALID);
-    }
-    capture.freed.push(ptr);
-    capture.push(stream as usize, Box::new(|| Ok(())));
-    Ok(true)
+    let recorded = with_live_capture(stream, |capture| {
+        if !capture.memory.0.contains(&ptr) || capture.freed.contains(&ptr) {
+            capture.invalidated = true;
+            return Err(INVALID);
+        }
+        capture.freed.push(ptr);
+        capture.push(stream as usize, Box::new(|| Ok(())));
+        Ok(())
+    })?;
+    Ok(recorded.is_some())
 }
 
 /// For `hipEventRecord` on `stream`: the point of its capture the event
