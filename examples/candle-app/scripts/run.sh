@@ -10,11 +10,13 @@
 #    upstream-<file>.log ($CANDLE_APP_TEST_ARGS: extra libtest arguments, e.g.
 #    `-Z unstable-options --report-time` with RUSTC_BOOTSTRAP=1 for per-test
 #    times); the user-defined kernel demo (custom-kernel) beside them;
-# 2. then, alone on the GPU so that its timings are clean, MiniLM: PyTorch's side
-#    (torch_minilm.py, needs torch and transformers), then `minilm run` on its
-#    report. The weights are taken from $MINILM_DIR, else
-#    <here>/minilm-model, else <here>/../../examples/candle-app/target/minilm
-#    (where they are when staged at <repo>/.stage/candle-app).
+# 2. then, alone on the GPU so that its timings are clean, MiniLM at batches of
+#    1, 8 and 64 sentences: PyTorch's side (torch_minilm.py, needs torch and
+#    transformers), then `minilm run --require-hip` on its report (HIP must be
+#    there, unlike a plain `minilm run`, which falls back to the CPU). The
+#    weights are taken from $MINILM_DIR, else <here>/minilm-model, else
+#    <here>/../../examples/candle-app/target/minilm (where they are when
+#    staged at <repo>/.stage/candle-app).
 # 3. generation (generation.sh check): the generation package's GPU tests, the
 #    embedded default on HIP, and a Llama-3.2-1B shape against Hugging Face
 #    transformers; CANDLE_APP_GENERATION=0 skips it. The generation benchmark
@@ -122,7 +124,7 @@ else
     else
         record "candle-app torch_minilm.py" $?
     fi
-    logged minilm "$here/minilm" run --model "$weights" "${torch[@]}"
+    logged minilm "$here/minilm" run --model "$weights" --require-hip "${torch[@]}"
     record "candle-app minilm" $?
 fi
 
