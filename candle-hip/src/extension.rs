@@ -51,7 +51,7 @@ use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Layout, Result, Shape};
 use hip_safe::DeviceBuffer;
 
-pub use attention::{FlashAttn, flash_attn};
+pub use attention::{FlashAttn, flash_attn, flash_attn_with_key_lens};
 pub use collective::AllReduce;
 pub use device::BridgeDevice;
 pub use quantized::{BridgeQStorage, NoQuantized, QuantizedBlocks};

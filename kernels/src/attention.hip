@@ -23,14 +23,17 @@
 //     waves.
 //
 //   flash_decode_d<D>_<T>(AttnArgs a, const T* q, const T* k, const T* v,
-//                         float* part, const float* alibi)
+//                         float* part, const float* alibi,
+//                         const ch_u32* key_lens)
 //     Decode (short s_q: flash-decoding). A block owns up to
 //     DECODE_ROWS query rows (query position, head of the group) of one
 //     (batch, key/value head), so each key is read once for the whole
 //     group, and one split of the keys (a.split_keys of them); a lane
 //     scores one key at a time. It writes each row's unnormalised partial output, running
 //     maximum and sum to `part`. Grid (splits, h_k * row groups, batch);
-//     block: CH_DECODE_THREADS threads.
+//     block: CH_DECODE_THREADS threads. With key_lens (one u32 per batch
+//     element, or null) sequence b has min(key_lens[b], s_k) keys: a KV
+//     cache of s_k positions filled to that length.
 //
 //   flash_combine_d<D>_<T>(AttnArgs a, const float* part, T* o)
 //     Merges the splits of each row into the output. Grid (s_q * h_q,
@@ -870,10 +873,15 @@ __device__ __forceinline__ void flash_combine(const AttnArgs& a, const float* __
                     ch_##TYPE* o, const float* alibi) {                                                \
     flash_attn<ch_##TYPE, D>(a, q, k, v, o, alibi);                                                    \
   }
+// `key_lens`, when not null, holds one u32 per batch element: the keys of
+// that sequence (a KV cache's filled length, read on the device so that a
+// captured graph serves every length); longer than s_k counts as s_k. The
+// sequence's rows then see keys 0 .. len - 1, aligned to its end.
 #define FLASH_DECODE(NAME, D, TYPE)                                                                    \
   extern "C" __global__ void __launch_bounds__(CH_DECODE_THREADS)                                      \
       NAME##_##TYPE(AttnArgs a, const ch_##TYPE* q, const ch_##TYPE* k, const ch_##TYPE* v,          \
-                    float* part, const float* alibi) {                                                 \
+                    float* part, const float* alibi, const ch_u32* key_lens) {                         \
+    if (key_lens != nullptr && key_lens[blockIdx.z] < a.s_k) a.s_k = key_lens[blockIdx.z];            \
     flash_decode<ch_##TYPE, D>(a, q, k, v, part, alibi);                                               \
   }
 #define FLASH_COMBINE(NAME, D, TYPE)                                                                   \

@@ -62,7 +62,7 @@ fn prefill(b: usize, h: usize, s: usize, causal: bool) -> Case {
             let v = inputs::signed(dev, &[b, s, h, D], dtype)?;
             let p = FlashAttnParams::new(1.0 / (D as f32).sqrt(), causal);
             op(move || {
-                fused::flash_attn(&q, &l, &k, &l, &v, &l, None, &p)?;
+                fused::flash_attn(&q, &l, &k, &l, &v, &l, Default::default(), &p)?;
                 Ok(())
             })
         },
@@ -119,7 +119,7 @@ fn decode(b: usize, s_k: usize) -> Case {
             let v = inputs::signed(dev, &[b, s_k, h_k, D], dtype)?;
             let p = FlashAttnParams::new(1.0 / (D as f32).sqrt(), true);
             op(move || {
-                fused::flash_attn(&q, &ql, &k, &kl, &v, &kl, None, &p)?;
+                fused::flash_attn(&q, &ql, &k, &kl, &v, &kl, Default::default(), &p)?;
                 Ok(())
             })
         },

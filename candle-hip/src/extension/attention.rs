@@ -5,7 +5,7 @@ use candle_core::custom_backend::{BoxedStorage, CustomStorage};
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Storage, Tensor};
 
 use super::{boxed, hip_storage};
-use crate::fused::{self, FlashAttnParams};
+use crate::fused::{self, FlashAttnExtras, FlashAttnParams};
 
 /// Fused attention of `q` (batch, s_q, h_q, head_dim) over `k` and `v`
 /// (batch, s_k, h_k, head_dim), f16 or bf16, as
@@ -17,6 +17,9 @@ pub struct FlashAttn {
     pub params: FlashAttnParams,
     /// ALiBi slopes, one f32 per query head, on the same device.
     pub alibi_slopes: Option<Tensor>,
+    /// The keys of each sequence, one u32 per batch element, on the same
+    /// device ([`FlashAttnExtras::key_lens`]).
+    pub key_lens: Option<Tensor>,
 }
 
 impl CustomOp3 for FlashAttn {
@@ -51,18 +54,36 @@ impl CustomOp3 for FlashAttn {
             hip_storage(k, name)?,
             hip_storage(v, name)?,
         );
-        let out = match &self.alibi_slopes {
-            None => fused::flash_attn(q, q_l, k, k_l, v, v_l, None, &self.params)?,
-            Some(slopes) => {
-                let (storage, slopes_l) = slopes.storage_and_layout();
-                let Storage::Custom(s) = &*storage else {
-                    candle_core::bail!("{name}: the alibi slopes are not on the HIP device")
-                };
-                let s = hip_storage(s.as_ref(), name)?;
-                fused::flash_attn(q, q_l, k, k_l, v, v_l, Some((s, slopes_l)), &self.params)?
-            }
+        let alibi = self.alibi_slopes.as_ref().map(|t| t.storage_and_layout());
+        let key_lens = self.key_lens.as_ref().map(|t| t.storage_and_layout());
+        let extras = FlashAttnExtras {
+            alibi_slopes: on_hip(
+                alibi.as_ref().map(|(s, l)| (&**s, *l)),
+                "alibi slopes",
+                name,
+            )?,
+            key_lens: on_hip(
+                key_lens.as_ref().map(|(s, l)| (&**s, *l)),
+                "key lengths",
+                name,
+            )?,
         };
+        let out = fused::flash_attn(q, q_l, k, k_l, v, v_l, extras, &self.params)?;
         Ok((boxed(out), q_l.shape().clone()))
+    }
+}
+
+/// The HIP storage of an optional operand of op `name` (`what` names it in
+/// the error when it is elsewhere).
+fn on_hip<'a>(
+    x: Option<(&'a Storage, &'a Layout)>,
+    what: &str,
+    name: &str,
+) -> Result<Option<(&'a crate::HipStorage, &'a Layout)>> {
+    match x {
+        None => Ok(None),
+        Some((Storage::Custom(s), layout)) => Ok(Some((hip_storage(s.as_ref(), name)?, layout))),
+        Some(_) => candle_core::bail!("{name}: the {what} are not on the HIP device"),
     }
 }
 
@@ -77,6 +98,29 @@ pub fn flash_attn(
     let op = FlashAttn {
         params,
         alibi_slopes: alibi_slopes.cloned(),
+        key_lens: None,
     };
     q.apply_op3_no_bwd(k, v, &op)
+}
+
+/// Decoding attention over KV caches whose filled lengths live on the
+/// device: `q` (batch, s_q ≤ [`fused::DECODE_MAX_QUERIES`], h_q, head_dim)
+/// over `k_cache` and `v_cache` (batch, positions, h_k, head_dim), sequence
+/// `b` seeing the first `key_lens[b]` positions (a u32 vector on the same
+/// device; see [`FlashAttnExtras::key_lens`]). The kernels and their
+/// arguments do not depend on the lengths, so a captured decode step
+/// replays for every length.
+pub fn flash_attn_with_key_lens(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    key_lens: &Tensor,
+    params: FlashAttnParams,
+) -> Result<Tensor> {
+    let op = FlashAttn {
+        params,
+        alibi_slopes: None,
+        key_lens: Some(key_lens.clone()),
+    };
+    q.apply_op3_no_bwd(k_cache, v_cache, &op)
 }

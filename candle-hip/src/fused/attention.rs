@@ -95,6 +95,44 @@ impl FlashAttnParams {
     }
 }
 
+/// Device operands of a fused attention beside `q`, `k` and `v`, each a
+/// storage with its layout.
+#[derive(Clone, Copy, Default)]
+pub struct FlashAttnExtras<'a> {
+    /// ALiBi slopes: a contiguous f32 vector, one slope per query head.
+    pub alibi_slopes: Option<(&'a HipStorage, &'a Layout)>,
+    /// The keys of each sequence: a contiguous u32 vector, one length per
+    /// batch element, read on the device (a KV cache of `s_k` positions
+    /// filled to that length; longer counts as `s_k`). Sequence `b` then
+    /// attends over keys `0..len_b` with its queries aligned to the end of
+    /// them, as if `k` and `v` were cut to `len_b`. A captured graph thus
+    /// serves every length. The decode kernel only (at most
+    /// [`DECODE_MAX_QUERIES`] queries, or [`AttentionKernel::Decode`]).
+    pub key_lens: Option<(&'a HipStorage, &'a Layout)>,
+}
+
+/// A device vector of `n` elements of `dtype` (`what` names it in errors).
+fn device_vector<'a>(
+    q: &HipStorage,
+    what: &str,
+    (x, l): (&'a HipStorage, &Layout),
+    dtype: DType,
+    n: usize,
+) -> Result<hip_safe::DeviceView<'a, u8>> {
+    q.check_device(x, OP)?;
+    if x.dtype() != dtype || l.dims() != [n] || !l.is_contiguous() {
+        return Err(invalid(
+            OP,
+            format!(
+                "{what} must be a contiguous {dtype:?} vector of {n}, got {:?} {:?}",
+                x.dtype(),
+                l.dims()
+            ),
+        ));
+    }
+    x.view(OP, l)
+}
+
 /// `AttnArgs` of `attention.hip`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -239,8 +277,8 @@ fn decode_splits(s_k: usize, blocks: usize, compute_units: usize) -> usize {
 }
 
 /// Fused attention of `q` (batch, s_q, h_q, d) over `k` and `v` (batch,
-/// s_k, h_k, d); `alibi`, when given, holds one f32 slope per query head.
-/// Returns a contiguous (batch, s_q, h_q, d) storage of q's dtype.
+/// s_k, h_k, d), with the ALiBi slopes and key lengths of `extras` when
+/// given. Returns a contiguous (batch, s_q, h_q, d) storage of q's dtype.
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn(
     q: &HipStorage,
@@ -249,7 +287,7 @@ pub fn flash_attn(
     k_l: &Layout,
     v: &HipStorage,
     v_l: &Layout,
-    alibi: Option<(&HipStorage, &Layout)>,
+    extras: FlashAttnExtras,
     params: &FlashAttnParams,
 ) -> candle_core::Result<HipStorage> {
     for other in [k, v] {
@@ -298,25 +336,14 @@ pub fn flash_attn(
             ),
         ));
     }
-    let alibi = match alibi {
-        None => None,
-        Some((slopes, l)) => {
-            q.check_device(slopes, OP)?;
-            if slopes.dtype() != DType::F32 || l.dims() != [h_q] || !l.is_contiguous() {
-                return Err(invalid(
-                    OP,
-                    format!(
-                        "alibi slopes must be a contiguous f32 vector of {h_q} (one per query \
-                         head), got {:?} {:?}",
-                        slopes.dtype(),
-                        l.dims()
-                    ),
-                ));
-            }
-            Some(slopes.view(OP, l)?)
-        }
-    };
-
+    let alibi = extras
+        .alibi_slopes
+        .map(|x| device_vector(q, "alibi slopes (one per query head)", x, DType::F32, h_q))
+        .transpose()?;
+    let key_lens = extras
+        .key_lens
+        .map(|x| device_vector(q, "key lengths (one per sequence)", x, DType::U32, b))
+        .transpose()?;
     let device = q.device();
     let len = size::product(OP, "the output", &[b, s_q, h_q, d])?;
     // SAFETY: every element of the output is written by one of the kernels
@@ -347,6 +374,10 @@ pub fn flash_attn(
         Some(view) => view,
         None => &null,
     };
+    let lens: &dyn hip_safe::KernelArg = match &key_lens {
+        Some(view) => view,
+        None => &null,
+    };
     let launcher = device.kernels();
     let batch = u32_of("batch", b)?;
     let use_decode = match params.kernel {
@@ -354,6 +385,15 @@ pub fn flash_attn(
         AttentionKernel::Prefill => false,
         AttentionKernel::Decode => true,
     };
+    if !use_decode && key_lens.is_some() {
+        return Err(invalid(
+            OP,
+            format!(
+                "key lengths need the decode kernel: at most {DECODE_MAX_QUERIES} queries per \
+                 sequence (got {s_q}) or AttentionKernel::Decode"
+            ),
+        ));
+    }
     if !use_decode {
         let waves = prefill_waves(d);
         let rows_per_block = 16 * waves as usize;
@@ -401,13 +441,14 @@ pub fn flash_attn(
     };
     let kernel = decode.kernel(OP, dtype)?;
     // SAFETY: flash_decode_d<D>_T takes (AttnArgs, const T* q, k, v, float*
-    // part, const float* alibi); views as above, part holds b*h_q*s_q*splits
-    // rows of d + 2 floats; the grid covers (splits, h_k * row groups, b).
+    // part, const float* alibi, const u32* key_lens); views as above, part
+    // holds b*h_q*s_q*splits rows of d + 2 floats, key_lens b u32 or null;
+    // the grid covers (splits, h_k * row groups, b).
     unsafe {
         launcher.launch(
             kernel,
             cfg,
-            &[&args, &qv, &kv, &vv, &part.view_all_mut(), slopes],
+            &[&args, &qv, &kv, &vv, &part.view_all_mut(), slopes, lens],
         )
     }?;
     let pr = part.view_range(OP, 0, part_len)?;

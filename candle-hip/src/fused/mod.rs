@@ -28,7 +28,9 @@ mod rope;
 mod rows;
 
 pub use argsort::{arg_sort_last_dim, shared_sort_max_cols};
-pub use attention::{AttentionKernel, DECODE_MAX_QUERIES, FlashAttnParams, HEAD_DIMS, flash_attn};
+pub use attention::{
+    AttentionKernel, DECODE_MAX_QUERIES, FlashAttnExtras, FlashAttnParams, HEAD_DIMS, flash_attn,
+};
 pub use rope::{rope, rope_i, rope_thd};
 pub use rows::{layer_norm, rms_norm, softmax_last_dim};
 

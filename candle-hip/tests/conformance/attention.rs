@@ -13,7 +13,7 @@
 //! `|got - want| <= 2u·|want| + 2u·max|v| + 1e-5`.
 
 use candle_core::{DType, Layout};
-use candle_hip::fused::{self, AttentionKernel, FlashAttnParams};
+use candle_hip::fused::{self, AttentionKernel, FlashAttnExtras, FlashAttnParams};
 
 use crate::common::{Rng, Tally, Tol, hip_values, rounded, start, unit, upload};
 
@@ -33,6 +33,9 @@ struct Case {
     /// Operands stored (b, h, s, d) and transposed, as candle-transformers
     /// passes them.
     transposed: bool,
+    /// Key lengths on the device ([`key_lens`]): k and v are caches of s_k
+    /// positions filled to those lengths.
+    key_lens: bool,
 }
 
 impl Case {
@@ -57,6 +60,7 @@ impl Case {
             softcap: None,
             alibi: false,
             transposed: false,
+            key_lens: false,
         }
     }
 }
@@ -80,14 +84,32 @@ fn inputs(rng: &mut Rng, c: &Case, dtype: DType) -> Inputs {
     }
 }
 
+/// The filled lengths of a key-length case's caches, one per batch element:
+/// two thirds of the cache, more than all of it (counts as all), none.
+fn key_lens(c: &Case) -> Vec<u32> {
+    (0..c.b)
+        .map(|bi| [c.s_k * 2 / 3, c.s_k + 5, 0][bi % 3] as u32)
+        .collect()
+}
+
+/// The keys batch element `bi` attends over.
+fn keys_of(c: &Case, bi: usize) -> usize {
+    if c.key_lens {
+        (key_lens(c)[bi] as usize).min(c.s_k)
+    } else {
+        c.s_k
+    }
+}
+
 /// The reference output rows `rows` (indices into (b, s_q, h_q)), each d
 /// values, in f64 with flash-attention 2's masks.
 fn reference(c: &Case, x: &Inputs, scale: f32, rows: &[usize]) -> Vec<f64> {
     let d = c.d;
-    let off = c.s_k as i64 - c.s_q as i64;
     let mut out = Vec::with_capacity(rows.len() * d);
     for &row in rows {
         let (bi, rest) = (row / (c.s_q * c.h_q), row % (c.s_q * c.h_q));
+        let s_k = keys_of(c, bi);
+        let off = s_k as i64 - c.s_q as i64;
         let (i, h) = (rest / c.h_q, rest % c.h_q);
         let kvh = h / (c.h_q / c.h_k);
         let q = &x.q[row * d..(row + 1) * d];
@@ -95,7 +117,7 @@ fn reference(c: &Case, x: &Inputs, scale: f32, rows: &[usize]) -> Vec<f64> {
         let lo = c.left.map_or(i64::MIN, |w| pos - w as i64);
         let hi = c.right.map_or(i64::MAX, |w| pos + w as i64);
         let mut scores = Vec::new();
-        for j in 0..c.s_k {
+        for j in 0..s_k {
             let jj = j as i64;
             if jj < lo || jj > hi {
                 continue;
@@ -175,9 +197,15 @@ fn run_case(
         rel: 2.0 * u,
         abs: 2.0 * u + 1e-5,
     };
-    let alibi = c.alibi.then_some((&slopes, &slopes_l));
+    let lens_l = Layout::contiguous(c.b);
+    let lens_f64: Vec<f64> = key_lens(&c).into_iter().map(f64::from).collect();
+    let lens = upload(dev, &lens_f64, &lens_l, DType::U32);
+    let extras = FlashAttnExtras {
+        alibi_slopes: c.alibi.then_some((&slopes, &slopes_l)),
+        key_lens: c.key_lens.then_some((&lens, &lens_l)),
+    };
     let op = format!("flash_attn {kernel:?} d{}", c.d);
-    match fused::flash_attn(&q, &ql, &k, &kl, &v, &kl, alibi, &params) {
+    match fused::flash_attn(&q, &ql, &k, &kl, &v, &kl, extras, &params) {
         Ok(out) => {
             let got_all = hip_values(&out);
             let got: Vec<f64> = rows
@@ -233,6 +261,25 @@ fn flash_attn_matches_a_host_reference() {
     for c in cases {
         for dtype in [DType::F16, DType::BF16] {
             for kernel in KERNELS {
+                run_case(&mut t, &mut rng, &dev, c, dtype, kernel, None);
+            }
+        }
+    }
+    // Caches filled to lengths on the device (the decode kernel only): a
+    // static cache's step, causal and not, grouped heads, transposed caches
+    // as a (b, h, s, d) cache reads.
+    let mut cached = vec![
+        Case::new(3, 1, 300, 32, 8, 64, false),
+        Case::new(3, 1, 77, 8, 2, 128, true),
+        Case::new(2, 4, 129, 4, 4, 80, true),
+    ];
+    let mut transposed = Case::new(3, 1, 513, 8, 8, 64, false);
+    transposed.transposed = true;
+    cached.push(transposed);
+    for mut c in cached {
+        c.key_lens = true;
+        for dtype in [DType::F16, DType::BF16] {
+            for kernel in [AttentionKernel::Auto, AttentionKernel::Decode] {
                 run_case(&mut t, &mut rng, &dev, c, dtype, kernel, None);
             }
         }
@@ -295,7 +342,7 @@ fn flash_attn_refuses_bad_operands() {
     let p = FlashAttnParams::new(0.125, true);
     let err = |q: &[usize], k: &[usize], dtype| {
         let (qs, ks) = (up(q, dtype), up(k, dtype));
-        fused::flash_attn(&qs, &l(q), &ks, &l(k), &ks, &l(k), None, &p)
+        fused::flash_attn(&qs, &l(q), &ks, &l(k), &ks, &l(k), Default::default(), &p)
             .unwrap_err()
             .to_string()
     };
@@ -309,6 +356,32 @@ fn flash_attn_refuses_bad_operands() {
     assert!(e.contains("disagree"), "{e}");
     let e = err(&[4, 2, 64], &[4, 2, 64], DType::F16);
     assert!(e.contains("rank 4"), "{e}");
+    // Key lengths: u32, one per sequence, and the decode kernel only.
+    let (qs, ks) = (
+        up(&[2, 1, 2, 64], DType::F16),
+        up(&[2, 9, 2, 64], DType::F16),
+    );
+    let with_lens = |lens: &[usize], dtype, kernel| {
+        let lens_s = up(lens, dtype);
+        let extras = FlashAttnExtras {
+            key_lens: Some((&lens_s, &l(lens))),
+            ..Default::default()
+        };
+        let p = FlashAttnParams { kernel, ..p };
+        let (kl, ql) = (l(&[2, 9, 2, 64]), l(&[2, 1, 2, 64]));
+        fused::flash_attn(&qs, &ql, &ks, &kl, &ks, &kl, extras, &p)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = with_lens(&[2], DType::F32, AttentionKernel::Auto);
+    assert!(
+        e.contains("key lengths (one per sequence) must be a contiguous U32 vector of 2"),
+        "{e}"
+    );
+    let e = with_lens(&[3], DType::U32, AttentionKernel::Auto);
+    assert!(e.contains("vector of 2, got U32 [3]"), "{e}");
+    let e = with_lens(&[2], DType::U32, AttentionKernel::Prefill);
+    assert!(e.contains("key lengths need the decode kernel"), "{e}");
     // An empty batch is an empty result, not an error.
     let (qs, ks) = (
         up(&[0, 4, 2, 64], DType::F16),
@@ -321,7 +394,7 @@ fn flash_attn_refuses_bad_operands() {
         &l(&[0, 4, 2, 64]),
         &ks,
         &l(&[0, 4, 2, 64]),
-        None,
+        Default::default(),
         &p,
     );
     assert_eq!(out.unwrap().len(), 0);

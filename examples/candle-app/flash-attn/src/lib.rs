@@ -55,6 +55,7 @@ impl FlashAttn {
         extension::FlashAttn {
             params: self.params(),
             alibi_slopes: self.alibi_slopes.clone(),
+            key_lens: None,
         }
     }
 }
