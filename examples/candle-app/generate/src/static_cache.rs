@@ -9,26 +9,30 @@
 //! - [`StaticLlama::forward`] runs a chunk of tokens at a host-known position (the prompt):
 //!   it writes the chunk's keys and values into the caches with `slice_set` and attends,
 //!   causally, over cache positions `0..pos + tokens`. Its shapes follow the chunk.
-//! - [`StaticLlama::step`] runs one token whose id and position it reads from two fixed
-//!   device tensors, which [`StaticLlama::set_step_inputs`] fills before each step. Nothing
-//!   in it depends on the position on the host: the RoPE row is an `index_select` of the
-//!   tables at the device position, the keys and values are written with `scatter_set` at
-//!   indices made from that position, and the attention always spans the whole cache, the
-//!   positions after the current one masked with -inf (from a comparison with a
-//!   precomputed `arange`). Every call therefore launches the same kernels with the same
-//!   shapes and arguments, reads nothing back to the host, and leaves its results only in
-//!   the caches and in a fixed logits tensor ([`StaticLlama::step_logits`]), which is what
-//!   graph capture needs.
+//! - [`StaticLlama::step`] runs one token whose id and position it reads from fixed device
+//!   tensors, which [`StaticLlama::set_step_inputs`] fills before each step. Nothing in it
+//!   depends on the position on the host: the RoPE row is an `index_select` of the tables
+//!   at the device position, the keys and values are written with `scatter_set` at indices
+//!   made from that position, and the attention reads the number of filled positions from
+//!   the device too (see below). Every call therefore launches the same kernels with the
+//!   same shapes and arguments, reads nothing back to the host, and leaves its results only
+//!   in the caches and in a fixed logits tensor ([`StaticLlama::step_logits`]), which is
+//!   what graph capture needs.
 //!
 //! Attention never repeats the caches per query head (candle-transformers' `repeat_kv`
-//! copies them): the query heads that share a key/value head (consecutive heads, as
-//! `repeat_kv` pairs them) are stacked as rows of one product with that head's keys. The
-//! scores are computed in the model's dtype, scaled, masked and softmaxed (see [`attend`]);
-//! in f32 that is candle-transformers' computation (its masked keys weigh exactly 0 here
-//! too). On a HIP device in f16/bf16 the prompt's attention takes the fused kernel
-//! (candle-flash-attn's API) instead. The q, k and v projections are one product, as are
-//! gate and up (weights concatenated at load): fewer launches per layer, which is what a
-//! one-token step costs.
+//! copies them). On a HIP device in f16/bf16 it is candle-hip's fused kernel: the prompt's
+//! through candle-flash-attn's API, the step's through flash-decoding over the caches with
+//! their filled length read on the device (`flash_attn_with_key_lens`), so a step reads
+//! only the filled positions. Elsewhere it is [`attend`]: the query heads that share a
+//! key/value head (consecutive heads, as `repeat_kv` pairs them) are stacked as rows of one
+//! product with that head's keys, and the scores are computed in the model's dtype, scaled,
+//! masked and softmaxed; in f32 that is candle-transformers' computation (its masked keys
+//! weigh exactly 0 here too). The step then spans the whole cache, the positions after the
+//! current one masked with -inf (from a comparison with a precomputed `arange`).
+//!
+//! Fewer launches per layer, which is what a one-token step costs: the q, k and v
+//! projections are one product, as are gate and up (weights concatenated at load), and RoPE
+//! rotates the query and key heads in one launch.
 //!
 //! Batch size 1 only.
 
@@ -62,13 +66,16 @@ pub struct StaticLlama {
     zeros: Tensor,
     /// `max_len` times -inf (model dtype): the step's mask where a key comes later.
     neg_inf: Tensor,
-    /// The step's inputs, one u32 tensor `[token, position]`, so that
+    /// The step's inputs, one u32 tensor `[token, position, position + 1]`, so that
     /// [`StaticLlama::set_step_inputs`] makes a single host-to-device copy.
     step_inputs: Tensor,
     /// The token id: a view of `step_inputs`, shape `[1]`.
     token: Tensor,
     /// Its position: a view of `step_inputs`, shape `[1]`.
     pos: Tensor,
+    /// The filled cache positions once the step's keys are written (position + 1): a view
+    /// of `step_inputs`, shape `[1]`, the fused attention's key length.
+    key_len: Tensor,
     /// The step's output logits, `[1, vocab]` f32, overwritten by every step.
     logits: Tensor,
     heads: usize,
@@ -76,9 +83,9 @@ pub struct StaticLlama {
     head_dim: usize,
     vocab: usize,
     max_len: usize,
-    /// Whether the prompt's attention takes the fused kernel (a HIP device and a 16-bit
-    /// dtype, what candle-hip's flash attention runs); otherwise [`attend`].
-    fused_prompt: bool,
+    /// Whether attention takes candle-hip's fused kernels (a HIP device and a 16-bit
+    /// dtype, what they run); otherwise [`attend`].
+    fused_attention: bool,
     /// `max_position_embeddings`: the longest cache the RoPE tables cover.
     max_positions: usize,
     device: Device,
@@ -174,7 +181,7 @@ impl StaticLlama {
             dtype,
             &device,
         )?;
-        let step_inputs = Tensor::zeros(2, DType::U32, &device)?;
+        let step_inputs = Tensor::zeros(3, DType::U32, &device)?;
         Ok(StaticLlama {
             embed: Embedding::new(table, hidden),
             layers,
@@ -188,6 +195,7 @@ impl StaticLlama {
             neg_inf: positions.neg_inf,
             token: step_inputs.narrow(0, 0, 1)?,
             pos: step_inputs.narrow(0, 1, 1)?,
+            key_len: step_inputs.narrow(0, 2, 1)?,
             step_inputs,
             logits: Tensor::zeros((1, vocab), DType::F32, &device)?,
             heads: split.heads,
@@ -195,7 +203,7 @@ impl StaticLlama {
             head_dim: split.head_dim,
             vocab,
             max_len,
-            fused_prompt: !device.is_cpu() && matches!(dtype, DType::F16 | DType::BF16),
+            fused_attention: !device.is_cpu() && matches!(dtype, DType::F16 | DType::BF16),
             max_positions: cfg.max_position_embeddings,
             device,
         })
@@ -277,15 +285,23 @@ impl StaticLlama {
                 self.vocab
             )));
         }
-        // Query `s` (at position pos + s) sees keys 0..=pos + s.
-        let mask: Vec<f32> = (0..tokens)
-            .flat_map(|s| (0..end).map(move |j| if j > pos + s { f32::NEG_INFINITY } else { 0. }))
-            .collect();
+        // Query `s` (at position pos + s) sees keys 0..=pos + s; the fused kernel masks
+        // causally itself.
+        let bias = if self.fused_attention {
+            None
+        } else {
+            let mask: Vec<f32> = (0..tokens)
+                .flat_map(|s| {
+                    (0..end).map(move |j| if j > pos + s { f32::NEG_INFINITY } else { 0. })
+                })
+                .collect();
+            let mask = Tensor::from_vec(mask, (tokens, end), &self.device)?;
+            Some(mask.to_dtype(self.cos.dtype())?)
+        };
         let pass = Pass {
             cos: self.cos.narrow(0, pos, tokens)?,
             sin: self.sin.narrow(0, pos, tokens)?,
-            bias: Tensor::from_vec(mask, (tokens, end), &self.device)?
-                .to_dtype(self.cos.dtype())?,
+            bias,
             write: CacheWrite::Rows { start: pos },
         };
         Ok(self.run(self.embed.forward(&ids)?, &pass)?)
@@ -310,8 +326,8 @@ impl StaticLlama {
                 self.vocab
             )));
         }
-        // max_len fits u32 (the key positions are a u32 arange), so pos does too.
-        let inputs = Tensor::new(&[token, pos as u32], &self.device)?;
+        // max_len fits u32 (the key positions are a u32 arange), so pos + 1 does too.
+        let inputs = Tensor::new(&[token, pos as u32, pos as u32 + 1], &self.device)?;
         self.step_inputs.slice_set(&inputs, 0, 0)?;
         Ok(())
     }
@@ -327,7 +343,8 @@ impl StaticLlama {
     pub fn step(&self) -> candle_core::Result<()> {
         let (kv_heads, head_dim) = (self.kv_heads, self.head_dim);
         // What depends on the position, computed once for all layers from the device
-        // position: the RoPE row, the scatter indices and the mask of later keys.
+        // position: the RoPE row, the scatter indices and, for the unfused attention, the
+        // mask of later keys.
         let cos = self.cos.index_select(&self.pos, 0)?;
         let sin = self.sin.index_select(&self.pos, 0)?;
         let index = self
@@ -335,12 +352,18 @@ impl StaticLlama {
             .reshape((1, 1, 1, 1))?
             .broadcast_as((1, kv_heads, 1, head_dim))?
             .contiguous()?;
-        let later = self
-            .key_positions
-            .gt(&self.pos.broadcast_as(self.max_len)?)?;
-        let bias = later
-            .where_cond(&self.neg_inf, &self.zeros)?
-            .reshape((1, self.max_len))?;
+        let bias = if self.fused_attention {
+            None
+        } else {
+            let later = self
+                .key_positions
+                .gt(&self.pos.broadcast_as(self.max_len)?)?;
+            Some(
+                later
+                    .where_cond(&self.neg_inf, &self.zeros)?
+                    .reshape((1, self.max_len))?,
+            )
+        };
         let pass = Pass {
             cos,
             sin,
@@ -411,18 +434,19 @@ impl StaticLlama {
                 .contiguous()
         };
         // One product for the three projections; at one token the parts are contiguous
-        // views of it.
+        // views of it. The query and key heads are rotated together, one launch.
         let qkv = layer.qkv.forward(x)?;
-        let (q_width, kv_width) = (self.heads * head_dim, self.kv_heads * head_dim);
-        let q = by_head(qkv.narrow(2, 0, q_width)?, self.heads)?;
-        let k = by_head(qkv.narrow(2, q_width, kv_width)?, self.kv_heads)?;
-        let v = by_head(qkv.narrow(2, q_width + kv_width, kv_width)?, self.kv_heads)?;
-        let q = candle_nn::rotary_emb::rope(&q, &pass.cos, &pass.sin)?;
-        let k = candle_nn::rotary_emb::rope(&k, &pass.cos, &pass.sin)?;
+        let (heads, kv_heads) = (self.heads, self.kv_heads);
+        let (qk_width, kv_width) = ((heads + kv_heads) * head_dim, kv_heads * head_dim);
+        let qk = by_head(qkv.narrow(2, 0, qk_width)?, heads + kv_heads)?;
+        let qk = candle_nn::rotary_emb::rope(&qk, &pass.cos, &pass.sin)?;
+        let (q, k) = (qk.narrow(1, 0, heads)?, qk.narrow(1, heads, kv_heads)?);
+        let v = by_head(qkv.narrow(2, qk_width, kv_width)?, kv_heads)?;
         let (keys, values) = pass.write.store(cache, &k, &v)?;
-        let y = match pass.write {
-            CacheWrite::Rows { .. } if self.fused_prompt => attend_fused(&q, &keys, &values)?,
-            _ => attend(&q, &keys, &values, &pass.bias)?,
+        let y = match (&pass.bias, pass.write) {
+            (Some(bias), _) => attend(&q, &keys, &values, bias)?,
+            (None, CacheWrite::Rows { .. }) => attend_fused(&q, &keys, &values)?,
+            (None, CacheWrite::At { .. }) => attend_cached(&q, &keys, &values, &self.key_len)?,
         };
         layer.o.forward(&y)
     }
@@ -470,12 +494,14 @@ struct Pass<'a> {
     cos: Tensor,
     /// The sines, likewise.
     sin: Tensor,
-    /// `[tokens, keys]` f32: 0 for a key the query sees, -inf for a later one.
-    bias: Tensor,
+    /// `[tokens, keys]` (model dtype): 0 for a key the query sees, -inf for a later one;
+    /// `None` when the fused kernels attend (they mask causally themselves).
+    bias: Option<Tensor>,
     write: CacheWrite<'a>,
 }
 
 /// Where a pass's keys and values go in the caches, and which cached positions it reads.
+#[derive(Clone, Copy)]
 enum CacheWrite<'a> {
     /// A chunk at host-known positions from `start`: `slice_set` into those rows, then
     /// attention over positions `0..start + tokens`.
@@ -567,6 +593,29 @@ fn attend_fused(q: &Tensor, keys: &Tensor, values: &Tensor) -> candle_core::Resu
         &values.transpose(1, 2)?,
         scale,
         true,
+    )?;
+    y.reshape((1, tokens, heads * head_dim))
+}
+
+/// The step's attention through candle-hip's flash-decoding: the one query of `q`
+/// (`[1, heads, 1, head_dim]`) over the caches (`[1, kv_heads, max_len, head_dim]`, read in
+/// place) filled to `key_len` positions (a `[1]` u32 device tensor), the position read on
+/// the device so that a captured step serves every position. Returns
+/// `[1, 1, heads * head_dim]`.
+fn attend_cached(
+    q: &Tensor,
+    keys: &Tensor,
+    values: &Tensor,
+    key_len: &Tensor,
+) -> candle_core::Result<Tensor> {
+    let (_, heads, tokens, head_dim) = q.dims4()?;
+    let params = candle_hip::fused::FlashAttnParams::new(1.0 / (head_dim as f32).sqrt(), false);
+    let y = candle_hip::extension::flash_attn_with_key_lens(
+        &q.transpose(1, 2)?,
+        &keys.transpose(1, 2)?,
+        &values.transpose(1, 2)?,
+        key_len,
+        params,
     )?;
     y.reshape((1, tokens, heads * head_dim))
 }

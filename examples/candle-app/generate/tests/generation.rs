@@ -331,6 +331,39 @@ fn hip_flash_attention_keeps_the_greedy_tokens() {
     }
 }
 
+/// Graph decoding in f16 and bf16 on HIP, where the static model's attention is candle-hip's
+/// fused kernels (the prompt's, and flash-decoding over the cache length held on the
+/// device in the captured step), fed the unfused eager model's greedy tokens: every step's
+/// logits within 5e-2 of the largest, the bound of the flash-attention check above (the
+/// fused kernels round the probabilities to the input type before P·V).
+#[test]
+#[ignore = "needs a HIP device"]
+fn hip_graph_decoding_in_half_precision_matches_the_eager_model() {
+    let device = hip();
+    let source = Source::Shape(Shape::Tiny, SEED);
+    let p = prompt(11);
+    for dtype in [DType::F16, DType::BF16] {
+        let mut plain = Model::load(&source, dtype, &device).unwrap();
+        let reference =
+            generation::generate(&mut plain, &p, &greedy(64), true, |_| Ok(())).unwrap();
+        let mut graph = Model::load_graph_decode(&source, dtype, &device).unwrap();
+        let forced = teacher_forced(&mut graph, &p, &reference.generated);
+        let worst = reference
+            .logits
+            .iter()
+            .zip(&forced)
+            .map(|(r, f)| relative_difference(f, r))
+            .fold(0f32, f32::max);
+        println!(
+            "graph decoding, tiny {dtype:?}: fed the eager model's 64 greedy tokens, largest \
+             relative logit difference {worst:.2e}, graph of {:?} nodes",
+            graph.graph_nodes()
+        );
+        assert!(graph.graph_nodes().is_some_and(|n| n > 0));
+        assert!(worst < 5e-2, "{dtype:?}: {worst}");
+    }
+}
+
 /// Graph decoding (a static KV cache, the step captured once and replayed) of the tiny
 /// model against candle-transformers' Llama on the same weights, f32, 64 greedy steps;
 /// returns the captured step's node count (none on the CPU, where the step runs eagerly).
