@@ -40,6 +40,7 @@
 mod attention;
 mod collective;
 mod device;
+mod linear;
 mod quantized;
 mod storage;
 
@@ -54,6 +55,7 @@ use hip_safe::DeviceBuffer;
 pub use attention::{FlashAttn, flash_attn, flash_attn_with_key_lens};
 pub use collective::AllReduce;
 pub use device::BridgeDevice;
+pub use linear::{FusedInput, fused_linear};
 pub use quantized::{BridgeQStorage, NoQuantized, QuantizedBlocks};
 pub use storage::BridgeStorage;
 

@@ -12,6 +12,21 @@
 // output (S: 2, 4, 8 or 16), for few outputs of long rows, which leave most
 // of a device's waves idle at one wave each.
 //
+//   gemv_fused_<dtype>(const T* x, const T* w, T* y, ch_u32 n, ch_u32 k,
+//                      ch_u64 w_stride, ch_u32 split, ch_u32 input,
+//                      const T* norm_w, float eps, const T* residual)
+//     y[j] = sum over i < k of x'[i] * w[j * w_stride + i] (+ residual[j]),
+//     where x' is, by `input` (CH_GEMV_INPUT_*):
+//       PLAIN     x itself (k elements);
+//       RMS_NORM  x / sqrt(mean(x^2) + eps) * norm_w (as rms_norm_*);
+//       SWIGLU    silu(x[i]) * x[k + i] (x holds 2k elements: gate, up);
+//     each x'[i] rounded to T as the separate kernels round it. The decode
+//     step's norm, activation and residual addition ride on its products:
+//     every block first writes x' into shared memory (k elements of T, the
+//     launch's dynamic shared memory), then its waves multiply as gemv_*
+//     (split 1) or gemv_split_* do. residual may be null; the sum is rounded
+//     once.
+//
 // The S * wave lanes of an output's waves stream W's row j in 16-byte packs,
 // lane g of the group (g = wave of the group * wave size + lane) taking
 // packs g, g + S * wave, g + 2 * S * wave, ... with CH_GEMV_UNROLL of them
@@ -37,7 +52,7 @@
 
 template <typename T, int S>
 __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                                     ch_u32 n, ch_u32 k, ch_u64 w_stride) {
+                                     ch_u32 n, ch_u32 k, ch_u64 w_stride, const T* __restrict__ residual) {
   typedef typename Num<T>::acc A;
   const int V = CH_VEC_BYTES / (int)sizeof(T);
   const int U = CH_GEMV_UNROLL;
@@ -93,7 +108,7 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restric
   s.v = acc;
   s = wave_reduce<AccSum<A> >(s);
   if (S == 1) {
-    if (lane == 0) y[j] = Num<T>::from_acc(s.v);
+    if (lane == 0) y[j] = Num<T>::from_acc(residual != nullptr ? s.v + Num<T>::to_acc(residual[j]) : s.v);
     return;
   }
   // Every thread of the block reaches the barrier (S is the kernel's).
@@ -103,38 +118,95 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restric
     A sum = partial[wave];
 #pragma unroll
     for (int q = 1; q < S; ++q) sum += partial[wave + q];
-    y[j] = Num<T>::from_acc(sum);
+    y[j] = Num<T>::from_acc(residual != nullptr ? sum + Num<T>::to_acc(residual[j]) : sum);
   }
 }
 
 #define GEMV(NAME, OP, TYPE)                                                                       \
   extern "C" __global__ void NAME##_##TYPE(const ch_##TYPE* x, const ch_##TYPE* w, ch_##TYPE* y,   \
                                            ch_u32 n, ch_u32 k, ch_u64 w_stride) {                  \
-    gemv<ch_##TYPE, 1>(x, w, y, n, k, w_stride);                                                   \
+    gemv<ch_##TYPE, 1>(x, w, y, n, k, w_stride, nullptr);                                          \
   }
 
-// `split` is the same for the whole launch, so every block takes one branch
-// (CH_GEMV_MAX_SPLIT is its last case).
+// The product of a launch's `split` (the same for the whole launch, so every
+// block takes one branch; CH_GEMV_MAX_SPLIT is its last case).
+template <typename T>
+__device__ __forceinline__ void gemv_of_split(ch_u32 split, const T* x, const T* w, T* y, ch_u32 n, ch_u32 k,
+                                              ch_u64 w_stride, const T* residual) {
+  switch (split) {
+    case 1:
+      gemv<T, 1>(x, w, y, n, k, w_stride, residual);
+      break;
+    case 2:
+      gemv<T, 2>(x, w, y, n, k, w_stride, residual);
+      break;
+    case 4:
+      gemv<T, 4>(x, w, y, n, k, w_stride, residual);
+      break;
+    case 8:
+      gemv<T, 8>(x, w, y, n, k, w_stride, residual);
+      break;
+    case 16:
+      gemv<T, 16>(x, w, y, n, k, w_stride, residual);
+      break;
+    default: /* not a split the host passes: nothing is read or written */
+      break;
+  }
+}
+
+#define CH_GEMV_INPUT_PLAIN 0
+#define CH_GEMV_INPUT_RMS_NORM 1
+#define CH_GEMV_INPUT_SWIGLU 2
+
+// Writes gemv_fused's x' (see the top of the file) into xs, k elements, with
+// every thread of the block; returns after a barrier.
+template <typename T>
+__device__ __forceinline__ void gemv_stage_input(T* xs, const T* __restrict__ x, ch_u32 k, ch_u32 input,
+                                                 const T* __restrict__ norm_w, float eps) {
+  typedef typename Num<T>::acc A;
+  __shared__ ch_u64 scratch[CH_ROW_SCRATCH_WORDS];
+  const ch_u32 tid = threadIdx.x, threads = blockDim.x;
+  if (input == CH_GEMV_INPUT_RMS_NORM) {
+    typename AccSum<A>::State ss = AccSum<A>::identity();
+    for (ch_u32 i = tid; i < k; i += threads) {
+      const A v = Num<T>::to_acc(x[i]);
+      ss.v += v * v;
+    }
+    ss = block_allreduce<AccSum<A> >(ss, reinterpret_cast<typename AccSum<A>::State*>(scratch));
+    const A inv = (A)1 / ch_sqrt(ss.v / (A)k + (A)eps);
+    for (ch_u32 i = tid; i < k; i += threads)
+      xs[i] = Num<T>::from_acc(Num<T>::to_acc(x[i]) * inv * Num<T>::to_acc(norm_w[i]));
+  } else if (input == CH_GEMV_INPUT_SWIGLU) {
+    for (ch_u32 i = tid; i < k; i += threads) {
+      const A g = Num<T>::to_acc(x[i]);
+      const T silu = Num<T>::from_acc(g / ((A)1 + ch_exp(-g)));
+      xs[i] = Num<T>::from_acc(Num<T>::to_acc(silu) * Num<T>::to_acc(x[k + i]));
+    }
+  } else {
+    for (ch_u32 i = tid; i < k; i += threads) xs[i] = x[i];
+  }
+  __syncthreads();
+}
+
+#define GEMV_FUSED(NAME, OP, TYPE)                                                                 \
+  extern "C" __global__ void NAME##_##TYPE(const ch_##TYPE* x, const ch_##TYPE* w, ch_##TYPE* y,   \
+                                           ch_u32 n, ch_u32 k, ch_u64 w_stride, ch_u32 split,      \
+                                           ch_u32 input, const ch_##TYPE* norm_w, float eps,       \
+                                           const ch_##TYPE* residual) {                            \
+    /* the staged input: the launch's dynamic shared memory, one type for */                       \
+    /* every dtype's kernel, 16-byte aligned for the packs */                                      \
+    extern __shared__ Pack<ch_u32, 4> ch_gemv_input[];                                             \
+    ch_##TYPE* xs = reinterpret_cast<ch_##TYPE*>(ch_gemv_input);                                   \
+    gemv_stage_input<ch_##TYPE>(xs, x, k, input, norm_w, eps);                                     \
+    gemv_of_split<ch_##TYPE>(split, xs, w, y, n, k, w_stride, residual);                           \
+  }
+
 #define GEMV_SPLIT(NAME, OP, TYPE)                                                                 \
   extern "C" __global__ void NAME##_##TYPE(const ch_##TYPE* x, const ch_##TYPE* w, ch_##TYPE* y,   \
                                            ch_u32 n, ch_u32 k, ch_u64 w_stride, ch_u32 split) {    \
-    switch (split) {                                                                               \
-      case 2:                                                                                      \
-        gemv<ch_##TYPE, 2>(x, w, y, n, k, w_stride);                                               \
-        break;                                                                                     \
-      case 4:                                                                                      \
-        gemv<ch_##TYPE, 4>(x, w, y, n, k, w_stride);                                               \
-        break;                                                                                     \
-      case 8:                                                                                      \
-        gemv<ch_##TYPE, 8>(x, w, y, n, k, w_stride);                                               \
-        break;                                                                                     \
-      case 16:                                                                                     \
-        gemv<ch_##TYPE, 16>(x, w, y, n, k, w_stride);                                              \
-        break;                                                                                     \
-      default: /* not a split the host passes: nothing is read or written */                      \
-        break;                                                                                     \
-    }                                                                                              \
+    gemv_of_split<ch_##TYPE>(split, x, w, y, n, k, w_stride, nullptr);                             \
   }
 
 CH_FLOATS(GEMV, gemv, unused)
 CH_FLOATS(GEMV_SPLIT, gemv_split, unused)
+CH_FLOATS(GEMV_FUSED, gemv_fused, unused)

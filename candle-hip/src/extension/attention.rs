@@ -73,18 +73,14 @@ impl CustomOp3 for FlashAttn {
     }
 }
 
-/// The HIP storage of an optional operand of op `name` (`what` names it in
-/// the error when it is elsewhere).
+/// The HIP storage of an optional operand of op `name`.
 fn on_hip<'a>(
     x: Option<(&'a Storage, &'a Layout)>,
     what: &str,
     name: &str,
 ) -> Result<Option<(&'a crate::HipStorage, &'a Layout)>> {
-    match x {
-        None => Ok(None),
-        Some((Storage::Custom(s), layout)) => Ok(Some((hip_storage(s.as_ref(), name)?, layout))),
-        Some(_) => candle_core::bail!("{name}: the {what} are not on the HIP device"),
-    }
+    x.map(|(s, l)| super::linear::on_hip(s, l, what, name))
+        .transpose()
 }
 
 /// Fused attention of HIP tensors (see [`FlashAttn`]).

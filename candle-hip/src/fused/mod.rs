@@ -12,6 +12,7 @@
 //! | [`sigmoid`] | `candle_nn::ops::sigmoid` | f16, bf16, f32, f64 |
 //! | [`arg_sort_last_dim`] | `Tensor::arg_sort_last_dim` | every dtype (u32 output) |
 //! | [`flash_attn`] | `candle_flash_attn::flash_attn*` | f16, bf16 |
+//! | [`fused_linear`] | one token's `Linear` with an RMS norm or SwiGLU before it and a residual addition after it | f16, bf16, f32, f64 |
 //!
 //! They are functions rather than candle custom ops because candle-nn's ops
 //! (and candle-core 0.11.1's `Tensor`) only reach the CPU, CUDA and Metal
@@ -24,6 +25,7 @@
 
 mod argsort;
 mod attention;
+mod linear;
 mod rope;
 mod rows;
 
@@ -31,6 +33,7 @@ pub use argsort::{arg_sort_last_dim, shared_sort_max_cols};
 pub use attention::{
     AttentionKernel, DECODE_MAX_QUERIES, FlashAttnExtras, FlashAttnParams, HEAD_DIMS, flash_attn,
 };
+pub use linear::{LinearInput, MAX_STAGED_BYTES, fused_linear, fused_linear_plan};
 pub use rope::{rope, rope_i, rope_thd};
 pub use rows::{layer_norm, rms_norm, softmax_last_dim};
 

@@ -425,6 +425,7 @@ families! {
     COL2IM = "col2im" in IM2COL: Floats;
     GEMV = "gemv" in GEMV: Floats;
     GEMV_SPLIT = "gemv_split" in GEMV: Floats;
+    GEMV_FUSED = "gemv_fused" in GEMV: Floats;
     DEQUANTIZE = "dequantize" in QUANTIZED part 1: Activations per block;
     QUANTIZE_ACT = "quantize_act" in QUANTIZED part 2: F32 per block;
     QMATVEC = "qmatvec" in QUANTIZED part 2: F32 per block;
@@ -875,9 +876,9 @@ mod tests {
         // matrix-vector kernels, then 60 of quantized blocks, then 36 of
         // fused attention (prefill, decode and merge for 6 head dims, f16
         // and bf16), then 4 matrix-vector kernels of outputs split over
-        // several waves.
+        // several waves, then 4 fused one-token linear layers.
         let total: usize = FAMILIES.iter().map(|f| f.kernels().len()).sum();
-        assert_eq!(total, 964);
+        assert_eq!(total, 968);
     }
 
     #[test]

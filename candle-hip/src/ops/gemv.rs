@@ -151,7 +151,7 @@ pub(crate) fn split(n: usize, k: usize, elem_bytes: usize, wave: u32, compute_un
 /// The launch of `n` outputs with `split` waves each on `wave`-lane waves:
 /// blocks of at least `CH_ELEM_BLOCK` threads and whole groups of `split`
 /// waves (at most `CH_REDUCE_MAX_BLOCK` threads), one output per group.
-fn launch_config(n: usize, split: usize, wave: u32) -> Result<LaunchConfig> {
+pub(crate) fn launch_config(n: usize, split: usize, wave: u32) -> Result<LaunchConfig> {
     let wave = wave.max(1) as usize;
     let waves = (ELEM_BLOCK as usize / wave).max(1).max(split);
     let threads = size::mul(OP, "the threads of a block", waves, wave)?;

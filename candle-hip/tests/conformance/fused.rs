@@ -331,3 +331,135 @@ fn argsort_matches_cpu() {
     }
     t.finish("conformance argsort");
 }
+
+/// Which `x'` a fused-linear case feeds the product.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum LinearIn {
+    Plain,
+    RmsNorm,
+    SwiGlu,
+}
+
+/// `fused::fused_linear` against a host reference: `x'` computed in f64 from
+/// the rounded inputs and rounded to the dtype (as the kernel, and
+/// candle-nn's separate ops, round it), then the product and the residual in
+/// f64. Shapes cover every split of the one-row product (few long rows to
+/// many short ones, a 2048 x 8192 down projection, a 3072 x 2048 fused qkv),
+/// a weight narrowed from a wider one (row stride > k, rows from an
+/// offset), and each input with and without a residual. Tolerance: the
+/// kernel sums k products in f32 (f64) in a different order (`log2 k + 2`
+/// accumulation roundoffs of `sum |x'·w|`), `x'` may round to the
+/// neighbouring value where the device's exp or f32 norm differs from the
+/// host's (two units of the dtype of `sum |x'·w|`), and the output rounds
+/// once.
+#[test]
+#[ignore = "needs a HIP device"]
+fn fused_linear_matches_a_host_reference() {
+    let (dev, mut t, mut rng) = start(0x5eed_0005);
+    // (n, k, row stride, first row).
+    let shapes: [(usize, usize, usize, usize); 7] = [
+        (1, 8, 8, 0),
+        (7, 64, 64, 0),
+        (33, 520, 528, 3),
+        (1000, 256, 256, 0),
+        (3072, 2048, 2048, 0),
+        (2048, 8192, 8192, 0),
+        (96, 4096, 4104, 5),
+    ];
+    let inputs = [LinearIn::Plain, LinearIn::RmsNorm, LinearIn::SwiGlu];
+    for (n, k, stride, row0) in shapes {
+        for dtype in FLOATS {
+            let elem = dtype.size_in_bytes();
+            if k * elem > fused::MAX_STAGED_BYTES || !stride.is_multiple_of(16 / elem) {
+                continue;
+            }
+            let w_all = rounded(&rng.values((row0 + n) * stride, -1.0, 1.0), dtype);
+            let w_full = Layout::contiguous((row0 + n, stride));
+            let w_l = w_full.narrow(0, row0, n).unwrap().narrow(1, 0, k).unwrap();
+            let ws = upload(&dev, &w_all, &w_full, dtype);
+            let g = rounded(&rng.values(k, -2.0, 2.0), dtype);
+            let r = rounded(&rng.values(n, -4.0, 4.0), dtype);
+            let (g_l, r_l) = (Layout::contiguous(k), Layout::contiguous((1, n)));
+            let (gs, rs) = (upload(&dev, &g, &g_l, dtype), upload(&dev, &r, &r_l, dtype));
+            for input in inputs {
+                let x_len = if input == LinearIn::SwiGlu { 2 * k } else { k };
+                let x = rounded(&rng.values(x_len, -3.0, 3.0), dtype);
+                let x_l = Layout::contiguous((1, x_len));
+                let xs = upload(&dev, &x, &x_l, dtype);
+                let eps = 1e-5f32;
+                let staged: Vec<f64> = match input {
+                    LinearIn::Plain => x.clone(),
+                    LinearIn::RmsNorm => {
+                        let ms = x.iter().map(|v| v * v).sum::<f64>() / k as f64;
+                        let inv = 1.0 / (ms + eps as f64).sqrt();
+                        (0..k).map(|i| x[i] * inv * g[i]).collect()
+                    }
+                    LinearIn::SwiGlu => {
+                        let silu: Vec<f64> =
+                            x[..k].iter().map(|&v| v / (1.0 + (-v).exp())).collect();
+                        let silu = rounded(&silu, dtype);
+                        (0..k).map(|i| silu[i] * x[k + i]).collect()
+                    }
+                };
+                let staged = rounded(&staged, dtype);
+                for with_residual in [false, true] {
+                    let mut worst_sum = 0f64;
+                    let want: Vec<f64> = (0..n)
+                        .map(|j| {
+                            let row = &w_all[(row0 + j) * stride..][..k];
+                            let dot: f64 = (0..k).map(|i| staged[i] * row[i]).sum();
+                            let sum: f64 = (0..k).map(|i| (staged[i] * row[i]).abs()).sum();
+                            worst_sum = worst_sum.max(sum);
+                            dot + if with_residual { r[j] } else { 0.0 }
+                        })
+                        .collect();
+                    let ops = (k as f64).log2() + 2.0;
+                    let tol = Tol {
+                        rel: 2.0 * unit(dtype),
+                        abs: (ops * acc_unit(dtype) + 2.0 * unit(dtype)) * worst_sum + tiny(dtype),
+                    };
+                    let case = format!(
+                        "n {n} k {k} stride {stride} row0 {row0} {input:?} residual {with_residual}"
+                    );
+                    let lin = match input {
+                        LinearIn::Plain => fused::LinearInput::Plain,
+                        LinearIn::RmsNorm => fused::LinearInput::RmsNorm {
+                            weight: (&gs, &g_l),
+                            eps,
+                        },
+                        LinearIn::SwiGlu => fused::LinearInput::SwiGlu,
+                    };
+                    let residual = with_residual.then_some((&rs, &r_l));
+                    t.check_run("fused_linear", dtype, &case, &want, tol, || {
+                        fused::fused_linear(&xs, &x_l, &ws, &w_l, lin, residual)
+                    });
+                }
+            }
+        }
+    }
+    // Rows the shared memory cannot stage, and a transposed weight, are left
+    // to the unfused ops: the plan says so and the op refuses them.
+    let long = Layout::contiguous((4, 32 * 1024));
+    assert_eq!(
+        fused::fused_linear_plan(DType::F16, &Layout::contiguous(32 * 1024), &long, false),
+        None
+    );
+    let transposed = Layout::contiguous((64, 16)).transpose(0, 1).unwrap();
+    assert_eq!(
+        fused::fused_linear_plan(DType::F32, &Layout::contiguous(64), &transposed, false),
+        None
+    );
+    let x_l = Layout::contiguous(64);
+    let xs = upload(&dev, &[0.5; 64], &x_l, DType::F32);
+    let ws = upload(
+        &dev,
+        &[0.5; 1024],
+        &Layout::contiguous((64, 16)),
+        DType::F32,
+    );
+    let err = fused::fused_linear(&xs, &x_l, &ws, &transposed, fused::LinearInput::Plain, None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("compute it unfused"), "{err}");
+    t.finish("conformance fused_linear");
+}
