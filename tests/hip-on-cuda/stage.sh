@@ -15,7 +15,9 @@
 #                       candle-hip) and candle-hip/benches/*.py
 #   .stage/candle-app/  Candle's own tests, the MiniLM and custom-kernel demos
 #                       (examples/candle-app/scripts/stage.sh; their weights stay
-#                       in examples/candle-app/target/minilm, carried separately)
+#                       in examples/candle-app/target/minilm, carried separately);
+#                       with STAGE_CANDLE_CUDA=1 also candle-cuda-bench, Candle's
+#                       own CUDA backend (tests/candle-cuda/README.md)
 #   .stage/unbuilt.txt  test targets, examples and benchmarks that did not
 #                       compile (if any): their errors are printed here and
 #                       run.sh reports them as failed steps, so one broken

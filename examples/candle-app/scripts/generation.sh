@@ -30,6 +30,13 @@
 #       greedy steps at --tp 2 against --tp 1 (tokens identical, logits compared),
 #       and decode/prefill tokens/s at tp 1 and 2 (rows to <outdir>/tp.jsonl).
 #
+# Candle-CUDA rows (Candle's own CUDA backend, crates.io candle 0.11.1 unmodified:
+# tests/candle-cuda, staged as candle-cuda-bench.xz by `STAGE_CANDLE_CUDA=1 stage.sh`):
+# when that binary is staged, bench, gguf-bench and graph also time it on the same
+# files and shapes (rows to <outdir>/*-candle-cuda.jsonl; bench's report and
+# gguf-bench's reports get its columns); when it is not, one line says so and
+# nothing else changes. CANDLE_CUDA=0 skips it.
+#
 # Model folders go to $GENERATE_WORK (default /tmp/generate-models), not
 # <outdir>: the 8B shape is 16 GB. Appends "step|status|-|-|-" rows to
 # <outdir>/rows.txt; exits non-zero if a step failed.
@@ -63,6 +70,23 @@ step() {
     fi
     return $status
 }
+
+# candle-cuda-bench, when it is staged and not switched off (CANDLE_CUDA=0);
+# stage.sh stages it xz-compressed, unpacked here into $work once.
+candle_cuda=""
+if [[ "${CANDLE_CUDA:-1}" != 0 && -x "$here/candle-cuda-bench" ]]; then
+    candle_cuda="$here/candle-cuda-bench"
+elif [[ "${CANDLE_CUDA:-1}" != 0 && -f "$here/candle-cuda-bench.xz" ]]; then
+    if [[ ! -x "$work/candle-cuda-bench" || "$here/candle-cuda-bench.xz" -nt "$work/candle-cuda-bench" ]]; then
+        xz -dc "$here/candle-cuda-bench.xz" > "$work/candle-cuda-bench.part" &&
+            chmod +x "$work/candle-cuda-bench.part" &&
+            mv "$work/candle-cuda-bench.part" "$work/candle-cuda-bench"
+    fi
+    [[ -x "$work/candle-cuda-bench" ]] && candle_cuda="$work/candle-cuda-bench"
+elif [[ "${CANDLE_CUDA:-1}" != 0 && "$mode" =~ ^(bench|gguf-bench|graph)$ ]]; then
+    echo "note: candle-cuda-bench is not staged (STAGE_CANDLE_CUDA=1 stage.sh stages it);" \
+        "no Candle-CUDA rows"
+fi
 
 # The weights of shape $1 in dtype $2, written once.
 model_dir() {
@@ -111,9 +135,17 @@ bench)
     step "bench-$shape-torch" python3 "$here/torch_generate.py" bench --model "$dir" \
         --dtype bf16 --batch "$batches" --prompt-len "$prompts" --new-tokens 128 --iters 3 \
         --json "$out/generate-$shape-torch.jsonl"
+    cuda_report=()
+    if [[ -n "$candle_cuda" ]]; then
+        rm -f "$out/generate-$shape-candle-cuda.jsonl"
+        step "bench-$shape-candle-cuda" "$candle_cuda" bench --model "$dir" --dtype bf16 \
+            --batch "$batches" --prompt-len "$prompts" --new-tokens 128 --iters 3 \
+            --json "$out/generate-$shape-candle-cuda.jsonl"
+        cuda_report=(--candle-cuda "$out/generate-$shape-candle-cuda.jsonl")
+    fi
     python3 "$here/generate_report.py" "$out/generate-$shape-ours.jsonl" \
         "$out/generate-$shape-torch.jsonl" "$out/generate-$shape" \
-        "$shape, bf16, 128 new tokens"
+        "$shape, bf16, 128 new tokens" "${cuda_report[@]}"
     ;;
 gguf-bench)
     # Decode and prefill of one shape written as GGUF files in each scheme (written here:
@@ -122,18 +154,32 @@ gguf-bench)
     schemes="${4:-q4_0,q8_0,q4k}"
     batches="${5:-1,4}"
     rows="$out/gguf-$shape.jsonl"
-    rm -f "$rows"
+    cuda_rows="$out/gguf-$shape-candle-cuda.jsonl"
+    rm -f "$rows" "$cuda_rows"
     for scheme in ${schemes//,/ }; do
         file="$work/$shape-$scheme.gguf"
         [[ -f "$file" ]] || step "write-$shape-$scheme" "$here/generate" write-gguf \
             --shape "$shape" --quant "$scheme" --out "$file" || continue
         step "gguf-bench-$shape-$scheme" "$here/generate" bench --gguf "$file" --device hip \
             --batch "$batches" --prompt-len 128 --new-tokens 64 --iters 2 --json "$rows"
+        if [[ -n "$candle_cuda" ]]; then
+            step "gguf-bench-$shape-$scheme-candle-cuda" "$candle_cuda" bench --gguf "$file" \
+                --batch "$batches" --prompt-len 128 --new-tokens 64 --iters 2 --json "$cuda_rows"
+            python3 "$here/generate_report.py" "$rows" /dev/null "$out/gguf-$shape-$scheme" \
+                "$shape, GGUF $scheme, 64 new tokens" --candle-cuda "$cuda_rows" --match "$file"
+        fi
         rm -f "$file"
     done
     dir="$(model_dir "$shape" bf16)" || exit 1
     step "gguf-bench-$shape-bf16" "$here/generate" bench --model "$dir" --dtype bf16 \
         --device hip --batch "$batches" --prompt-len 128 --new-tokens 64 --iters 2 --json "$rows"
+    if [[ -n "$candle_cuda" ]]; then
+        step "gguf-bench-$shape-bf16-candle-cuda" "$candle_cuda" bench --model "$dir" \
+            --dtype bf16 --batch "$batches" --prompt-len 128 --new-tokens 64 --iters 2 \
+            --json "$cuda_rows"
+        python3 "$here/generate_report.py" "$rows" /dev/null "$out/gguf-$shape-bf16" \
+            "$shape, bf16, 64 new tokens" --candle-cuda "$cuda_rows" --match "$dir"
+    fi
     ;;
 graph)
     shapes="${3:-llama-3.2-1b,llama-3.1-8b}"
@@ -152,6 +198,12 @@ graph)
     step graph-bench-torch python3 "$here/torch_generate.py" bench --model "$dir" \
         --dtype bf16 --batch 1 --prompt-len 128,2048 --new-tokens 128 --iters 2 \
         --json "$out/graph-torch.jsonl"
+    if [[ -n "$candle_cuda" ]]; then
+        rm -f "$out/graph-candle-cuda.jsonl"
+        step graph-bench-candle-cuda "$candle_cuda" bench --model "$dir" --dtype bf16 \
+            --batch 1 --prompt-len 128,2048 --new-tokens 128 --iters 2 \
+            --json "$out/graph-candle-cuda.jsonl"
+    fi
     ;;
 tp)
     shapes="${3:-tiny,llama-3.1-8b}"

@@ -11,6 +11,12 @@
 #                            package's tests; generation.sh, torch_generate.py
 #                            and generate_report.py (the generation steps)
 #   <dest>/run.sh            the runner (scripts/run.sh)
+#   <dest>/candle-cuda-bench.xz  only with STAGE_CANDLE_CUDA=1: Candle's own
+#                            CUDA backend (tests/candle-cuda, built by its
+#                            build.sh, which needs PyPI and tens of minutes the
+#                            first time), xz-compressed (52 MB stripped, about
+#                            7 MB compressed: its GGUF kernels); generation.sh
+#                            unpacks it and adds its rows when present
 #
 # The MiniLM weights are not staged (about 44 MiB as f16, which would push the
 # staged folder over 64 MiB): the weights of the installed Python package
@@ -56,6 +62,18 @@ cp "$app/demos/minilm/torch_minilm.py" "$app/demos/minilm/sentences.txt" "$dest/
 cp "$app/scripts/run.sh" "$app/scripts/generation.sh" "$app/scripts/torch_generate.py" \
     "$app/scripts/generate_report.py" "$dest/"
 chmod +x "$dest/run.sh" "$dest/generation.sh"
+
+# Candle's own CUDA backend, opt-in (see tests/candle-cuda/README.md).
+rm -f "$dest/candle-cuda-bench" "$dest/candle-cuda-bench.xz"
+if [[ "${STAGE_CANDLE_CUDA:-0}" == 1 ]]; then
+    # A failed build costs only the Candle-CUDA rows, not the rest of the stage.
+    if "$repo/tests/candle-cuda/build.sh" build; then
+        xz -T0 -6 -c "$repo/tests/candle-cuda/target/candle-cuda-bench" \
+            > "$dest/candle-cuda-bench.xz"
+    else
+        echo "stage.sh: WARNING: tests/candle-cuda did not build; no Candle-CUDA rows" >&2
+    fi
+fi
 
 weights="$app/target/minilm"
 if [[ ! -f "$weights/model.safetensors" ]]; then
