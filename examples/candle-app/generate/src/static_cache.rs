@@ -31,12 +31,17 @@
 //! current one masked with -inf (from a comparison with a precomputed `arange`).
 //!
 //! Fewer launches per layer, which is what a one-token step costs: the q, k and v
-//! projections are one product, as are gate and up (weights concatenated at load), and RoPE
-//! rotates the query and key heads in one launch.
+//! projections are one product, as are gate and up (weights concatenated at load); on HIP
+//! each norm, the SwiGLU activation and each residual addition ride on the product next to
+//! them (candle-hip's `fused_linear`, see [`project`]); and RoPE rotates the query and key
+//! heads in one launch. A layer's step is then nine launches: the norm-and-qkv product,
+//! RoPE, the two cache writes, flash-decoding and its merge, the output projection with the
+//! residual, the norm-and-gate/up product, and the SwiGLU-down product with the residual.
 //!
 //! Batch size 1 only.
 
-use candle_core::{DType, Device, IndexOp, Module, Tensor};
+use candle_core::{D, DType, Device, IndexOp, Module, Tensor};
+use candle_hip::extension::{FusedInput, fused_linear};
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 use candle_transformers::models::llama::Config;
 
@@ -396,7 +401,9 @@ impl StaticLlama {
         self.lm_head.forward(&last)?.to_dtype(DType::F32)
     }
 
-    /// One decoder layer on `x` (`[1, tokens, hidden]`), as candle-transformers' `Block`.
+    /// One decoder layer on `x` (`[1, tokens, hidden]`), as candle-transformers' `Block`:
+    /// `x + attention(norm(x))`, then that plus `down(silu(gate) * up)` of its norm. Each
+    /// norm, the activation and each residual addition ride on a projection ([`project`]).
     fn layer(
         &self,
         layer: &Block,
@@ -404,19 +411,14 @@ impl StaticLlama {
         x: &Tensor,
         pass: &Pass,
     ) -> candle_core::Result<Tensor> {
-        let attended = self.attention(layer, cache, &layer.input_norm.forward(x)?, pass)?;
-        let x = (attended + x)?;
-        let h = layer.post_norm.forward(&x)?;
-        let gate_up = layer.gate_up.forward(&h)?;
-        let inter = gate_up.dim(2)? / 2;
-        let gated = (candle_nn::ops::silu(&gate_up.narrow(2, 0, inter)?)?
-            * gate_up.narrow(2, inter, inter)?)?;
-        layer.down.forward(&gated)? + x
+        let x = self.attention(layer, cache, x, pass)?;
+        let gate_up = project(&layer.gate_up, &x, Input::Norm(&layer.post_norm), None)?;
+        project(&layer.down, &gate_up, Input::SwiGlu, Some(&x))
     }
 
-    /// Self-attention of the normed `x` (`[1, tokens, hidden]`): projections, RoPE, the
-    /// keys and values written into `cache` as `pass` says, attention over the cached
-    /// positions `pass` gives, and the output projection.
+    /// `x` plus the self-attention of its norm (`x`: `[1, tokens, hidden]`): projections,
+    /// RoPE, the keys and values written into `cache` as `pass` says, attention over the
+    /// cached positions `pass` gives, and the output projection.
     fn attention(
         &self,
         layer: &Block,
@@ -435,7 +437,7 @@ impl StaticLlama {
         };
         // One product for the three projections; at one token the parts are contiguous
         // views of it. The query and key heads are rotated together, one launch.
-        let qkv = layer.qkv.forward(x)?;
+        let qkv = project(&layer.qkv, x, Input::Norm(&layer.input_norm), None)?;
         let (heads, kv_heads) = (self.heads, self.kv_heads);
         let (qk_width, kv_width) = ((heads + kv_heads) * head_dim, kv_heads * head_dim);
         let qk = by_head(qkv.narrow(2, 0, qk_width)?, heads + kv_heads)?;
@@ -448,7 +450,54 @@ impl StaticLlama {
             (None, CacheWrite::Rows { .. }) => attend_fused(&q, &keys, &values)?,
             (None, CacheWrite::At { .. }) => attend_cached(&q, &keys, &values, &self.key_len)?,
         };
-        layer.o.forward(&y)
+        project(&layer.o, &y, Input::Plain, Some(x))
+    }
+}
+
+/// What [`project`] multiplies a projection's weight with.
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    /// The activations themselves.
+    Plain,
+    /// Their RMS norm.
+    Norm(&'a RmsNorm),
+    /// `silu(gate) * up` of a fused gate/up product's output `[gate, up]`.
+    SwiGlu,
+}
+
+/// `linear` applied to `input` of `x`, plus `residual` when given: one launch of
+/// candle-hip's fused one-token product where it takes the operands (a token on HIP),
+/// otherwise candle-nn's ops one after the other.
+fn project(
+    linear: &Linear,
+    x: &Tensor,
+    input: Input,
+    residual: Option<&Tensor>,
+) -> candle_core::Result<Tensor> {
+    let fused_input = match input {
+        Input::Plain => FusedInput::Plain,
+        Input::Norm(norm) => FusedInput::RmsNorm {
+            weight: norm.weight(),
+            eps: norm.eps() as f32,
+        },
+        Input::SwiGlu => FusedInput::SwiGlu,
+    };
+    if let Some(y) = fused_linear(x, linear.weight(), fused_input, residual)? {
+        return Ok(y);
+    }
+    let x = match input {
+        Input::Plain => x.clone(),
+        Input::Norm(norm) => norm.forward(x)?,
+        Input::SwiGlu => {
+            let inter = x.dim(D::Minus1)? / 2;
+            (candle_nn::ops::silu(&x.narrow(D::Minus1, 0, inter)?)?
+                * x.narrow(D::Minus1, inter, inter)?)?
+        }
+    };
+    let y = linear.forward(&x)?;
+    match residual {
+        Some(r) => y + r,
+        None => Ok(y),
     }
 }
 
