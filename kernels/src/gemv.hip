@@ -24,8 +24,10 @@
 //     step's norm, activation and residual addition ride on its products:
 //     every block first writes x' into shared memory (k elements of T, the
 //     launch's dynamic shared memory), then its waves multiply as gemv_*
-//     (split 1) or gemv_split_* do. residual may be null; the sum is rounded
-//     once.
+//     (split 1) or gemv_split_* do, the block taking the outputs of block
+//     indices blockIdx.x, blockIdx.x + gridDim.x, ... (a grid of a few
+//     blocks per compute unit stages x' a few times per unit, not once per
+//     handful of outputs). residual may be null; the sum is rounded once.
 //
 // The S * wave lanes of an output's waves stream W's row j in 16-byte packs,
 // lane g of the group (g = wave of the group * wave size + lane) taking
@@ -50,9 +52,12 @@
 #define CH_GEMV_UNROLL 4
 #define CH_GEMV_MAX_SPLIT 16
 
+// The outputs of block index `block` (blockIdx.x, or a block's turn of a
+// loop over them); every thread of the block calls it.
 template <typename T, int S>
 __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                                     ch_u32 n, ch_u32 k, ch_u64 w_stride, const T* __restrict__ residual) {
+                                     ch_u32 n, ch_u32 k, ch_u64 w_stride, const T* __restrict__ residual,
+                                     ch_u32 block) {
   typedef typename Num<T>::acc A;
   const int V = CH_VEC_BYTES / (int)sizeof(T);
   const int U = CH_GEMV_UNROLL;
@@ -62,7 +67,7 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restric
   const ch_u32 lane = threadIdx.x % CANDLE_HIP_WAVE;
   const ch_u32 wave = threadIdx.x / CANDLE_HIP_WAVE;
   const ch_u32 part = wave % S;  // this wave's place in its group
-  const ch_u64 j = (ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE / S) + wave / S;
+  const ch_u64 j = (ch_u64)block * (blockDim.x / CANDLE_HIP_WAVE / S) + wave / S;
   // One wave per output: the whole wave leaves together, the reduction
   // below stays converged. Several: groups past the last output (in the
   // last block) load nothing but stay for the block's barrier; whole groups
@@ -120,34 +125,36 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restric
     for (int q = 1; q < S; ++q) sum += partial[wave + q];
     y[j] = Num<T>::from_acc(residual != nullptr ? sum + Num<T>::to_acc(residual[j]) : sum);
   }
+  // The block's next call may write `partial` again.
+  __syncthreads();
 }
 
 #define GEMV(NAME, OP, TYPE)                                                                       \
   extern "C" __global__ void NAME##_##TYPE(const ch_##TYPE* x, const ch_##TYPE* w, ch_##TYPE* y,   \
                                            ch_u32 n, ch_u32 k, ch_u64 w_stride) {                  \
-    gemv<ch_##TYPE, 1>(x, w, y, n, k, w_stride, nullptr);                                          \
+    gemv<ch_##TYPE, 1>(x, w, y, n, k, w_stride, nullptr, blockIdx.x);                              \
   }
 
 // The product of a launch's `split` (the same for the whole launch, so every
 // block takes one branch; CH_GEMV_MAX_SPLIT is its last case).
 template <typename T>
 __device__ __forceinline__ void gemv_of_split(ch_u32 split, const T* x, const T* w, T* y, ch_u32 n, ch_u32 k,
-                                              ch_u64 w_stride, const T* residual) {
+                                              ch_u64 w_stride, const T* residual, ch_u32 block) {
   switch (split) {
     case 1:
-      gemv<T, 1>(x, w, y, n, k, w_stride, residual);
+      gemv<T, 1>(x, w, y, n, k, w_stride, residual, block);
       break;
     case 2:
-      gemv<T, 2>(x, w, y, n, k, w_stride, residual);
+      gemv<T, 2>(x, w, y, n, k, w_stride, residual, block);
       break;
     case 4:
-      gemv<T, 4>(x, w, y, n, k, w_stride, residual);
+      gemv<T, 4>(x, w, y, n, k, w_stride, residual, block);
       break;
     case 8:
-      gemv<T, 8>(x, w, y, n, k, w_stride, residual);
+      gemv<T, 8>(x, w, y, n, k, w_stride, residual, block);
       break;
     case 16:
-      gemv<T, 16>(x, w, y, n, k, w_stride, residual);
+      gemv<T, 16>(x, w, y, n, k, w_stride, residual, block);
       break;
     default: /* not a split the host passes: nothing is read or written */
       break;
@@ -198,13 +205,17 @@ __device__ __forceinline__ void gemv_stage_input(T* xs, const T* __restrict__ x,
     extern __shared__ Pack<ch_u32, 4> ch_gemv_input[];                                             \
     ch_##TYPE* xs = reinterpret_cast<ch_##TYPE*>(ch_gemv_input);                                   \
     gemv_stage_input<ch_##TYPE>(xs, x, k, input, norm_w, eps);                                     \
-    gemv_of_split<ch_##TYPE>(split, xs, w, y, n, k, w_stride, residual);                           \
+    const ch_u32 per_block = blockDim.x / CANDLE_HIP_WAVE / (split ? split : 1);                    \
+    if (per_block == 0) return; /* not a launch the host makes */                                  \
+    const ch_u32 blocks = (n + per_block - 1) / per_block;                                         \
+    for (ch_u32 b = blockIdx.x; b < blocks; b += gridDim.x)                                        \
+      gemv_of_split<ch_##TYPE>(split, xs, w, y, n, k, w_stride, residual, b);                      \
   }
 
 #define GEMV_SPLIT(NAME, OP, TYPE)                                                                 \
   extern "C" __global__ void NAME##_##TYPE(const ch_##TYPE* x, const ch_##TYPE* w, ch_##TYPE* y,   \
                                            ch_u32 n, ch_u32 k, ch_u64 w_stride, ch_u32 split) {    \
-    gemv_of_split<ch_##TYPE>(split, x, w, y, n, k, w_stride, nullptr);                             \
+    gemv_of_split<ch_##TYPE>(split, x, w, y, n, k, w_stride, nullptr, blockIdx.x);                 \
   }
 
 CH_FLOATS(GEMV, gemv, unused)

@@ -28,6 +28,11 @@ const OP: &str = "fused_linear";
 /// have 64 KiB), less room for the kernel's own few hundred bytes.
 pub const MAX_STAGED_BYTES: usize = 44 * 1024;
 
+/// Blocks per compute unit of a fused launch: at the gemv kernels' 256
+/// threads, 32 waves of 32 lanes (16 of 64) per unit keep enough weight
+/// loads in flight to stream at the memory's rate.
+const BLOCKS_PER_CU: u32 = 4;
+
 /// What the product multiplies the weight with (`CH_GEMV_INPUT_*` of
 /// `gemv.hip`).
 #[derive(Clone, Copy)]
@@ -173,6 +178,12 @@ pub fn fused_linear(
     let wave = launcher.wave_size();
     let split = split(n, k, dtype.size_in_bytes(), wave, launcher.compute_units());
     let mut cfg = launch_config(n, split, wave)?;
+    // A few blocks per compute unit, each looping over its share of the
+    // outputs: every block stages x' once, so fewer blocks stage it fewer
+    // times (one block per handful of outputs re-read x and recomputed x'
+    // thousands of times for a wide product).
+    let resident = (launcher.compute_units().max(1)).saturating_mul(BLOCKS_PER_CU);
+    cfg.grid_dim.0 = cfg.grid_dim.0.min(resident);
     let staged = size::mul(OP, "the staged input", k, dtype.size_in_bytes())?;
     cfg.shared_mem_bytes = to_u32(OP, "the staged input", staged.next_multiple_of(VEC_BYTES))?;
     let null = 0u64;
