@@ -122,30 +122,46 @@ unsafe fn image_len(image: *const u8) -> HipResult<usize> {
 /// Writes `image` with the host machine restored to a fresh private file
 /// and loads it.
 fn load_shared_object(image: &[u8]) -> HipResult<libloading::Library> {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("hip-on-cpu-{}-{n}.so", std::process::id()));
     let mut bytes = image.to_vec();
     bytes[E_MACHINE..E_MACHINE + 2].copy_from_slice(&EM_HOST.to_le_bytes());
-    let loaded = {
+    let (path, written) = {
         use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
+        let (path, mut file) = create_private().map_err(|_| hipError_t::hipErrorInvalidImage)?;
+        (path, file.write_all(&bytes))
+    };
+    let loaded = written
+        .map_err(|_| hipError_t::hipErrorInvalidImage)
+        // SAFETY: our own module: its initialisers only set up the
+        // thread-local scheduler state.
+        .and_then(|()| {
+            unsafe { libloading::Library::new(&path) }.map_err(|e| {
+                eprintln!("hip-on-cpu: loading a code object failed: {e}");
+                hipError_t::hipErrorInvalidImage
+            })
+        });
+    let _ = std::fs::remove_file(&path);
+    loaded
+}
+
+/// A new file only this process writes, `hip-on-cpu-<pid>-<n>.so` in the
+/// temporary folder: names a process of the same id left behind (one that
+/// died while loading) are skipped.
+fn create_private() -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    loop {
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("hip-on-cpu-{}-{n}.so", std::process::id()));
+        match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o700)
             .open(&path)
-            .and_then(|mut f| f.write_all(&bytes))
-            .map_err(|_| hipError_t::hipErrorInvalidImage)
-            // SAFETY: our own module: its initialisers only set up the
-            // thread-local scheduler state.
-            .and_then(|()| {
-                unsafe { libloading::Library::new(&path) }
-                    .map_err(|_| hipError_t::hipErrorInvalidImage)
-            })
-    };
-    let _ = std::fs::remove_file(&path);
-    loaded
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            opened => return opened.map(|file| (path, file)),
+        }
+    }
 }
 
 /// `hipModuleLoadData`: loads a code object of this platform.
