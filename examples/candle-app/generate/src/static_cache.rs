@@ -447,8 +447,8 @@ impl StaticLlama {
         let (keys, values) = pass.write.store(cache, &k, &v)?;
         let y = match (&pass.bias, pass.write) {
             (Some(bias), _) => attend(&q, &keys, &values, bias)?,
-            (None, CacheWrite::Rows { .. }) => attend_fused(&q, &keys, &values)?,
-            (None, CacheWrite::At { .. }) => attend_cached(&q, &keys, &values, &self.key_len)?,
+            (None, CacheWrite::Rows { .. }) => attend_fused(&q, &keys, &values, None)?,
+            (None, CacheWrite::At { .. }) => attend_fused(&q, &keys, &values, Some(&self.key_len))?,
         };
         project(&layer.o, &y, Input::Plain, Some(x))
     }
@@ -628,43 +628,38 @@ fn attend(
         .reshape((1, tokens, heads * head_dim))
 }
 
-/// The prompt's causal attention through candle-flash-attn's API (candle-hip's fused
-/// kernel in this workspace): `q` `[1, heads, tokens, head_dim]` over the cached `keys` and
-/// `values` (`[1, kv_heads, len, head_dim]` views, read in place), the last query aligned
-/// with the last key as the mask of [`attend`] aligns them. Returns
-/// `[1, tokens, heads * head_dim]`. O(tokens) memory instead of the `[tokens, len]` scores.
-fn attend_fused(q: &Tensor, keys: &Tensor, values: &Tensor) -> candle_core::Result<Tensor> {
-    let (_, heads, tokens, head_dim) = q.dims4()?;
-    let scale = 1.0 / (head_dim as f32).sqrt();
-    let y = candle_flash_attn::flash_attn(
-        &q.transpose(1, 2)?,
-        &keys.transpose(1, 2)?,
-        &values.transpose(1, 2)?,
-        scale,
-        true,
-    )?;
-    y.reshape((1, tokens, heads * head_dim))
-}
-
-/// The step's attention through candle-hip's flash-decoding: the one query of `q`
-/// (`[1, heads, 1, head_dim]`) over the caches (`[1, kv_heads, max_len, head_dim]`, read in
-/// place) filled to `key_len` positions (a `[1]` u32 device tensor), the position read on
-/// the device so that a captured step serves every position. Returns
-/// `[1, 1, heads * head_dim]`.
-fn attend_cached(
+/// Attention through candle-hip's fused kernels: `q` (`[1, heads, tokens, head_dim]`) over
+/// the cached `keys` and `values` (`[1, kv_heads, len, head_dim]` views, read in place),
+/// O(tokens) memory instead of the `[tokens, len]` scores. Returns
+/// `[1, tokens, heads * head_dim]`.
+///
+/// - `key_len` `None` (the prompt): causal, through candle-flash-attn's API, the last query
+///   aligned with the last key as the mask of [`attend`] aligns them.
+/// - `key_len` a `[1]` u32 device tensor (the step): flash-decoding over the caches filled
+///   to that many positions, read on the device so that a captured step serves every
+///   position (`len` is the whole cache).
+fn attend_fused(
     q: &Tensor,
     keys: &Tensor,
     values: &Tensor,
-    key_len: &Tensor,
+    key_len: Option<&Tensor>,
 ) -> candle_core::Result<Tensor> {
     let (_, heads, tokens, head_dim) = q.dims4()?;
-    let params = candle_hip::fused::FlashAttnParams::new(1.0 / (head_dim as f32).sqrt(), false);
-    let y = candle_hip::extension::flash_attn_with_key_lens(
-        &q.transpose(1, 2)?,
-        &keys.transpose(1, 2)?,
-        &values.transpose(1, 2)?,
-        key_len,
-        params,
-    )?;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let (q, keys, values) = (
+        q.transpose(1, 2)?,
+        keys.transpose(1, 2)?,
+        values.transpose(1, 2)?,
+    );
+    let y = match key_len {
+        None => candle_flash_attn::flash_attn(&q, &keys, &values, scale, true)?,
+        Some(len) => candle_hip::extension::flash_attn_with_key_lens(
+            &q,
+            &keys,
+            &values,
+            len,
+            candle_hip::fused::FlashAttnParams::new(scale, false),
+        )?,
+    };
     y.reshape((1, tokens, heads * head_dim))
 }

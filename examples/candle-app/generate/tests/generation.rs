@@ -12,7 +12,7 @@ use candle_core::{DType, Device, Tensor};
 
 mod common;
 
-use common::{divergence, greedy, relative_difference, teacher_forced};
+use common::{divergence, greedy, relative_difference, teacher_forced, worst_step_difference};
 
 const SEED: u64 = 20_261_123;
 
@@ -230,12 +230,7 @@ fn hip_matches_the_cpu_for_64_greedy_steps() {
     };
     let cpu = run(DType::F32, &Device::Cpu);
     let gpu = run(DType::F32, &hip());
-    let worst = cpu
-        .logits
-        .iter()
-        .zip(&gpu.logits)
-        .map(|(c, g)| relative_difference(g, c))
-        .fold(0f32, f32::max);
+    let worst = worst_step_difference(&gpu.logits, &cpu.logits);
     println!(
         "f32: 64 greedy steps, largest relative logit difference {worst:.2e}, smallest top-1 \
          margin {:.3}",
@@ -314,12 +309,7 @@ fn hip_flash_attention_keeps_the_greedy_tokens() {
             .take_while(|(a, b)| a == b)
             .count();
         let forced = teacher_forced(&mut fused, &p, &reference.generated);
-        let worst = reference
-            .logits
-            .iter()
-            .zip(&forced)
-            .map(|(r, f)| relative_difference(f, r))
-            .fold(0f32, f32::max);
+        let worst = worst_step_difference(&forced, &reference.logits);
         let label = format!("{dtype:?}");
         let divergence = divergence(&reference.logits, &forced, same_run, &label);
         println!(
@@ -348,12 +338,7 @@ fn hip_graph_decoding_in_half_precision_matches_the_eager_model() {
             generation::generate(&mut plain, &p, &greedy(64), true, |_| Ok(())).unwrap();
         let mut graph = Model::load_graph_decode(&source, dtype, &device).unwrap();
         let forced = teacher_forced(&mut graph, &p, &reference.generated);
-        let worst = reference
-            .logits
-            .iter()
-            .zip(&forced)
-            .map(|(r, f)| relative_difference(f, r))
-            .fold(0f32, f32::max);
+        let worst = worst_step_difference(&forced, &reference.logits);
         println!(
             "graph decoding, tiny {dtype:?}: fed the eager model's 64 greedy tokens, largest \
              relative logit difference {worst:.2e}, graph of {:?} nodes",
@@ -377,12 +362,7 @@ fn check_graph_decoding(device: &Device) -> Option<usize> {
     // Twice: the second run reuses the cache and, on HIP, the captured graph.
     for run in 0..2 {
         let got = generation::generate(&mut model, &p, &settings, true, |_| Ok(())).unwrap();
-        let worst = want
-            .logits
-            .iter()
-            .zip(&got.logits)
-            .map(|(w, g)| relative_difference(g, w))
-            .fold(0f32, f32::max);
+        let worst = worst_step_difference(&got.logits, &want.logits);
         println!(
             "graph decoding on {:?}, run {run}: {} steps, largest relative logit difference \
              {worst:.2e}, graph of {:?} nodes",

@@ -19,7 +19,7 @@ use candle_core::{DType, Device};
 
 mod common;
 
-use common::{divergence, greedy, relative_difference, teacher_forced};
+use common::{divergence, greedy, teacher_forced, worst_step_difference};
 
 const SEED: u64 = 20_261_123;
 
@@ -165,12 +165,7 @@ fn hip_matches_the_cpu_on_the_same_gguf_for_64_greedy_steps() {
         // largest logit bounds them. Free-running, the tokens must be the CPU's until a step
         // whose choice the CPU made by less than the two devices' difference there.
         let forced = teacher_forced(&mut hip_model, &prompt(), &cpu.generated);
-        let worst = cpu
-            .logits
-            .iter()
-            .zip(&forced)
-            .map(|(c, g)| relative_difference(g, c))
-            .fold(0f32, f32::max);
+        let worst = worst_step_difference(&forced, &cpu.logits);
         let divergence = divergence(&cpu.logits, &forced, same_run, name);
         println!(
             "{name}: 64 greedy steps, the first {same_run} tokens the CPU's, then {divergence}; \

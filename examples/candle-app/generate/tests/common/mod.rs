@@ -23,6 +23,14 @@ pub fn relative_difference(a: &[f32], b: &[f32]) -> f32 {
     diff / b.iter().map(|y| y.abs()).fold(0f32, f32::max)
 }
 
+/// The largest [`relative_difference`] of `got`'s steps against `want`'s.
+pub fn worst_step_difference(got: &[Vec<f32>], want: &[Vec<f32>]) -> f32 {
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| relative_difference(g, w))
+        .fold(0f32, f32::max)
+}
+
 /// The f32 logits of every step when `model` is fed `prompt` and then `tokens` one at a time.
 pub fn teacher_forced(model: &mut Model, prompt: &[u32], tokens: &[u32]) -> Vec<Vec<f32>> {
     let dev = model.device().clone();
