@@ -32,11 +32,12 @@
 //!
 //! Fewer launches per layer, which is what a one-token step costs: the q, k and v
 //! projections are one product, as are gate and up (weights concatenated at load); on HIP
-//! each norm, the SwiGLU activation and each residual addition ride on the product next to
-//! them (candle-hip's `fused_linear`, see [`project`]); and RoPE rotates the query and key
-//! heads in one launch. A layer's step is then nine launches: the norm-and-qkv product,
-//! RoPE, the two cache writes, flash-decoding and its merge, the output projection with the
-//! residual, the norm-and-gate/up product, and the SwiGLU-down product with the residual.
+//! each norm and each residual addition ride on the product next to them (candle-hip's
+//! `fused_linear`, see [`project`]); and RoPE rotates the query and key heads in one launch.
+//! A layer's step is then eleven launches: the norm-and-qkv product, RoPE, the two cache
+//! writes, flash-decoding and its merge, the output projection with the residual, the
+//! norm-and-gate/up product, SiLU, its product with up, and the down projection with the
+//! residual.
 //!
 //! Batch size 1 only.
 
@@ -403,7 +404,11 @@ impl StaticLlama {
 
     /// One decoder layer on `x` (`[1, tokens, hidden]`), as candle-transformers' `Block`:
     /// `x + attention(norm(x))`, then that plus `down(silu(gate) * up)` of its norm. Each
-    /// norm, the activation and each residual addition ride on a projection ([`project`]).
+    /// norm and each residual addition ride on a projection ([`project`]). The activation
+    /// runs as its own two kernels, once: staged into the down product it is recomputed by
+    /// every block of that product, which measured slower on the test platform (Nsight
+    /// Compute, 1B shape: 41 us per layer fused against 27 for silu, mul, product and
+    /// addition; `results/h100-2026-11-27-fused`).
     fn layer(
         &self,
         layer: &Block,
@@ -413,7 +418,10 @@ impl StaticLlama {
     ) -> candle_core::Result<Tensor> {
         let x = self.attention(layer, cache, x, pass)?;
         let gate_up = project(&layer.gate_up, &x, Input::Norm(&layer.post_norm), None)?;
-        project(&layer.down, &gate_up, Input::SwiGlu, Some(&x))
+        let inter = gate_up.dim(D::Minus1)? / 2;
+        let gated = (candle_nn::ops::silu(&gate_up.narrow(D::Minus1, 0, inter)?)?
+            * gate_up.narrow(D::Minus1, inter, inter)?)?;
+        project(&layer.down, &gated, Input::Plain, Some(&x))
     }
 
     /// `x` plus the self-attention of its norm (`x`: `[1, tokens, hidden]`): projections,
@@ -461,8 +469,6 @@ enum Input<'a> {
     Plain,
     /// Their RMS norm.
     Norm(&'a RmsNorm),
-    /// `silu(gate) * up` of a fused gate/up product's output `[gate, up]`.
-    SwiGlu,
 }
 
 /// `linear` applied to `input` of `x`, plus `residual` when given: one launch of
@@ -480,7 +486,6 @@ fn project(
             weight: norm.weight(),
             eps: norm.eps() as f32,
         },
-        Input::SwiGlu => FusedInput::SwiGlu,
     };
     if let Some(y) = fused_linear(x, linear.weight(), fused_input, residual)? {
         return Ok(y);
@@ -488,11 +493,6 @@ fn project(
     let x = match input {
         Input::Plain => x.clone(),
         Input::Norm(norm) => norm.forward(x)?,
-        Input::SwiGlu => {
-            let inter = x.dim(D::Minus1)? / 2;
-            (candle_nn::ops::silu(&x.narrow(D::Minus1, 0, inter)?)?
-                * x.narrow(D::Minus1, inter, inter)?)?
-        }
     };
     let y = linear.forward(&x)?;
     match residual {
