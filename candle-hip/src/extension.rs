@@ -49,7 +49,7 @@ use std::sync::Arc;
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::custom_backend::{BoxedStorage, CustomStorage, FusedOp};
 use candle_core::quantized::GgmlDType;
-use candle_core::{DType, Device, Layout, Result, Shape};
+use candle_core::{DType, Device, Layout, Result, Shape, Storage};
 use hip_safe::DeviceBuffer;
 
 pub use attention::{FlashAttn, flash_attn, flash_attn_with_key_lens};
@@ -249,6 +249,21 @@ pub fn as_hip_device(device: &Device) -> Option<&HipDevice> {
 /// another backend.
 pub fn hip_storage<'a>(storage: &'a dyn CustomStorage, op: &str) -> Result<&'a HipStorage> {
     BridgeStorage::<Hip>::downcast(storage, op)
+}
+
+/// The HIP storage of a tensor's `storage` that op `name` takes beside its
+/// operands (ALiBi slopes, a norm's weight, a residual); `what` names it in
+/// the error when it lives elsewhere.
+pub(crate) fn on_hip<'a>(
+    storage: &'a Storage,
+    layout: &'a Layout,
+    what: &str,
+    name: &str,
+) -> Result<(&'a HipStorage, &'a Layout)> {
+    match storage {
+        Storage::Custom(s) => Ok((hip_storage(s.as_ref(), name)?, layout)),
+        _ => candle_core::bail!("{name}: the {what} is not on the HIP device"),
+    }
 }
 
 /// A HIP storage as the custom storage a custom op returns.

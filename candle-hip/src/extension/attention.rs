@@ -2,9 +2,9 @@
 //! op on HIP tensors.
 
 use candle_core::custom_backend::{BoxedStorage, CustomStorage};
-use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 
-use super::{boxed, hip_storage};
+use super::{boxed, hip_storage, on_hip};
 use crate::fused::{self, FlashAttnExtras, FlashAttnParams};
 
 /// Fused attention of `q` (batch, s_q, h_q, head_dim) over `k` and `v`
@@ -57,30 +57,18 @@ impl CustomOp3 for FlashAttn {
         let alibi = self.alibi_slopes.as_ref().map(|t| t.storage_and_layout());
         let key_lens = self.key_lens.as_ref().map(|t| t.storage_and_layout());
         let extras = FlashAttnExtras {
-            alibi_slopes: on_hip(
-                alibi.as_ref().map(|(s, l)| (&**s, *l)),
-                "alibi slopes",
-                name,
-            )?,
-            key_lens: on_hip(
-                key_lens.as_ref().map(|(s, l)| (&**s, *l)),
-                "key lengths",
-                name,
-            )?,
+            alibi_slopes: alibi
+                .as_ref()
+                .map(|(s, l)| on_hip(s, l, "alibi slopes", name))
+                .transpose()?,
+            key_lens: key_lens
+                .as_ref()
+                .map(|(s, l)| on_hip(s, l, "key lengths", name))
+                .transpose()?,
         };
         let out = fused::flash_attn(q, q_l, k, k_l, v, v_l, extras, &self.params)?;
         Ok((boxed(out), q_l.shape().clone()))
     }
-}
-
-/// The HIP storage of an optional operand of op `name`.
-fn on_hip<'a>(
-    x: Option<(&'a Storage, &'a Layout)>,
-    what: &str,
-    name: &str,
-) -> Result<Option<(&'a crate::HipStorage, &'a Layout)>> {
-    x.map(|(s, l)| super::linear::on_hip(s, l, what, name))
-        .transpose()
 }
 
 /// Fused attention of HIP tensors (see [`FlashAttn`]).

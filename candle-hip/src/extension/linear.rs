@@ -3,9 +3,9 @@
 //! ([`crate::fused::fused_linear`]), on HIP tensors.
 
 use candle_core::custom_backend::{BoxedStorage, CustomStorage};
-use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 
-use super::{boxed, hip_storage};
+use super::{boxed, hip_storage, on_hip};
 use crate::fused::{self, LinearInput};
 
 /// What [`fused_linear`] multiplies the weight with.
@@ -25,12 +25,18 @@ pub enum FusedInput<'a> {
     SwiGlu,
 }
 
+/// [`FusedInput`] holding its tensor, as the op keeps it.
+#[derive(Clone, Debug)]
+enum OwnedInput {
+    Plain,
+    RmsNorm { weight: Tensor, eps: f32 },
+    SwiGlu,
+}
+
 /// The op behind [`fused_linear`]: `x'·wᵀ (+ residual)` of `x` and `w`.
 #[derive(Clone, Debug)]
 struct FusedLinear {
-    /// The norm's scale and eps, when `x'` is the RMS norm of `x`.
-    norm: Option<(Tensor, f32)>,
-    swiglu: bool,
+    input: OwnedInput,
     residual: Option<Tensor>,
     /// The output's shape.
     shape: Shape,
@@ -60,39 +66,26 @@ impl CustomOp2 for FusedLinear {
     ) -> Result<(BoxedStorage, Shape)> {
         let name = self.name();
         let (x, w) = (hip_storage(x, name)?, hip_storage(w, name)?);
-        let norm = self
-            .norm
-            .as_ref()
-            .map(|(t, eps)| (t.storage_and_layout(), *eps));
+        // The norm weight's storage stays borrowed while the kernel is queued.
+        let norm = match &self.input {
+            OwnedInput::RmsNorm { weight, .. } => Some(weight.storage_and_layout()),
+            _ => None,
+        };
         let residual = self.residual.as_ref().map(|t| t.storage_and_layout());
-        let input = match &norm {
-            Some(((s, l), eps)) => LinearInput::RmsNorm {
+        let input = match (&self.input, &norm) {
+            (OwnedInput::RmsNorm { eps, .. }, Some((s, l))) => LinearInput::RmsNorm {
                 weight: on_hip(s, l, "norm weight", name)?,
                 eps: *eps,
             },
-            None if self.swiglu => LinearInput::SwiGlu,
-            None => LinearInput::Plain,
+            (OwnedInput::SwiGlu, _) => LinearInput::SwiGlu,
+            _ => LinearInput::Plain,
         };
-        let residual = match &residual {
-            Some((s, l)) => Some(on_hip(s, l, "residual", name)?),
-            None => None,
-        };
+        let residual = residual
+            .as_ref()
+            .map(|(s, l)| on_hip(s, l, "residual", name))
+            .transpose()?;
         let out = fused::fused_linear(x, x_l, w, w_l, input, residual)?;
         Ok((boxed(out), self.shape.clone()))
-    }
-}
-
-/// The HIP storage of an operand of op `name` (`what` names it in the error
-/// when it is elsewhere).
-pub(crate) fn on_hip<'a>(
-    storage: &'a Storage,
-    layout: &'a Layout,
-    what: &str,
-    name: &str,
-) -> Result<(&'a crate::HipStorage, &'a Layout)> {
-    match storage {
-        Storage::Custom(s) => Ok((hip_storage(s.as_ref(), name)?, layout)),
-        _ => candle_core::bail!("{name}: the {what} is not on the HIP device"),
     }
 }
 
@@ -136,11 +129,14 @@ pub fn fused_linear(
         );
     }
     let op = FusedLinear {
-        norm: match input {
-            FusedInput::RmsNorm { weight, eps } => Some((weight.clone(), eps)),
-            _ => None,
+        input: match input {
+            FusedInput::Plain => OwnedInput::Plain,
+            FusedInput::RmsNorm { weight, eps } => OwnedInput::RmsNorm {
+                weight: weight.clone(),
+                eps,
+            },
+            FusedInput::SwiGlu => OwnedInput::SwiGlu,
         },
-        swiglu,
         residual: residual.cloned(),
         shape,
     };

@@ -151,13 +151,9 @@ pub fn fused_linear(
             ),
         ));
     };
-    let norm_w = match input {
-        LinearInput::RmsNorm { weight, .. } => Some(vector(x, weight, "norm weight", k)?),
-        _ => None,
-    };
-    let eps = match input {
-        LinearInput::RmsNorm { eps, .. } => eps,
-        _ => 0.0,
+    let (norm_w, eps) = match input {
+        LinearInput::RmsNorm { weight, eps } => (Some(vector(x, weight, "norm weight", k)?), eps),
+        _ => (None, 0.0),
     };
     let residual = residual.map(|r| vector(x, r, "residual", n)).transpose()?;
     let w_rows = size::mul(OP, "the weight span", n - 1, w_stride)?;
