@@ -17,7 +17,7 @@ use crate::kernel::catalogue as cat;
 use crate::kernel::grid::per_pack;
 use crate::kernel::header::VEC_BYTES;
 use crate::kernel::launch::to_u32;
-use crate::ops::gemv::{launch_config, split};
+use crate::ops::gemv::{launch_config, split, weight_rows};
 use crate::size;
 use crate::storage::HipStorage;
 
@@ -156,9 +156,7 @@ pub fn fused_linear(
         _ => (None, 0.0),
     };
     let residual = residual.map(|r| vector(x, r, "residual", n)).transpose()?;
-    let w_rows = size::mul(OP, "the weight span", n - 1, w_stride)?;
-    let w_span = size::add(OP, "the weight span", w_rows, k)?;
-    let wv = w.view_range(OP, w_l.start_offset(), w_span)?;
+    let wv = weight_rows(OP, w, w_l.start_offset(), (n, k, w_stride))?;
     if !(wv.device_ptr() as usize).is_multiple_of(VEC_BYTES) {
         return Err(invalid(
             OP,

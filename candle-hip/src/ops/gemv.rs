@@ -177,6 +177,19 @@ pub(crate) fn launch_config(n: usize, split: usize, wave: u32) -> Result<LaunchC
     })
 }
 
+/// Read access to the `n` rows of `k` elements of a weight, `w_stride`
+/// elements apart, from element `start` of `w` (op `op` in errors).
+pub(crate) fn weight_rows<'a>(
+    op: &'static str,
+    w: &'a HipStorage,
+    start: usize,
+    (n, k, w_stride): (usize, usize, usize),
+) -> Result<hip_safe::DeviceView<'a, u8>> {
+    let rows = size::mul(op, "the weight span", n.saturating_sub(1), w_stride)?;
+    let span = size::add(op, "the weight span", rows, k)?;
+    w.view_range(op, start, span)
+}
+
 /// Computes the `n` outputs into `out` from element `out_offset` on through
 /// `gemv_*` or `gemv_split_*` ([`split`]) when [`plan`] accepts the product
 /// and the operands are 16-byte aligned; `Ok(false)` (nothing done)
@@ -194,10 +207,8 @@ pub(crate) fn try_run(
     let Some(g) = plan(dtype, bmnk, lhs_l, rhs_l).filter(|_| enabled()) else {
         return Ok(false);
     };
-    let w_rows = size::mul(OP, "the weight span", g.n - 1, g.w_stride)?;
-    let w_span = size::add(OP, "the weight span", w_rows, g.k)?;
     let x = lhs.view_range(OP, g.x_start, g.k)?;
-    let w = rhs.view_range(OP, g.w_start, w_span)?;
+    let w = weight_rows(OP, rhs, g.w_start, (g.n, g.k, g.w_stride))?;
     let aligned = |p: usize| p.is_multiple_of(VEC_BYTES);
     if !aligned(x.device_ptr() as usize) || !aligned(w.device_ptr() as usize) {
         return Ok(false);
