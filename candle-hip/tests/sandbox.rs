@@ -2,7 +2,8 @@
 //! kernel unit (a source, or one dtype and/or part of one) compiles for two
 //! wave64 (gfx90a, gfx942) and two wave32 (gfx1100, gfx1201) targets, every
 //! kernel the backend may launch is in its code object, and no kernel
-//! spills vector registers to scratch memory.
+//! spills vector registers to scratch memory. Units compile in one child
+//! process per core.
 //!
 //! Runs inside the ROCm sandbox, where `.ci/run` executes every test binary
 //! with `--ignored sandbox_` (see build/README.md); ignored elsewhere.
@@ -48,17 +49,69 @@ fn metadata_sum(code: &[u8], key: &str) -> u64 {
     total
 }
 
+/// What compiling one unit for one target gave: its table cell, the
+/// failures found and the compile time.
+struct Checked {
+    cell: String,
+    failures: Vec<String>,
+    took: Duration,
+}
+
+/// Compiles `unit` for `arch` without the disk cache and checks the code
+/// object: every kernel of the unit present, no spills, no scratch.
+fn check_unit(unit: Unit, arch: &str, wave: u32) -> Checked {
+    let names = unit.kernel_names();
+    let start = Instant::now();
+    let result = unit.program(wave).without_cache().compile_for_arch(arch);
+    let took = start.elapsed();
+    let mut failures = Vec::new();
+    let cell = match result {
+        Ok(code) => {
+            let missing: Vec<&String> = names.iter().filter(|n| !has_symbol(&code, n)).collect();
+            let spills = metadata_sum(&code, ".vgpr_spill_count");
+            let scratch = metadata_sum(&code, ".private_segment_fixed_size");
+            if !missing.is_empty() {
+                failures.push(format!("{unit} {arch}: missing kernels {missing:?}"));
+            }
+            if spills != 0 || scratch != 0 {
+                failures.push(format!(
+                    "{unit} {arch}: {spills} spilled vector registers, {scratch} bytes of scratch"
+                ));
+            }
+            format!(
+                "{:>9.2}s {:>5}KiB vs{:<2}",
+                took.as_secs_f64(),
+                code.len() / 1024,
+                spills
+            )
+        }
+        Err(e) => {
+            failures.push(format!("{unit} {arch}: {e}"));
+            format!("{:>22}", "FAILED")
+        }
+    };
+    Checked {
+        cell,
+        failures,
+        took,
+    }
+}
+
+/// Set in the child processes of [`sandbox_kernels_compile_for_amd`]:
+/// `i/n`, the child compiles jobs `i, i + n, ...`.
+const SHARD_VAR: &str = "CANDLE_HIP_SANDBOX_SHARD";
+/// A child's report of one job: tag, job index, seconds, table cell.
+const JOB_TAG: &str = "sandbox-job\t";
+/// A child's report of one failure (newlines escaped as `\n`).
+const FAILURE_TAG: &str = "sandbox-failure\t";
+
+/// Every (unit, target) pair is a job; the jobs are shared among one child
+/// process per core, since hipRTC 6.4 compiles one program at a time per
+/// process. The parent prints the table in unit order and fails on any
+/// failure a child reports or any job no child reported.
 #[test]
 #[ignore = "needs the ROCm sandbox"]
 fn sandbox_kernels_compile_for_amd() {
-    let mut failures = Vec::new();
-    let mut total = Duration::ZERO;
-    println!(
-        "{:<22}{:>8}  {}",
-        "unit",
-        "kernels",
-        TARGETS.map(|(a, _)| format!("{a:>22}")).join("")
-    );
     let only = std::env::var("SANDBOX_SOURCES").ok();
     let selected = |file: &str| {
         only.as_ref()
@@ -68,48 +121,101 @@ fn sandbox_kernels_compile_for_amd() {
         .into_iter()
         .filter(|u| selected(u.source().file_name()))
         .collect();
-    for &unit in &units {
-        let names = unit.kernel_names();
-        let mut row = format!("{:<22}{:>8}  ", unit.name(), names.len());
-        for (arch, wave) in TARGETS {
-            let start = Instant::now();
-            let result = unit.program(wave).without_cache().compile_for_arch(arch);
-            let took = start.elapsed();
-            total += took;
-            match result {
-                Ok(code) => {
-                    let missing: Vec<&String> =
-                        names.iter().filter(|n| !has_symbol(&code, n)).collect();
-                    let spills = metadata_sum(&code, ".vgpr_spill_count");
-                    let scratch = metadata_sum(&code, ".private_segment_fixed_size");
-                    row += &format!(
-                        "{:>9.2}s {:>5}KiB vs{:<2}",
-                        took.as_secs_f64(),
-                        code.len() / 1024,
-                        spills
-                    );
-                    if !missing.is_empty() {
-                        failures.push(format!("{unit} {arch}: missing kernels {missing:?}"));
+    let jobs: Vec<(Unit, &str, u32)> = units
+        .iter()
+        .flat_map(|&u| TARGETS.map(|(arch, wave)| (u, arch, wave)))
+        .collect();
+    if let Ok(shard) = std::env::var(SHARD_VAR) {
+        let (i, n) = shard
+            .split_once('/')
+            .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
+            .expect("a shard i/n");
+        for (job, &(unit, arch, wave)) in jobs.iter().enumerate().skip(i).step_by(n) {
+            let checked = check_unit(unit, arch, wave);
+            println!(
+                "{JOB_TAG}{job}\t{}\t{}",
+                checked.took.as_secs_f64(),
+                checked.cell
+            );
+            for failure in checked.failures {
+                println!("{FAILURE_TAG}{}", failure.replace('\n', "\\n"));
+            }
+        }
+        return;
+    }
+
+    let workers = std::thread::available_parallelism().map_or(1, usize::from);
+    let start = Instant::now();
+    let children: Vec<_> = (0..workers)
+        .map(|i| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "sandbox_kernels_compile_for_amd",
+                    "--ignored",
+                    "--nocapture",
+                ])
+                .env(SHARD_VAR, format!("{i}/{workers}"))
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("a compile child starts")
+        })
+        .collect();
+    let mut cells: Vec<Option<String>> = vec![None; jobs.len()];
+    let mut failures = Vec::new();
+    let mut compile_time = 0.0;
+    for (i, child) in children.into_iter().enumerate() {
+        let output = child.wait_with_output().expect("a compile child ends");
+        if !output.status.success() {
+            failures.push(format!("compile child {i}/{workers}: {}", output.status));
+        }
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            if let Some(failure) = line.strip_prefix(FAILURE_TAG) {
+                failures.push(failure.replace("\\n", "\n"));
+            } else if let Some(report) = line.strip_prefix(JOB_TAG) {
+                let mut fields = report.splitn(3, '\t');
+                let (Some(job), Some(took), Some(cell)) =
+                    (fields.next(), fields.next(), fields.next())
+                else {
+                    continue;
+                };
+                if let (Ok(job), Ok(took)) = (job.parse::<usize>(), took.parse::<f64>()) {
+                    compile_time += took;
+                    if let Some(slot) = cells.get_mut(job) {
+                        *slot = Some(cell.to_string());
                     }
-                    if spills != 0 || scratch != 0 {
-                        failures.push(format!(
-                            "{unit} {arch}: {spills} spilled vector registers, {scratch} bytes of scratch"
-                        ));
-                    }
-                }
-                Err(e) => {
-                    row += &format!("{:>22}", "FAILED");
-                    failures.push(format!("{unit} {arch}: {e}"));
                 }
             }
         }
-        println!("{row}");
+    }
+
+    println!(
+        "{:<22}{:>8}  {}",
+        "unit",
+        "kernels",
+        TARGETS.map(|(a, _)| format!("{a:>22}")).join("")
+    );
+    for (unit, row) in units.iter().zip(cells.chunks(TARGETS.len())) {
+        let cells: String = row
+            .iter()
+            .map(|c| c.clone().unwrap_or_else(|| format!("{:>22}", "NO REPORT")))
+            .collect();
+        println!(
+            "{:<22}{:>8}  {cells}",
+            unit.name(),
+            unit.kernel_names().len()
+        );
+    }
+    let missing = cells.iter().filter(|c| c.is_none()).count();
+    if missing != 0 {
+        failures.push(format!("{missing} jobs were not reported by any child"));
     }
     let kernels: usize = units.iter().map(|u| u.kernel_names().len()).sum();
     println!(
-        "{kernels} kernels x {} targets compiled in {:.1}s (vs = spilled vector registers)",
+        "{kernels} kernels x {} targets compiled in {:.1}s by {workers} processes \
+         ({compile_time:.1}s of compile time; vs = spilled vector registers)",
         TARGETS.len(),
-        total.as_secs_f64()
+        start.elapsed().as_secs_f64(),
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
