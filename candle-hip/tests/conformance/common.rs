@@ -458,16 +458,6 @@ pub fn layout(shape: &[usize], arrange: Arrange) -> Layout {
     }
 }
 
-/// Row-major index → storage offset of `l`.
-fn offset_of(l: &Layout, mut i: usize) -> usize {
-    let mut off = l.start_offset();
-    for (&d, &s) in l.dims().iter().zip(l.stride()).rev() {
-        off += (i % d) * s;
-        i /= d;
-    }
-    off
-}
-
 /// A host storage of `dtype` as long as `l` needs, holding the logical
 /// `values` (row-major over `l`'s shape) at the positions `l` reads and
 /// `fill` elsewhere.
@@ -480,8 +470,21 @@ pub fn host_storage(values: &[f64], l: &Layout, dtype: DType, fill: f64) -> CpuS
             .sum::<usize>()
         + 1;
     let mut buf = vec![fill; len];
-    for (i, &v) in values.iter().enumerate() {
-        buf[offset_of(l, i)] = v;
+    // An odometer over `l`'s index, its storage offset kept alongside.
+    let (dims, strides) = (l.dims(), l.stride());
+    let mut index = vec![0; dims.len()];
+    let mut offset = l.start_offset();
+    for &v in values {
+        buf[offset] = v;
+        for k in (0..dims.len()).rev() {
+            index[k] += 1;
+            offset += strides[k];
+            if index[k] < dims[k] {
+                break;
+            }
+            offset -= strides[k] * dims[k];
+            index[k] = 0;
+        }
     }
     CpuStorage::F64(buf)
         .to_dtype(&Layout::contiguous(len), dtype)

@@ -35,6 +35,7 @@ mod hiprtc;
 #[path = "../../shim-common/layout.rs"]
 pub mod layout;
 mod miopen;
+mod parallel;
 #[path = "../../shim-common/profile.rs"]
 mod profile;
 mod rccl;

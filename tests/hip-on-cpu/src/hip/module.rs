@@ -297,11 +297,7 @@ fn run_share(entry: Entry, mut launch: Launch) -> Result<(), String> {
 fn pool() -> &'static Mutex<Vec<mpsc::Sender<Job>>> {
     static POOL: OnceLock<Mutex<Vec<mpsc::Sender<Job>>>> = OnceLock::new();
     POOL.get_or_init(|| {
-        let threads = std::env::var(THREADS_VAR)
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-            .clamp(1, 256);
+        let threads = crate::parallel::threads();
         let senders = (1..threads)
             .filter_map(|i| {
                 let (tx, rx) = mpsc::channel::<Job>();

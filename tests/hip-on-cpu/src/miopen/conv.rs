@@ -33,6 +33,7 @@ use super::descriptor::{ConvDesc, TensorDesc, convolution, tensor};
 use super::{MiopenResult, handle};
 use crate::ffi::{non_null, write_out};
 use crate::hip::graph::record;
+use crate::parallel;
 
 const BAD_PARM: miopenStatus_t = miopenStatus_t::miopenStatusBadParm;
 const NOT_IMPLEMENTED: miopenStatus_t = miopenStatus_t::miopenStatusNotImplemented;
@@ -231,48 +232,72 @@ unsafe fn run(
     let (xd, yd, wd) = (dims(&call.x), dims(&call.y), dims(&call.w));
     let groups = call.conv.groups as usize;
     let (k_per_group, c_per_group) = (yd[1] / groups, wd[1]);
-    let (out_t, out_ptr, out_dims) = match call.direction {
-        Direction::Gather => (&call.y, y, &yd),
-        Direction::Scatter => (&call.x, x, &xd),
+    let (x_space, y_space, taps) = (
+        xd[2..].iter().product::<usize>(),
+        yd[2..].iter().product::<usize>(),
+        wd[2..].iter().product::<usize>(),
+    );
+    let links = links(&call.conv, &xd[2..], &yd[2..], &wd[2..]);
+    // SAFETY: the extents were checked above; the buffers are the caller's.
+    let weights = unsafe { read(&call.w, w, dtype) };
+    let (out_t, out_ptr) = match call.direction {
+        Direction::Gather => (&call.y, y),
+        Direction::Scatter => (&call.x, x),
     };
-    let out_len: usize = out_dims.iter().product();
-    let mut sums = vec![0f64; out_len];
-    let flat = |d: &[usize], idx: &[usize]| idx.iter().zip(d).fold(0, |acc, (i, n)| acc * n + i);
-    let spatial = xd.len() - 2;
-    let mut input_pos = vec![0usize; spatial];
-    for_each_index(&yd, |yi| {
-        let (n, k) = (yi[0], yi[1]);
-        let g = k / k_per_group;
-        for_each_index(&wd[1..], |wi| {
-            let c = g * c_per_group + wi[0];
-            for s in 0..spatial {
-                let i = (yi[s + 2] * call.conv.strides[s] as usize
-                    + wi[s + 1] * call.conv.dilations[s] as usize)
-                    .checked_sub(call.conv.pads[s] as usize);
-                match i {
-                    Some(i) if i < xd[s + 2] => input_pos[s] = i,
-                    _ => return,
-                }
-            }
-            let mut w_idx = vec![k];
-            w_idx.extend_from_slice(wi);
-            // SAFETY: every index is inside its tensor's dimensions, whose
-            // strided extent was checked above; the buffers are the caller's.
-            unsafe {
-                let wv = load(w, dtype, at(&call.w, k, wi[0], &wi[1..]));
-                match call.direction {
-                    Direction::Gather => {
-                        sums[flat(&yd, yi)] += load(x, dtype, at(&call.x, n, c, &input_pos)) * wv;
-                    }
-                    Direction::Scatter => {
-                        let mut xi = vec![n, c];
-                        xi.extend_from_slice(&input_pos);
-                        sums[flat(&xd, &xi)] += load(y, dtype, at(&call.y, n, k, &yi[2..])) * wv;
+    let sums = match call.direction {
+        Direction::Gather => {
+            // SAFETY: as for the weights.
+            let input = unsafe { read(&call.x, x, dtype) };
+            let mut sums = vec![0f64; yd[0] * yd[1] * y_space];
+            // One piece per (n, k): Y[n, k, o] = Σ X[n, c, i] · W[k, c, r].
+            parallel::for_each_chunk(&mut sums, y_space, |nk, out| {
+                let (n, k) = (nk / yd[1], nk % yd[1]);
+                let first_c = k / k_per_group * c_per_group;
+                for (o, sum) in out.iter_mut().enumerate() {
+                    let link = &links[o * taps..(o + 1) * taps];
+                    for c in 0..c_per_group {
+                        let xs = &input[(n * xd[1] + first_c + c) * x_space..][..x_space];
+                        let ws = &weights[(k * c_per_group + c) * taps..][..taps];
+                        for (&i, wv) in link.iter().zip(ws) {
+                            if i != NO_LINK {
+                                *sum += xs[i] * wv;
+                            }
+                        }
                     }
                 }
-            }
-        });
-    });
+            });
+            sums
+        }
+        Direction::Scatter => {
+            // SAFETY: as for the weights.
+            let input = unsafe { read(&call.y, y, dtype) };
+            let mut sums = vec![0f64; xd[0] * xd[1] * x_space];
+            // One piece per (n, group): X[n, c, i] = Σ Y[n, k, o] · W[k, c, r].
+            parallel::for_each_chunk(&mut sums, c_per_group * x_space, |ng, out| {
+                let (n, g) = (ng / groups, ng % groups);
+                for k in g * k_per_group..(g + 1) * k_per_group {
+                    let ys = &input[(n * yd[1] + k) * y_space..][..y_space];
+                    for (o, yv) in ys.iter().enumerate() {
+                        let link = &links[o * taps..(o + 1) * taps];
+                        for c in 0..c_per_group {
+                            let xs = &mut out[c * x_space..][..x_space];
+                            let ws = &weights[(k * c_per_group + c) * taps..][..taps];
+                            for (&i, wv) in link.iter().zip(ws) {
+                                if i != NO_LINK {
+                                    xs[i] += yv * wv;
+                                }
+                            }
+                        }
+                    }
+                }
+            });
+            sums
+        }
+    };
+    let out_dims = match call.direction {
+        Direction::Gather => &yd,
+        Direction::Scatter => &xd,
+    };
     let mut flat_i = 0;
     for_each_index(out_dims, |oi| {
         let off = at(out_t, oi[0], oi[1], &oi[2..]);
@@ -286,6 +311,48 @@ unsafe fn run(
         flat_i += 1;
     });
     Ok(())
+}
+
+/// A tap that reaches outside X (padding).
+const NO_LINK: usize = usize::MAX;
+
+/// For each Y position `o` and weight tap `r` (both row-major), the X
+/// position `i = o·stride − pad + r·dilation` (row-major), or [`NO_LINK`].
+fn links(conv: &ConvDesc, x_space: &[usize], y_space: &[usize], taps: &[usize]) -> Vec<usize> {
+    let mut links =
+        Vec::with_capacity(y_space.iter().product::<usize>() * taps.iter().product::<usize>());
+    for_each_index(y_space, |o| {
+        for_each_index(taps, |r| {
+            let mut i = 0;
+            for s in 0..o.len() {
+                let at = (o[s] * conv.strides[s] as usize + r[s] * conv.dilations[s] as usize)
+                    .checked_sub(conv.pads[s] as usize);
+                match at {
+                    Some(at) if at < x_space[s] => i = i * x_space[s] + at,
+                    _ => {
+                        links.push(NO_LINK);
+                        return;
+                    }
+                }
+            }
+            links.push(i);
+        });
+    });
+    links
+}
+
+/// Every element of `t` as f64, row-major over its dimensions.
+///
+/// # Safety
+/// `ptr` must hold every element `t`'s dimensions and strides reach.
+unsafe fn read(t: &TensorDesc, ptr: *const c_void, dtype: u32) -> Vec<f64> {
+    let dims: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
+    let mut values = Vec::with_capacity(dims.iter().product());
+    // SAFETY: per the contract.
+    for_each_index(&dims, |i| {
+        values.push(unsafe { load(ptr, dtype, at(t, i[0], i[1], &i[2..])) })
+    });
+    values
 }
 
 /// Writes the one algorithm Find reports.

@@ -255,30 +255,29 @@ unsafe fn compute(p: &Problem) -> BlasResult {
     let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
     let batches = if p.batched { p.batch_count as usize } else { 1 };
     for b in 0..batches {
+        // SAFETY (both): inside A and B per the caller's shapes.
+        let a_rows = unsafe { vectors(&p.a, m, k, p.trans_a == none, b) }?;
+        let b_cols = unsafe { vectors(&p.b, n, k, p.trans_b != none, b) }?;
+        // The products of column j of D, f32 sums rounded at each step as
+        // an f32 accumulator rounds.
+        let mut sums = vec![0f64; m * n];
+        crate::parallel::for_each_chunk(&mut sums, m, |j, column| {
+            let b_col = &b_cols[j * k..(j + 1) * k];
+            for (i, sum) in column.iter_mut().enumerate() {
+                let products = a_rows[i * k..(i + 1) * k]
+                    .iter()
+                    .zip(b_col)
+                    .map(|(x, y)| x * y);
+                *sum = if f64_compute {
+                    products.sum()
+                } else {
+                    f64::from(products.fold(0f32, |acc, prod| acc + prod as f32))
+                };
+            }
+        });
         for j in 0..n {
             for i in 0..m {
-                let (mut acc32, mut acc64) = (0f32, 0f64);
-                for l in 0..k {
-                    let ia = if p.trans_a == none {
-                        offset(&p.a, i, l, b)?
-                    } else {
-                        offset(&p.a, l, i, b)?
-                    };
-                    let ib = if p.trans_b == none {
-                        offset(&p.b, l, j, b)?
-                    } else {
-                        offset(&p.b, j, l, b)?
-                    };
-                    // SAFETY: inside A and B per the caller's shapes.
-                    let prod = unsafe { load(p.a.ptr, p.a.ty, ia) * load(p.b.ptr, p.b.ty, ib) };
-                    if f64_compute {
-                        acc64 += prod;
-                    } else {
-                        acc32 += prod as f32;
-                    }
-                }
-                let acc = if f64_compute { acc64 } else { f64::from(acc32) };
-                let mut v = alpha * acc;
+                let mut v = alpha * sums[j * m + i];
                 if beta != 0.0 {
                     // SAFETY: inside C per the caller's shapes.
                     v += beta * unsafe { load(p.c.ptr, p.c.ty, offset(&p.c, i, j, b)?) };
@@ -292,6 +291,34 @@ unsafe fn compute(p: &Problem) -> BlasResult {
         }
     }
     Ok(())
+}
+
+/// `count` vectors of `len` elements of batch `b` of `mat`, read as f64
+/// into one `count x len` row-major array: vector `v` is row `v` of the
+/// stored matrix when `along_rows`, else its column `v`.
+///
+/// # Safety
+/// Every element named must be inside the matrix.
+unsafe fn vectors(
+    mat: &Matrix,
+    count: usize,
+    len: usize,
+    along_rows: bool,
+    b: usize,
+) -> BlasResult<Vec<f64>> {
+    let mut out = Vec::with_capacity(count * len);
+    for v in 0..count {
+        for l in 0..len {
+            let at = if along_rows {
+                offset(mat, v, l, b)?
+            } else {
+                offset(mat, l, v, b)?
+            };
+            // SAFETY: per the contract.
+            out.push(unsafe { load(mat.ptr, mat.ty, at) });
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
