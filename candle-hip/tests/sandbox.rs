@@ -100,15 +100,16 @@ fn check_unit(unit: Unit, arch: &str, wave: u32) -> Checked {
 /// Set in the child processes of [`sandbox_kernels_compile_for_amd`]:
 /// `i/n`, the child compiles jobs `i, i + n, ...`.
 const SHARD_VAR: &str = "CANDLE_HIP_SANDBOX_SHARD";
-/// A child's report of one job: tag, job index, seconds, table cell.
+/// A child's report of one job on its stdout: tag, job index, seconds,
+/// table cell, tab-separated.
 const JOB_TAG: &str = "sandbox-job\t";
-/// A child's report of one failure (newlines escaped as `\n`).
-const FAILURE_TAG: &str = "sandbox-failure\t";
 
 /// Every (unit, target) pair is a job; the jobs are shared among one child
 /// process per core, since hipRTC 6.4 compiles one program at a time per
-/// process. The parent prints the table in unit order and fails on any
-/// failure a child reports or any job no child reported.
+/// process. A child prints a report line per job and its failures (on
+/// stderr), and fails when it found any; the parent prints the table in
+/// unit order and fails on a failed child and on any job not reported
+/// exactly once.
 #[test]
 #[ignore = "needs the ROCm sandbox"]
 fn sandbox_kernels_compile_for_amd() {
@@ -121,6 +122,10 @@ fn sandbox_kernels_compile_for_amd() {
         .into_iter()
         .filter(|u| selected(u.source().file_name()))
         .collect();
+    assert!(
+        !units.is_empty(),
+        "SANDBOX_SOURCES={only:?} selects no unit"
+    );
     let jobs: Vec<(Unit, &str, u32)> = units
         .iter()
         .flat_map(|&u| TARGETS.map(|(arch, wave)| (u, arch, wave)))
@@ -130,6 +135,7 @@ fn sandbox_kernels_compile_for_amd() {
             .split_once('/')
             .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
             .expect("a shard i/n");
+        let mut failures = Vec::new();
         for (job, &(unit, arch, wave)) in jobs.iter().enumerate().skip(i).step_by(n) {
             let checked = check_unit(unit, arch, wave);
             println!(
@@ -137,54 +143,62 @@ fn sandbox_kernels_compile_for_amd() {
                 checked.took.as_secs_f64(),
                 checked.cell
             );
-            for failure in checked.failures {
-                println!("{FAILURE_TAG}{}", failure.replace('\n', "\\n"));
-            }
+            failures.extend(checked.failures);
         }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
         return;
     }
 
     let workers = std::thread::available_parallelism().map_or(1, usize::from);
     let start = Instant::now();
-    let children: Vec<_> = (0..workers)
-        .map(|i| {
-            std::process::Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "sandbox_kernels_compile_for_amd",
-                    "--ignored",
-                    "--nocapture",
-                ])
-                .env(SHARD_VAR, format!("{i}/{workers}"))
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .expect("a compile child starts")
-        })
-        .collect();
-    let mut cells: Vec<Option<String>> = vec![None; jobs.len()];
+    let outputs: Vec<std::process::Output> = std::thread::scope(|scope| {
+        let children: Vec<_> = (0..workers)
+            .map(|i| {
+                let child = std::process::Command::new(std::env::current_exe().unwrap())
+                    .args([
+                        "--exact",
+                        "sandbox_kernels_compile_for_amd",
+                        "--ignored",
+                        "--nocapture",
+                        "--quiet",
+                    ])
+                    .env(SHARD_VAR, format!("{i}/{workers}"))
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("a compile child starts");
+                scope.spawn(move || child.wait_with_output().expect("a compile child ends"))
+            })
+            .collect();
+        children
+            .into_iter()
+            .map(|c| c.join().expect("a child reader"))
+            .collect()
+    });
+    let mut cells: Vec<Vec<String>> = vec![Vec::new(); jobs.len()];
     let mut failures = Vec::new();
     let mut compile_time = 0.0;
-    for (i, child) in children.into_iter().enumerate() {
-        let output = child.wait_with_output().expect("a compile child ends");
+    for (i, output) in outputs.iter().enumerate() {
         if !output.status.success() {
-            failures.push(format!("compile child {i}/{workers}: {}", output.status));
+            failures.push(format!(
+                "compile child {i}/{workers}: {} (its failures are printed above)",
+                output.status
+            ));
         }
-        for line in String::from_utf8_lossy(&output.stdout).lines() {
-            if let Some(failure) = line.strip_prefix(FAILURE_TAG) {
-                failures.push(failure.replace("\\n", "\n"));
-            } else if let Some(report) = line.strip_prefix(JOB_TAG) {
-                let mut fields = report.splitn(3, '\t');
-                let (Some(job), Some(took), Some(cell)) =
-                    (fields.next(), fields.next(), fields.next())
-                else {
-                    continue;
-                };
-                if let (Ok(job), Ok(took)) = (job.parse::<usize>(), took.parse::<f64>()) {
-                    compile_time += took;
-                    if let Some(slot) = cells.get_mut(job) {
-                        *slot = Some(cell.to_string());
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        for report in stdout
+            .lines()
+            .filter_map(|l| Some(&l[l.find(JOB_TAG)? + JOB_TAG.len()..]))
+        {
+            let fields: Vec<&str> = report.splitn(3, '\t').collect();
+            match fields[..] {
+                [job, took, cell] => match (job.parse::<usize>(), took.parse::<f64>()) {
+                    (Ok(job), Ok(took)) if job < jobs.len() => {
+                        compile_time += took;
+                        cells[job].push(cell.to_string());
                     }
-                }
+                    _ => failures.push(format!("child {i}: a bad report {report:?}")),
+                },
+                _ => failures.push(format!("child {i}: a bad report {report:?}")),
             }
         }
     }
@@ -198,7 +212,10 @@ fn sandbox_kernels_compile_for_amd() {
     for (unit, row) in units.iter().zip(cells.chunks(TARGETS.len())) {
         let cells: String = row
             .iter()
-            .map(|c| c.clone().unwrap_or_else(|| format!("{:>22}", "NO REPORT")))
+            .map(|c| match &c[..] {
+                [cell] => cell.clone(),
+                _ => format!("{:>22}", format!("{} REPORTS", c.len())),
+            })
             .collect();
         println!(
             "{:<22}{:>8}  {cells}",
@@ -206,9 +223,9 @@ fn sandbox_kernels_compile_for_amd() {
             unit.kernel_names().len()
         );
     }
-    let missing = cells.iter().filter(|c| c.is_none()).count();
-    if missing != 0 {
-        failures.push(format!("{missing} jobs were not reported by any child"));
+    let unreported = cells.iter().filter(|c| c.len() != 1).count();
+    if unreported != 0 {
+        failures.push(format!("{unreported} jobs were not reported exactly once"));
     }
     let kernels: usize = units.iter().map(|u| u.kernel_names().len()).sum();
     println!(

@@ -470,6 +470,11 @@ pub fn host_storage(values: &[f64], l: &Layout, dtype: DType, fill: f64) -> CpuS
             .sum::<usize>()
         + 1;
     let mut buf = vec![fill; len];
+    debug_assert_eq!(
+        values.len(),
+        l.shape().elem_count(),
+        "one value per element"
+    );
     // An odometer over `l`'s index, its storage offset kept alongside.
     let (dims, strides) = (l.dims(), l.stride());
     let mut index = vec![0; dims.len()];

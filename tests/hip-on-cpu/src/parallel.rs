@@ -13,16 +13,25 @@ pub(crate) fn threads() -> usize {
         .clamp(1, 256)
 }
 
+/// Work (multiply-adds, say) below which a thread is not worth starting.
+const WORK_PER_THREAD: usize = 1 << 16;
+
 /// Calls `f(i, chunk)` for every `chunk`-sized piece `i` of `out` (the last
-/// one may be shorter), pieces dealt round-robin to [`threads`] scoped
-/// threads; `f` sees each piece once and nothing else of `out`.
+/// one may be shorter), pieces dealt round-robin to at most [`threads`]
+/// scoped threads, one per [`WORK_PER_THREAD`] of the `work` a piece costs;
+/// `f` sees each piece once and nothing else of `out`.
 pub(crate) fn for_each_chunk<T: Send>(
     out: &mut [T],
     chunk: usize,
+    work: usize,
     f: impl Fn(usize, &mut [T]) + Sync,
 ) {
     let chunk = chunk.max(1);
-    let workers = threads().min(out.len().div_ceil(chunk)).max(1);
+    let pieces = out.len().div_ceil(chunk);
+    let workers = threads()
+        .min(pieces)
+        .min(pieces.saturating_mul(work) / WORK_PER_THREAD)
+        .max(1);
     let mut shares: Vec<Vec<(usize, &mut [T])>> = (0..workers).map(|_| Vec::new()).collect();
     for (i, piece) in out.chunks_mut(chunk).enumerate() {
         shares[i % workers].push((i, piece));
@@ -42,12 +51,12 @@ pub(crate) fn for_each_chunk<T: Send>(
 
 #[cfg(test)]
 mod tests {
-    use super::for_each_chunk;
+    use super::{WORK_PER_THREAD, for_each_chunk};
 
     #[test]
     fn every_piece_is_seen_once_with_its_index() {
         let mut v = vec![0usize; 103];
-        for_each_chunk(&mut v, 10, |i, piece| {
+        for_each_chunk(&mut v, 10, WORK_PER_THREAD, |i, piece| {
             for (j, x) in piece.iter_mut().enumerate() {
                 *x += i * 10 + j + 1;
             }

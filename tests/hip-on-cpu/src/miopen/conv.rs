@@ -250,22 +250,27 @@ unsafe fn run(
             let input = unsafe { read(&call.x, x, dtype) };
             let mut sums = vec![0f64; yd[0] * yd[1] * y_space];
             // One piece per (n, k): Y[n, k, o] = Σ X[n, c, i] · W[k, c, r].
-            parallel::for_each_chunk(&mut sums, y_space, |nk, out| {
-                let (n, k) = (nk / yd[1], nk % yd[1]);
-                let first_c = k / k_per_group * c_per_group;
-                for (o, sum) in out.iter_mut().enumerate() {
-                    let link = &links[o * taps..(o + 1) * taps];
-                    for c in 0..c_per_group {
-                        let xs = &input[(n * xd[1] + first_c + c) * x_space..][..x_space];
-                        let ws = &weights[(k * c_per_group + c) * taps..][..taps];
-                        for (&i, wv) in link.iter().zip(ws) {
-                            if i != NO_LINK {
-                                *sum += xs[i] * wv;
+            parallel::for_each_chunk(
+                &mut sums,
+                y_space,
+                y_space * c_per_group * taps,
+                |nk, out| {
+                    let (n, k) = (nk / yd[1], nk % yd[1]);
+                    let first_c = k / k_per_group * c_per_group;
+                    for (o, sum) in out.iter_mut().enumerate() {
+                        let link = &links[o * taps..(o + 1) * taps];
+                        for c in 0..c_per_group {
+                            let xs = &input[(n * xd[1] + first_c + c) * x_space..][..x_space];
+                            let ws = &weights[(k * c_per_group + c) * taps..][..taps];
+                            for (&i, wv) in link.iter().zip(ws) {
+                                if i != NO_LINK {
+                                    *sum += xs[i] * wv;
+                                }
                             }
                         }
                     }
-                }
-            });
+                },
+            );
             sums
         }
         Direction::Scatter => {
@@ -273,24 +278,29 @@ unsafe fn run(
             let input = unsafe { read(&call.y, y, dtype) };
             let mut sums = vec![0f64; xd[0] * xd[1] * x_space];
             // One piece per (n, group): X[n, c, i] = Σ Y[n, k, o] · W[k, c, r].
-            parallel::for_each_chunk(&mut sums, c_per_group * x_space, |ng, out| {
-                let (n, g) = (ng / groups, ng % groups);
-                for k in g * k_per_group..(g + 1) * k_per_group {
-                    let ys = &input[(n * yd[1] + k) * y_space..][..y_space];
-                    for (o, yv) in ys.iter().enumerate() {
-                        let link = &links[o * taps..(o + 1) * taps];
-                        for c in 0..c_per_group {
-                            let xs = &mut out[c * x_space..][..x_space];
-                            let ws = &weights[(k * c_per_group + c) * taps..][..taps];
-                            for (&i, wv) in link.iter().zip(ws) {
-                                if i != NO_LINK {
-                                    xs[i] += yv * wv;
+            parallel::for_each_chunk(
+                &mut sums,
+                c_per_group * x_space,
+                k_per_group * y_space * c_per_group * taps,
+                |ng, out| {
+                    let (n, g) = (ng / groups, ng % groups);
+                    for k in g * k_per_group..(g + 1) * k_per_group {
+                        let ys = &input[(n * yd[1] + k) * y_space..][..y_space];
+                        for (o, yv) in ys.iter().enumerate() {
+                            let link = &links[o * taps..(o + 1) * taps];
+                            for c in 0..c_per_group {
+                                let xs = &mut out[c * x_space..][..x_space];
+                                let ws = &weights[(k * c_per_group + c) * taps..][..taps];
+                                for (&i, wv) in link.iter().zip(ws) {
+                                    if i != NO_LINK {
+                                        xs[i] += yv * wv;
+                                    }
                                 }
                             }
                         }
                     }
-                }
-            });
+                },
+            );
             sums
         }
     };

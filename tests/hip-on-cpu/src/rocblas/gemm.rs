@@ -261,15 +261,16 @@ unsafe fn compute(p: &Problem) -> BlasResult {
         // The products of column j of D, f32 sums rounded at each step as
         // an f32 accumulator rounds.
         let mut sums = vec![0f64; m * n];
-        crate::parallel::for_each_chunk(&mut sums, m, |j, column| {
+        crate::parallel::for_each_chunk(&mut sums, m, m * k, |j, column| {
             let b_col = &b_cols[j * k..(j + 1) * k];
             for (i, sum) in column.iter_mut().enumerate() {
                 let products = a_rows[i * k..(i + 1) * k]
                     .iter()
                     .zip(b_col)
                     .map(|(x, y)| x * y);
+                // Sums start at +0.0 (`Iterator::sum` of f64 starts at -0.0).
                 *sum = if f64_compute {
-                    products.sum()
+                    products.fold(0f64, |acc, prod| acc + prod)
                 } else {
                     f64::from(products.fold(0f32, |acc, prod| acc + prod as f32))
                 };
