@@ -189,16 +189,18 @@ fn sandbox_kernels_compile_for_amd() {
             .lines()
             .filter_map(|l| Some(&l[l.find(JOB_TAG)? + JOB_TAG.len()..]))
         {
-            let fields: Vec<&str> = report.splitn(3, '\t').collect();
-            match fields[..] {
-                [job, took, cell] => match (job.parse::<usize>(), took.parse::<f64>()) {
-                    (Ok(job), Ok(took)) if job < jobs.len() => {
-                        compile_time += took;
-                        cells[job].push(cell.to_string());
-                    }
-                    _ => failures.push(format!("child {i}: a bad report {report:?}")),
-                },
-                _ => failures.push(format!("child {i}: a bad report {report:?}")),
+            let mut fields = report.splitn(3, '\t');
+            let parsed = (|| {
+                let job = fields.next()?.parse::<usize>().ok()?;
+                let took = fields.next()?.parse::<f64>().ok()?;
+                Some((job, took, fields.next()?)).filter(|_| job < jobs.len())
+            })();
+            match parsed {
+                Some((job, took, cell)) => {
+                    compile_time += took;
+                    cells[job].push(cell.to_string());
+                }
+                None => failures.push(format!("child {i}: a bad report {report:?}")),
             }
         }
     }

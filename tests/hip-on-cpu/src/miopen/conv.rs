@@ -239,15 +239,15 @@ unsafe fn run(
     );
     let links = links(&call.conv, &xd[2..], &yd[2..], &wd[2..]);
     // SAFETY: the extents were checked above; the buffers are the caller's.
-    let weights = unsafe { read(&call.w, w, dtype) };
-    let (out_t, out_ptr) = match call.direction {
-        Direction::Gather => (&call.y, y),
-        Direction::Scatter => (&call.x, x),
+    let weights = unsafe { read(&call.w, &wd, w, dtype) };
+    let (out_t, out_ptr, out_dims) = match call.direction {
+        Direction::Gather => (&call.y, y, &yd),
+        Direction::Scatter => (&call.x, x, &xd),
     };
     let sums = match call.direction {
         Direction::Gather => {
             // SAFETY: as for the weights.
-            let input = unsafe { read(&call.x, x, dtype) };
+            let input = unsafe { read(&call.x, &xd, x, dtype) };
             let mut sums = vec![0f64; yd[0] * yd[1] * y_space];
             // One piece per (n, k): Y[n, k, o] = Σ X[n, c, i] · W[k, c, r].
             parallel::for_each_chunk(
@@ -275,7 +275,7 @@ unsafe fn run(
         }
         Direction::Scatter => {
             // SAFETY: as for the weights.
-            let input = unsafe { read(&call.y, y, dtype) };
+            let input = unsafe { read(&call.y, &yd, y, dtype) };
             let mut sums = vec![0f64; xd[0] * xd[1] * x_space];
             // One piece per (n, group): X[n, c, i] = Σ Y[n, k, o] · W[k, c, r].
             parallel::for_each_chunk(
@@ -303,10 +303,6 @@ unsafe fn run(
             );
             sums
         }
-    };
-    let out_dims = match call.direction {
-        Direction::Gather => &yd,
-        Direction::Scatter => &xd,
     };
     let mut flat_i = 0;
     for_each_index(out_dims, |oi| {
@@ -351,15 +347,14 @@ fn links(conv: &ConvDesc, x_space: &[usize], y_space: &[usize], taps: &[usize]) 
     links
 }
 
-/// Every element of `t` as f64, row-major over its dimensions.
+/// Every element of `t` (dimensions `dims`) as f64, row-major.
 ///
 /// # Safety
 /// `ptr` must hold every element `t`'s dimensions and strides reach.
-unsafe fn read(t: &TensorDesc, ptr: *const c_void, dtype: u32) -> Vec<f64> {
-    let dims: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
+unsafe fn read(t: &TensorDesc, dims: &[usize], ptr: *const c_void, dtype: u32) -> Vec<f64> {
     let mut values = Vec::with_capacity(dims.iter().product());
     // SAFETY: per the contract.
-    for_each_index(&dims, |i| {
+    for_each_index(dims, |i| {
         values.push(unsafe { load(ptr, dtype, at(t, i[0], i[1], &i[2..])) })
     });
     values
