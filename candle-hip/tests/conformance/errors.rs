@@ -48,8 +48,10 @@ fn unsupported_dtypes_and_devices_are_errors() {
 #[ignore = "needs a HIP device"]
 fn invalid_inputs_are_errors() {
     let dev = device();
-    let data = vec![1.0; 64];
-    let f32s = |l: &Layout| upload(&dev, &data, l, DType::F32);
+    // Ones at every element `l` addresses, as `dtype`.
+    let ones =
+        |l: &Layout, dtype: DType| upload(&dev, &vec![1.0; l.shape().elem_count()], l, dtype);
+    let f32s = |l: &Layout| ones(l, DType::F32);
     let mut cases = 0;
     let mut expect_err = |what: &str, r: Result<HipStorage>, needle: &str| {
         cases += 1;
@@ -67,8 +69,8 @@ fn invalid_inputs_are_errors() {
         "lhs",
     );
     // matmul: integer dtypes.
-    let u = upload(&dev, &data, &Layout::contiguous((3, 4)), DType::U32);
-    let ur = upload(&dev, &data, &rhs, DType::U32);
+    let u = ones(&Layout::contiguous((3, 4)), DType::U32);
+    let ur = ones(&rhs, DType::U32);
     expect_err(
         "matmul u32",
         u.matmul(&ur, (1, 3, 5, 4), &Layout::contiguous((3, 4)), &rhs),
@@ -90,7 +92,7 @@ fn invalid_inputs_are_errors() {
     );
     expect_err(
         "softmax u8",
-        fused::softmax_last_dim(&upload(&dev, &data, &l, DType::U8), &l),
+        fused::softmax_last_dim(&ones(&l, DType::U8), &l),
         "U8",
     );
     // rope: tables shorter than the sequence.
@@ -104,8 +106,8 @@ fn invalid_inputs_are_errors() {
     // Convolutions: f64 with MIOpen only, a kernel larger than the input.
     let x = Layout::contiguous((1, 1, 2, 2));
     let w = Layout::contiguous((1, 1, 3, 3));
-    let xd = upload(&dev, &data, &x, DType::F64);
-    let wd = upload(&dev, &data, &w, DType::F64);
+    let xd = ones(&x, DType::F64);
+    let wd = ones(&w, DType::F64);
     let p = ConvParams::<2>::uniform(1, 1, 1);
     expect_err(
         "conv2d f64 MIOpen",
@@ -127,7 +129,7 @@ fn invalid_inputs_are_errors() {
     );
     expect_err(
         "avg_pool2d u32",
-        upload(&dev, &data, &il, DType::U32).avg_pool2d(&il, (1, 1), (1, 1)),
+        ones(&il, DType::U32).avg_pool2d(&il, (1, 1), (1, 1)),
         "U32",
     );
     println!("conformance errors: {cases} cases, 0 failures");
