@@ -3,6 +3,8 @@
 # holding the real ROCm 6.4 HIP runtime and hipRTC with what hipRTC needs to
 # compile for AMD architectures (comgr, device libraries). Host-built test
 # binaries run in it unchanged (unstable's glibc is newer than the host's).
+# With ROCM_SANDBOX_ROCM=7 it holds ROCm 7.2 from Debian experimental instead
+# (over unstable), in build/.sandbox-rocm7 unless ROCM_SANDBOX_DIR says.
 #
 # usage: build/sandbox.sh create | exec <cmd> [args...] | reachable | remove | info
 #   create     build the chroot in build/.sandbox (reused when already ready)
@@ -19,13 +21,29 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-SANDBOX=${ROCM_SANDBOX_DIR:-$REPO/build/.sandbox}
-ROOT=$SANDBOX/root
-READY=$SANDBOX/ready
 SUITE=unstable
 # The HIP runtime, hipRTC and its compile-time builtins; comgr comes with the
-# runtime, the matching device library package is added in `create`.
-PACKAGES=(libamdhip64-6 libhiprtc6 libhiprtc-builtins6)
+# runtime, the matching device library package is added in `create`. ROCm 7
+# comes from experimental, which apt prefers only when told (-t).
+case ${ROCM_SANDBOX_ROCM:-6} in
+6)
+    PACKAGES=(libamdhip64-6 libhiprtc6 libhiprtc-builtins6)
+    EXTRA_SUITE=()
+    default_dir=$REPO/build/.sandbox
+    ;;
+7)
+    PACKAGES=(libamdhip64-7 libhiprtc7 libhiprtc-builtins7)
+    EXTRA_SUITE=(experimental)
+    default_dir=$REPO/build/.sandbox-rocm7
+    ;;
+*)
+    printf 'sandbox: error: ROCM_SANDBOX_ROCM must be 6 or 7, not %s\n' "$ROCM_SANDBOX_ROCM" >&2
+    exit 2
+    ;;
+esac
+SANDBOX=${ROCM_SANDBOX_DIR:-$default_dir}
+ROOT=$SANDBOX/root
+READY=$SANDBOX/ready
 
 LOG_TAG=sandbox
 # shellcheck source=build/chroot-lib.sh
@@ -38,13 +56,19 @@ create() {
     fi
     local start=$SECONDS
     bootstrap "$SANDBOX"
+    local release=()
+    if [[ ${#EXTRA_SUITE[@]} -gt 0 ]]; then
+        printf 'deb %s %s main\n' "$(archive_uri)" "${EXTRA_SUITE[0]}" >>"$ROOT/etc/apt/sources.list"
+        in_chroot apt-get -q update >/dev/null
+        release=(-t "${EXTRA_SUITE[0]}")
+    fi
     # comgr links one LLVM major; the device libraries must be built for it.
     local llvm
-    llvm=$(in_chroot apt-cache depends libamd-comgr3 | sed -n 's/.*Depends: libllvm\([0-9]\+\).*/\1/p' | head -n1)
+    llvm=$(in_chroot apt-cache "${release[@]}" depends libamd-comgr3 | sed -n 's/.*Depends: libllvm\([0-9]\+\).*/\1/p' | head -n1)
     [[ -n $llvm ]] || die "cannot tell which LLVM libamd-comgr3 uses"
     local all=("${PACKAGES[@]}" "rocm-device-libs-$llvm")
     log "installing ${all[*]}"
-    DEBIAN_FRONTEND=noninteractive in_chroot apt-get -q -y install "${all[@]}" >"$SANDBOX/install.log" 2>&1 ||
+    DEBIAN_FRONTEND=noninteractive in_chroot apt-get -q -y "${release[@]}" install "${all[@]}" >"$SANDBOX/install.log" 2>&1 ||
         { tail -n 30 "$SANDBOX/install.log" >&2; die "package install failed (log: $SANDBOX/install.log)"; }
     in_chroot apt-get clean
     in_chroot dpkg-query -W -f '${Package}=${Version}\n' "${all[@]}" libamd-comgr3 libhsa-runtime64-1 >"$READY"

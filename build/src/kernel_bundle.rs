@@ -42,13 +42,15 @@ struct Compiled {
     code: Vec<u8>,
 }
 
-/// `kernel-bundle --out FILE [--archs a,b,...] [--jobs N] [--per-unit]`
-/// (`--per-unit`: also every unit's compile time, slowest first).
+/// `kernel-bundle --out FILE [--archs a,b,...] [--sources a.hip,b.hip]
+/// [--jobs N] [--threads] [--per-unit]` (`--sources`: only these sources'
+/// units; `--per-unit`: also every unit's compile time, slowest first).
 ///
 /// The `N` compiles run in `N` worker processes (this executable's
-/// `kernel-bundle-worker`): hipRTC serialises compiles within a process
-/// (ROCm 6.4 measured here: two threads shared one core), so only
-/// processes compile side by side.
+/// `kernel-bundle-worker`): hipRTC 6.4 serialises compiles within a process
+/// (two threads shared one core here), so only processes compile side by
+/// side. `--threads` runs them in `N` threads of this process instead, as a
+/// program's first-use compiles do, to measure what a hipRTC does with that.
 pub fn run(args: &[String]) -> Result<()> {
     let out = PathBuf::from(flag(args, "--out").ok_or("kernel-bundle: --out FILE is required")?);
     let archs: Vec<String> = match flag(args, "--archs") {
@@ -60,11 +62,15 @@ pub fn run(args: &[String]) -> Result<()> {
         None => std::thread::available_parallelism().map_or(1, usize::from),
     }
     .max(1);
+    let sources = flag(args, "--sources");
+    let threads = args.iter().any(|a| a == "--threads");
     let start = Instant::now();
     let (done, failed) = if jobs == 1 {
-        compile_share(&work(&archs), 0, 1)
+        compile_share(&work(&archs, sources.as_deref())?, 0, 1)
+    } else if threads {
+        compile_in_threads(&work(&archs, sources.as_deref())?, jobs)
     } else {
-        compile_in_workers(&archs, jobs, &out)?
+        compile_in_workers(&archs, sources.as_deref(), jobs, &out)?
     };
     let writer = bundle_of(&done, &format!("candle-hip {}", env!("CARGO_PKG_VERSION")))?;
     writer.write(&out)?;
@@ -81,7 +87,7 @@ pub fn run(args: &[String]) -> Result<()> {
             );
         }
     }
-    report(&archs, &done, start.elapsed().as_secs_f64(), jobs);
+    report(&archs, &done, start.elapsed().as_secs_f64(), jobs, threads);
     println!("bundle: {} ({} entries)", out.display(), writer.len());
     if failed.is_empty() {
         Ok(())
@@ -115,13 +121,24 @@ fn flag(args: &[String], name: &str) -> Option<String> {
 }
 
 /// Every (unit, target) to compile, in a fixed order (workers take their
-/// share by position).
-fn work(archs: &[String]) -> Vec<(Unit, &str)> {
-    let units = Unit::all();
-    archs
+/// share by position): all units, or those of the comma-separated
+/// `sources` (file names such as `reduce.hip`).
+fn work<'a>(archs: &'a [String], sources: Option<&str>) -> Result<Vec<(Unit, &'a str)>> {
+    let mut units = Unit::all();
+    if let Some(list) = sources {
+        let names: Vec<&str> = list.split(',').collect();
+        if let Some(unknown) = names
+            .iter()
+            .find(|n| !candle_hip_kernels::ALL.iter().any(|s| s.file_name() == **n))
+        {
+            return Err(format!("--sources: no kernel source named `{unknown}`").into());
+        }
+        units.retain(|u| names.contains(&u.source().file_name()));
+    }
+    Ok(archs
         .iter()
         .flat_map(|arch| units.iter().map(move |&u| (u, arch.as_str())))
-        .collect()
+        .collect())
 }
 
 /// Compiles items `share`, `share + of`, ... of `work`, one at a time.
@@ -145,10 +162,33 @@ fn compile_share(work: &[(Unit, &str)], share: usize, of: usize) -> (Vec<Compile
     (done, failed)
 }
 
+/// Compiles `work` in `jobs` threads of this process, thread `k` taking
+/// share `k` of `jobs`.
+fn compile_in_threads(work: &[(Unit, &str)], jobs: usize) -> (Vec<Compiled>, Vec<String>) {
+    let mut done = Vec::new();
+    let mut failed = Vec::new();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..jobs)
+            .map(|k| scope.spawn(move || compile_share(work, k, jobs)))
+            .collect();
+        for (k, handle) in handles.into_iter().enumerate() {
+            match handle.join() {
+                Ok((d, f)) => {
+                    done.extend(d);
+                    failed.extend(f);
+                }
+                Err(_) => failed.push(format!("compile thread {k} panicked")),
+            }
+        }
+    });
+    (done, failed)
+}
+
 /// Runs `jobs` worker processes, each compiling its share into a bundle of
 /// its own next to `out`, and gathers their code objects and times.
 fn compile_in_workers(
     archs: &[String],
+    sources: Option<&str>,
     jobs: usize,
     out: &Path,
 ) -> Result<(Vec<Compiled>, Vec<String>)> {
@@ -156,13 +196,17 @@ fn compile_in_workers(
     let part = |k: usize| out.with_extension(format!("part{k}"));
     let children: Vec<Child> = (0..jobs)
         .map(|k| {
-            Command::new(&exe)
+            let mut worker = Command::new(&exe);
+            worker
                 .args(["kernel-bundle-worker", "--archs", &archs.join(",")])
                 .args(["--share", &format!("{k}/{jobs}")])
                 .arg("--out")
                 .arg(part(k))
-                .stdout(Stdio::piped())
-                .spawn()
+                .stdout(Stdio::piped());
+            if let Some(list) = sources {
+                worker.args(["--sources", list]);
+            }
+            worker.spawn()
         })
         .collect::<std::io::Result<_>>()?;
     let units = Unit::all();
@@ -203,7 +247,7 @@ fn compile_in_workers(
     Ok((done, failed))
 }
 
-/// `kernel-bundle-worker --archs a,b --share K/N --out FILE`: compiles
+/// `kernel-bundle-worker --archs a,b [--sources ...] --share K/N --out FILE`: compiles
 /// share K of N of the work into the bundle FILE and prints one line per
 /// item: `ok\t<unit>\t<arch>\t<seconds>` or `failed\t<message>`.
 pub fn worker(args: &[String]) -> Result<()> {
@@ -219,7 +263,7 @@ pub fn worker(args: &[String]) -> Result<()> {
         .filter(|&(k, n): &(usize, usize)| k < n)
         .ok_or_else(|| format!("--share {share}: expected K/N with K < N"))?;
     let out = PathBuf::from(flag(args, "--out").ok_or("--out FILE is required")?);
-    let (done, failed) = compile_share(&work(&archs), k, n);
+    let (done, failed) = compile_share(&work(&archs, flag(args, "--sources").as_deref())?, k, n);
     let writer = bundle_of(&done, "kernel-bundle worker")?;
     for c in &done {
         println!("ok\t{}\t{}\t{}", c.unit, c.arch, c.seconds);
@@ -234,7 +278,7 @@ pub fn worker(args: &[String]) -> Result<()> {
 /// Prints seconds per source and target (the sum over the source's units
 /// and, for a split source, its slowest unit), totals and code bytes per
 /// target.
-fn report(archs: &[String], done: &[Compiled], wall: f64, jobs: usize) {
+fn report(archs: &[String], done: &[Compiled], wall: f64, jobs: usize, threads: bool) {
     let cell = |source: Source, arch: &str| {
         let times: Vec<f64> = done
             .iter()
@@ -280,5 +324,10 @@ fn report(archs: &[String], done: &[Compiled], wall: f64, jobs: usize) {
         "| code MiB | {} |",
         per_arch(&|c| c.code.len() as f64 / (1 << 20) as f64).join(" | ")
     );
-    println!("wall time {wall:.1} s with {jobs} compile process(es)");
+    let how = if threads && jobs > 1 {
+        "threads of one process"
+    } else {
+        "process(es)"
+    };
+    println!("wall time {wall:.1} s with {jobs} compile {how}");
 }

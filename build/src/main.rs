@@ -38,10 +38,11 @@ const USAGE: &str = "usage: rocm-tools <command>
   symbols   download the ROCm 5.x, 6.4 and 7.x runtime packages into build/.rocm and write
             their exported function names to build/symbols/<library>-<version>.txt
   candle-patch  write the patched Candle sources into build/.candle-patched
-  kernel-bundle --out FILE [--archs a,b] [--jobs N] [--per-unit]
-            compile every candle-hip kernel unit for the targets with the loaded hipRTC
-            (real one: run inside build/sandbox.sh exec), N worker processes at a time,
-            into a kernel bundle; prints times
+  kernel-bundle --out FILE [--archs a,b] [--sources a.hip,b.hip] [--jobs N] [--threads] [--per-unit]
+            compile every candle-hip kernel unit (or the named sources' units) for the
+            targets with the loaded hipRTC (real one: run inside build/sandbox.sh exec),
+            N worker processes (--threads: threads of this process) at a time, into a
+            kernel bundle; prints times
   generate [ARGS]  apply the Candle patches, then run examples/candle-app's text generation
             program with ARGS (no ARGS: the embedded default model; `-- --help` lists them)";
 

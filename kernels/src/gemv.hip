@@ -135,26 +135,47 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restric
     gemv<ch_##TYPE, 1>(x, w, y, n, k, w_stride, nullptr, blockIdx.x);                              \
   }
 
+// The outputs of S-wave groups: of block index blockIdx.x alone (gemv_split_*,
+// whose grid has one block per block index), or with LOOP of block indices
+// blockIdx.x, blockIdx.x + gridDim.x, ... below the launch's block count
+// (ceil(n / outputs per block); gemv_fused_*). Each split runs its own loop,
+// so what the compiler hoists out of one loop is live only while that split
+// runs (one loop around the switch below held every split's at once and ran
+// out of registers).
+template <typename T, int S, bool LOOP>
+__device__ __forceinline__ void gemv_blocks(const T* x, const T* w, T* y, ch_u32 n, ch_u32 k, ch_u64 w_stride,
+                                            const T* residual) {
+  if (!LOOP) {
+    gemv<T, S>(x, w, y, n, k, w_stride, residual, blockIdx.x);
+    return;
+  }
+  const ch_u32 per_block = blockDim.x / CANDLE_HIP_WAVE / S;
+  if (per_block == 0) return; /* not a launch the host makes */
+  const ch_u32 blocks = (n + per_block - 1) / per_block;
+  for (ch_u32 b = blockIdx.x; b < blocks; b += gridDim.x) gemv<T, S>(x, w, y, n, k, w_stride, residual, b);
+}
+
 // The product of a launch's `split` (the same for the whole launch, so every
-// block takes one branch; CH_GEMV_MAX_SPLIT is its last case).
-template <typename T>
+// block takes one branch; CH_GEMV_MAX_SPLIT is its last case) over the
+// blocks gemv_blocks names.
+template <typename T, bool LOOP>
 __device__ __forceinline__ void gemv_of_split(ch_u32 split, const T* x, const T* w, T* y, ch_u32 n, ch_u32 k,
-                                              ch_u64 w_stride, const T* residual, ch_u32 block) {
+                                              ch_u64 w_stride, const T* residual) {
   switch (split) {
     case 1:
-      gemv<T, 1>(x, w, y, n, k, w_stride, residual, block);
+      gemv_blocks<T, 1, LOOP>(x, w, y, n, k, w_stride, residual);
       break;
     case 2:
-      gemv<T, 2>(x, w, y, n, k, w_stride, residual, block);
+      gemv_blocks<T, 2, LOOP>(x, w, y, n, k, w_stride, residual);
       break;
     case 4:
-      gemv<T, 4>(x, w, y, n, k, w_stride, residual, block);
+      gemv_blocks<T, 4, LOOP>(x, w, y, n, k, w_stride, residual);
       break;
     case 8:
-      gemv<T, 8>(x, w, y, n, k, w_stride, residual, block);
+      gemv_blocks<T, 8, LOOP>(x, w, y, n, k, w_stride, residual);
       break;
     case 16:
-      gemv<T, 16>(x, w, y, n, k, w_stride, residual, block);
+      gemv_blocks<T, 16, LOOP>(x, w, y, n, k, w_stride, residual);
       break;
     default: /* not a split the host passes: nothing is read or written */
       break;
@@ -205,17 +226,13 @@ __device__ __forceinline__ void gemv_stage_input(T* xs, const T* __restrict__ x,
     extern __shared__ Pack<ch_u32, 4> ch_gemv_input[];                                             \
     ch_##TYPE* xs = reinterpret_cast<ch_##TYPE*>(ch_gemv_input);                                   \
     gemv_stage_input<ch_##TYPE>(xs, x, k, input, norm_w, eps);                                     \
-    const ch_u32 per_block = blockDim.x / CANDLE_HIP_WAVE / (split ? split : 1);                    \
-    if (per_block == 0) return; /* not a launch the host makes */                                  \
-    const ch_u32 blocks = (n + per_block - 1) / per_block;                                         \
-    for (ch_u32 b = blockIdx.x; b < blocks; b += gridDim.x)                                        \
-      gemv_of_split<ch_##TYPE>(split, xs, w, y, n, k, w_stride, residual, b);                      \
+    gemv_of_split<ch_##TYPE, true>(split, xs, w, y, n, k, w_stride, residual);                     \
   }
 
 #define GEMV_SPLIT(NAME, OP, TYPE)                                                                 \
   extern "C" __global__ void NAME##_##TYPE(const ch_##TYPE* x, const ch_##TYPE* w, ch_##TYPE* y,   \
                                            ch_u32 n, ch_u32 k, ch_u64 w_stride, ch_u32 split) {    \
-    gemv_of_split<ch_##TYPE>(split, x, w, y, n, k, w_stride, nullptr, blockIdx.x);                 \
+    gemv_of_split<ch_##TYPE, false>(split, x, w, y, n, k, w_stride, nullptr);                      \
   }
 
 CH_FLOATS(GEMV, gemv, unused)
