@@ -4,7 +4,7 @@
 # compile for AMD architectures (comgr, device libraries). Host-built test
 # binaries run in it unchanged (unstable's glibc is newer than the host's).
 # With ROCM_SANDBOX_ROCM=7 it holds ROCm 7.2 from Debian experimental instead
-# (over unstable), in build/.sandbox-rocm7 unless ROCM_SANDBOX_DIR says.
+# (over unstable), in build/.sandbox-rocm7 unless ROCM_SANDBOX7_DIR says.
 #
 # usage: build/sandbox.sh create | exec <cmd> [args...] | reachable | remove | info
 #   create     build the chroot in build/.sandbox (reused when already ready)
@@ -29,19 +29,18 @@ case ${ROCM_SANDBOX_ROCM:-6} in
 6)
     PACKAGES=(libamdhip64-6 libhiprtc6 libhiprtc-builtins6)
     EXTRA_SUITE=()
-    default_dir=$REPO/build/.sandbox
+    SANDBOX=${ROCM_SANDBOX_DIR:-$REPO/build/.sandbox}
     ;;
 7)
     PACKAGES=(libamdhip64-7 libhiprtc7 libhiprtc-builtins7)
     EXTRA_SUITE=(experimental)
-    default_dir=$REPO/build/.sandbox-rocm7
+    SANDBOX=${ROCM_SANDBOX7_DIR:-$REPO/build/.sandbox-rocm7}
     ;;
 *)
     printf 'sandbox: error: ROCM_SANDBOX_ROCM must be 6 or 7, not %s\n' "$ROCM_SANDBOX_ROCM" >&2
     exit 2
     ;;
 esac
-SANDBOX=${ROCM_SANDBOX_DIR:-$default_dir}
 ROOT=$SANDBOX/root
 READY=$SANDBOX/ready
 
@@ -49,7 +48,14 @@ LOG_TAG=sandbox
 # shellcheck source=build/chroot-lib.sh
 source "$REPO/build/chroot-lib.sh"
 
+# Fails when the sandbox at $SANDBOX holds another ROCm than the one asked for.
+check_release() {
+    [[ ! -f $READY ]] || grep -q "^${PACKAGES[0]}=" "$READY" ||
+        die "$SANDBOX holds $(grep '^libamdhip64' "$READY" || echo 'another ROCm'), not ${PACKAGES[0]}"
+}
+
 create() {
+    check_release
     if [[ -f $READY ]]; then
         log "reusing $ROOT ($(tr '\n' ' ' <"$READY"))"
         return 0
@@ -82,6 +88,7 @@ create) create ;;
 exec)
     [[ $# -gt 0 ]] || die "usage: $0 exec <cmd> [args...]"
     [[ -f $READY ]] || die "no sandbox at $ROOT; run: $0 create"
+    check_release
     start_ns=$(date +%s%N)
     status=0
     in_chroot "$@" || status=$?
@@ -96,6 +103,7 @@ remove)
     ;;
 info)
     [[ -f $READY ]] || die "no sandbox at $ROOT"
+    check_release
     cat "$READY"
     ;;
 *)
