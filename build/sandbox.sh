@@ -7,7 +7,8 @@
 # (over unstable), in build/.sandbox-rocm7 unless ROCM_SANDBOX7_DIR says.
 #
 # usage: build/sandbox.sh create | exec <cmd> [args...] | reachable | remove | info
-#   create     build the chroot in build/.sandbox (reused when already ready)
+#   create     build the chroot in build/.sandbox (or .sandbox-rocm7; reused when
+#              already ready)
 #   exec       run <cmd> inside it, with the repository bind-mounted at its own
 #              path and the working directory kept when it lies in the repository
 #   reachable  exit 0 when the package archive answers (used by .ci/run)

@@ -47,9 +47,9 @@ struct Compiled {
 /// units; `--per-unit`: also every unit's compile time, slowest first).
 ///
 /// The `N` compiles run in `N` worker processes (this executable's
-/// `kernel-bundle-worker`): hipRTC 6.4 serialises compiles within a process
-/// (two threads shared one core here), so only processes compile side by
-/// side. `--threads` runs them in `N` threads of this process instead, as a
+/// `kernel-bundle-worker`): hipRTC 6.4 and 7.2 serialise compiles within a
+/// process (two threads shared one core here), so only processes compile
+/// side by side. `--threads` runs them in `N` threads of this process instead, as a
 /// program's first-use compiles do, to measure what a hipRTC does with that.
 pub fn run(args: &[String]) -> Result<()> {
     let out = PathBuf::from(flag(args, "--out").ok_or("kernel-bundle: --out FILE is required")?);
@@ -64,11 +64,13 @@ pub fn run(args: &[String]) -> Result<()> {
     .max(1);
     let sources = flag(args, "--sources");
     let threads = args.iter().any(|a| a == "--threads");
+    // Checked here, so a bad name fails before any worker starts.
+    let work = work(&archs, sources.as_deref())?;
     let start = Instant::now();
     let (done, failed) = if jobs == 1 {
-        compile_share(&work(&archs, sources.as_deref())?, 0, 1)
+        compile_share(&work, 0, 1)
     } else if threads {
-        compile_in_threads(&work(&archs, sources.as_deref())?, jobs)
+        compile_in_threads(&work, jobs)
     } else {
         compile_in_workers(&archs, sources.as_deref(), jobs, &out)?
     };
@@ -87,7 +89,18 @@ pub fn run(args: &[String]) -> Result<()> {
             );
         }
     }
-    report(&archs, &done, start.elapsed().as_secs_f64(), jobs, threads);
+    let selected: Vec<Source> = candle_hip_kernels::ALL
+        .into_iter()
+        .filter(|&s| work.iter().any(|(u, _)| u.source() == s))
+        .collect();
+    report(
+        &archs,
+        &selected,
+        &done,
+        start.elapsed().as_secs_f64(),
+        jobs,
+        threads,
+    );
     println!("bundle: {} ({} entries)", out.display(), writer.len());
     if failed.is_empty() {
         Ok(())
@@ -275,10 +288,17 @@ pub fn worker(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Prints seconds per source and target (the sum over the source's units
-/// and, for a split source, its slowest unit), totals and code bytes per
-/// target.
-fn report(archs: &[String], done: &[Compiled], wall: f64, jobs: usize, threads: bool) {
+/// Prints seconds per source of `sources` and target (the sum over the
+/// source's units and, for a split source, its slowest unit), totals and
+/// code bytes per target.
+fn report(
+    archs: &[String],
+    sources: &[Source],
+    done: &[Compiled],
+    wall: f64,
+    jobs: usize,
+    threads: bool,
+) {
     let cell = |source: Source, arch: &str| {
         let times: Vec<f64> = done
             .iter()
@@ -297,7 +317,7 @@ fn report(archs: &[String], done: &[Compiled], wall: f64, jobs: usize, threads: 
     };
     println!("| source | {} |", archs.join(" | "));
     println!("|---|{}", "---:|".repeat(archs.len()));
-    for source in candle_hip_kernels::ALL {
+    for &source in sources {
         let row: Vec<String> = archs.iter().map(|a| cell(source, a)).collect();
         println!("| {} | {} |", source.file_name(), row.join(" | "));
     }
