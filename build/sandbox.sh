@@ -96,7 +96,11 @@ exec)
     log "exec $1 finished in $(((($(date +%s%N) - start_ns)) / 1000000)) ms (exit $status)"
     exit "$status"
     ;;
-reachable) reachable ;;
+reachable)
+    reachable
+    # ROCm 7 also needs experimental's packages.
+    [[ ${#EXTRA_SUITE[@]} -eq 0 ]] || SUITE=${EXTRA_SUITE[0]} reachable
+    ;;
 remove)
     check_no_mounts
     rm -rf "$ROOT" "$READY"
