@@ -23,7 +23,9 @@
 //     each x'[i] rounded to T as the separate kernels round it. The decode
 //     step's norm, activation and residual addition ride on its products:
 //     every block first writes x' into shared memory (k elements of T, the
-//     launch's dynamic shared memory), then its waves multiply as gemv_*
+//     launch's dynamic shared memory; in 16-byte packs when x and norm_w
+//     are aligned), except that a plain x on a 16-byte boundary is read in
+//     place (gemv_reads_in_place); then its waves multiply as gemv_*
 //     (split 1) or gemv_split_* do, the block taking the outputs of block
 //     indices blockIdx.x, blockIdx.x + gridDim.x, ... (a grid of a few
 //     blocks per compute unit stages x' a few times per unit, not once per
@@ -187,33 +189,75 @@ __device__ __forceinline__ void gemv_of_split(ch_u32 split, const T* x, const T*
 #define CH_GEMV_INPUT_SWIGLU 2
 
 // Writes gemv_fused's x' (see the top of the file) into xs, k elements, with
-// every thread of the block; returns after a barrier.
-template <typename T>
-__device__ __forceinline__ void gemv_stage_input(T* xs, const T* __restrict__ x, ch_u32 k, ch_u32 input,
+// every thread of the block; returns after a barrier. x, norm_w and xs are
+// read and written in 16-byte packs when x and norm_w start on a 16-byte
+// boundary (k is whole packs, xs is aligned), element by element otherwise;
+// either way each x'[i] is the same.
+template <typename T, int V>
+__device__ __forceinline__ void gemv_stage_packs(T* xs, const T* __restrict__ x, ch_u32 k, ch_u32 input,
                                                  const T* __restrict__ norm_w, float eps) {
   typedef typename Num<T>::acc A;
+  typedef Pack<T, V> P;
   __shared__ ch_u64 scratch[CH_ROW_SCRATCH_WORDS];
-  const ch_u32 tid = threadIdx.x, threads = blockDim.x;
+  const ch_u32 tid = threadIdx.x, threads = blockDim.x, packs = k / V;
+  const P* xp = reinterpret_cast<const P*>(x);
+  P* sp = reinterpret_cast<P*>(xs);
   if (input == CH_GEMV_INPUT_RMS_NORM) {
     typename AccSum<A>::State ss = AccSum<A>::identity();
-    for (ch_u32 i = tid; i < k; i += threads) {
-      const A v = Num<T>::to_acc(x[i]);
-      ss.v += v * v;
+    for (ch_u32 i = tid; i < packs; i += threads) {
+      const P p = xp[i];
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const A v = Num<T>::to_acc(p.v[e]);
+        ss.v += v * v;
+      }
     }
     ss = block_allreduce<AccSum<A> >(ss, reinterpret_cast<typename AccSum<A>::State*>(scratch));
     const A inv = (A)1 / ch_sqrt(ss.v / (A)k + (A)eps);
-    for (ch_u32 i = tid; i < k; i += threads)
-      xs[i] = Num<T>::from_acc(Num<T>::to_acc(x[i]) * inv * Num<T>::to_acc(norm_w[i]));
+    const P* wp = reinterpret_cast<const P*>(norm_w);
+    for (ch_u32 i = tid; i < packs; i += threads) {
+      const P p = xp[i], g = wp[i];
+      P o;
+#pragma unroll
+      for (int e = 0; e < V; ++e) o.v[e] = Num<T>::from_acc(Num<T>::to_acc(p.v[e]) * inv * Num<T>::to_acc(g.v[e]));
+      sp[i] = o;
+    }
   } else if (input == CH_GEMV_INPUT_SWIGLU) {
-    for (ch_u32 i = tid; i < k; i += threads) {
-      const A g = Num<T>::to_acc(x[i]);
-      const T silu = Num<T>::from_acc(g / ((A)1 + ch_exp(-g)));
-      xs[i] = Num<T>::from_acc(Num<T>::to_acc(silu) * Num<T>::to_acc(x[k + i]));
+    for (ch_u32 i = tid; i < packs; i += threads) {
+      const P gp = xp[i], up = xp[packs + i];
+      P o;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const A g = Num<T>::to_acc(gp.v[e]);
+        const T silu = Num<T>::from_acc(g / ((A)1 + ch_exp(-g)));
+        o.v[e] = Num<T>::from_acc(Num<T>::to_acc(silu) * Num<T>::to_acc(up.v[e]));
+      }
+      sp[i] = o;
     }
   } else {
-    for (ch_u32 i = tid; i < k; i += threads) xs[i] = x[i];
+    for (ch_u32 i = tid; i < packs; i += threads) sp[i] = xp[i];
   }
   __syncthreads();
+}
+
+// gemv_stage_packs in packs of 16 bytes when x (and norm_w, for the norm)
+// allow it, else of one element.
+template <typename T>
+__device__ __forceinline__ void gemv_stage_input(T* xs, const T* __restrict__ x, ch_u32 k, ch_u32 input,
+                                                 const T* __restrict__ norm_w, float eps) {
+  const bool aligned = ((ch_u64)x | (input == CH_GEMV_INPUT_RMS_NORM ? (ch_u64)norm_w : 0)) % CH_VEC_BYTES == 0;
+  if (aligned)
+    gemv_stage_packs<T, CH_VEC_BYTES / sizeof(T)>(xs, x, k, input, norm_w, eps);
+  else
+    gemv_stage_packs<T, 1>(xs, x, k, input, norm_w, eps);
+}
+
+// Whether gemv_fused multiplies x itself, read where it is (and cached as
+// every block reads it), instead of staging x': a plain input on a 16-byte
+// boundary. The host passes no shared memory then (fused/linear.rs mirrors
+// it).
+__device__ __forceinline__ bool gemv_reads_in_place(const void* x, ch_u32 input) {
+  return input == CH_GEMV_INPUT_PLAIN && (ch_u64)x % CH_VEC_BYTES == 0;
 }
 
 #define GEMV_FUSED(NAME, OP, TYPE)                                                                 \
@@ -225,8 +269,12 @@ __device__ __forceinline__ void gemv_stage_input(T* xs, const T* __restrict__ x,
     /* every dtype's kernel, 16-byte aligned for the packs */                                      \
     extern __shared__ Pack<ch_u32, 4> ch_gemv_input[];                                             \
     ch_##TYPE* xs = reinterpret_cast<ch_##TYPE*>(ch_gemv_input);                                   \
-    gemv_stage_input<ch_##TYPE>(xs, x, k, input, norm_w, eps);                                     \
-    gemv_of_split<ch_##TYPE, true>(split, xs, w, y, n, k, w_stride, residual);                     \
+    if (gemv_reads_in_place(x, input)) {                                                           \
+      gemv_of_split<ch_##TYPE, true>(split, x, w, y, n, k, w_stride, residual);                    \
+    } else {                                                                                       \
+      gemv_stage_input<ch_##TYPE>(xs, x, k, input, norm_w, eps);                                   \
+      gemv_of_split<ch_##TYPE, true>(split, xs, w, y, n, k, w_stride, residual);                   \
+    }                                                                                              \
   }
 
 #define GEMV_SPLIT(NAME, OP, TYPE)                                                                 \

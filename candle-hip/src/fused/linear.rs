@@ -5,8 +5,9 @@
 //! this folds the norm before a projection, the activation before the down
 //! projection and the residual addition after a projection into the
 //! product's own launch. Each block writes `x'` into shared memory, rounded
-//! to the dtype as the separate kernels round it, then multiplies it with
-//! its rows of the weight as [`crate::ops`]' one-row product does.
+//! to the dtype as the separate kernels round it (a plain `x` on a 16-byte
+//! boundary is read in place instead), then multiplies it with its rows of
+//! the weight as [`crate::ops`]' one-row product does.
 
 use candle_core::backend::BackendStorage;
 use candle_core::{DType, Layout};
@@ -178,8 +179,16 @@ pub fn fused_linear(
     // thousands of times for a wide product).
     let resident = (launcher.compute_units().max(1)).saturating_mul(BLOCKS_PER_CU);
     cfg.grid_dim.0 = cfg.grid_dim.0.min(resident);
-    let staged = size::mul(OP, "the staged input", k, dtype.size_in_bytes())?;
-    cfg.shared_mem_bytes = to_u32(OP, "the staged input", staged.next_multiple_of(VEC_BYTES))?;
+    // The kernel reads a plain x on a 16-byte boundary in place
+    // (`gemv_reads_in_place` of gemv.hip) and stages x' otherwise.
+    let in_place =
+        matches!(input, LinearInput::Plain) && (xv.device_ptr() as usize).is_multiple_of(VEC_BYTES);
+    let staged = if in_place {
+        0
+    } else {
+        size::mul(OP, "the staged input", k, dtype.size_in_bytes())?.next_multiple_of(VEC_BYTES)
+    };
+    cfg.shared_mem_bytes = to_u32(OP, "the staged input", staged)?;
     let null = 0u64;
     let norm_arg: &dyn hip_safe::KernelArg = match &norm_w {
         Some(view) => view,

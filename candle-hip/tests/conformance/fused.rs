@@ -346,9 +346,10 @@ enum LinearIn {
 /// f64. Shapes cover every split of the one-row product (few long rows to
 /// many short ones, a 2048 x 8192 down projection, a 3072 x 2048 fused qkv),
 /// a weight narrowed from a wider one (row stride > k, rows from an
-/// offset), and each input with and without a residual. Tolerance: the
-/// kernel sums k products in f32 (f64) in a different order (`log2 k + 2`
-/// accumulation roundoffs of `sum |x'·w|`), `x'` may round to the
+/// offset), each input with and without a residual, and x on and off a
+/// 16-byte boundary. Tolerance: the kernel sums k products in f32 (f64) in
+/// a different order (`log2 k + 2` accumulation roundoffs of
+/// `sum |x'·w|`), `x'` may round to the
 /// neighbouring value where the device's exp or f32 norm differs from the
 /// host's (two units of the dtype of `sum |x'·w|`), and the output rounds
 /// once.
@@ -381,10 +382,17 @@ fn fused_linear_matches_a_host_reference() {
             let r = rounded(&rng.values(n, -4.0, 4.0), dtype);
             let (g_l, r_l) = (Layout::contiguous(k), Layout::contiguous((1, n)));
             let (gs, rs) = (upload(&dev, &g, &g_l, dtype), upload(&dev, &r, &r_l, dtype));
-            for input in inputs {
+            // x from a 16-byte boundary (read in place or staged in packs)
+            // and one element past it (staged element by element), the
+            // latter on the smaller shapes.
+            let x_offsets: &[usize] = if n * k <= 1 << 18 { &[0, 1] } else { &[0] };
+            for (input, &x_off) in inputs
+                .iter()
+                .flat_map(|i| x_offsets.iter().map(move |o| (*i, o)))
+            {
                 let x_len = if input == LinearIn::SwiGlu { 2 * k } else { k };
                 let x = rounded(&rng.values(x_len, -3.0, 3.0), dtype);
-                let x_l = Layout::contiguous((1, x_len));
+                let x_l = Layout::contiguous_with_offset((1, x_len), x_off);
                 let xs = upload(&dev, &x, &x_l, dtype);
                 let eps = 1e-5f32;
                 let staged: Vec<f64> = match input {
@@ -419,7 +427,8 @@ fn fused_linear_matches_a_host_reference() {
                         abs: (ops * acc_unit(dtype) + 2.0 * unit(dtype)) * worst_sum + tiny(dtype),
                     };
                     let case = format!(
-                        "n {n} k {k} stride {stride} row0 {row0} {input:?} residual {with_residual}"
+                        "n {n} k {k} stride {stride} row0 {row0} {input:?} x offset {x_off} \
+                         residual {with_residual}"
                     );
                     let lin = match input {
                         LinearIn::Plain => fused::LinearInput::Plain,
