@@ -13,6 +13,8 @@
 #                       two-GPU benchmark bench-comm (with its PyTorch twin)
 #   .stage/bench/       benchmark executables (bins/examples named bench* of
 #                       candle-hip) and candle-hip/benches/*.py
+#   .stage/kernel-bench/ kernel-bench/kernel_bench.cu with the shim's headers
+#                       and the kernel sources (built and run by hand there)
 #   .stage/candle-app/  Candle's own tests, the MiniLM and custom-kernel demos
 #                       (examples/candle-app/scripts/stage.sh; their weights stay
 #                       in examples/candle-app/target/minilm, carried separately);
@@ -137,6 +139,12 @@ for script in candle-hip/benches/*.py; do
     cp "$script" "$stage/bench/"
 done
 cp hip-safe/examples/bench_comm_torch.py "$stage/bin/"
+# The decode-kernel bench, built there with nvcc: its source, the shim's
+# headers and the kernel sources it compiles.
+mkdir -p "$stage/kernel-bench/kernels"
+cp tests/hip-on-cuda/kernel-bench/kernel_bench.cu "$stage/kernel-bench/"
+cp -r tests/hip-on-cuda/headers "$stage/kernel-bench/headers"
+cp kernels/src/*.hip kernels/src/*.h "$stage/kernel-bench/kernels/"
 
 echo "== candle-app (Candle's own tests and demos on HIP; STAGE_CANDLE_APP=0 skips)"
 if [[ "${STAGE_CANDLE_APP:-1}" == 1 ]]; then

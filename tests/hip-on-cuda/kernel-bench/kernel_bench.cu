@@ -1,0 +1,507 @@
+// Decode kernels of candle-hip, timed on the NVIDIA test platform with their
+// sources compiled the way the shim compiles them (NVRTC, the replacement
+// headers of ../headers, -DCANDLE_HIP_WAVE=32), so that variants of a kernel
+// source can be compared in one run without rebuilding any Rust binary.
+//
+//   nvcc -O2 -std=c++17 kernel_bench.cu -lnvrtc -lcuda -o kernel_bench
+//   ./kernel_bench <headers dir> <kernels dir> gemv VARIANT...
+//   ./kernel_bench <headers dir> <kernels dir> attn VARIANT...
+//
+// VARIANT: path/to/source.hip[:NAME=VALUE,...][@A,B[,C]]: a gemv.hip or
+// attention.hip (a copy with changes, or the repository's), compiled with
+// the given -D definitions. gemv: A waves per block (8), B blocks per
+// compute unit (4), C the waves per output (0: the host's rule). attn: A
+// threads per block (128), B blocks per compute unit (4), C query rows per
+// block (4); a source that takes other values than its defaults must define
+// them from the -D options.
+//
+// gemv: gemv_fused_bf16 at the Llama-3.2-1B and Llama-3.1-8B decode shapes
+// (batch 1): the norm+qkv, o+residual, norm+gate/up, down+residual,
+// norm+lm_head and SwiGLU+down+residual products, each launched once per
+// layer over that layer's own weights (so they stream from memory, as in a
+// decode step) inside one CUDA graph; then a whole token's products (every
+// layer's four and the head) in one graph, against the weight-streaming
+// bound (weight bytes / the copy rate). attn: flash_decode_d128_bf16 and
+// its merge for one query over Llama-3-8B heads (32 query, 8 key/value) at
+// several cache lengths. Every variant's output is compared with the first
+// variant's. The launch rules mirror the host's: ops/gemv.rs `split` and
+// `launch_config`, fused/linear.rs's grid cap and shared memory, and
+// fused/attention.rs's `decode_splits`; change them here when they change
+// there.
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <nvrtc.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#define CHECK_CUDA(x)                                                                 \
+  do {                                                                                \
+    cudaError_t e = (x);                                                              \
+    if (e != cudaSuccess) {                                                           \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+      exit(1);                                                                        \
+    }                                                                                 \
+  } while (0)
+#define CHECK_CU(x)                                                       \
+  do {                                                                    \
+    CUresult e = (x);                                                     \
+    if (e != CUDA_SUCCESS) {                                              \
+      const char* s = "?";                                                \
+      cuGetErrorString(e, &s);                                            \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s);      \
+      exit(1);                                                            \
+    }                                                                     \
+  } while (0)
+
+static std::string g_headers, g_kernels;
+static int g_sms;
+
+static std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) {
+    fprintf(stderr, "cannot read %s\n", path.c_str());
+    exit(1);
+  }
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// A parsed VARIANT argument.
+struct Variant {
+  std::string file, label;
+  std::vector<std::string> defines;
+  int a = 0, b = 0, c = 0;
+};
+
+static Variant parse_variant(std::string arg, int a, int b, int c) {
+  Variant v;
+  v.a = a, v.b = b, v.c = c;
+  v.label = arg.substr(arg.rfind('/') + 1);
+  size_t at = arg.find('@');
+  if (at != std::string::npos) {
+    sscanf(arg.c_str() + at + 1, "%d,%d,%d", &v.a, &v.b, &v.c);
+    arg = arg.substr(0, at);
+  }
+  size_t colon = arg.find(':');
+  if (colon != std::string::npos) {
+    std::string defs = arg.substr(colon + 1);
+    arg = arg.substr(0, colon);
+    for (size_t p = 0; p < defs.size();) {
+      size_t q = std::min(defs.find(',', p), defs.size());
+      v.defines.push_back("-D" + defs.substr(p, q - p));
+      p = q + 1;
+    }
+  }
+  v.file = arg;
+  return v;
+}
+
+// Compiles `path` as the shim compiles a hipRTC program (CUDA's headers from
+// /usr/local/cuda or $CUDA_HOME); with
+// KERNEL_BENCH_COMPILE_ONLY set, only compiles (no GPU needed) and returns null.
+static CUmodule compile(const std::string& path, std::vector<std::string> options) {
+  std::string src = "#include <hip/hip_runtime.h>\n#line 1 \"" + path + "\"\n" + read_file(path);
+  nvrtcProgram prog;
+  nvrtcCreateProgram(&prog, src.c_str(), path.c_str(), 0, nullptr, nullptr);
+  for (const char* o : {"-DCANDLE_HIP_WAVE=32", "--gpu-architecture=sm_90", "-std=c++17",
+                        "-I/usr/local/cuda/include"})
+    options.push_back(o);
+  if (const char* cuda = getenv("CUDA_HOME")) options.push_back(std::string("-I") + cuda + "/include");
+  options.push_back("-I" + g_headers);
+  options.push_back("-I" + g_kernels);
+  std::vector<const char*> argv;
+  for (auto& o : options) argv.push_back(o.c_str());
+  nvrtcResult r = nvrtcCompileProgram(prog, (int)argv.size(), argv.data());
+  size_t log_size;
+  nvrtcGetProgramLogSize(prog, &log_size);
+  std::string log(log_size, '\0');
+  nvrtcGetProgramLog(prog, &log[0]);
+  if (r != NVRTC_SUCCESS) {
+    fprintf(stderr, "compiling %s failed:\n%s\n", path.c_str(), log.c_str());
+    exit(1);
+  }
+  size_t size;
+  nvrtcGetCUBINSize(prog, &size);
+  std::vector<char> cubin(size);
+  nvrtcGetCUBIN(prog, cubin.data());
+  nvrtcDestroyProgram(&prog);
+  if (getenv("KERNEL_BENCH_COMPILE_ONLY")) {
+    printf("compiled %s: %zu bytes\n", path.c_str(), size);
+    return nullptr;
+  }
+  CUmodule m;
+  CHECK_CU(cuModuleLoadData(&m, cubin.data()));
+  return m;
+}
+
+static CUfunction function(CUmodule m, const char* name) {
+  CUfunction f;
+  CHECK_CU(cuModuleGetFunction(&f, m, name));
+  return f;
+}
+
+static int registers(CUfunction f) {
+  int r = 0;
+  cuFuncGetAttribute(&r, CU_FUNC_ATTRIBUTE_NUM_REGS, f);
+  return r;
+}
+
+static float bf16_to_float(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+// n bf16 values in [-0.5, 0.5) from a hash of their index and `seed`.
+static void fill(uint16_t* device, size_t n, uint32_t seed) {
+  std::vector<uint16_t> host(1 << 20);
+  for (size_t off = 0; off < n; off += host.size()) {
+    size_t count = std::min(host.size(), n - off);
+    for (size_t i = 0; i < count; ++i) {
+      uint32_t x = (uint32_t)(off + i) * 2654435761u ^ seed;
+      x ^= x >> 15;
+      x *= 2246822519u;
+      x ^= x >> 13;
+      float f = ((x & 0xffff) / 32768.0f - 1.0f) * 0.5f;
+      uint32_t bits;
+      memcpy(&bits, &f, 4);
+      host[i] = (uint16_t)(bits >> 16);
+    }
+    CHECK_CUDA(cudaMemcpy(device + off, host.data(), count * 2, cudaMemcpyHostToDevice));
+  }
+}
+
+// GB/s read + written by a 1 GiB device-to-device copy (as the generation
+// program's copy_gb_per_s counts it).
+static double copy_rate() {
+  size_t bytes = 1ull << 30;
+  void *a, *b;
+  CHECK_CUDA(cudaMalloc(&a, bytes));
+  CHECK_CUDA(cudaMalloc(&b, bytes));
+  CHECK_CUDA(cudaMemset(a, 1, bytes));
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int i = 0; i < 3; ++i) CHECK_CUDA(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+  cudaEventRecord(e0);
+  for (int i = 0; i < 10; ++i) CHECK_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+  cudaEventRecord(e1);
+  cudaEventSynchronize(e1);
+  float ms;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes * 10 / (ms * 1e-3) / 1e9;
+}
+
+// Captures `launches()` into a graph and returns the median of `reps`
+// replays, in microseconds.
+template <typename F>
+static double time_graph(cudaStream_t s, F launches, int reps = 20) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  launches();
+  CHECK_CUDA(cudaStreamEndCapture(s, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 3; ++i) CHECK_CUDA(cudaGraphLaunch(exec, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> times;
+  for (int r = 0; r < reps; ++r) {
+    cudaEventRecord(e0, s);
+    CHECK_CUDA(cudaGraphLaunch(exec, s));
+    cudaEventRecord(e1, s);
+    cudaEventSynchronize(e1);
+    float ms;
+    cudaEventElapsedTime(&ms, e0, e1);
+    times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return times[times.size() / 2] * 1e3;
+}
+
+// ---------------------------------------------------------------------------
+// gemv_fused
+
+struct Product {
+  const char* name;
+  uint32_t n, k, input;  // input: CH_GEMV_INPUT_* of gemv.hip
+  bool residual;
+};
+
+// ops/gemv.rs `split` at 32-lane waves, CH_GEMV_UNROLL 4, bf16.
+static int host_split(size_t n, size_t k) {
+  size_t packs = k / 8, cap = std::min<size_t>(std::min<size_t>(packs / (32 * 4), 16), 1024 / 32);
+  size_t wanted = (size_t)g_sms * 16;
+  int s = 1;
+  while ((size_t)s * 2 <= cap && n * s < wanted) s *= 2;
+  return s;
+}
+
+static void launch_gemv(const Variant& v, CUfunction f, cudaStream_t s, const Product& p, uint16_t* x,
+                        uint16_t* w, uint16_t* y, uint16_t* norm_w, uint16_t* residual) {
+  int split = v.c ? v.c : host_split(p.n, p.k);
+  int waves = std::max(v.a, split);
+  uint32_t blocks = (p.n + waves / split - 1) / (waves / split);
+  blocks = std::min<uint32_t>(blocks, g_sms * v.b);
+  // Room for k staged elements whatever the input (a source that stages a
+  // plain x needs it; fused/linear.rs passes none where gemv.hip reads x in
+  // place, which only matters for occupancy).
+  uint32_t shared = ((p.k * 2 + 15) / 16) * 16;
+  uint64_t stride = p.k;
+  uint32_t sp = split, input = p.input, n = p.n, k = p.k;
+  float eps = 1e-5f;
+  void* nw = p.input == 1 ? (void*)norm_w : nullptr;
+  void* res = p.residual ? (void*)residual : nullptr;
+  void* args[] = {&x, &w, &y, &n, &k, &stride, &sp, &input, &nw, &eps, &res};
+  CHECK_CU(cuLaunchKernel(f, blocks, 1, 1, waves * 32, 1, 1, shared, s, args, nullptr));
+}
+
+static void gemv_bench(const std::vector<Variant>& variants) {
+  std::vector<CUfunction> fns;
+  for (auto& v : variants) {
+    auto defs = v.defines;
+    defs.push_back("-DCH_ONLY_DTYPE=CH_DTYPE_bf16");
+    CUmodule m = compile(v.file, defs);
+    fns.push_back(m ? function(m, "gemv_fused_bf16") : nullptr);
+  }
+  if (getenv("KERNEL_BENCH_COMPILE_ONLY")) return;
+  double rate = copy_rate();
+  printf("copy rate %.0f GB/s, %d SMs; us per launch (GB/s, %% of the copy rate)\n", rate, g_sms);
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  struct Shape {
+    const char* name;
+    int layers;
+    uint32_t hidden, inter, q, kv, vocab;
+  };
+  const Shape shapes[] = {{"llama-3.2-1b", 16, 2048, 8192, 2048, 512, 128256},
+                          {"llama-3.1-8b", 32, 4096, 14336, 4096, 1024, 128256}};
+  for (const Shape& sh : shapes) {
+    // The first four are a layer's products in order; the SwiGLU variant
+    // of the down product reuses the down weights.
+    const Product products[] = {{"norm+qkv", sh.q + 2 * sh.kv, sh.hidden, 1, false},
+                                {"o+res", sh.hidden, sh.q, 0, true},
+                                {"norm+gate/up", 2 * sh.inter, sh.hidden, 1, false},
+                                {"down+res", sh.hidden, sh.inter, 0, true},
+                                {"norm+lm_head", sh.vocab, sh.hidden, 1, false},
+                                {"swiglu+down+res", sh.hidden, sh.inter, 2, true}};
+    size_t offset_in_layer[4], layer = 0;
+    for (int i = 0; i < 4; ++i) {
+      offset_in_layer[i] = layer;
+      layer += (size_t)products[i].n * products[i].k;
+    }
+    const size_t head = layer * sh.layers, total = head + (size_t)sh.vocab * sh.hidden;
+    auto weights_of = [&](int product, int l) {
+      if (product == 4) return head;
+      return layer * l + offset_in_layer[product == 5 ? 3 : product];
+    };
+    uint16_t *w, *x, *y, *norm_w, *residual;
+    const size_t vec = 2 * sh.inter + sh.vocab;
+    CHECK_CUDA(cudaMalloc(&w, total * 2));
+    CHECK_CUDA(cudaMalloc(&x, vec * 2));
+    CHECK_CUDA(cudaMalloc(&y, vec * 2));
+    CHECK_CUDA(cudaMalloc(&norm_w, vec * 2));
+    CHECK_CUDA(cudaMalloc(&residual, vec * 2));
+    fill(w, total, 7);
+    fill(x, vec, 1);
+    fill(norm_w, vec, 2);
+    fill(residual, vec, 3);
+    printf("\n%s (%d layers, bf16, batch 1)\n%-16s %6s %6s %5s", sh.name, sh.layers, "product", "n", "k", "split");
+    for (auto& v : variants) {
+      std::string label = v.label + "@" + std::to_string(v.a) + "," + std::to_string(v.b) +
+                          (v.c ? "," + std::to_string(v.c) : std::string());
+      printf(" | %-24s", label.c_str());
+    }
+    printf("\n");
+    for (int pi = 0; pi < 6; ++pi) {
+      const Product& p = products[pi];
+      printf("%-16s %6u %6u %5d", p.name, p.n, p.k, host_split(p.n, p.k));
+      const int count = pi == 4 ? 4 : sh.layers;
+      for (size_t vi = 0; vi < variants.size(); ++vi) {
+        double us = time_graph(s, [&] {
+                      for (int l = 0; l < count; ++l)
+                        launch_gemv(variants[vi], fns[vi], s, p, x, w + weights_of(pi, l), y, norm_w, residual);
+                    }) / count;
+        double gbs = (double)p.n * p.k * 2 / (us * 1e-6) / 1e9;
+        printf(" | %7.2f us %5.0f %4.0f%%", us, gbs, 100 * gbs / rate);
+      }
+      printf("\n");
+    }
+    const double bound_us = total * 2 / (rate * 1e9) * 1e6;
+    printf("%-35s", "a token's products");
+    for (size_t vi = 0; vi < variants.size(); ++vi) {
+      double us = time_graph(s, [&] {
+        for (int l = 0; l < sh.layers; ++l)
+          for (int pi = 0; pi < 4; ++pi)
+            launch_gemv(variants[vi], fns[vi], s, products[pi], x, w + weights_of(pi, l), y, norm_w, residual);
+        launch_gemv(variants[vi], fns[vi], s, products[4], x, w + head, y, norm_w, residual);
+      }, 10);
+      printf(" | %8.1f us %5.1f%% bound ", us, 100 * bound_us / us);
+    }
+    printf("\nbound %.1f us (%.2f GB of weights at the copy rate); registers:", bound_us, total * 2 / 1e9);
+    for (auto f : fns) printf(" %d", registers(f));
+    printf("\n");
+    for (int pi = 0; pi < 6; ++pi) {
+      const Product& p = products[pi];
+      std::vector<uint16_t> first(p.n), got(p.n);
+      for (size_t vi = 0; vi < variants.size(); ++vi) {
+        CHECK_CUDA(cudaMemset(y, 0, p.n * 2));
+        launch_gemv(variants[vi], fns[vi], s, p, x, w + weights_of(pi, 0), y, norm_w, residual);
+        CHECK_CUDA(cudaStreamSynchronize(s));
+        CHECK_CUDA(cudaMemcpy(vi == 0 ? first.data() : got.data(), y, p.n * 2, cudaMemcpyDeviceToHost));
+        double worst = 0;
+        for (uint32_t i = 0; vi > 0 && i < p.n; ++i) {
+          float a = bf16_to_float(first[i]), b = bf16_to_float(got[i]);
+          worst = std::max(worst, (double)fabsf(a - b) / (fabsf(a) + 1e-2));
+        }
+        if (worst > 2e-2) printf("MISMATCH: %s of variant %zu, relative %.3g\n", p.name, vi, worst);
+      }
+    }
+    cudaFree(w), cudaFree(x), cudaFree(y), cudaFree(norm_w), cudaFree(residual);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// flash_decode
+
+// AttnArgs of attention.hip.
+struct AttnArgs {
+  uint64_t q_stride[3], k_stride[3], v_stride[3];
+  uint32_t s_q, s_k, h_q, h_k;
+  int32_t win_left, win_right;
+  float scale, softcap;
+  uint32_t split_keys, splits;
+};
+static_assert(sizeof(AttnArgs) == 9 * 8 + 10 * 4, "AttnArgs layout");
+
+static void attn_bench(const std::vector<Variant>& variants) {
+  std::vector<CUfunction> decode, merge;
+  for (auto& v : variants) {
+    auto defs = v.defines;
+    defs.push_back("-DCH_ONLY_DTYPE=CH_DTYPE_bf16");
+    defs.push_back("-DCH_ONLY_PART=4");
+    CUmodule m = compile(v.file, defs);
+    decode.push_back(m ? function(m, "flash_decode_d128_bf16") : nullptr);
+    merge.push_back(m ? function(m, "flash_combine_d128_bf16") : nullptr);
+  }
+  if (getenv("KERNEL_BENCH_COMPILE_ONLY")) return;
+  double rate = copy_rate();
+  printf("copy rate %.0f GB/s, %d SMs\n", rate, g_sms);
+  printf("flash_decode_d128_bf16 + merge, one query, 32 query / 8 key-value heads: us per call "
+         "(GB/s of K and V, %% of the copy rate, splits)\n%-12s", "cache");
+  for (auto& v : variants) {
+    std::string label = v.label + "@" + std::to_string(v.a) + "," + std::to_string(v.b) + "," + std::to_string(v.c);
+    printf(" | %-27s", label.c_str());
+  }
+  printf("\n");
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const int hq = 32, hk = 8, d = 128;
+  const struct {
+    int batch, keys;
+  } cases[] = {{1, 1024}, {1, 4096}, {1, 32768}, {8, 4096}, {1, 131072}};
+  for (auto& c : cases) {
+    const size_t kv = (size_t)c.batch * c.keys * hk * d;
+    const int copies = std::max(1, (int)(400e6 / (kv * 4)));  // >= 400 MB of K and V cycled
+    uint16_t *k, *v, *q, *o;
+    float* part;
+    CHECK_CUDA(cudaMalloc(&k, kv * 2 * copies));
+    CHECK_CUDA(cudaMalloc(&v, kv * 2 * copies));
+    CHECK_CUDA(cudaMalloc(&q, (size_t)c.batch * hq * d * 2));
+    CHECK_CUDA(cudaMalloc(&o, (size_t)c.batch * hq * d * 2));
+    CHECK_CUDA(cudaMalloc(&part, (size_t)c.batch * hq * 256 * (d + 2) * 4));
+    fill(k, kv * copies, 11);
+    fill(v, kv * copies, 12);
+    fill(q, (size_t)c.batch * hq * d, 13);
+    printf("b%d k%-9d", c.batch, c.keys);
+    std::vector<std::vector<uint16_t>> outs;
+    for (size_t vi = 0; vi < variants.size(); ++vi) {
+      const Variant& var = variants[vi];
+      AttnArgs a{};
+      a.q_stride[0] = a.q_stride[1] = (uint64_t)hq * d, a.q_stride[2] = d;
+      a.k_stride[0] = (uint64_t)c.keys * hk * d, a.k_stride[1] = (uint64_t)hk * d, a.k_stride[2] = d;
+      memcpy(a.v_stride, a.k_stride, sizeof a.k_stride);
+      a.s_q = 1, a.s_k = c.keys, a.h_q = hq, a.h_k = hk;
+      a.win_left = 0x3fffffff, a.win_right = 0;
+      a.scale = 1.0f / sqrtf((float)d), a.softcap = 0;
+      // fused/attention.rs decode_splits (MIN_SPLIT_KEYS 64, MAX_SPLITS 256).
+      const int row_groups = (hq / hk + var.c - 1) / var.c, blocks = c.batch * hk * row_groups;
+      const int wanted = (var.b * g_sms + blocks - 1) / blocks;
+      int splits = std::max(1, std::min(wanted, std::min(256, std::max(1, (c.keys + 63) / 64))));
+      const int split_keys = (c.keys + splits - 1) / splits;
+      splits = (c.keys + split_keys - 1) / split_keys;
+      a.split_keys = split_keys, a.splits = splits;
+      auto call = [&](int copy) {
+        uint16_t *kc = k + kv * copy, *vc = v + kv * copy;
+        void *alibi = nullptr, *lens = nullptr;
+        void* args[] = {&a, &q, &kc, &vc, &part, &alibi, &lens};
+        CHECK_CU(cuLaunchKernel(decode[vi], splits, hk * row_groups, c.batch, var.a, 1, 1, 0, s, args, nullptr));
+        void* args2[] = {&a, &part, &o};
+        CHECK_CU(cuLaunchKernel(merge[vi], hq, c.batch, 1, d, 1, 1, 0, s, args2, nullptr));
+      };
+      double us = time_graph(s, [&] {
+                    for (int i = 0; i < copies; ++i) call(i);
+                  }) / copies;
+      double gbs = kv * 4 / (us * 1e-6) / 1e9;
+      printf(" | %7.2f us %5.0f %3.0f%% s%-3d", us, gbs, 100 * gbs / rate, splits);
+      CHECK_CUDA(cudaMemset(o, 0, (size_t)c.batch * hq * d * 2));
+      call(0);
+      CHECK_CUDA(cudaStreamSynchronize(s));
+      std::vector<uint16_t> h((size_t)c.batch * hq * d);
+      CHECK_CUDA(cudaMemcpy(h.data(), o, h.size() * 2, cudaMemcpyDeviceToHost));
+      outs.push_back(h);
+    }
+    printf("\n");
+    for (size_t vi = 1; vi < outs.size(); ++vi) {
+      double worst = 0;
+      for (size_t i = 0; i < outs[0].size(); ++i)
+        worst = std::max(worst, (double)fabsf(bf16_to_float(outs[0][i]) - bf16_to_float(outs[vi][i])));
+      if (worst > 1e-2) printf("MISMATCH: variant %zu, absolute %.3g\n", vi, worst);
+    }
+    cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(o), cudaFree(part);
+  }
+  printf("registers (decode/merge):");
+  for (size_t vi = 0; vi < variants.size(); ++vi) printf(" %d/%d", registers(decode[vi]), registers(merge[vi]));
+  printf("\n");
+}
+
+int main(int argc, char** argv) {
+  if (argc < 5 || (strcmp(argv[3], "gemv") != 0 && strcmp(argv[3], "attn") != 0)) {
+    fprintf(stderr, "usage: %s <headers dir> <kernels dir> gemv|attn VARIANT...\n", argv[0]);
+    return 2;
+  }
+  g_headers = argv[1], g_kernels = argv[2];
+  const bool gemv = strcmp(argv[3], "gemv") == 0;
+  std::vector<Variant> variants;
+  for (int i = 4; i < argc; ++i) variants.push_back(gemv ? parse_variant(argv[i], 8, 4, 0) : parse_variant(argv[i], 128, 4, 4));
+  if (!getenv("KERNEL_BENCH_COMPILE_ONLY")) {
+    CHECK_CUDA(cudaFree(0));
+    CHECK_CU(cuInit(0));
+    cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0);
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    printf("%s\n", prop.name);
+  }
+  if (gemv)
+    gemv_bench(variants);
+  else
+    attn_bench(variants);
+  return 0;
+}
