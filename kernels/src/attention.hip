@@ -617,13 +617,17 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
 // Query rows per decode block (query position, head of the group).
 #define DECODE_ROWS 4
 
-// Loads a decode step issues together (K row packs, then V rows): fewer on
-// RDNA, whose registers would spill with eight.
+// Loads a decode step issues together: DECODE_STEP K row packs, then
+// DECODE_V_ROWS V rows. Fewer on RDNA, whose registers would spill with
+// more. Sixteen V rows halve the groups of loads a wave's keys wait for in
+// turn, which is most of a short cache's decode time.
 #if defined(CH_ATTN_WMMA_GFX11) || defined(CH_ATTN_WMMA_GFX12) || defined(__gfx1030__) || \
     defined(__gfx1031__) || defined(__gfx1032__) || defined(__gfx1034__) || defined(__gfx1035__) || defined(__gfx1036__)
 #define DECODE_STEP 4
+#define DECODE_V_ROWS 4
 #else
 #define DECODE_STEP 8
+#define DECODE_V_ROWS 16
 #endif
 
 // Dimensions of the output each lane accumulates in the decode kernel:
@@ -767,7 +771,7 @@ __device__ __forceinline__ void flash_decode(const AttnArgs& a, const T* __restr
       dot[r] = p;  // the row's probability of this lane's key, for P·V
     }
     // P·V: the V rows of KB keys are loaded before any is used.
-    const int KB = DECODE_STEP;
+    const int KB = DECODE_V_ROWS;
     for (int k0 = 0; k0 < keys; k0 += KB) {
       float vv[KB][DL];
 #pragma unroll

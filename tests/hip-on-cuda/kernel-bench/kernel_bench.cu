@@ -21,9 +21,11 @@
 // layer over that layer's own weights (so they stream from memory, as in a
 // decode step) inside one CUDA graph; then a whole token's products (every
 // layer's four and the head) in one graph, against the weight-streaming
-// bound (weight bytes / the copy rate). attn: flash_decode_d128_bf16 and
-// its merge for one query over Llama-3-8B heads (32 query, 8 key/value) at
-// several cache lengths. Every variant's output is compared with the first
+// bound (weight bytes / the copy rate). attn: flash_decode_d<D>_bf16 and
+// its merge for one query over Llama-3 heads (32 query, 8 key/value; head
+// dimension 64 as Llama-3.2-1B, 128 as Llama-3.1-8B) at several cache
+// lengths, full or filled to a length read on the device (as the static
+// decode step runs it), with and without the merge. Every variant's output is compared with the first
 // variant's. The launch rules mirror the host's: ops/gemv.rs `split` and
 // `launch_config`, fused/linear.rs's grid cap and shared memory, and
 // fused/attention.rs's `decode_splits`; change them here when they change
@@ -392,45 +394,61 @@ struct AttnArgs {
 static_assert(sizeof(AttnArgs) == 9 * 8 + 10 * 4, "AttnArgs layout");
 
 static void attn_bench(const std::vector<Variant>& variants) {
-  std::vector<CUfunction> decode, merge;
+  const int dims[] = {64, 128};
+  std::vector<CUfunction> decode[2], merge[2];
   for (auto& v : variants) {
     auto defs = v.defines;
     defs.push_back("-DCH_ONLY_DTYPE=CH_DTYPE_bf16");
     defs.push_back("-DCH_ONLY_PART=4");
     CUmodule m = compile(v.file, defs);
-    decode.push_back(m ? function(m, "flash_decode_d128_bf16") : nullptr);
-    merge.push_back(m ? function(m, "flash_combine_d128_bf16") : nullptr);
+    for (int di = 0; di < 2; ++di) {
+      std::string dec = "flash_decode_d" + std::to_string(dims[di]) + "_bf16";
+      std::string mer = "flash_combine_d" + std::to_string(dims[di]) + "_bf16";
+      decode[di].push_back(m ? function(m, dec.c_str()) : nullptr);
+      merge[di].push_back(m ? function(m, mer.c_str()) : nullptr);
+    }
   }
   if (getenv("KERNEL_BENCH_COMPILE_ONLY")) return;
   double rate = copy_rate();
   printf("copy rate %.0f GB/s, %d SMs\n", rate, g_sms);
-  printf("flash_decode_d128_bf16 + merge, one query, 32 query / 8 key-value heads: us per call "
-         "(GB/s of K and V, %% of the copy rate, splits)\n%-12s", "cache");
+  printf("flash_decode_d<D>_bf16 + merge, one query, 32 query / 8 key-value heads, a cache of `cache` "
+         "positions filled to `filled`: us per call (decode alone; GB/s of the K and V read, %% of "
+         "the copy rate, splits)\n%-24s", "case");
   for (auto& v : variants) {
     std::string label = v.label + "@" + std::to_string(v.a) + "," + std::to_string(v.b) + "," + std::to_string(v.c);
-    printf(" | %-27s", label.c_str());
+    printf(" | %-36s", label.c_str());
   }
   printf("\n");
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  const int hq = 32, hk = 8, d = 128;
+  const int hq = 32, hk = 8;
   const struct {
-    int batch, keys;
-  } cases[] = {{1, 1024}, {1, 4096}, {1, 32768}, {8, 4096}, {1, 131072}};
+    int d, batch, keys, filled;  // filled 0: all
+  } cases[] = {{64, 1, 256, 200},     {64, 1, 2304, 2100},  {128, 1, 256, 200}, {128, 1, 2304, 2100},
+               {128, 1, 1024, 0},     {128, 1, 4096, 0},    {128, 1, 32768, 0}, {128, 8, 4096, 0},
+               {128, 1, 131072, 0}};
   for (auto& c : cases) {
-    const size_t kv = (size_t)c.batch * c.keys * hk * d;
+    const int d = c.d, di = d == 64 ? 0 : 1;
+    const int filled = c.filled ? c.filled : c.keys;
+    const size_t kv = (size_t)c.batch * c.keys * hk * d, read = (size_t)c.batch * filled * hk * d;
     const int copies = std::max(1, (int)(400e6 / (kv * 4)));  // >= 400 MB of K and V cycled
     uint16_t *k, *v, *q, *o;
     float* part;
+    uint32_t* lens;
     CHECK_CUDA(cudaMalloc(&k, kv * 2 * copies));
     CHECK_CUDA(cudaMalloc(&v, kv * 2 * copies));
     CHECK_CUDA(cudaMalloc(&q, (size_t)c.batch * hq * d * 2));
     CHECK_CUDA(cudaMalloc(&o, (size_t)c.batch * hq * d * 2));
     CHECK_CUDA(cudaMalloc(&part, (size_t)c.batch * hq * 256 * (d + 2) * 4));
+    CHECK_CUDA(cudaMalloc(&lens, c.batch * 4));
+    std::vector<uint32_t> host_lens(c.batch, (uint32_t)filled);
+    CHECK_CUDA(cudaMemcpy(lens, host_lens.data(), c.batch * 4, cudaMemcpyHostToDevice));
     fill(k, kv * copies, 11);
     fill(v, kv * copies, 12);
     fill(q, (size_t)c.batch * hq * d, 13);
-    printf("b%d k%-9d", c.batch, c.keys);
+    char name[64];
+    snprintf(name, sizeof name, "d%d b%d cache %d/%d", d, c.batch, filled, c.keys);
+    printf("%-24s", name);
     std::vector<std::vector<uint16_t>> outs;
     for (size_t vi = 0; vi < variants.size(); ++vi) {
       const Variant& var = variants[vi];
@@ -441,28 +459,35 @@ static void attn_bench(const std::vector<Variant>& variants) {
       a.s_q = 1, a.s_k = c.keys, a.h_q = hq, a.h_k = hk;
       a.win_left = 0x3fffffff, a.win_right = 0;
       a.scale = 1.0f / sqrtf((float)d), a.softcap = 0;
-      // fused/attention.rs decode_splits (MIN_SPLIT_KEYS 64, MAX_SPLITS 256).
+      // fused/attention.rs decode_splits over the cache's positions
+      // (MIN_SPLIT_KEYS 64, or $KERNEL_BENCH_MIN_SPLIT_KEYS; MAX_SPLITS 256).
+      const char* min_keys_var = getenv("KERNEL_BENCH_MIN_SPLIT_KEYS");
+      const int min_keys = min_keys_var ? atoi(min_keys_var) : 64;
       const int row_groups = (hq / hk + var.c - 1) / var.c, blocks = c.batch * hk * row_groups;
-      const int wanted = (var.b * g_sms + blocks - 1) / blocks;
-      int splits = std::max(1, std::min(wanted, std::min(256, std::max(1, (c.keys + 63) / 64))));
+      const int wanted = var.b * g_sms / blocks;
+      int splits = std::max(1, std::min(wanted, std::min(256, std::max(1, (c.keys + min_keys - 1) / min_keys))));
       const int split_keys = (c.keys + splits - 1) / splits;
       splits = (c.keys + split_keys - 1) / split_keys;
       a.split_keys = split_keys, a.splits = splits;
-      auto call = [&](int copy) {
+      auto call = [&](int copy, bool with_merge) {
         uint16_t *kc = k + kv * copy, *vc = v + kv * copy;
-        void *alibi = nullptr, *lens = nullptr;
-        void* args[] = {&a, &q, &kc, &vc, &part, &alibi, &lens};
-        CHECK_CU(cuLaunchKernel(decode[vi], splits, hk * row_groups, c.batch, var.a, 1, 1, 0, s, args, nullptr));
+        void* alibi = nullptr;
+        void* key_lens = c.filled ? (void*)lens : nullptr;
+        void* args[] = {&a, &q, &kc, &vc, &part, &alibi, &key_lens};
+        CHECK_CU(cuLaunchKernel(decode[di][vi], splits, hk * row_groups, c.batch, var.a, 1, 1, 0, s, args, nullptr));
         void* args2[] = {&a, &part, &o};
-        CHECK_CU(cuLaunchKernel(merge[vi], hq, c.batch, 1, d, 1, 1, 0, s, args2, nullptr));
+        if (with_merge) CHECK_CU(cuLaunchKernel(merge[di][vi], hq, c.batch, 1, d, 1, 1, 0, s, args2, nullptr));
       };
       double us = time_graph(s, [&] {
-                    for (int i = 0; i < copies; ++i) call(i);
+                    for (int i = 0; i < copies; ++i) call(i, true);
                   }) / copies;
-      double gbs = kv * 4 / (us * 1e-6) / 1e9;
-      printf(" | %7.2f us %5.0f %3.0f%% s%-3d", us, gbs, 100 * gbs / rate, splits);
+      double alone = time_graph(s, [&] {
+                       for (int i = 0; i < copies; ++i) call(i, false);
+                     }) / copies;
+      double gbs = read * 4 / (us * 1e-6) / 1e9;
+      printf(" | %7.2f us (%6.2f) %5.0f %3.0f%% s%-3d", us, alone, gbs, 100 * gbs / rate, splits);
       CHECK_CUDA(cudaMemset(o, 0, (size_t)c.batch * hq * d * 2));
-      call(0);
+      call(0, true);
       CHECK_CUDA(cudaStreamSynchronize(s));
       std::vector<uint16_t> h((size_t)c.batch * hq * d);
       CHECK_CUDA(cudaMemcpy(h.data(), o, h.size() * 2, cudaMemcpyDeviceToHost));
@@ -475,10 +500,10 @@ static void attn_bench(const std::vector<Variant>& variants) {
         worst = std::max(worst, (double)fabsf(bf16_to_float(outs[0][i]) - bf16_to_float(outs[vi][i])));
       if (worst > 1e-2) printf("MISMATCH: variant %zu, absolute %.3g\n", vi, worst);
     }
-    cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(o), cudaFree(part);
+    cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(o), cudaFree(part), cudaFree(lens);
   }
-  printf("registers (decode/merge):");
-  for (size_t vi = 0; vi < variants.size(); ++vi) printf(" %d/%d", registers(decode[vi]), registers(merge[vi]));
+  printf("registers (decode/merge, d128):");
+  for (size_t vi = 0; vi < variants.size(); ++vi) printf(" %d/%d", registers(decode[1][vi]), registers(merge[1][vi]));
   printf("\n");
 }
 
