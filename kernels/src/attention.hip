@@ -620,7 +620,7 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
 // Loads a decode step issues together: DECODE_STEP K row packs, then
 // DECODE_V_ROWS V rows. Fewer on RDNA, whose registers would spill with
 // more. Sixteen V rows halve the groups of loads a wave's keys wait for in
-// turn, which is most of a short cache's decode time.
+// turn, a large part of a short cache's decode time.
 #if defined(CH_ATTN_WMMA_GFX11) || defined(CH_ATTN_WMMA_GFX12) || defined(__gfx1030__) || \
     defined(__gfx1031__) || defined(__gfx1032__) || defined(__gfx1034__) || defined(__gfx1035__) || defined(__gfx1036__)
 #define DECODE_STEP 4
