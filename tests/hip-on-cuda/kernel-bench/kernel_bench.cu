@@ -399,7 +399,6 @@ static void attn_bench(const std::vector<Variant>& variants) {
   for (auto& v : variants) {
     auto defs = v.defines;
     defs.push_back("-DCH_ONLY_DTYPE=CH_DTYPE_bf16");
-    defs.push_back("-DCH_ONLY_PART=4");
     CUmodule m = compile(v.file, defs);
     for (int di = 0; di < 2; ++di) {
       std::string dec = "flash_decode_d" + std::to_string(dims[di]) + "_bf16";
