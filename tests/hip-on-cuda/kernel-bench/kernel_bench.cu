@@ -83,7 +83,16 @@ struct Variant {
   std::string file, label;
   std::vector<std::string> defines;
   int a = 0, b = 0, c = 0;
+
+  // The column heading: the file's name and A,B,C (C left out when 0 and
+  // `c_optional`, gemv's "the host's rule").
+  std::string heading(bool c_optional) const {
+    std::string h = label + "@" + std::to_string(a) + "," + std::to_string(b);
+    return c_optional && c == 0 ? h : h + "," + std::to_string(c);
+  }
 };
+
+static bool compile_only() { return getenv("KERNEL_BENCH_COMPILE_ONLY") != nullptr; }
 
 static Variant parse_variant(std::string arg, int a, int b, int c) {
   Variant v;
@@ -137,7 +146,7 @@ static CUmodule compile(const std::string& path, std::vector<std::string> option
   std::vector<char> cubin(size);
   nvrtcGetCUBIN(prog, cubin.data());
   nvrtcDestroyProgram(&prog);
-  if (getenv("KERNEL_BENCH_COMPILE_ONLY")) {
+  if (compile_only()) {
     printf("compiled %s: %zu bytes\n", path.c_str(), size);
     return nullptr;
   }
@@ -283,7 +292,7 @@ static void gemv_bench(const std::vector<Variant>& variants) {
     CUmodule m = compile(v.file, defs);
     fns.push_back(m ? function(m, "gemv_fused_bf16") : nullptr);
   }
-  if (getenv("KERNEL_BENCH_COMPILE_ONLY")) return;
+  if (compile_only()) return;
   double rate = copy_rate();
   printf("copy rate %.0f GB/s, %d SMs; us per launch (GB/s, %% of the copy rate)\n", rate, g_sms);
   cudaStream_t s;
@@ -326,11 +335,7 @@ static void gemv_bench(const std::vector<Variant>& variants) {
     fill(norm_w, vec, 2);
     fill(residual, vec, 3);
     printf("\n%s (%d layers, bf16, batch 1)\n%-16s %6s %6s %5s", sh.name, sh.layers, "product", "n", "k", "split");
-    for (auto& v : variants) {
-      std::string label = v.label + "@" + std::to_string(v.a) + "," + std::to_string(v.b) +
-                          (v.c ? "," + std::to_string(v.c) : std::string());
-      printf(" | %-24s", label.c_str());
-    }
+    for (auto& v : variants) printf(" | %-24s", v.heading(true).c_str());
     printf("\n");
     for (int pi = 0; pi < 6; ++pi) {
       const Product& p = products[pi];
@@ -407,16 +412,13 @@ static void attn_bench(const std::vector<Variant>& variants) {
       merge[di].push_back(m ? function(m, mer.c_str()) : nullptr);
     }
   }
-  if (getenv("KERNEL_BENCH_COMPILE_ONLY")) return;
+  if (compile_only()) return;
   double rate = copy_rate();
   printf("copy rate %.0f GB/s, %d SMs\n", rate, g_sms);
   printf("flash_decode_d<D>_bf16 + merge, one query, 32 query / 8 key-value heads, a cache of `cache` "
          "positions filled to `filled`: us per call (decode alone; GB/s of the K and V read, %% of "
          "the copy rate, splits)\n%-24s", "case");
-  for (auto& v : variants) {
-    std::string label = v.label + "@" + std::to_string(v.a) + "," + std::to_string(v.b) + "," + std::to_string(v.c);
-    printf(" | %-36s", label.c_str());
-  }
+  for (auto& v : variants) printf(" | %-36s", v.heading(false).c_str());
   printf("\n");
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -515,7 +517,7 @@ int main(int argc, char** argv) {
   const bool gemv = strcmp(argv[3], "gemv") == 0;
   std::vector<Variant> variants;
   for (int i = 4; i < argc; ++i) variants.push_back(gemv ? parse_variant(argv[i], 8, 4, 0) : parse_variant(argv[i], 128, 4, 4));
-  if (!getenv("KERNEL_BENCH_COMPILE_ONLY")) {
+  if (!compile_only()) {
     CHECK_CUDA(cudaFree(0));
     CHECK_CU(cuInit(0));
     cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0);
