@@ -13,7 +13,9 @@
 //!   vec-dot type (q8_0, q8_1 or q8k), and `qmatvec_*` takes the integer dot
 //!   products of each block with them and scales them as the CPU's `vec_dot`
 //!   does (one wave per output, each block of `W` read once per 8 rows). Only
-//!   the order of the float sums differs, so a model gives the CPU's tokens;
+//!   the order of the float sums differs, so a model gives the CPU's tokens.
+//!   f16 and bf16 activations are read and the product written in their
+//!   dtype, as if cast to f32 around the CPU's product;
 //! - more rows (prefill): `W` dequantized, then the GEMM of
 //!   [`BackendStorage::matmul`] (rocBLAS) in the activations' dtype, except
 //!   that f32 activations (candle-transformers' quantized models compute in
@@ -43,6 +45,9 @@ pub const MATVEC_MAX_ROWS: usize = 32;
 
 /// Values per sub-block, the unit of work of the kernels.
 const SUB: usize = 32;
+
+/// Activations each thread of `quantize_act_*` rounds (`CH_QACT_PER_LANE`).
+const ACT_PER_LANE: usize = 8;
 
 /// The blocks of one quantized tensor on a HIP device.
 #[derive(Debug)]
@@ -183,12 +188,13 @@ impl QuantizedStorage {
         let rows = layout.shape().elem_count() / k.max(1);
         let blocks = plain_dtype(self.dtype).is_none();
         let matvec = rows <= MATVEC_MAX_ROWS && blocks && n > 0;
-        // The dtype the product runs in: f32 for the mat-vec kernel; block
-        // weights multiply f32 activations in bf16 (see the module docs).
-        let compute = match (matvec, in_dtype) {
-            (true, _) => DType::F32,
-            (false, DType::F32) if blocks => DType::BF16,
-            _ => in_dtype,
+        // The dtype the product runs in: the activations' own, except that
+        // the GEMM of block weights multiplies f32 activations in bf16 (see
+        // the module docs).
+        let compute = if !matvec && blocks && in_dtype == DType::F32 {
+            DType::BF16
+        } else {
+            in_dtype
         };
         let dense = Dense::of(OP, xs, layout)?;
         let x_layout = Layout::contiguous_with_offset((rows, k), dense.start());
@@ -214,8 +220,9 @@ impl QuantizedStorage {
         Ok((out, out_shape))
     }
 
-    /// `quantize_act_*` then `qmatvec_*`: `rows` contiguous f32 rows of `k`
-    /// values from element `x_start` of `x` on, times `W`ᵀ.
+    /// `quantize_act_*` then `qmatvec_*`: `rows` contiguous rows of `k`
+    /// values (f32, f16 or bf16) from element `x_start` of `x` on, times
+    /// `W`ᵀ, in `x`'s dtype.
     fn matvec(
         &self,
         x: &HipStorage,
@@ -253,19 +260,18 @@ impl QuantizedStorage {
                 d.view_range_mut(OP, 0, scales)?,
                 s.view_range_mut(OP, 0, scales)?,
             );
-            let act_blocks = count / block.max(SUB);
-            let cfg = grid::grid_stride(act_blocks as u64, launcher.compute_units());
-            let kernel = cat::QUANTIZE_ACT.quantized(OP, self.dtype, DType::F32)?;
+            let cfg = grid::grid_stride((count / ACT_PER_LANE) as u64, launcher.compute_units());
+            let kernel = cat::QUANTIZE_ACT.quantized(OP, self.dtype, x.dtype())?;
             let count = count as u64;
-            // SAFETY: quantize_act_<q>_f32(const float* x, i8* q, float* d,
-            // float* s, u64 count): x holds count f32, q count bytes, d and s
+            // SAFETY: quantize_act_<q>_<dtype>(const T* x, i8* q, float* d,
+            // float* s, u64 count): x holds count values, q count bytes, d and s
             // count / 32 f32 (checked views); count is whole blocks of the
             // activation type (k is whole weight blocks, 32 or 256 values).
             unsafe { launcher.launch(kernel, cfg, &[&xv, &qv, &dv, &sv, &count]) }?;
         }
         let out_count = size::mul(OP, "the product", rows, n)?;
         // SAFETY: the kernel writes every one of the rows * n values.
-        let mut y = unsafe { device.alloc_uninit(&Shape::from(out_count), DType::F32) }?;
+        let mut y = unsafe { device.alloc_uninit(&Shape::from(out_count), x.dtype()) }?;
         let w = self
             .data
             .view_range(OP, 0, w_count / block * self.dtype.type_size())?;
@@ -281,11 +287,12 @@ impl QuantizedStorage {
         let waves_per_block = (ELEM_BLOCK / launcher.wave_size().max(1)).max(1);
         let cfg = grid::linear(u64::from(n32.div_ceil(waves_per_block)), ELEM_BLOCK);
         let rows32 = to_u32(OP, "rows", rows)?;
-        let kernel = cat::QMATVEC.quantized(OP, self.dtype, DType::F32)?;
-        // SAFETY: qmatvec_<q>_f32(const u8* w, const i8* q, const float* d,
-        // const float* s, float* y, u32 n, u32 k, u32 rows): w holds n rows of
-        // k / QK blocks, q rows * k bytes (fresh, so 16-byte aligned), d and s
-        // rows * k / 32 f32, y rows * n f32 (checked views); one wave per
+        let kernel = cat::QMATVEC.quantized(OP, self.dtype, x.dtype())?;
+        // SAFETY: qmatvec_<q>_<dtype>(const u8* w, const i8* q, const float*
+        // d, const float* s, T* y, u32 n, u32 k, u32 rows): w (the start of
+        // a fresh allocation, so 4-byte aligned) holds n rows of k / QK
+        // blocks, q rows * k bytes (fresh, so 16-byte aligned), d and s
+        // rows * k / 32 f32, y rows * n values (checked views); one wave per
         // output.
         unsafe { launcher.launch(kernel, cfg, &[&w, &qv, &dv, &sv, &yv, &n32, &k32, &rows32]) }?;
         Ok(y)

@@ -160,7 +160,7 @@ sources! {
     GEMV = "gemv.hip" per dtype;
     /// `quantized.hip`: GGML's quantized blocks (dequantization and the
     /// matrix-vector product of decoding).
-    QUANTIZED = "quantized.hip";
+    QUANTIZED = "quantized.hip" per dtype;
     /// `attention.hip`: fused attention (flash attention) for prefill and
     /// decode, with matrix instructions where the target has them.
     ATTENTION = "attention.hip" per dtype;

@@ -7,19 +7,21 @@
 //   dequantize_<q>_<dtype>(const ch_u8* blocks, T* y, ch_u64 subs)
 //     y[i] = value i of the blocks, for i < subs * 32 (dtype f16, bf16, f32)
 //
-//   quantize_act_<q>_f32(const float* x, signed char* q, float* d, float* s,
-//                        ch_u64 count)
-//     the activations x (count values, whole blocks) rounded to 8 bits as
+//   quantize_act_<q>_<dtype>(const T* x, signed char* q, float* d, float* s,
+//                            ch_u64 count)
+//     the activations x (count values, whole blocks; dtype f16, bf16, f32,
+//     widened to f32 exactly) rounded to 8 bits as
 //     candle's CPU `from_float` of q's vec-dot type does (q8_0 or q8_1: 32
 //     values per scale; q8k for the k-quants: 256): q[i] the integers, d[i /
 //     32] the scale of value i's block (as stored: f16-rounded for q8_0 and
 //     q8_1), s[i / 32] q8_1's scaled sum (unused otherwise)
 //
-//   qmatvec_<q>_f32(const ch_u8* w, const signed char* q, const float* d,
-//                   const float* s, float* y, ch_u32 n, ch_u32 k, ch_u32 rows)
+//   qmatvec_<q>_<dtype>(const ch_u8* w, const signed char* q, const float* d,
+//                       const float* s, T* y, ch_u32 n, ch_u32 k, ch_u32 rows)
 //     y[r * n + j] = sum over the blocks of row j of W of candle's vec_dot of
-//     the block with row r's quantized activations, for r < rows and j < n;
-//     row j of W is the k / QK blocks from byte j * (k / QK) * BYTES of w on.
+//     the block with row r's quantized activations, for r < rows and j < n
+//     (summed in f32, rounded once to dtype); row j of W is the k / QK blocks
+//     from byte j * (k / QK) * BYTES of w on.
 //
 // Every block type is read through two functions: `sub` dequantizes 32
 // consecutive values (a sub-block) with the arithmetic of candle's CPU
@@ -27,19 +29,25 @@
 // bit; `ints` gives the same 32 values as the integers of the block format,
 // and `combine` turns their integer dot products with the activations into
 // the sub-block's share of candle's `vec_dot` (the same integers and scale
-// products; only the order of the float sums differs). Blocks are read byte
-// by byte: most block sizes are not multiples of 4.
+// products; only the order of the float sums differs). Blocks are read in
+// 16- or 32-bit words (`q_word`): most block sizes are not multiples of 4.
 //
 // Dequantization: one thread per sub-block, 32 values stored in 16-byte
-// packs. Activation rounding: one thread per block. The product: one wave per
-// output j; its lanes take the sub-blocks of row j in turn (adjacent lanes
-// read adjacent bytes) for up to CH_QMATVEC_ROWS rows of activations at a
-// time, and the wave sums its lanes. The host guarantees: k a multiple of the
-// block size, q 16-byte aligned with rows * k values, d and s rows * k / 32.
+// packs. Activation rounding: CH_QACT_PER_LANE values per thread, a group of
+// adjacent lanes per block. The product: one wave per output j; its lanes
+// take the sub-blocks of row j in turn (adjacent lanes read adjacent bytes),
+// CH_QMATVEC_UNROLL at a time, for up to CH_QMATVEC_ROWS rows of activations
+// at a time, and the wave sums its lanes. The host guarantees: w 4-byte
+// aligned, k a multiple of the block size, q 16-byte aligned with rows * k
+// values, d and s rows * k / 32.
 
 #include "common.h"
 
 #define CH_QMATVEC_ROWS 8
+// Sub-blocks a lane of the mat-vec has in flight at once.
+#ifndef CH_QMATVEC_UNROLL
+#define CH_QMATVEC_UNROLL 2
+#endif
 
 // a * b rounded on its own: never fused with a neighbouring add into an FMA,
 // which rounds once and would differ from the CPU's two roundings.
@@ -54,10 +62,11 @@ __device__ __forceinline__ float q_mul(float a, float b) {
 #endif
 }
 
-// The f16 at p (little endian, any alignment) as f32, exactly; a NaN keeps
-// its payload with the quiet bit set, as the half crate converts.
+// The f16 at p as f32, exactly; a NaN keeps its payload with the quiet bit
+// set, as the half crate converts. Every f16 field of a block lies at an even
+// offset and every block size is even, so p is 2-byte aligned.
 __device__ __forceinline__ float q_half(const ch_u8* p) {
-  const ch_u32 h = (ch_u32)p[0] | ((ch_u32)p[1] << 8);
+  const ch_u32 h = *reinterpret_cast<const ch_u16*>(p);
   const ch_u32 sign = (h & 0x8000u) << 16;
   const ch_u32 exp = (h >> 10) & 0x1fu;
   const ch_u32 man = h & 0x3ffu;
@@ -99,10 +108,13 @@ __device__ __forceinline__ int q_scale_k3(int j, const ch_u8* q) {
   return (low & 0xf) | (high << 4);
 }
 
-// Four bytes at p as a little-endian word, from two 16-bit loads: the
+// Four bytes at p as a little-endian word, p in a block of BYTES bytes. The
 // fields the words are read from lie at even offsets of their blocks, and
-// every block size is even.
+// every block size is even, so two 16-bit loads always do; where BYTES is a
+// multiple of 4 those offsets are too, and one 32-bit load does.
+template <int BYTES>
 __device__ __forceinline__ ch_u32 q_word(const ch_u8* p) {
+  if (BYTES % 4 == 0) return *reinterpret_cast<const ch_u32*>(p);
   const ch_u16* h = reinterpret_cast<const ch_u16*>(p);
   return (ch_u32)h[0] | ((ch_u32)h[1] << 16);
 }
@@ -158,7 +170,7 @@ struct Q4_0 {
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
-      const ch_u32 q = q_word(b + 2 + 4 * p);
+      const ch_u32 q = q_word<BYTES>(b + 2 + 4 * p);
       w[p] = q_sub_bytes(q & 0x0f0f0f0fu, 8);
       w[4 + p] = q_sub_bytes((q >> 4) & 0x0f0f0f0fu, 8);
     }
@@ -182,7 +194,7 @@ struct Q4_1 {
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
-      const ch_u32 q = q_word(b + 4 + 4 * p);
+      const ch_u32 q = q_word<BYTES>(b + 4 + 4 * p);
       w[p] = q & 0x0f0f0f0fu;
       w[4 + p] = (q >> 4) & 0x0f0f0f0fu;
     }
@@ -197,7 +209,7 @@ struct Q5_0 {
   static const int BYTES = 22, QK = 32;
   __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
     const float d = q_half(b);
-    const ch_u32 qh = q_word(b + 2);
+    const ch_u32 qh = q_word<BYTES>(b + 2);
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
       const int low = t < 16 ? (b[6 + t] & 0xf) : (b[6 + t - 16] >> 4);
@@ -206,10 +218,10 @@ struct Q5_0 {
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
-    const ch_u32 qh = q_word(b + 2);
+    const ch_u32 qh = q_word<BYTES>(b + 2);
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
-      const ch_u32 q = q_word(b + 6 + 4 * p);
+      const ch_u32 q = q_word<BYTES>(b + 6 + 4 * p);
       w[p] = q_sub_bytes((q & 0x0f0f0f0fu) | q_bits_to_16s(qh >> (4 * p)), 16);
       w[4 + p] = q_sub_bytes(((q >> 4) & 0x0f0f0f0fu) | q_bits_to_16s(qh >> (16 + 4 * p)), 16);
     }
@@ -224,7 +236,7 @@ struct Q5_1 {
   static const int BYTES = 24, QK = 32;
   __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
     const float d = q_half(b), m = q_half(b + 2);
-    const ch_u32 qh = q_word(b + 4);
+    const ch_u32 qh = q_word<BYTES>(b + 4);
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
       const int low = t < 16 ? (b[8 + t] & 0xf) : (b[8 + t - 16] >> 4);
@@ -233,10 +245,10 @@ struct Q5_1 {
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
-    const ch_u32 qh = q_word(b + 4);
+    const ch_u32 qh = q_word<BYTES>(b + 4);
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
-      const ch_u32 q = q_word(b + 8 + 4 * p);
+      const ch_u32 q = q_word<BYTES>(b + 8 + 4 * p);
       w[p] = (q & 0x0f0f0f0fu) | q_bits_to_16s(qh >> (4 * p));
       w[4 + p] = ((q >> 4) & 0x0f0f0f0fu) | q_bits_to_16s(qh >> (16 + 4 * p));
     }
@@ -258,7 +270,7 @@ struct Q8 {
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
 #pragma unroll
-    for (int p = 0; p < 8; ++p) w[p] = q_word(b + OFFSET + 4 * p);
+    for (int p = 0; p < 8; ++p) w[p] = q_word<BYTES>(b + OFFSET + 4 * p);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
     return (float)(i0 + i1) * q_half(b) * dx;
@@ -291,7 +303,7 @@ struct Q2K {
     const ch_u8* qs = b + 16 + 32 * (s / 4);
     const int shift = 2 * (s % 4);
 #pragma unroll
-    for (int p = 0; p < 8; ++p) w[p] = (q_word(qs + 4 * p) >> shift) & 0x03030303u;
+    for (int p = 0; p < 8; ++p) w[p] = (q_word<BYTES>(qs + 4 * p) >> shift) & 0x03030303u;
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     const int sc0 = b[2 * s], sc1 = b[2 * s + 1];
@@ -326,8 +338,8 @@ struct Q3K {
     const int shift = 2 * (s % 4);
 #pragma unroll
     for (int p = 0; p < 8; ++p) {
-      const ch_u32 high = (q_word(b + 4 * p) >> s) & 0x01010101u;
-      w[p] = q_sub_bytes(((q_word(qs + 4 * p) >> shift) & 0x03030303u) | (high << 2), 4);
+      const ch_u32 high = (q_word<BYTES>(b + 4 * p) >> s) & 0x01010101u;
+      w[p] = q_sub_bytes(((q_word<BYTES>(qs + 4 * p) >> shift) & 0x03030303u) | (high << 2), 4);
     }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int, int, float dx, float) {
@@ -353,7 +365,7 @@ struct Q4K {
     const ch_u8* qs = b + 16 + 32 * (s / 2);
     const int shift = 4 * (s % 2);
 #pragma unroll
-    for (int p = 0; p < 8; ++p) w[p] = (q_word(qs + 4 * p) >> shift) & 0x0f0f0f0fu;
+    for (int p = 0; p < 8; ++p) w[p] = (q_word<BYTES>(qs + 4 * p) >> shift) & 0x0f0f0f0fu;
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     int sc, m;
@@ -384,8 +396,8 @@ struct Q5K {
     const int shift = 4 * (s % 2);
 #pragma unroll
     for (int p = 0; p < 8; ++p) {
-      const ch_u32 high = (q_word(b + 16 + 4 * p) >> s) & 0x01010101u;
-      w[p] = ((q_word(qs + 4 * p) >> shift) & 0x0f0f0f0fu) | (high << 4);
+      const ch_u32 high = (q_word<BYTES>(b + 16 + 4 * p) >> s) & 0x01010101u;
+      w[p] = ((q_word<BYTES>(qs + 4 * p) >> shift) & 0x0f0f0f0fu) | (high << 4);
     }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
@@ -417,8 +429,8 @@ struct Q6K {
     const ch_u8* qh = b + 128 + 32 * n;
 #pragma unroll
     for (int p = 0; p < 8; ++p) {
-      const ch_u32 low = (q_word(ql + 4 * p) >> (4 * (quarter / 2))) & 0x0f0f0f0fu;
-      const ch_u32 high = (q_word(qh + 4 * p) >> (2 * quarter)) & 0x03030303u;
+      const ch_u32 low = (q_word<BYTES>(ql + 4 * p) >> (4 * (quarter / 2))) & 0x0f0f0f0fu;
+      const ch_u32 high = (q_word<BYTES>(qh + 4 * p) >> (2 * quarter)) & 0x03030303u;
       w[p] = q_sub_bytes(low | (high << 4), 32);
     }
   }
@@ -439,7 +451,7 @@ struct Q8K {
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
 #pragma unroll
-    for (int p = 0; p < 8; ++p) w[p] = q_word(b + 4 + 32 * s + 4 * p);
+    for (int p = 0; p < 8; ++p) w[p] = q_word<BYTES>(b + 4 + 32 * s + 4 * p);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
     return q_f32(b) * dx * (float)(i0 + i1);
@@ -475,54 +487,118 @@ __device__ __forceinline__ void dequantize(const ch_u8* __restrict__ blocks, T* 
 // The f32 value of the f16 nearest to v (ties to even).
 __device__ __forceinline__ float q_round_half(float v) { return Num<ch_f16>::to_f32(Num<ch_f16>::from_f32(v)); }
 
-// Activation rounding of candle's BlockQ8_0 / BlockQ8_1 from_float: d =
-// amax / 127 (stored as f16), q = round(x / d) (through 1 / d, half away from
-// zero); q8_1 adds s = f16(sum q) * d, rounded to f16.
-template <bool SUM>
-__device__ __forceinline__ void quantize_act_32(const float* __restrict__ x, signed char* __restrict__ q,
+// Activation rounding: each thread rounds CH_QACT_PER_LANE consecutive
+// values, so a block of 32 (q8_0, q8_1) is rounded by 4 adjacent lanes and a
+// block of 256 (q8k) by 32, which combine their maxima and sums with
+// shuffles that stay inside the group. The grid steps a block of threads at
+// a time, so the lanes of a wave stay converged through the shuffles; lanes
+// past the end compute on the first values and store nothing.
+#define CH_QACT_PER_LANE 8
+
+// `v` combined over the G adjacent lanes of this lane's aligned group.
+template <int G, typename S, typename F>
+__device__ __forceinline__ S q_group_reduce(S v, const F& combine) {
+#pragma unroll
+  for (int m = G / 2; m > 0; m /= 2) v = combine(v, shfl_xor_state(v, m));
+  return v;
+}
+
+// The values this thread rounds, as f32 (`t`: its index among the threads).
+template <typename T>
+__device__ __forceinline__ void q_act_load(const T* __restrict__ x, ch_u64 t, bool live, float (&v)[CH_QACT_PER_LANE]) {
+  const ch_u64 at = live ? t * CH_QACT_PER_LANE : 0;
+#pragma unroll
+  for (int e = 0; e < CH_QACT_PER_LANE; ++e) v[e] = Num<T>::to_f32(x[at + e]);
+}
+
+// The signed bytes `q` of this thread, stored at its 8-byte-aligned place.
+__device__ __forceinline__ void q_act_store(signed char* __restrict__ q, ch_u64 t, const int (&v)[CH_QACT_PER_LANE]) {
+  Pack<ch_u32, 2> packed;
+  packed.v[0] = packed.v[1] = 0;
+#pragma unroll
+  for (int e = 0; e < CH_QACT_PER_LANE; ++e) packed.v[e / 4] |= ((ch_u32)v[e] & 0xffu) << (8 * (e % 4));
+  *reinterpret_cast<Pack<ch_u32, 2>*>(q + t * CH_QACT_PER_LANE) = packed;
+}
+
+// Candle's BlockQ8_0 / BlockQ8_1 from_float: d = amax / 127 (stored as f16),
+// q = round(x / d) (through 1 / d, half away from zero); q8_1 adds s =
+// f16(sum q) * d, rounded to f16.
+template <bool SUM, typename T>
+__device__ __forceinline__ void quantize_act_32(const T* __restrict__ x, signed char* __restrict__ q,
                                                 float* __restrict__ d, float* __restrict__ s, ch_u64 count) {
-  const ch_u64 step = (ch_u64)gridDim.x * blockDim.x;
-  for (ch_u64 blk = (ch_u64)blockIdx.x * blockDim.x + threadIdx.x; blk < count / 32; blk += step) {
-    const float* xb = x + 32 * blk;
+  const int G = 32 / CH_QACT_PER_LANE;
+  const ch_u64 items = count / CH_QACT_PER_LANE;
+  for (ch_u64 first = (ch_u64)blockIdx.x * blockDim.x; first < items; first += global_threads()) {
+    const ch_u64 t = first + threadIdx.x;
+    const bool live = t < items;
+    float v[CH_QACT_PER_LANE];
+    q_act_load(x, t, live, v);
     float amax = 0.0f;
-    for (int t = 0; t < 32; ++t) amax = fmaxf(amax, fabsf(xb[t]));
+#pragma unroll
+    for (int e = 0; e < CH_QACT_PER_LANE; ++e) amax = fmaxf(amax, fabsf(v[e]));
+    amax = q_group_reduce<G>(amax, [](float a, float b) { return fmaxf(a, b); });
     const float scale = amax / 127.0f;
     const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-    int sum = 0;
-    for (int t = 0; t < 32; ++t) {
-      const int v = (int)roundf(xb[t] * inv);
-      q[32 * blk + t] = (signed char)v;
-      sum += v;
+    int iv[CH_QACT_PER_LANE], sum = 0;
+#pragma unroll
+    for (int e = 0; e < CH_QACT_PER_LANE; ++e) {
+      iv[e] = (int)roundf(v[e] * inv);
+      sum += iv[e];
     }
-    const float stored = q_round_half(scale);
-    d[blk] = stored;
-    if (SUM) s[blk] = q_round_half(q_round_half((float)sum) * stored);
+    sum = q_group_reduce<G>(sum, [](int a, int b) { return a + b; });
+    if (live) {
+      q_act_store(q, t, iv);
+      if (t % G == 0) {
+        const float stored = q_round_half(scale);
+        d[t / G] = stored;
+        if (SUM) s[t / G] = q_round_half(q_round_half((float)sum) * stored);
+      }
+    }
   }
 }
 
-// Activation rounding of candle's BlockQ8K from_float: per 256 values, the
-// first value of largest magnitude `max` gives iscale = -127 / max, q =
-// round(iscale * x) clamped to [-128, 127], d = 1 / iscale (f32).
-__device__ __forceinline__ void quantize_act_256(const float* __restrict__ x, signed char* __restrict__ q,
+// The largest magnitude of a q8k block and the value that has it first.
+struct QAbsMax {
+  float amax, max;
+  ch_u32 index;
+};
+
+// Candle's BlockQ8K from_float: per 256 values, the first value of largest
+// magnitude `max` gives iscale = -127 / max, q = round(iscale * x) clamped to
+// [-128, 127], d = 1 / iscale (f32, repeated for each of the 8 sub-blocks).
+template <typename T>
+__device__ __forceinline__ void quantize_act_256(const T* __restrict__ x, signed char* __restrict__ q,
                                                  float* __restrict__ d, ch_u64 count) {
-  const ch_u64 step = (ch_u64)gridDim.x * blockDim.x;
-  for (ch_u64 blk = (ch_u64)blockIdx.x * blockDim.x + threadIdx.x; blk < count / 256; blk += step) {
-    const float* xb = x + 256 * blk;
-    float amax = 0.0f, max = 0.0f;
-    for (int t = 0; t < 256; ++t) {
-      if (amax < fabsf(xb[t])) {
-        amax = fabsf(xb[t]);
-        max = xb[t];
+  const int G = 256 / CH_QACT_PER_LANE;
+  const ch_u64 items = count / CH_QACT_PER_LANE;
+  for (ch_u64 first = (ch_u64)blockIdx.x * blockDim.x; first < items; first += global_threads()) {
+    const ch_u64 t = first + threadIdx.x;
+    const bool live = t < items;
+    float v[CH_QACT_PER_LANE];
+    q_act_load(x, t, live, v);
+    QAbsMax m = {0.0f, 0.0f, 0u};
+#pragma unroll
+    for (int e = 0; e < CH_QACT_PER_LANE; ++e) {
+      if (m.amax < fabsf(v[e])) {
+        m.amax = fabsf(v[e]);
+        m.max = v[e];
+        m.index = (ch_u32)e;
       }
     }
-    const float iscale = amax == 0.0f ? 0.0f : -127.0f / max;
-    for (int t = 0; t < 256; ++t) {
-      const float v = roundf(iscale * xb[t]);
-      q[256 * blk + t] = (signed char)(int)fminf(fmaxf(v, -128.0f), 127.0f);
-    }
-    const float scale = amax == 0.0f ? 0.0f : 1.0f / iscale;
+    m.index += (ch_u32)(t % G) * CH_QACT_PER_LANE;
+    // The larger magnitude; of equal ones, the earlier value (NaN never
+    // becomes the maximum, as in the CPU's comparison).
+    m = q_group_reduce<G>(m, [](QAbsMax a, QAbsMax b) {
+      return (b.amax > a.amax || (b.amax == a.amax && b.index < a.index)) ? b : a;
+    });
+    const float iscale = m.amax == 0.0f ? 0.0f : -127.0f / m.max;
+    int iv[CH_QACT_PER_LANE];
 #pragma unroll
-    for (int sub = 0; sub < 8; ++sub) d[8 * blk + sub] = scale;
+    for (int e = 0; e < CH_QACT_PER_LANE; ++e) iv[e] = (int)fminf(fmaxf(roundf(iscale * v[e]), -128.0f), 127.0f);
+    if (live) {
+      q_act_store(q, t, iv);
+      if (t % G < 256 / 32) d[(t / G) * (256 / 32) + t % G] = m.amax == 0.0f ? 0.0f : 1.0f / iscale;
+    }
   }
 }
 
@@ -541,10 +617,11 @@ __device__ __forceinline__ void q_dot32(const ch_u32* w, const signed char* q, i
   }
 }
 
-template <typename Q>
+template <typename Q, typename T>
 __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signed char* __restrict__ q,
                                         const float* __restrict__ d, const float* __restrict__ s,
-                                        float* __restrict__ y, ch_u32 n, ch_u32 k, ch_u32 rows) {
+                                        T* __restrict__ y, ch_u32 n, ch_u32 k, ch_u32 rows) {
+  const int U = CH_QMATVEC_UNROLL;
   const ch_u32 lane = threadIdx.x % CANDLE_HIP_WAVE;
   const ch_u64 j = (ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE) + threadIdx.x / CANDLE_HIP_WAVE;
   // The whole wave leaves together: the reductions below stay converged.
@@ -556,19 +633,31 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
     float acc[CH_QMATVEC_ROWS];
 #pragma unroll
     for (int r = 0; r < CH_QMATVEC_ROWS; ++r) acc[r] = 0.0f;
-    for (ch_u32 sub = lane; sub < subs; sub += CANDLE_HIP_WAVE) {
-      const ch_u8* b = row + (ch_u64)(sub / per_block) * Q::BYTES;
-      const int in_block = (int)(sub % per_block);
-      ch_u32 wv[8];
-      Q::ints(b, in_block, wv);
+    // A lane takes sub-blocks lane, lane + wave, ... in that order, U at a
+    // time with every weight load of the U issued first.
+    for (ch_u32 base = lane; base < subs; base += U * CANDLE_HIP_WAVE) {
+      ch_u32 wv[U][8];
 #pragma unroll
-      for (int r = 0; r < CH_QMATVEC_ROWS; ++r) {
-        const ch_u64 rr = r0 + r;
-        if (rr < rows) {
-          const ch_u64 at = rr * subs + sub;
-          int i0, i1, x0, x1;
-          q_dot32(wv, q + 32 * at, i0, i1, x0, x1);
-          acc[r] += Q::combine(b, in_block, i0, i1, x0, x1, d[at], s[at]);
+      for (int u = 0; u < U; ++u) {
+        const ch_u32 sub = base + u * CANDLE_HIP_WAVE;
+        if (sub < subs) Q::ints(row + (ch_u64)(sub / per_block) * Q::BYTES, (int)(sub % per_block), wv[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const ch_u32 sub = base + u * CANDLE_HIP_WAVE;
+        if (sub < subs) {
+          const ch_u8* b = row + (ch_u64)(sub / per_block) * Q::BYTES;
+          const int in_block = (int)(sub % per_block);
+#pragma unroll
+          for (int r = 0; r < CH_QMATVEC_ROWS; ++r) {
+            const ch_u64 rr = r0 + r;
+            if (rr < rows) {
+              const ch_u64 at = rr * subs + sub;
+              int i0, i1, x0, x1;
+              q_dot32(wv[u], q + 32 * at, i0, i1, x0, x1);
+              acc[r] += Q::combine(b, in_block, i0, i1, x0, x1, d[at], s[at]);
+            }
+          }
         }
       }
     }
@@ -578,14 +667,14 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
         AccSum<float>::State st;
         st.v = acc[r];
         st = wave_reduce<AccSum<float> >(st);
-        if (lane == 0) y[(ch_u64)(r0 + r) * n + j] = st.v;
+        if (lane == 0) y[(ch_u64)(r0 + r) * n + j] = Num<T>::from_f32(st.v);
       }
     }
   }
 }
 
-template <int ACT>
-__device__ __forceinline__ void quantize_act(const float* x, signed char* q, float* d, float* s, ch_u64 count) {
+template <int ACT, typename T>
+__device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* d, float* s, ch_u64 count) {
   if (ACT == 2) {
     quantize_act_256(x, q, d, count);
   } else {
@@ -599,17 +688,17 @@ __device__ __forceinline__ void quantize_act(const float* x, signed char* q, flo
     dequantize<Q, ch_##TYPE>(blocks, y, subs);                                                     \
   }
 
-#define QMATVEC(Q, NAME)                                                                           \
-  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK) qmatvec_##NAME##_f32(const ch_u8* w, const signed char* q,            \
-                                                  const float* d, const float* s, float* y,        \
-                                                  ch_u32 n, ch_u32 k, ch_u32 rows) {               \
-    qmatvec<Q>(w, q, d, s, y, n, k, rows);                                                         \
+#define QMATVEC(Q, NAME, TYPE)                                                                     \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
+      qmatvec_##NAME##_##TYPE(const ch_u8* w, const signed char* q, const float* d, const float* s, \
+                              ch_##TYPE* y, ch_u32 n, ch_u32 k, ch_u32 rows) {                     \
+    qmatvec<Q, ch_##TYPE>(w, q, d, s, y, n, k, rows);                                              \
   }
 
-#define QUANTIZE_ACT(Q, NAME)                                                                      \
-  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK) quantize_act_##NAME##_f32(const float* x, signed char* q, float* d,   \
-                                                       float* s, ch_u64 count) {                   \
-    quantize_act<Q::ACT>(x, q, d, s, count);                                                       \
+#define QUANTIZE_ACT(Q, NAME, TYPE)                                                                \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
+      quantize_act_##NAME##_##TYPE(const ch_##TYPE* x, signed char* q, float* d, float* s, ch_u64 count) { \
+    quantize_act<Q::ACT, ch_##TYPE>(x, q, d, s, count);                                            \
   }
 
 // Every GGML block type: M(block traits, name suffix).
@@ -617,14 +706,21 @@ __device__ __forceinline__ void quantize_act(const float* x, signed char* q, flo
   M(Q4_0, q4_0) M(Q4_1, q4_1) M(Q5_0, q5_0) M(Q5_1, q5_1) M(Q8_0, q8_0) M(Q8_1, q8_1) M(Q2K, q2k)   \
   M(Q3K, q3k) M(Q4K, q4k) M(Q5K, q5k) M(Q6K, q6k) M(Q8K, q8k)
 
-#define DEQUANTIZE_ALL(Q, NAME) DEQUANTIZE(Q, NAME, f16) DEQUANTIZE(Q, NAME, bf16) DEQUANTIZE(Q, NAME, f32)
+// Each kernel of a block type in each activation dtype the program defines.
+#define DEQUANTIZE_ALL(Q, NAME) \
+  CH_IF_f16(DEQUANTIZE(Q, NAME, f16)) CH_IF_bf16(DEQUANTIZE(Q, NAME, bf16)) CH_IF_f32(DEQUANTIZE(Q, NAME, f32))
+#define QUANTIZE_ACT_ALL(Q, NAME)                                                    \
+  CH_IF_f16(QUANTIZE_ACT(Q, NAME, f16)) CH_IF_bf16(QUANTIZE_ACT(Q, NAME, bf16)) \
+      CH_IF_f32(QUANTIZE_ACT(Q, NAME, f32))
+#define QMATVEC_ALL(Q, NAME) \
+  CH_IF_f16(QMATVEC(Q, NAME, f16)) CH_IF_bf16(QMATVEC(Q, NAME, bf16)) CH_IF_f32(QMATVEC(Q, NAME, f32))
 
-// Part 1: dequantization (prefill); part 2: the decode mat-vec and the
-// quantizer of its activations.
+// Part 1: dequantization (prefill) and the rounding of the mat-vec's
+// activations, the small kernels; part 2: the mat-vec.
 #if CH_PART(1)
 CH_EACH_BLOCK(DEQUANTIZE_ALL)
+CH_EACH_BLOCK(QUANTIZE_ACT_ALL)
 #endif
 #if CH_PART(2)
-CH_EACH_BLOCK(QUANTIZE_ACT)
-CH_EACH_BLOCK(QMATVEC)
+CH_EACH_BLOCK(QMATVEC_ALL)
 #endif
