@@ -6,14 +6,17 @@
 //   nvcc -O2 -std=c++17 kernel_bench.cu -lnvrtc -lcuda -o kernel_bench
 //   ./kernel_bench <headers dir> <kernels dir> gemv VARIANT...
 //   ./kernel_bench <headers dir> <kernels dir> attn VARIANT...
+//   ./kernel_bench <headers dir> <kernels dir> qmv VARIANT...
 //
 // VARIANT: path/to/source.hip[:NAME=VALUE,...][@A,B[,C]]: a gemv.hip or
 // attention.hip (a copy with changes, or the repository's), compiled with
 // the given -D definitions. gemv: A waves per block (8), B blocks per
 // compute unit (4), C the waves per output (0: the host's rule). attn: A
 // threads per block (128), B blocks per compute unit (4), C query rows per
-// block (4); a source that takes other values than its defaults must define
-// them from the -D options.
+// block (4); qmv (a quantized.hip): A waves per block of the mat-vec (8), B
+// activations per thread of their rounding (8; 0: one activation block per
+// thread), C rows of activations (1). A source that takes other values than
+// its defaults must define them from the -D options.
 //
 // gemv: gemv_fused_bf16 at the Llama-3.2-1B and Llama-3.1-8B decode shapes
 // (batch 1): the norm+qkv, o+residual, norm+gate/up, down+residual,
@@ -25,11 +28,15 @@
 // its merge for one query over Llama-3 heads (32 query, 8 key/value; head
 // dimension 64 as Llama-3.2-1B, 128 as Llama-3.1-8B) at several cache
 // lengths, full or filled to a length read on the device (as the static
-// decode step runs it), with and without the merge. Every variant's output is compared with the first
-// variant's. The launch rules mirror the host's: ops/gemv.rs `split` and
-// `launch_config`, fused/linear.rs's grid cap and shared memory, and
-// fused/attention.rs's `decode_splits`; change them here when they change
-// there.
+// decode step runs it), with and without the merge. qmv: quantized.rs's
+// mat-vec (activation rounding, then qmatvec) for q4_0, q8_0, q4k and q6k
+// weights at the same decode shapes, per layer and for a whole token
+// against the bound (quantized weight bytes / the copy rate). Every
+// variant's output is compared with the first variant's. The launch rules
+// mirror the host's: ops/gemv.rs `split` and `launch_config`,
+// fused/linear.rs's grid cap and shared memory, fused/attention.rs's
+// `decode_splits` and quantized.rs's `matvec`; change them here when they
+// change there.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <nvrtc.h>
@@ -508,15 +515,187 @@ static void attn_bench(const std::vector<Variant>& variants) {
   printf("\n");
 }
 
+// ---------------------------------------------------------------------------
+// quantized mat-vec
+
+// A GGML block type: its name in the kernel names, bytes and values per
+// block, the values per activation scale of its vec-dot type, and the offsets
+// of its f16 scales (set to a small value so that no product overflows).
+struct QType {
+  const char* name;
+  uint32_t bytes, qk, act_block;
+  int scales[2];
+};
+
+// Launches quantized.rs `matvec`: quantize_act then qmatvec. Variant A: waves
+// per block of the mat-vec (8); B: activations per quantize_act thread (8;
+// 0: one thread per activation block, the first kernel's rule); C: rows.
+static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStream_t s, const QType& t, uint32_t n,
+                       uint32_t k, const uint8_t* w, float* x, int8_t* q, float* d, float* sums, float* y) {
+  uint32_t rows = v.c;
+  uint64_t count = (uint64_t)rows * k;
+  uint64_t work = v.b ? count / v.b : count / t.act_block;
+  uint32_t blocks = (uint32_t)std::min<uint64_t>((work + 255) / 256, (uint64_t)g_sms * 16);
+  void* act_args[] = {&x, &q, &d, &sums, &count};
+  CHECK_CU(cuLaunchKernel(act, std::max(blocks, 1u), 1, 1, 256, 1, 1, 0, s, act_args, nullptr));
+  uint32_t waves = v.a;
+  void* mv_args[] = {&w, &q, &d, &sums, &y, &n, &k, &rows};
+  CHECK_CU(cuLaunchKernel(mv, (n + waves - 1) / waves, 1, 1, waves * 32, 1, 1, 0, s, mv_args, nullptr));
+}
+
+static void qmv_bench(const std::vector<Variant>& variants) {
+  const QType types[] = {{"q4_0", 18, 32, 32, {0, -1}},
+                         {"q8_0", 34, 32, 32, {0, -1}},
+                         {"q4k", 144, 256, 256, {0, 2}},
+                         {"q6k", 210, 256, 256, {208, -1}}};
+  std::vector<std::vector<CUfunction>> act(variants.size()), mv(variants.size());
+  for (size_t vi = 0; vi < variants.size(); ++vi) {
+    auto defs = variants[vi].defines;
+    defs.push_back("-DCH_ONLY_DTYPE=CH_DTYPE_f32");
+    CUmodule m = compile(variants[vi].file, defs);
+    for (const QType& t : types) {
+      act[vi].push_back(m ? function(m, (std::string("quantize_act_") + t.name + "_f32").c_str()) : nullptr);
+      mv[vi].push_back(m ? function(m, (std::string("qmatvec_") + t.name + "_f32").c_str()) : nullptr);
+    }
+  }
+  if (compile_only()) return;
+  double rate = copy_rate();
+  printf("copy rate %.0f GB/s, %d SMs; us per product: activation rounding + mat-vec (%% of the copy rate "
+         "for the quantized weight)\n",
+         rate, g_sms);
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  struct Shape {
+    const char* name;
+    int layers;
+    uint32_t hidden, inter, q, kv, vocab;
+  };
+  const Shape shapes[] = {{"llama-3.2-1b", 16, 2048, 8192, 2048, 512, 128256},
+                          {"llama-3.1-8b", 32, 4096, 14336, 4096, 1024, 128256}};
+  for (const Shape& sh : shapes) {
+    struct QProduct {
+      const char* name;
+      uint32_t n, k;
+    };
+    const QProduct products[] = {{"qkv", sh.q + 2 * sh.kv, sh.hidden},
+                                 {"o", sh.hidden, sh.q},
+                                 {"gate/up", 2 * sh.inter, sh.hidden},
+                                 {"down", sh.hidden, sh.inter},
+                                 {"lm_head", sh.vocab, sh.hidden}};
+    size_t values_in_layer = 0;
+    for (int i = 0; i < 4; ++i) values_in_layer += (size_t)products[i].n * products[i].k;
+    const size_t head_values = (size_t)sh.vocab * sh.hidden;
+    const size_t vec = (size_t)2 * sh.inter + sh.vocab;
+    float *x, *d, *sums, *y;
+    int8_t* q;
+    const int max_rows = 8;
+    CHECK_CUDA(cudaMalloc(&x, vec * max_rows * 4));
+    CHECK_CUDA(cudaMalloc(&q, vec * max_rows));
+    CHECK_CUDA(cudaMalloc(&d, vec * max_rows / 8));
+    CHECK_CUDA(cudaMalloc(&sums, vec * max_rows / 8));
+    CHECK_CUDA(cudaMalloc(&y, vec * max_rows * 4));
+    {
+      std::vector<float> hx(vec * max_rows);
+      for (size_t i = 0; i < hx.size(); ++i) hx[i] = (float)((i * 2654435761u) >> 8 & 0xffff) / 32768.0f - 1.0f;
+      CHECK_CUDA(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+    }
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ++ti) {
+      const QType& t = types[ti];
+      const size_t layer_bytes = values_in_layer / t.qk * t.bytes, head_bytes = head_values / t.qk * t.bytes;
+      const size_t total = layer_bytes * sh.layers + head_bytes;
+      uint8_t* w;
+      CHECK_CUDA(cudaMalloc(&w, total));
+      {
+        std::vector<uint8_t> host(total);
+        uint32_t h = 12345;
+        for (size_t i = 0; i < total; ++i) {
+          h = h * 1664525u + 1013904223u;
+          host[i] = (uint8_t)(h >> 24);
+        }
+        for (size_t b = 0; b < total / t.bytes; ++b)
+          for (int sc : t.scales)
+            if (sc >= 0) host[b * t.bytes + sc] = 0x00, host[b * t.bytes + sc + 1] = 0x1c;
+        CHECK_CUDA(cudaMemcpy(w, host.data(), total, cudaMemcpyHostToDevice));
+      }
+      size_t offset_in_layer[4], at = 0;
+      for (int i = 0; i < 4; ++i) {
+        offset_in_layer[i] = at;
+        at += (size_t)products[i].n * products[i].k / t.qk * t.bytes;
+      }
+      auto weights_of = [&](int product, int l) {
+        return w + (product == 4 ? layer_bytes * sh.layers : layer_bytes * l + offset_in_layer[product]);
+      };
+      printf("\n%s %s (%d layers, %.2f GB)\n%-10s %6s %6s", sh.name, t.name, sh.layers, total / 1e9, "product", "n",
+             "k");
+      for (auto& v : variants) printf(" | %-24s", v.heading(false).c_str());
+      printf("\n");
+      for (int pi = 0; pi < 5; ++pi) {
+        const QProduct& p = products[pi];
+        printf("%-10s %6u %6u", p.name, p.n, p.k);
+        const int count = pi == 4 ? 4 : sh.layers;
+        for (size_t vi = 0; vi < variants.size(); ++vi) {
+          double us = time_graph(s, [&] {
+                        for (int l = 0; l < count; ++l)
+                          launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, p.n, p.k, weights_of(pi, l), x, q,
+                                     d, sums, y);
+                      }) / count;
+          double gbs = (double)p.n * p.k / t.qk * t.bytes / (us * 1e-6) / 1e9;
+          printf(" | %7.2f us %5.0f %4.0f%%", us, gbs, 100 * gbs / rate);
+        }
+        printf("\n");
+      }
+      const double bound_us = total / (rate * 1e9) * 1e6;
+      printf("%-24s", "a token's products");
+      for (size_t vi = 0; vi < variants.size(); ++vi) {
+        double us = time_graph(s, [&] {
+          for (int l = 0; l < sh.layers; ++l)
+            for (int pi = 0; pi < 4; ++pi)
+              launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, products[pi].n, products[pi].k,
+                         weights_of(pi, l), x, q, d, sums, y);
+          launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, products[4].n, products[4].k, weights_of(4, 0), x,
+                     q, d, sums, y);
+        }, 10);
+        printf(" | %8.1f us %5.1f%% bound ", us, 100 * bound_us / us);
+      }
+      printf("\nbound %.1f us; registers (act/mat-vec):", bound_us);
+      for (size_t vi = 0; vi < variants.size(); ++vi) printf(" %d/%d", registers(act[vi][ti]), registers(mv[vi][ti]));
+      printf("\n");
+      // Every variant's product of each shape against the first variant's.
+      for (int pi = 0; pi < 5; ++pi) {
+        const QProduct& p = products[pi];
+        const size_t outs = (size_t)p.n * max_rows;
+        std::vector<float> first(outs), got(outs);
+        for (size_t vi = 0; vi < variants.size(); ++vi) {
+          CHECK_CUDA(cudaMemset(y, 0, outs * 4));
+          launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, p.n, p.k, weights_of(pi, 0), x, q, d, sums, y);
+          CHECK_CUDA(cudaStreamSynchronize(s));
+          const size_t used = (size_t)p.n * variants[vi].c;
+          CHECK_CUDA(cudaMemcpy(vi == 0 ? first.data() : got.data(), y, used * 4, cudaMemcpyDeviceToHost));
+          double worst = 0;
+          for (size_t i = 0; vi > 0 && variants[vi].c == variants[0].c && i < used; ++i)
+            worst = std::max(worst, (double)fabsf(first[i] - got[i]) / (fabsf(first[i]) + 1e-3));
+          if (worst > 1e-5) printf("MISMATCH: %s of variant %zu, relative %.3g\n", p.name, vi, worst);
+        }
+      }
+      cudaFree(w);
+    }
+    cudaFree(x), cudaFree(q), cudaFree(d), cudaFree(sums), cudaFree(y);
+  }
+}
+
 int main(int argc, char** argv) {
-  if (argc < 5 || (strcmp(argv[3], "gemv") != 0 && strcmp(argv[3], "attn") != 0)) {
-    fprintf(stderr, "usage: %s <headers dir> <kernels dir> gemv|attn VARIANT...\n", argv[0]);
+  const std::string mode = argc >= 5 ? argv[3] : "";
+  if (mode != "gemv" && mode != "attn" && mode != "qmv") {
+    fprintf(stderr, "usage: %s <headers dir> <kernels dir> gemv|attn|qmv VARIANT...\n", argv[0]);
     return 2;
   }
   g_headers = argv[1], g_kernels = argv[2];
-  const bool gemv = strcmp(argv[3], "gemv") == 0;
   std::vector<Variant> variants;
-  for (int i = 4; i < argc; ++i) variants.push_back(gemv ? parse_variant(argv[i], 8, 4, 0) : parse_variant(argv[i], 128, 4, 4));
+  for (int i = 4; i < argc; ++i) {
+    if (mode == "gemv") variants.push_back(parse_variant(argv[i], 8, 4, 0));
+    if (mode == "attn") variants.push_back(parse_variant(argv[i], 128, 4, 4));
+    if (mode == "qmv") variants.push_back(parse_variant(argv[i], 8, 8, 1));
+  }
   if (!compile_only()) {
     CHECK_CUDA(cudaFree(0));
     CHECK_CU(cuInit(0));
@@ -525,9 +704,8 @@ int main(int argc, char** argv) {
     cudaGetDeviceProperties(&prop, 0);
     printf("%s\n", prop.name);
   }
-  if (gemv)
-    gemv_bench(variants);
-  else
-    attn_bench(variants);
+  if (mode == "gemv") gemv_bench(variants);
+  if (mode == "attn") attn_bench(variants);
+  if (mode == "qmv") qmv_bench(variants);
   return 0;
 }
