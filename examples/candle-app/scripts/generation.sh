@@ -19,6 +19,11 @@
 #       writes the shape as a GGUF file per quantization scheme (default
 #       q4_0,q8_0,q4k) and benchmarks each on HIP, then the bf16 model, rows to
 #       <outdir>/gguf-<shape>.jsonl (prompt 128, 64 new tokens).
+#   generation.sh gguf-graph <outdir> [shapes] [schemes]
+#       each shape (default llama-3.2-1b) written as a GGUF file per scheme (default
+#       q4_0,q8_0,q4k), decoded through a captured graph (--gguf --graph, bf16
+#       activations) and through quantized_llama (eager, f32): batch 1, prompt 128,
+#       128 new tokens; rows to <outdir>/gguf-graph.jsonl.
 #   generation.sh graph <outdir> [shapes]
 #       decode through a captured HIP graph (--graph) against eager decode, for each
 #       shape (default llama-3.2-1b,llama-3.1-8b; seeded bf16 weights built on the GPU),
@@ -46,7 +51,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode="${1:-}"
 out="${2:-}"
 if [[ -z "$mode" || -z "$out" ]]; then
-    echo "usage: $0 check|bench|gguf-bench|graph|tp <outdir> [shape batches prompts | shape schemes batches | shapes]" >&2
+    echo "usage: $0 check|bench|gguf-bench|gguf-graph|graph|tp <outdir> [shape batches prompts | shape schemes batches | shapes]" >&2
     exit 2
 fi
 mkdir -p "$out"
@@ -192,6 +197,29 @@ gguf-bench)
             "$shape, bf16, 64 new tokens" --candle-cuda "$cuda_rows" --match "$dir"
     fi
     ;;
+gguf-graph)
+    # Each shape written as GGUF files in each scheme, decoded through a captured graph
+    # (--graph: the static-cache Llama with the matrices quantized, bf16 activations) and
+    # through quantized_llama (eager, f32); batch 1, prompt 128, 128 new tokens.
+    shapes="${3:-llama-3.2-1b}"
+    schemes="${4:-q4_0,q8_0,q4k}"
+    rows="$out/gguf-graph.jsonl"
+    rm -f "$rows"
+    for shape in ${shapes//,/ }; do
+        for scheme in ${schemes//,/ }; do
+            file="$work/$shape-$scheme.gguf"
+            [[ -f "$file" ]] || step "write-$shape-$scheme" "$here/generate" write-gguf \
+                --shape "$shape" --quant "$scheme" --out "$file" || continue
+            step "gguf-graph-$shape-$scheme" "$here/generate" bench --gguf "$file" --graph \
+                --dtype bf16 --device hip --batch 1 --prompt-len 128 --new-tokens 128 \
+                --iters 2 --json "$rows"
+            step "gguf-eager-$shape-$scheme" "$here/generate" bench --gguf "$file" \
+                --device hip --batch 1 --prompt-len 128 --new-tokens 128 --iters 2 \
+                --json "$rows"
+            rm -f "$file"
+        done
+    done
+    ;;
 graph)
     shapes="${3:-llama-3.2-1b,llama-3.1-8b}"
     rows="$out/graph.jsonl"
@@ -240,7 +268,7 @@ tp)
     done
     ;;
 *)
-    echo "usage: $0 check|bench|gguf-bench|graph|tp <outdir> ..." >&2
+    echo "usage: $0 check|bench|gguf-bench|gguf-graph|graph|tp <outdir> ..." >&2
     exit 2
     ;;
 esac

@@ -20,6 +20,7 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::{self, Value as GgufValue};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
+use candle_transformers::models::llama::Config;
 use serde_json::Value;
 
 use crate::shapes::{BYTE_TOKENIZER_KEY, Shape};
@@ -289,6 +290,74 @@ impl Header {
             GgufValue::I64(n) => u64::try_from(*n).ok(),
             _ => None,
         }
+    }
+
+    /// The configuration of a `llama` file as candle-transformers' Llama takes it, with
+    /// `quantized_llama`'s reading of the metadata: RoPE over the whole head at
+    /// `rope.freq_base` (10000 when absent) with no rescaling, `output.weight` or else the
+    /// embeddings tied. `path` names the file in errors.
+    ///
+    /// Errors: another architecture, a missing or zero size, a RoPE dimension other than
+    /// the head's.
+    pub fn llama_config(&self, path: &Path) -> AppResult<Config> {
+        if self.arch != "llama" {
+            return Err(app_error(format!(
+                "{}: a {} file, not llama",
+                path.display(),
+                self.arch
+            )));
+        }
+        let size = |key: &str| match self.number(&format!("llama.{key}")) {
+            Some(n) if n > 0 => Ok(n as usize),
+            _ => Err(app_error(format!(
+                "{}: no llama.{key} (or 0)",
+                path.display()
+            ))),
+        };
+        let float = |key: &str| match self.content.metadata.get(&format!("llama.{key}")) {
+            Some(GgufValue::F32(v)) => Some(*v),
+            _ => None,
+        };
+        let (hidden, heads) = (size("embedding_length")?, size("attention.head_count")?);
+        let rope_dim = size("rope.dimension_count")?;
+        if rope_dim * heads != hidden {
+            return Err(app_error(format!(
+                "{}: RoPE over {rope_dim} of each head's {} dimensions (only whole heads \
+                 are supported)",
+                path.display(),
+                hidden / heads
+            )));
+        }
+        let vocab = match self.content.tensor_infos.get("token_embd.weight") {
+            Some(info) => info.shape.dims()[0],
+            None => {
+                return Err(app_error(format!(
+                    "{}: no token_embd.weight",
+                    path.display()
+                )));
+            }
+        };
+        Ok(Config {
+            hidden_size: hidden,
+            intermediate_size: size("feed_forward_length")?,
+            vocab_size: vocab,
+            num_hidden_layers: size("block_count")?,
+            num_attention_heads: heads,
+            num_key_value_heads: size("attention.head_count_kv")?,
+            use_flash_attn: false,
+            rms_norm_eps: float("attention.layer_norm_rms_epsilon").ok_or_else(|| {
+                app_error(format!(
+                    "{}: no llama.attention.layer_norm_rms_epsilon",
+                    path.display()
+                ))
+            })? as f64,
+            rope_theta: float("rope.freq_base").unwrap_or(10_000.0),
+            bos_token_id: None,
+            eos_token_id: None,
+            rope_scaling: None,
+            max_position_embeddings: size("context_length")?,
+            tie_word_embeddings: !self.content.tensor_infos.contains_key("output.weight"),
+        })
     }
 
     /// Whether the file marks the byte-level tokenizer of the seeded models.

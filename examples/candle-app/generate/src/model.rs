@@ -214,7 +214,7 @@ impl Model {
         flash_attn: bool,
     ) -> AppResult<Model> {
         if let Source::Gguf(path) = source {
-            return Model::load_gguf(path, device);
+            return Model::load_gguf(path, device, None);
         }
         check_dtype(dtype, device)?;
         let opened = Opened::new(source, dtype)?;
@@ -248,21 +248,18 @@ impl Model {
         Ok(opened.into_model(net, about, dtype, device, ""))
     }
 
-    /// Loads a Llama from `source` (a folder or a shape) in `dtype` with a static KV cache
-    /// whose one-token decode step is captured into a HIP graph and replayed (see
-    /// [`crate::graph_decode`]; on the CPU the step runs eagerly). Batch size 1; the cache
-    /// is sized by [`Model::reserve`], which generation and the benchmark call.
+    /// Loads a Llama from `source` (a folder, a shape or a `llama` GGUF file) in `dtype`
+    /// with a static KV cache whose one-token decode step is captured into a HIP graph and
+    /// replayed (see [`crate::graph_decode`]; on the CPU the step runs eagerly). A GGUF
+    /// file's matrices stay quantized (see [`StaticLlama::load_gguf`]). Batch size 1; the
+    /// cache is sized by [`Model::reserve`], which generation and the benchmark call.
     ///
-    /// Errors: a GGUF file, an architecture other than Llama, a dtype the device cannot
-    /// compute in.
+    /// Errors: an architecture other than Llama, a dtype the device cannot compute in.
     pub fn load_graph_decode(source: &Source, dtype: DType, device: &Device) -> AppResult<Model> {
-        if let Source::Gguf(path) = source {
-            return Err(app_error(format!(
-                "{}: graph decoding runs Llama safetensors models and shapes, not GGUF files",
-                path.display()
-            )));
-        }
         check_dtype(dtype, device)?;
+        if let Source::Gguf(path) = source {
+            return Model::load_gguf(path, device, Some(dtype));
+        }
         let opened = Opened::new(source, dtype)?;
         let about = opened.about()?;
         if about.arch != Arch::Llama {
@@ -334,10 +331,17 @@ impl Model {
 
     /// Loads the GGUF file `path` onto `device`: Llama and Mistral files (architecture
     /// `llama`) through candle-transformers' `quantized_llama`, Qwen2 and Qwen3 through
-    /// `quantized_qwen2` and `quantized_qwen3`.
-    fn load_gguf(path: &Path, device: &Device) -> AppResult<Model> {
-        check_dtype(DType::F32, device)?;
+    /// `quantized_qwen2` and `quantized_qwen3`, all computing in f32; with `graph` a dtype,
+    /// a `llama` file as a [`StaticLlama`] computing in that dtype, decoding through a
+    /// captured graph.
+    fn load_gguf(path: &Path, device: &Device, graph: Option<DType>) -> AppResult<Model> {
+        let dtype = graph.unwrap_or(DType::F32);
+        check_dtype(dtype, device)?;
         let header = Header::read(path)?;
+        let graph_config = match graph {
+            Some(_) => Some(header.llama_config(path)?),
+            None => None,
+        };
         let arch_name = header.arch.clone();
         let number = |key: &str| {
             header
@@ -376,20 +380,29 @@ impl Model {
         let mut file =
             std::fs::File::open(path).map_err(|e| app_error(format!("{}: {e}", path.display())))?;
         let content = header.content;
-        let (arch, net) = match arch_name.as_str() {
-            "llama" | "mistral" => {
+        let (arch, net) = match (arch_name.as_str(), graph_config) {
+            (_, Some(cfg)) => {
+                let initial = GRAPH_CACHE_POSITIONS.min(cfg.max_position_embeddings);
+                let model =
+                    StaticLlama::load_gguf(&content, &mut file, &cfg, (dtype, device), initial)?;
+                (
+                    Arch::Llama,
+                    Net::GraphLlama(Box::new(GraphDecoder::new(model))),
+                )
+            }
+            ("llama" | "mistral", None) => {
                 let m = quantized_llama::ModelWeights::from_gguf(content, &mut file, device)?;
                 (Arch::Llama, Net::QuantizedLlama(Box::new(m)))
             }
-            "qwen2" => {
+            ("qwen2", None) => {
                 let m = quantized_qwen2::ModelWeights::from_gguf(content, &mut file, device)?;
                 (Arch::Qwen2, Net::QuantizedQwen2(Box::new(m)))
             }
-            "qwen3" => {
+            ("qwen3", None) => {
                 let m = quantized_qwen3::ModelWeights::from_gguf(content, &mut file, device)?;
                 (Arch::Qwen3, Net::QuantizedQwen3(Box::new(m)))
             }
-            other => {
+            (other, None) => {
                 return Err(app_error(format!(
                     "{}: unknown GGUF architecture `{other}` (this program runs llama, \
                      mistral, qwen2 and qwen3)",
@@ -405,9 +418,17 @@ impl Model {
             max_positions,
             vocab,
             weight_bytes: tensor_bytes,
-            dtype: DType::F32,
+            dtype,
             device: device.clone(),
-            description: format!("{arch:?} ({}: {types})", path.display()),
+            description: format!(
+                "{arch:?} ({}: {types}){}",
+                path.display(),
+                if graph.is_some() {
+                    ", graph decoding"
+                } else {
+                    ""
+                }
+            ),
         })
     }
 

@@ -39,8 +39,18 @@
 //! norm-and-gate/up product, SiLU, its product with up, and the down projection with the
 //! residual.
 //!
+//! [`StaticLlama::load_gguf`] builds the same model from a `llama` GGUF file, computing as
+//! candle-transformers' `quantized_llama` does (interleaved RoPE): its matrices stay in
+//! their GGML blocks and go through candle's `QMatMul` (on HIP, candle-hip's activation
+//! rounding and quantized mat-vec, two launches), with the norm and the residual addition
+//! launched on their own.
+//!
 //! Batch size 1 only.
 
+use std::io::{Read, Seek};
+
+use candle_core::quantized::ggml_file::qtensor_from_ggml;
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
 use candle_core::{D, DType, Device, IndexOp, Module, Tensor};
 use candle_hip::extension::{FusedInput, fused_linear};
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
@@ -56,7 +66,10 @@ pub struct StaticLlama {
     embed: Embedding,
     layers: Vec<Block>,
     norm: RmsNorm,
-    lm_head: Linear,
+    lm_head: Projection,
+    /// Whether RoPE rotates interleaved pairs (`rope_i`: GGUF files, as candle-transformers'
+    /// `quantized_llama` reads them) rather than the two halves of each head (`rope`).
+    interleaved_rope: bool,
     /// RoPE's cosine table of every position the model takes (`[max_position_embeddings,
     /// head_dim / 2]`, model dtype).
     cos: Tensor,
@@ -108,6 +121,26 @@ fn check_max_len(max_len: usize, max_positions: usize) -> AppResult<()> {
     Ok(())
 }
 
+/// The sizes of `cfg` as one rank holding everything (the tensor-parallel loader's sizes),
+/// checked: a cache of `max_len` positions that fits, head counts that divide.
+fn checked_split(cfg: &Config, max_len: usize) -> AppResult<Split> {
+    check_max_len(max_len, cfg.max_position_embeddings)?;
+    let split = Split::new(cfg, 1)?;
+    if split.kv_heads == 0 || split.heads % split.kv_heads != 0 {
+        return Err(app_error(format!(
+            "num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
+            split.heads, split.kv_heads
+        )));
+    }
+    if split.head_dim * split.heads != cfg.hidden_size {
+        return Err(app_error(format!(
+            "hidden_size ({}) is not a multiple of num_attention_heads ({})",
+            cfg.hidden_size, split.heads
+        )));
+    }
+    Ok(split)
+}
+
 /// What depends on the cache length: the zeroed caches and the step's mask operands.
 struct PositionBuffers {
     caches: Vec<(Tensor, Tensor)>,
@@ -143,41 +176,120 @@ impl PositionBuffers {
     }
 }
 
+/// A [`StaticLlama`]'s weights, however they were read.
+struct Weights {
+    /// The embedding table, `[vocab, hidden]`, in the model's dtype.
+    table: Tensor,
+    lm_head: Projection,
+    norm: RmsNorm,
+    layers: Vec<Block>,
+    /// See [`StaticLlama::interleaved_rope`].
+    interleaved_rope: bool,
+}
+
 impl StaticLlama {
     /// Loads the weights of `cfg`'s Llama (2, 3, 3.2: tied embeddings and Llama 3's RoPE
     /// rescaling as candle-transformers computes them; candle-transformers' tensor names)
     /// from `vb`, in `vb`'s dtype on its device, and allocates zeroed KV caches of
     /// `max_len` positions per layer (`[1, kv_heads, max_len, head_dim]`) and the step's
     /// fixed inputs and output. `cfg.use_flash_attn` is ignored: the attention is always
-    /// the unfused one described in the module documentation.
+    /// the one described in the module documentation.
     ///
     /// Errors: a `max_len` of 0 or past `cfg.max_position_embeddings`, head counts that do
     /// not divide (hidden size by query heads, query heads by key/value heads), and a
     /// missing or misshapen tensor.
     pub fn load(vb: VarBuilder, cfg: &Config, max_len: usize) -> AppResult<StaticLlama> {
-        check_max_len(max_len, cfg.max_position_embeddings)?;
-        // One "rank" holding everything: the tensor-parallel loader's sizes and layers.
-        let split = Split::new(cfg, 1)?;
-        if split.kv_heads == 0 || split.heads % split.kv_heads != 0 {
-            return Err(app_error(format!(
-                "num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
-                split.heads, split.kv_heads
-            )));
-        }
-        if split.head_dim * split.heads != cfg.hidden_size {
-            return Err(app_error(format!(
-                "hidden_size ({}) is not a multiple of num_attention_heads ({})",
-                cfg.hidden_size, split.heads
-            )));
-        }
-        let (dtype, device) = (vb.dtype(), vb.device().clone());
-        let (vocab, hidden) = (cfg.vocab_size, cfg.hidden_size);
+        let split = checked_split(cfg, max_len)?;
         let (table, lm_head) = load_embedding_and_head(&vb, cfg)?;
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| Layer::load(&vb.pp(format!("model.layers.{i}")), cfg, split, 0))
             .map(|layer| Block::fuse(layer?))
             .collect::<candle_core::Result<Vec<_>>>()?;
-        let norm = load_norm(&vb, "model.norm.weight", hidden, cfg.rms_norm_eps)?;
+        let norm = load_norm(&vb, "model.norm.weight", cfg.hidden_size, cfg.rms_norm_eps)?;
+        let weights = Weights {
+            table,
+            lm_head: Projection::Dense(lm_head),
+            norm,
+            layers,
+            interleaved_rope: false,
+        };
+        StaticLlama::new(weights, cfg, split, (vb.dtype(), vb.device()), max_len)
+    }
+
+    /// Loads the GGUF Llama whose header is `content` (its configuration `cfg`, from
+    /// [`crate::gguf::Header::llama_config`]) from `reader` onto `device`, computing in
+    /// `dtype`, as candle-transformers' `quantized_llama` computes it: the matrices stay in
+    /// their GGML blocks (multiplied by candle's `QMatMul`, which candle-hip's quantized
+    /// mat-vec runs on HIP), the embedding table and the norms are dequantized to `dtype`,
+    /// and RoPE rotates interleaved pairs. The q, k and v matrices of a layer (and gate and
+    /// up) are concatenated into one product where they share a block type. Caches as
+    /// [`StaticLlama::load`] makes them.
+    ///
+    /// Errors: those of [`StaticLlama::load`], and a missing tensor or one whose shape is
+    /// not the configuration's (naming it).
+    pub fn load_gguf<R: Read + Seek>(
+        content: &gguf_file::Content,
+        reader: &mut R,
+        cfg: &Config,
+        (dtype, device): (DType, &Device),
+        max_len: usize,
+    ) -> AppResult<StaticLlama> {
+        let split = checked_split(cfg, max_len)?;
+        let mut file = GgufTensors {
+            content,
+            reader,
+            dtype,
+            device,
+        };
+        let (hidden, inter) = (cfg.hidden_size, cfg.intermediate_size);
+        let (q_rows, kv_rows) = (
+            split.heads * split.head_dim,
+            split.kv_heads * split.head_dim,
+        );
+        let table = file.dense("token_embd.weight", (cfg.vocab_size, hidden))?;
+        let head_name = if cfg.tie_word_embeddings {
+            "token_embd.weight"
+        } else {
+            "output.weight"
+        };
+        let lm_head = file.projection(&[(head_name, cfg.vocab_size)], hidden)?;
+        let norm = file.norm("output_norm.weight", hidden, cfg.rms_norm_eps)?;
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| {
+                let name = |part: &str| format!("blk.{i}.{part}.weight");
+                let (q, k, v) = (name("attn_q"), name("attn_k"), name("attn_v"));
+                let (gate, up) = (name("ffn_gate"), name("ffn_up"));
+                Ok(Block {
+                    input_norm: file.norm(&name("attn_norm"), hidden, cfg.rms_norm_eps)?,
+                    qkv: file.projection(&[(&q, q_rows), (&k, kv_rows), (&v, kv_rows)], hidden)?,
+                    o: file.projection(&[(&name("attn_output"), hidden)], q_rows)?,
+                    post_norm: file.norm(&name("ffn_norm"), hidden, cfg.rms_norm_eps)?,
+                    gate_up: file.projection(&[(&gate, inter), (&up, inter)], hidden)?,
+                    down: file.projection(&[(&name("ffn_down"), hidden)], inter)?,
+                })
+            })
+            .collect::<AppResult<Vec<_>>>()?;
+        let weights = Weights {
+            table,
+            lm_head,
+            norm,
+            layers,
+            interleaved_rope: true,
+        };
+        StaticLlama::new(weights, cfg, split, (dtype, device), max_len)
+    }
+
+    /// The model around `weights`: RoPE tables, zeroed caches of `max_len` positions, the
+    /// step's fixed tensors.
+    fn new(
+        weights: Weights,
+        cfg: &Config,
+        split: Split,
+        (dtype, device): (DType, &Device),
+        max_len: usize,
+    ) -> AppResult<StaticLlama> {
+        let device = device.clone();
+        let vocab = cfg.vocab_size;
         // The tables of every position the model takes (the step selects its row).
         let (cos, sin) = rope_tables(cfg, dtype, &device)?;
         let positions = PositionBuffers::new(
@@ -189,10 +301,11 @@ impl StaticLlama {
         )?;
         let step_inputs = Tensor::zeros(3, DType::U32, &device)?;
         Ok(StaticLlama {
-            embed: Embedding::new(table, hidden),
-            layers,
-            norm,
-            lm_head,
+            embed: Embedding::new(weights.table, cfg.hidden_size),
+            layers: weights.layers,
+            norm: weights.norm,
+            lm_head: weights.lm_head,
+            interleaved_rope: weights.interleaved_rope,
             cos,
             sin,
             caches: positions.caches,
@@ -449,7 +562,11 @@ impl StaticLlama {
         let (heads, kv_heads) = (self.heads, self.kv_heads);
         let (qk_width, kv_width) = ((heads + kv_heads) * head_dim, kv_heads * head_dim);
         let qk = by_head(qkv.narrow(2, 0, qk_width)?, heads + kv_heads)?;
-        let qk = candle_nn::rotary_emb::rope(&qk, &pass.cos, &pass.sin)?;
+        let qk = if self.interleaved_rope {
+            candle_nn::rotary_emb::rope_i(&qk, &pass.cos, &pass.sin)?
+        } else {
+            candle_nn::rotary_emb::rope(&qk, &pass.cos, &pass.sin)?
+        };
         let (q, k) = (qk.narrow(1, 0, heads)?, qk.narrow(1, heads, kv_heads)?);
         let v = by_head(qkv.narrow(2, qk_width, kv_width)?, kv_heads)?;
         let (keys, values) = pass.write.store(cache, &k, &v)?;
@@ -471,33 +588,141 @@ enum Input<'a> {
     Norm(&'a RmsNorm),
 }
 
-/// `linear` applied to `input` of `x`, plus `residual` when given: one launch of
-/// candle-hip's fused one-token product where it takes the operands (a token on HIP),
-/// otherwise candle-nn's ops one after the other.
+/// `projection` applied to `input` of `x`, plus `residual` when given: one launch of
+/// candle-hip's fused one-token product where it takes the operands (a dense weight and a
+/// token on HIP), otherwise the norm, the product and the addition one after the other.
 fn project(
-    linear: &Linear,
+    projection: &Projection,
     x: &Tensor,
     input: Input,
     residual: Option<&Tensor>,
 ) -> candle_core::Result<Tensor> {
-    let fused_input = match input {
-        Input::Plain => FusedInput::Plain,
-        Input::Norm(norm) => FusedInput::RmsNorm {
-            weight: norm.weight(),
-            eps: norm.eps() as f32,
-        },
-    };
-    if let Some(y) = fused_linear(x, linear.weight(), fused_input, residual)? {
-        return Ok(y);
+    if let Projection::Dense(linear) = projection {
+        let fused_input = match input {
+            Input::Plain => FusedInput::Plain,
+            Input::Norm(norm) => FusedInput::RmsNorm {
+                weight: norm.weight(),
+                eps: norm.eps() as f32,
+            },
+        };
+        if let Some(y) = fused_linear(x, linear.weight(), fused_input, residual)? {
+            return Ok(y);
+        }
     }
     let x = match input {
         Input::Plain => x.clone(),
         Input::Norm(norm) => norm.forward(x)?,
     };
-    let y = linear.forward(&x)?;
+    let y = projection.forward(&x)?;
     match residual {
         Some(r) => y + r,
         None => Ok(y),
+    }
+}
+
+/// A projection's weight, `[outputs, inputs]`.
+enum Projection {
+    /// Dense, in the model's dtype (candle-nn's `Linear`; candle-hip's fused one-token
+    /// product takes it together with the norm before it and the residual after it).
+    Dense(Linear),
+    /// GGML blocks (candle's `QMatMul`; candle-hip's quantized mat-vec on HIP), product in
+    /// the activations' dtype.
+    Quantized(QMatMul),
+    /// Products of one input concatenated along the outputs: the q, k and v (or gate and
+    /// up) matrices of a GGUF layer whose block types differ.
+    Parts(Vec<Projection>),
+}
+
+impl Module for Projection {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Projection::Dense(linear) => linear.forward(x),
+            Projection::Quantized(matmul) => matmul.forward(x),
+            Projection::Parts(parts) => {
+                let outputs = parts
+                    .iter()
+                    .map(|p| p.forward(x))
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                Tensor::cat(&outputs, D::Minus1)
+            }
+        }
+    }
+}
+
+/// The tensors of a GGUF file, read onto a device for a [`StaticLlama`].
+struct GgufTensors<'a, R> {
+    content: &'a gguf_file::Content,
+    reader: &'a mut R,
+    /// The model's dtype (of the dense tensors).
+    dtype: DType,
+    device: &'a Device,
+}
+
+impl<R: Read + Seek> GgufTensors<'_, R> {
+    /// Tensor `name` in host memory, checked to be `[rows, cols]`.
+    fn read(&mut self, name: &str, (rows, cols): (usize, usize)) -> AppResult<QTensor> {
+        let t = self.content.tensor(self.reader, name, &Device::Cpu)?;
+        if t.shape().dims() != [rows, cols] {
+            return Err(app_error(format!(
+                "tensor {name} is {:?}, the configuration makes it [{rows}, {cols}]",
+                t.shape().dims()
+            )));
+        }
+        Ok(t)
+    }
+
+    /// Tensor `name` (`[rows, cols]`) dequantized, in the model's dtype on the device.
+    fn dense(&mut self, name: &str, shape: (usize, usize)) -> AppResult<Tensor> {
+        let t = self.read(name, shape)?.dequantize(&Device::Cpu)?;
+        Ok(t.to_dtype(self.dtype)?.to_device(self.device)?)
+    }
+
+    /// The RMS norm of `size` features with weight `name`.
+    fn norm(&mut self, name: &str, size: usize, eps: f64) -> AppResult<RmsNorm> {
+        let t = self.content.tensor(self.reader, name, &Device::Cpu)?;
+        if t.shape().dims() != [size] {
+            return Err(app_error(format!(
+                "tensor {name} is {:?}, the configuration makes it [{size}]",
+                t.shape().dims()
+            )));
+        }
+        let weight = t.dequantize(&Device::Cpu)?.to_dtype(self.dtype)?;
+        Ok(RmsNorm::new(weight.to_device(self.device)?, eps))
+    }
+
+    /// The product with the matrices `parts` (name, rows) of `cols` columns stacked along
+    /// the outputs: one product of their concatenated blocks when they share a block type,
+    /// else one per matrix; matrices in a plain type (f32, f16, bf16) are dense.
+    fn projection(&mut self, parts: &[(&str, usize)], cols: usize) -> AppResult<Projection> {
+        let tensors = parts
+            .iter()
+            .map(|&(name, rows)| self.read(name, (rows, cols)))
+            .collect::<AppResult<Vec<_>>>()?;
+        let dtype = tensors[0].dtype();
+        let plain = |t: GgmlDType| matches!(t, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+        let same = tensors.iter().all(|t| t.dtype() == dtype);
+        if plain(dtype) && same {
+            let dense = tensors
+                .iter()
+                .map(|t| t.dequantize(&Device::Cpu)?.to_dtype(self.dtype))
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            let weight = Tensor::cat(&dense, 0)?.to_device(self.device)?;
+            return Ok(Projection::Dense(Linear::new(weight, None)));
+        }
+        if !same {
+            let separate = parts
+                .iter()
+                .map(|&part| self.projection(&[part], cols))
+                .collect::<AppResult<Vec<_>>>()?;
+            return Ok(Projection::Parts(separate));
+        }
+        let mut bytes = Vec::new();
+        for t in &tensors {
+            bytes.extend_from_slice(&t.data()?);
+        }
+        let rows = parts.iter().map(|&(_, rows)| rows).sum();
+        let blocks = qtensor_from_ggml(dtype, &bytes, vec![rows, cols], self.device)?;
+        Ok(Projection::Quantized(QMatMul::from_qtensor(blocks)?))
     }
 }
 
@@ -508,12 +733,12 @@ fn project(
 struct Block {
     input_norm: RmsNorm,
     /// `[q; k; v]` weights, `[(heads + 2 kv_heads) * head_dim, hidden]`.
-    qkv: Linear,
-    o: Linear,
+    qkv: Projection,
+    o: Projection,
     post_norm: RmsNorm,
     /// `[gate; up]` weights, `[2 * intermediate, hidden]`.
-    gate_up: Linear,
-    down: Linear,
+    gate_up: Projection,
+    down: Projection,
 }
 
 impl Block {
@@ -521,15 +746,16 @@ impl Block {
     fn fuse(layer: Layer) -> candle_core::Result<Block> {
         let cat = |parts: &[&Linear]| {
             let weights: Vec<&Tensor> = parts.iter().map(|l| l.weight()).collect();
-            Ok::<_, candle_core::Error>(Linear::new(Tensor::cat(&weights, 0)?, None))
+            let weight = Tensor::cat(&weights, 0)?;
+            Ok::<_, candle_core::Error>(Projection::Dense(Linear::new(weight, None)))
         };
         let attention = &layer.attention;
         let mlp = &layer.mlp;
         Ok(Block {
             qkv: cat(&[&attention.q, &attention.k, &attention.v])?,
             gate_up: cat(&[&mlp.gate, &mlp.up])?,
-            o: attention.o.clone(),
-            down: mlp.down.clone(),
+            o: Projection::Dense(attention.o.clone()),
+            down: Projection::Dense(mlp.down.clone()),
             input_norm: layer.input_norm,
             post_norm: layer.post_norm,
         })
