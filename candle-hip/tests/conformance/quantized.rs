@@ -256,9 +256,15 @@ fn quantized_matmul_within_the_block_bounds() {
     let (dev, mut t, mut rng) = start(0x5eed_0052);
     for dtype in TYPES {
         let bs = dtype.block_size().max(32);
-        // k: two blocks, a few, and more than a wave's stride of sub-blocks
-        // (even block counts: candle's CPU dot products require them).
-        for (n, k) in [(1, 2 * bs), (7, 4 * bs), (67, 2048.max(bs) + 2 * bs)] {
+        // k: two blocks, a few, more than a wave's stride of sub-blocks, and
+        // rows long enough for several waves per output (even block counts:
+        // candle's CPU dot products require them).
+        for (n, k) in [
+            (1, 2 * bs),
+            (7, 4 * bs),
+            (67, 2048.max(bs) + 2 * bs),
+            (5, 8192 + 2 * bs),
+        ] {
             for rows in [1, 2, 5, 8, 9, 33] {
                 for (x_dtype, arrange) in [
                     (DType::F32, 0),
