@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::gguf_file::{self, Value as GgufValue};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
@@ -213,7 +214,7 @@ pub fn write(shape: Shape, seed: u64, scheme: Scheme, path: &Path) -> AppResult<
         let q = match block {
             GgmlDType::F32 => QTensor::quantize(&t, GgmlDType::F32)?,
             GgmlDType::F16 => QTensor::quantize(&t.to_dtype(DType::F16)?, GgmlDType::F16)?,
-            block => QTensor::quantize(&t, block)?,
+            block => quantize_rows(&t, block)?,
         };
         tensors.push((name, q));
     }
@@ -228,6 +229,45 @@ pub fn write(shape: Shape, seed: u64, scheme: Scheme, path: &Path) -> AppResult<
         .map_err(|e| app_error(format!("cannot create {}: {e}", path.display())))?;
     gguf_file::write(&mut file, &meta_refs, &tensor_refs)?;
     Ok(bytes)
+}
+
+/// `t` (`[rows, cols]` f32, rows of whole `block` blocks) quantized by candle's quantizer,
+/// chunks of rows on all cores at once: blocks never span rows, so the bytes are those of
+/// quantizing `t` whole (an 8B shape's Q4_K matrices take minutes on one core).
+fn quantize_rows(t: &Tensor, block: GgmlDType) -> AppResult<QTensor> {
+    let (rows, cols) = t.dims2()?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = rows.div_ceil(threads).max(1);
+    let parts: Vec<AppResult<Vec<u8>>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..rows)
+            .step_by(chunk)
+            .map(|r0| {
+                scope.spawn(move || -> AppResult<Vec<u8>> {
+                    // A copy of its own: candle's quantizer reads a tensor's storage
+                    // from its start, whatever the view's offset.
+                    let part = t.narrow(0, r0, chunk.min(rows - r0))?.force_contiguous()?;
+                    Ok(QTensor::quantize(&part, block)?.data()?.into_owned())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(app_error("a quantizing thread panicked")))
+            })
+            .collect()
+    });
+    let mut bytes = Vec::new();
+    for part in parts {
+        bytes.extend_from_slice(&part?);
+    }
+    Ok(qtensor_from_ggml(
+        block,
+        &bytes,
+        vec![rows, cols],
+        &Device::Cpu,
+    )?)
 }
 
 /// A GGUF file's header, read and checked before its tensors are loaded.
@@ -366,5 +406,32 @@ impl Header {
             self.content.metadata.get(BYTE_TOKENIZER_KEY),
             Some(GgufValue::Bool(true))
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantizing_rows_in_parallel_gives_the_whole_tensors_bytes() {
+        let values: Vec<f32> = (0..37 * 512)
+            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        let t = Tensor::from_vec(values, (37, 512), &Device::Cpu).unwrap();
+        for block in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q8_0,
+            GgmlDType::Q4K,
+            GgmlDType::Q6K,
+        ] {
+            let whole = QTensor::quantize(&t, block).unwrap();
+            let rows = quantize_rows(&t, block).unwrap();
+            assert_eq!(rows.shape().dims(), [37, 512]);
+            assert_eq!(rows.dtype(), block);
+            let (a, b) = (rows.data().unwrap(), whole.data().unwrap());
+            let first = a.iter().zip(b.iter()).position(|(x, y)| x != y);
+            assert!(a == b, "{block:?}: first difference at byte {first:?}");
+        }
     }
 }
