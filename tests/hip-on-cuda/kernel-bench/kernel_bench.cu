@@ -254,6 +254,15 @@ static double time_graph(cudaStream_t s, F launches, int reps = 20) {
   return times[times.size() / 2] * 1e3;
 }
 
+// The Llama shapes whose decode products the gemv and qmv modes time.
+struct DecodeShape {
+  const char* name;
+  int layers;
+  uint32_t hidden, inter, q, kv, vocab;
+};
+static const DecodeShape kDecodeShapes[] = {{"llama-3.2-1b", 16, 2048, 8192, 2048, 512, 128256},
+                                            {"llama-3.1-8b", 32, 4096, 14336, 4096, 1024, 128256}};
+
 // ---------------------------------------------------------------------------
 // gemv_fused
 
@@ -304,14 +313,7 @@ static void gemv_bench(const std::vector<Variant>& variants) {
   printf("copy rate %.0f GB/s, %d SMs; us per launch (GB/s, %% of the copy rate)\n", rate, g_sms);
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  struct Shape {
-    const char* name;
-    int layers;
-    uint32_t hidden, inter, q, kv, vocab;
-  };
-  const Shape shapes[] = {{"llama-3.2-1b", 16, 2048, 8192, 2048, 512, 128256},
-                          {"llama-3.1-8b", 32, 4096, 14336, 4096, 1024, 128256}};
-  for (const Shape& sh : shapes) {
+  for (const DecodeShape& sh : kDecodeShapes) {
     // The first four are a layer's products in order; the SwiGLU variant
     // of the down product reuses the down weights.
     const Product products[] = {{"norm+qkv", sh.q + 2 * sh.kv, sh.hidden, 1, false},
@@ -565,14 +567,7 @@ static void qmv_bench(const std::vector<Variant>& variants) {
          rate, g_sms);
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  struct Shape {
-    const char* name;
-    int layers;
-    uint32_t hidden, inter, q, kv, vocab;
-  };
-  const Shape shapes[] = {{"llama-3.2-1b", 16, 2048, 8192, 2048, 512, 128256},
-                          {"llama-3.1-8b", 32, 4096, 14336, 4096, 1024, 128256}};
-  for (const Shape& sh : shapes) {
+  for (const DecodeShape& sh : kDecodeShapes) {
     struct QProduct {
       const char* name;
       uint32_t n, k;

@@ -691,17 +691,32 @@ impl<R: Read + Seek> GgufTensors<'_, R> {
     }
 
     /// The product with the matrices `parts` (name, rows) of `cols` columns stacked along
-    /// the outputs: one product of their concatenated blocks when they share a block type,
-    /// else one per matrix; matrices in a plain type (f32, f16, bf16) are dense.
+    /// the outputs: one product when they share a block type ([`GgufTensors::stacked`]),
+    /// else one per matrix, their outputs concatenated.
     fn projection(&mut self, parts: &[(&str, usize)], cols: usize) -> AppResult<Projection> {
         let tensors = parts
             .iter()
             .map(|&(name, rows)| self.read(name, (rows, cols)))
             .collect::<AppResult<Vec<_>>>()?;
-        let dtype = tensors[0].dtype();
-        let plain = |t: GgmlDType| matches!(t, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
-        let same = tensors.iter().all(|t| t.dtype() == dtype);
-        if plain(dtype) && same {
+        if tensors.windows(2).all(|w| w[0].dtype() == w[1].dtype()) {
+            return self.stacked(&tensors);
+        }
+        let separate = tensors
+            .iter()
+            .map(|t| self.stacked(std::slice::from_ref(t)))
+            .collect::<AppResult<Vec<_>>>()?;
+        Ok(Projection::Parts(separate))
+    }
+
+    /// `tensors` (one GGML type, `[rows_i, cols]` each) stacked along the outputs into one
+    /// projection on the device: dense in the model's dtype for a plain type (f32, f16,
+    /// bf16), else their blocks concatenated (a row's blocks are contiguous).
+    fn stacked(&self, tensors: &[QTensor]) -> AppResult<Projection> {
+        let Some(first) = tensors.first() else {
+            return Err(app_error("a projection needs at least one matrix"));
+        };
+        let (dtype, cols) = (first.dtype(), first.shape().dims()[1]);
+        if matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16) {
             let dense = tensors
                 .iter()
                 .map(|t| t.dequantize(&Device::Cpu)?.to_dtype(self.dtype))
@@ -709,18 +724,11 @@ impl<R: Read + Seek> GgufTensors<'_, R> {
             let weight = Tensor::cat(&dense, 0)?.to_device(self.device)?;
             return Ok(Projection::Dense(Linear::new(weight, None)));
         }
-        if !same {
-            let separate = parts
-                .iter()
-                .map(|&part| self.projection(&[part], cols))
-                .collect::<AppResult<Vec<_>>>()?;
-            return Ok(Projection::Parts(separate));
-        }
         let mut bytes = Vec::new();
-        for t in &tensors {
+        for t in tensors {
             bytes.extend_from_slice(&t.data()?);
         }
-        let rows = parts.iter().map(|&(_, rows)| rows).sum();
+        let rows = tensors.iter().map(|t| t.shape().dims()[0]).sum();
         let blocks = qtensor_from_ggml(dtype, &bytes, vec![rows, cols], self.device)?;
         Ok(Projection::Quantized(QMatMul::from_qtensor(blocks)?))
     }

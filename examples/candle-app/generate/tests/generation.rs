@@ -12,7 +12,9 @@ use candle_core::{DType, Device, Tensor};
 
 mod common;
 
-use common::{divergence, greedy, relative_difference, teacher_forced, worst_step_difference};
+use common::{
+    divergence, greedy, relative_difference, same_prefix, teacher_forced, worst_step_difference,
+};
 
 const SEED: u64 = 20_261_123;
 
@@ -302,12 +304,7 @@ fn hip_flash_attention_keeps_the_greedy_tokens() {
         let reference =
             generation::generate(&mut plain, &p, &greedy(64), true, |_| Ok(())).unwrap();
         let free = generation::generate(&mut fused, &p, &greedy(64), false, |_| Ok(())).unwrap();
-        let same_run = free
-            .generated
-            .iter()
-            .zip(&reference.generated)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let same_run = same_prefix(&free.generated, &reference.generated);
         let forced = teacher_forced(&mut fused, &p, &reference.generated);
         let worst = worst_step_difference(&forced, &reference.logits);
         let label = format!("{dtype:?}");

@@ -19,7 +19,7 @@ use candle_core::{DType, Device};
 
 mod common;
 
-use common::{divergence, greedy, teacher_forced, worst_step_difference};
+use common::{divergence, greedy, same_prefix, teacher_forced, worst_step_difference};
 
 const SEED: u64 = 20_261_123;
 
@@ -151,12 +151,7 @@ fn hip_matches_the_cpu_on_the_same_gguf_for_64_greedy_steps() {
             generation::generate(&mut cpu_model, &prompt(), &greedy(64), true, |_| Ok(())).unwrap();
         let free = generation::generate(&mut hip_model, &prompt(), &greedy(64), false, |_| Ok(()))
             .unwrap();
-        let same_run = free
-            .generated
-            .iter()
-            .zip(&cpu.generated)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let same_run = same_prefix(&free.generated, &cpu.generated);
         // Fed the CPU's tokens, step by step, the logits of every step. Both round the
         // activations to 8 bits the same way and take the same integer products, but the
         // float sums before a rounding differ in order: a last-bit difference moves an
@@ -197,12 +192,7 @@ fn graph_against_quantized_llama(device: &Device, schemes: &[&str]) -> Vec<(f32,
         );
         let free =
             generation::generate(&mut graph, &prompt(), &greedy(64), false, |_| Ok(())).unwrap();
-        let same_run = free
-            .generated
-            .iter()
-            .zip(&cpu.generated)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let same_run = same_prefix(&free.generated, &cpu.generated);
         let forced = teacher_forced(&mut graph, &prompt(), &cpu.generated);
         let worst = worst_step_difference(&forced, &cpu.logits);
         println!(

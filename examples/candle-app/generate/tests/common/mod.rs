@@ -13,6 +13,11 @@ pub fn greedy(max_tokens: usize) -> Settings {
     }
 }
 
+/// How many tokens `got` and `want` agree on from the start.
+pub fn same_prefix(got: &[u32], want: &[u32]) -> usize {
+    got.iter().zip(want).take_while(|(a, b)| a == b).count()
+}
+
 /// Largest |a - b| over largest |b|.
 pub fn relative_difference(a: &[f32], b: &[f32]) -> f32 {
     let diff = a
