@@ -23,7 +23,8 @@
 #       each shape (default llama-3.2-1b) written as a GGUF file per scheme (default
 #       q4_0,q8_0,q4k), decoded through a captured graph (--gguf --graph, bf16
 #       activations) and through quantized_llama (eager, f32): batch 1, prompt 128,
-#       128 new tokens; rows to <outdir>/gguf-graph.jsonl.
+#       128 new tokens; rows to <outdir>/gguf-graph.jsonl (Candle-CUDA's to
+#       gguf-graph-candle-cuda.jsonl).
 #   generation.sh graph <outdir> [shapes]
 #       decode through a captured HIP graph (--graph) against eager decode, for each
 #       shape (default llama-3.2-1b,llama-3.1-8b; seeded bf16 weights built on the GPU),
@@ -88,7 +89,7 @@ elif [[ "${CANDLE_CUDA:-1}" != 0 && -f "$here/candle-cuda-bench.xz" ]]; then
             mv "$work/candle-cuda-bench.part" "$work/candle-cuda-bench"
     fi
     [[ -x "$work/candle-cuda-bench" ]] && candle_cuda="$work/candle-cuda-bench"
-elif [[ "${CANDLE_CUDA:-1}" != 0 && "$mode" =~ ^(bench|gguf-bench|graph)$ ]]; then
+elif [[ "${CANDLE_CUDA:-1}" != 0 && "$mode" =~ ^(bench|gguf-bench|gguf-graph|graph)$ ]]; then
     echo "note: candle-cuda-bench is not staged (STAGE_CANDLE_CUDA=1 stage.sh stages it);" \
         "no Candle-CUDA rows"
 fi
@@ -216,6 +217,11 @@ gguf-graph)
             step "gguf-eager-$shape-$scheme" "$here/generate" bench --gguf "$file" \
                 --device hip --batch 1 --prompt-len 128 --new-tokens 128 --iters 2 \
                 --json "$rows"
+            if [[ -n "$candle_cuda" ]]; then
+                cuda_step "gguf-candle-cuda-$shape-$scheme" "$candle_cuda" bench --gguf "$file" \
+                    --batch 1 --prompt-len 128 --new-tokens 128 --iters 2 \
+                    --json "$out/gguf-graph-candle-cuda.jsonl"
+            fi
             rm -f "$file"
         done
     done
