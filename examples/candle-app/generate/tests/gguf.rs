@@ -86,11 +86,18 @@ fn bad_gguf_files_are_clear_errors() {
         Scheme::Uniform(candle_core::quantized::GgmlDType::Q4_0),
     );
     let bytes = std::fs::read(&path).unwrap();
+    // The same error through quantized_llama and through the graph model's own loader.
     let err = |p: &Path| {
-        Model::load(&Source::Gguf(p.to_path_buf()), DType::F32, &Device::Cpu)
+        let source = Source::Gguf(p.to_path_buf());
+        let eager = Model::load(&source, DType::F32, &Device::Cpu)
             .err()
             .expect("an error")
-            .to_string()
+            .to_string();
+        let graph = Model::load_graph_decode(&source, DType::F32, &Device::Cpu)
+            .err()
+            .expect("an error from the graph loader")
+            .to_string();
+        [eager, graph]
     };
 
     // Truncated inside the tensor before the last (quantized_llama takes the token
@@ -99,8 +106,9 @@ fn bad_gguf_files_are_clear_errors() {
     let cut = temp_file("truncated");
     let output_bytes = 258 * 256 / 32 * 18;
     std::fs::write(&cut, &bytes[..bytes.len() - output_bytes - 200]).unwrap();
-    let e = err(&cut);
-    assert!(e.contains("tensor ") && e.contains("bytes"), "{e}");
+    for e in err(&cut) {
+        assert!(e.contains("tensor ") && e.contains("bytes"), "{e}");
+    }
 
     // An unknown block type code in the tensor table: the error names the tensor.
     let mut file = std::fs::File::open(&path).unwrap();
@@ -121,8 +129,9 @@ fn bad_gguf_files_are_clear_errors() {
     odd[type_at..type_at + 4].copy_from_slice(&77u32.to_le_bytes());
     let bad_type = temp_file("badtype");
     std::fs::write(&bad_type, &odd).unwrap();
-    let e = err(&bad_type);
-    assert!(e.contains(name.as_str()), "{e}");
+    for e in err(&bad_type) {
+        assert!(e.contains(name.as_str()), "{e}");
+    }
 
     // Not a GGUF file; no tokenizer next to a file that needs one.
     let junk = temp_file("junk");
@@ -130,9 +139,12 @@ fn bad_gguf_files_are_clear_errors() {
         .unwrap()
         .write_all(b"not a gguf file at all")
         .unwrap();
-    assert!(err(&junk).contains("GGUF"), "{}", err(&junk));
     let missing = temp_file("missing");
-    assert!(err(&missing).contains("missing"), "{}", err(&missing));
+    for (file, what) in [(&junk, "GGUF"), (&missing, "missing")] {
+        for e in err(file) {
+            assert!(e.contains(what), "{e}");
+        }
+    }
 
     for p in [path, cut, bad_type, junk] {
         let _ = std::fs::remove_file(p);
