@@ -368,15 +368,7 @@ impl Header {
                 hidden / heads
             )));
         }
-        let vocab = match self.content.tensor_infos.get("token_embd.weight") {
-            Some(info) => info.shape.dims()[0],
-            None => {
-                return Err(app_error(format!(
-                    "{}: no token_embd.weight",
-                    path.display()
-                )));
-            }
-        };
+        let vocab = self.vocab(path)?;
         Ok(Config {
             hidden_size: hidden,
             intermediate_size: size("feed_forward_length")?,
@@ -398,6 +390,16 @@ impl Header {
             max_position_embeddings: size("context_length")?,
             tie_word_embeddings: !self.content.tensor_infos.contains_key("output.weight"),
         })
+    }
+
+    /// The vocabulary size: the rows of `token_embd.weight`. `path` names the file in
+    /// errors.
+    pub fn vocab(&self, path: &Path) -> AppResult<usize> {
+        self.content
+            .tensor_infos
+            .get("token_embd.weight")
+            .and_then(|info| info.shape.dims().first().copied())
+            .ok_or_else(|| app_error(format!("{}: no token_embd.weight", path.display())))
     }
 
     /// Whether the file marks the byte-level tokenizer of the seeded models.

@@ -350,15 +350,7 @@ impl Model {
                 .ok_or_else(|| app_error(format!("{}: no {arch_name}.{key}", path.display())))
         };
         let max_positions = number("context_length")?;
-        let vocab = match header.content.tensor_infos.get("token_embd.weight") {
-            Some(info) => info.shape.dims()[0],
-            None => {
-                return Err(app_error(format!(
-                    "{}: no token_embd.weight",
-                    path.display()
-                )));
-            }
-        };
+        let vocab = header.vocab(path)?;
         let eos: Vec<u32> = header
             .number("tokenizer.ggml.eos_token_id")
             .map(|v| v as u32)
