@@ -298,3 +298,16 @@ impl QuantizedStorage {
         Ok(y)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constants_match_quantized_hip() {
+        assert_eq!(
+            candle_hip_kernels::QUANTIZED.define("CH_QACT_PER_LANE"),
+            Some(ACT_PER_LANE.to_string().as_str())
+        );
+    }
+}
