@@ -338,7 +338,7 @@ impl Header {
     /// embeddings tied. `path` names the file in errors.
     ///
     /// Errors: another architecture, a missing or zero size, a RoPE dimension other than
-    /// the head's.
+    /// the head's, no epsilon.
     pub fn llama_config(&self, path: &Path) -> AppResult<Config> {
         if self.arch != "llama" {
             return Err(app_error(format!(
@@ -347,12 +347,9 @@ impl Header {
                 self.arch
             )));
         }
-        let size = |key: &str| match self.number(&format!("llama.{key}")) {
-            Some(n) if n > 0 => Ok(n as usize),
-            _ => Err(app_error(format!(
-                "{}: no llama.{key} (or 0)",
-                path.display()
-            ))),
+        let size = |key: &str| match self.arch_number(path, key)? {
+            0 => Err(app_error(format!("{}: llama.{key} is 0", path.display()))),
+            n => Ok(n as usize),
         };
         let float = |key: &str| match self.content.metadata.get(&format!("llama.{key}")) {
             Some(GgufValue::F32(v)) => Some(*v),
@@ -390,6 +387,13 @@ impl Header {
             max_position_embeddings: size("context_length")?,
             tie_word_embeddings: !self.content.tensor_infos.contains_key("output.weight"),
         })
+    }
+
+    /// The metadata number `<architecture>.key`. `path` names the file in errors.
+    pub fn arch_number(&self, path: &Path, key: &str) -> AppResult<u64> {
+        let full = format!("{}.{key}", self.arch);
+        self.number(&full)
+            .ok_or_else(|| app_error(format!("{}: no {full}", path.display())))
     }
 
     /// The vocabulary size: the rows of `token_embd.weight`. `path` names the file in

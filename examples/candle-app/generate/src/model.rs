@@ -256,10 +256,10 @@ impl Model {
     ///
     /// Errors: an architecture other than Llama, a dtype the device cannot compute in.
     pub fn load_graph_decode(source: &Source, dtype: DType, device: &Device) -> AppResult<Model> {
-        check_dtype(dtype, device)?;
         if let Source::Gguf(path) = source {
             return Model::load_gguf(path, device, Some(dtype));
         }
+        check_dtype(dtype, device)?;
         let opened = Opened::new(source, dtype)?;
         let about = opened.about()?;
         if about.arch != Arch::Llama {
@@ -343,13 +343,7 @@ impl Model {
             None => None,
         };
         let arch_name = header.arch.clone();
-        let number = |key: &str| {
-            header
-                .number(&format!("{arch_name}.{key}"))
-                .map(|v| v as usize)
-                .ok_or_else(|| app_error(format!("{}: no {arch_name}.{key}", path.display())))
-        };
-        let max_positions = number("context_length")?;
+        let max_positions = header.arch_number(path, "context_length")? as usize;
         let vocab = header.vocab(path)?;
         let eos: Vec<u32> = header
             .number("tokenizer.ggml.eos_token_id")
