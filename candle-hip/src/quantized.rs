@@ -34,7 +34,6 @@ use candle_core::{DType, Layout, Shape};
 use crate::error::{Result, hip, invalid};
 use crate::kernel::catalogue as cat;
 use crate::kernel::grid;
-use crate::kernel::header::ELEM_BLOCK;
 use crate::kernel::launch::to_u32;
 use crate::ops::copy::Dense;
 use crate::{HipDevice, HipStorage, size};
@@ -49,12 +48,29 @@ const SUB: usize = 32;
 /// Activations each thread of `quantize_act_*` rounds (`CH_QACT_PER_LANE`).
 const ACT_PER_LANE: usize = 8;
 
+/// Outputs each wave of `qmatvec_*` computes (`CH_QMATVEC_OUTS`).
+const MATVEC_OUTS_PER_WAVE: u32 = 2;
+
+/// Threads per block of `qmatvec_*`: few waves per block, so that the last
+/// blocks of a product leave little of the device idle (the kernel bench's
+/// `qmv` mode measured 4 NVIDIA warps per block faster than 8 with two
+/// outputs per wave).
+const MATVEC_BLOCK: u32 = 128;
+
+/// Zero bytes after the blocks of every allocation: the mat-vec reads a
+/// block's integers as whole aligned words, up to 4 bytes past the last
+/// block (`q_words` in `quantized.hip`).
+const Q_PAD: usize = 16;
+
 /// The blocks of one quantized tensor on a HIP device.
 #[derive(Debug)]
 pub struct QuantizedStorage {
     dtype: GgmlDType,
-    /// The blocks as bytes (u8), or for f32/f16/bf16 the values themselves.
+    /// The blocks as bytes (u8), or for f32/f16/bf16 the values themselves,
+    /// then `Q_PAD` zero bytes.
     data: HipStorage,
+    /// The size of the blocks in bytes, without the padding.
+    bytes: usize,
 }
 
 /// The candle dtype a plain GGML type stores its values in.
@@ -81,11 +97,15 @@ impl QuantizedStorage {
                 ),
             ));
         }
-        let buffer = device.stream().clone_htod(data).map_err(hip)?;
+        let stream = device.stream();
+        let padded = size::add(OP, "the blocks", data.len(), Q_PAD)?;
+        let mut buffer = stream.alloc_zeros::<u8>(padded).map_err(hip)?;
+        stream.memcpy_htod(data, &mut buffer).map_err(hip)?;
         let stored = plain_dtype(dtype).unwrap_or(DType::U8);
         Ok(Self {
             dtype,
             data: HipStorage::new(buffer, stored, device.clone()),
+            bytes: data.len(),
         })
     }
 
@@ -101,16 +121,15 @@ impl QuantizedStorage {
 
     /// The size of the blocks in bytes.
     pub fn size_in_bytes(&self) -> usize {
-        self.data.buffer().len()
+        self.bytes
     }
 
     /// The blocks copied to host memory, in GGML's layout.
     pub fn to_host(&self) -> Result<Vec<u8>> {
         let mut bytes = vec![0u8; self.size_in_bytes()];
         let stream = self.device().stream();
-        stream
-            .memcpy_dtoh(self.data.buffer(), &mut bytes)
-            .map_err(hip)?;
+        let blocks = self.data.buffer().slice(..self.bytes).map_err(hip)?;
+        stream.memcpy_dtoh(&blocks, &mut bytes).map_err(hip)?;
         Ok(bytes)
     }
 
@@ -282,18 +301,19 @@ impl QuantizedStorage {
         );
         let yv = y.view_range_mut(OP, 0, out_count)?;
         let (n32, k32) = (to_u32(OP, "n", n)?, to_u32(OP, "k", k)?);
-        // One wave per output: n / waves per block stays far below the
-        // grid's limit for a 32-bit n.
-        let waves_per_block = (ELEM_BLOCK / launcher.wave_size().max(1)).max(1);
-        let cfg = grid::linear(u64::from(n32.div_ceil(waves_per_block)), ELEM_BLOCK);
+        // One wave per MATVEC_OUTS_PER_WAVE outputs: n / outputs per block
+        // stays far below the grid's limit for a 32-bit n.
+        let waves_per_block = (MATVEC_BLOCK / launcher.wave_size().max(1)).max(1);
+        let outs_per_block = waves_per_block * MATVEC_OUTS_PER_WAVE;
+        let cfg = grid::linear(u64::from(n32.div_ceil(outs_per_block)), MATVEC_BLOCK);
         let rows32 = to_u32(OP, "rows", rows)?;
         let kernel = cat::QMATVEC.quantized(OP, self.dtype, x.dtype())?;
         // SAFETY: qmatvec_<q>_<dtype>(const u8* w, const i8* q, const float*
         // d, const float* s, T* y, u32 n, u32 k, u32 rows): w (the start of
-        // a fresh allocation, so 4-byte aligned) holds n rows of k / QK
-        // blocks, q rows * k bytes (fresh, so 16-byte aligned), d and s
-        // rows * k / 32 f32, y rows * n values (checked views); one wave per
-        // output.
+        // a fresh allocation, so 16-byte aligned, Q_PAD bytes after the
+        // blocks) holds n rows of k / QK blocks, q rows * k bytes (fresh,
+        // so 16-byte aligned), d and s rows * k / 32 f32, y rows * n values
+        // (checked views); one wave per MATVEC_OUTS_PER_WAVE outputs.
         unsafe { launcher.launch(kernel, cfg, &[&w, &qv, &dv, &sv, &yv, &n32, &k32, &rows32]) }?;
         Ok(y)
     }
@@ -308,6 +328,10 @@ mod tests {
         assert_eq!(
             candle_hip_kernels::QUANTIZED.define("CH_QACT_PER_LANE"),
             Some(ACT_PER_LANE.to_string().as_str())
+        );
+        assert_eq!(
+            candle_hip_kernels::QUANTIZED.define("CH_QMATVEC_OUTS"),
+            Some(MATVEC_OUTS_PER_WAVE.to_string().as_str())
         );
     }
 }

@@ -29,17 +29,19 @@
 // bit; `ints` gives the same 32 values as the integers of the block format,
 // and `combine` turns their integer dot products with the activations into
 // the sub-block's share of candle's `vec_dot` (the same integers and scale
-// products; only the order of the float sums differs). Blocks are read in
-// 16- or 32-bit words (`q_word`): most block sizes are not multiples of 4.
+// products; only the order of the float sums differs). `ints` reads whole
+// aligned words (`q_words`): most block sizes are not multiples of 4.
 //
 // Dequantization: one thread per sub-block, 32 values stored in 16-byte
 // packs. Activation rounding: CH_QACT_PER_LANE values per thread, a group of
-// adjacent lanes per block. The product: one wave per output j; its lanes
-// take the sub-blocks of row j in turn (adjacent lanes read adjacent bytes),
-// CH_QMATVEC_UNROLL at a time, for up to CH_QMATVEC_ROWS rows of activations
-// at a time, and the wave sums its lanes. The host guarantees: w 4-byte
-// aligned, k a multiple of the block size, q 16-byte aligned with rows * k
-// values, d and s rows * k / 32.
+// adjacent lanes per block. The product: one wave per CH_QMATVEC_OUTS
+// outputs j; its lanes take the sub-blocks of those rows in turn (adjacent
+// lanes read adjacent blocks), CH_QMATVEC_UNROLL at a time, for up to
+// CH_QMATVEC_ROWS rows of activations at a time (each activation load
+// serving every output of the wave), and the wave sums its lanes. The host
+// guarantees: w 16-byte aligned and followed by at least 4 readable bytes, k
+// a multiple of the block size, q 16-byte aligned with rows * k values, d
+// and s rows * k / 32.
 
 #include "common.h"
 
@@ -47,6 +49,11 @@
 // Sub-blocks a lane of the mat-vec has in flight at once.
 #ifndef CH_QMATVEC_UNROLL
 #define CH_QMATVEC_UNROLL 2
+#endif
+// Outputs (rows of the weight) each wave of the mat-vec computes, sharing
+// its activation loads (quantized.rs MATVEC_OUTS_PER_WAVE).
+#ifndef CH_QMATVEC_OUTS
+#define CH_QMATVEC_OUTS 2
 #endif
 
 // a * b rounded on its own: never fused with a neighbouring add into an FMA,
@@ -89,6 +96,17 @@ __device__ __forceinline__ float q_f32(const ch_u8* p) {
   return b.f;
 }
 
+// An f16 scale of a block at p (2-byte aligned) as f32 for the mat-vec: the
+// target's own conversion, exact for every finite value and infinity. Only a
+// NaN's payload may differ from q_half's, and a NaN scale makes the product
+// NaN either way.
+__device__ __forceinline__ float q_scale(const ch_u8* p) {
+  return Num<ch_f16>::to_f32(*reinterpret_cast<const ch_f16*>(p));
+}
+
+// The f32 scale of a q8k block (at a 4-byte aligned p).
+__device__ __forceinline__ float q_scale_f32(const ch_u8* p) { return *reinterpret_cast<const float*>(p); }
+
 // The 6-bit scale and min j (< 8) of the 12 packed bytes of a q4k/q5k block.
 __device__ __forceinline__ void q_scale_min_k4(int j, const ch_u8* q, int& sc, int& m) {
   if (j < 4) {
@@ -117,6 +135,40 @@ __device__ __forceinline__ ch_u32 q_word(const ch_u8* p) {
   if (BYTES % 4 == 0) return *reinterpret_cast<const ch_u32*>(p);
   const ch_u16* h = reinterpret_cast<const ch_u16*>(p);
   return (ch_u32)h[0] | ((ch_u32)h[1] << 16);
+}
+
+// The N little-endian words from p on, p in a block of BYTES bytes (the
+// mat-vec's loads of a block's integers):
+// - BYTES and p's offset in its block multiples of 16 (q4k, q5k): 16-byte
+//   loads (rows start 16-byte aligned);
+// - BYTES a multiple of 4: one 32-bit load per word;
+// - else (p 2-byte aligned): the N + 1 aligned words around them, shifted
+//   into place. The last may lie past the field, at most 4 bytes past the
+//   blocks: the host pads every weight allocation (quantized.rs Q_PAD).
+template <int N, int BYTES>
+__device__ __forceinline__ void q_words(const ch_u8* p, ch_u32* w) {
+  if (BYTES % 16 == 0 && N % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const Pack<ch_u32, 4> v = reinterpret_cast<const Pack<ch_u32, 4>*>(p)[i];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) w[4 * i + e] = v.v[e];
+    }
+    return;
+  }
+  if (BYTES % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) w[i] = reinterpret_cast<const ch_u32*>(p)[i];
+    return;
+  }
+  const ch_u64 at = reinterpret_cast<ch_u64>(p);
+  const ch_u32* a = reinterpret_cast<const ch_u32*>(at & ~(ch_u64)3);
+  const ch_u32 shift = (ch_u32)(at & 2) * 8;
+  ch_u32 v[N + 1];
+#pragma unroll
+  for (int i = 0; i <= N; ++i) v[i] = a[i];
+#pragma unroll
+  for (int i = 0; i < N; ++i) w[i] = (ch_u32)((((ch_u64)v[i + 1] << 32) | v[i]) >> shift);
 }
 
 // Each byte of w (at most 0x7f) minus c, as signed bytes: the high bit set
@@ -168,15 +220,17 @@ struct Q4_0 {
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
+    ch_u32 qs[4];
+    q_words<4, BYTES>(b + 2, qs);
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
-      const ch_u32 q = q_word<BYTES>(b + 2 + 4 * p);
+      const ch_u32 q = qs[p];
       w[p] = q_sub_bytes(q & 0x0f0f0f0fu, 8);
       w[4 + p] = q_sub_bytes((q >> 4) & 0x0f0f0f0fu, 8);
     }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
-    return (float)(i0 + i1) * q_half(b) * dx;
+    return (float)(i0 + i1) * q_scale(b) * dx;
   }
 };
 
@@ -192,15 +246,17 @@ struct Q4_1 {
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
+    ch_u32 qs[4];
+    q_words<4, BYTES>(b + 4, qs);
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
-      const ch_u32 q = q_word<BYTES>(b + 4 + 4 * p);
+      const ch_u32 q = qs[p];
       w[p] = q & 0x0f0f0f0fu;
       w[4 + p] = (q >> 4) & 0x0f0f0f0fu;
     }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float sx) {
-    return (float)(i0 + i1) * q_half(b) * dx + q_half(b + 2) * sx;
+    return (float)(i0 + i1) * q_scale(b) * dx + q_scale(b + 2) * sx;
   }
 };
 
@@ -218,16 +274,18 @@ struct Q5_0 {
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
-    const ch_u32 qh = q_word<BYTES>(b + 2);
+    ch_u32 words[5];
+    q_words<5, BYTES>(b + 2, words);
+    const ch_u32 qh = words[0];
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
-      const ch_u32 q = q_word<BYTES>(b + 6 + 4 * p);
+      const ch_u32 q = words[1 + p];
       w[p] = q_sub_bytes((q & 0x0f0f0f0fu) | q_bits_to_16s(qh >> (4 * p)), 16);
       w[4 + p] = q_sub_bytes(((q >> 4) & 0x0f0f0f0fu) | q_bits_to_16s(qh >> (16 + 4 * p)), 16);
     }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
-    return (float)(i0 + i1) * q_half(b) * dx;
+    return (float)(i0 + i1) * q_scale(b) * dx;
   }
 };
 
@@ -245,16 +303,18 @@ struct Q5_1 {
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
-    const ch_u32 qh = q_word<BYTES>(b + 4);
+    ch_u32 words[5];
+    q_words<5, BYTES>(b + 4, words);
+    const ch_u32 qh = words[0];
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
-      const ch_u32 q = q_word<BYTES>(b + 8 + 4 * p);
+      const ch_u32 q = words[1 + p];
       w[p] = (q & 0x0f0f0f0fu) | q_bits_to_16s(qh >> (4 * p));
       w[4 + p] = ((q >> 4) & 0x0f0f0f0fu) | q_bits_to_16s(qh >> (16 + 4 * p));
     }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float sx) {
-    return (float)(i0 + i1) * q_half(b) * dx + q_half(b + 2) * sx;
+    return (float)(i0 + i1) * q_scale(b) * dx + q_scale(b + 2) * sx;
   }
 };
 
@@ -269,11 +329,10 @@ struct Q8 {
     for (int t = 0; t < 32; ++t) y[t] = q_mul((float)(signed char)b[OFFSET + t], d);
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
-#pragma unroll
-    for (int p = 0; p < 8; ++p) w[p] = q_word<BYTES>(b + OFFSET + 4 * p);
+    q_words<8, BYTES>(b + OFFSET, w);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
-    return (float)(i0 + i1) * q_half(b) * dx;
+    return (float)(i0 + i1) * q_scale(b) * dx;
   }
 };
 typedef Q8<2> Q8_0;
@@ -300,14 +359,14 @@ struct Q2K {
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
-    const ch_u8* qs = b + 16 + 32 * (s / 4);
+    q_words<8, BYTES>(b + 16 + 32 * (s / 4), w);
     const int shift = 2 * (s % 4);
 #pragma unroll
-    for (int p = 0; p < 8; ++p) w[p] = (q_word<BYTES>(qs + 4 * p) >> shift) & 0x03030303u;
+    for (int p = 0; p < 8; ++p) w[p] = (w[p] >> shift) & 0x03030303u;
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     const int sc0 = b[2 * s], sc1 = b[2 * s + 1];
-    const float dall = dx * q_half(b + 80), dmin = dx * q_half(b + 82);
+    const float dall = dx * q_scale(b + 80), dmin = dx * q_scale(b + 82);
     return dall * (float)((sc0 & 0xf) * i0 + (sc1 & 0xf) * i1) - dmin * (float)((sc0 >> 4) * x0 + (sc1 >> 4) * x1);
   }
 };
@@ -334,17 +393,16 @@ struct Q3K {
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
-    const ch_u8* qs = b + 32 + 32 * (s / 4);
+    ch_u32 hmask[8];
+    q_words<8, BYTES>(b, hmask);
+    q_words<8, BYTES>(b + 32 + 32 * (s / 4), w);
     const int shift = 2 * (s % 4);
 #pragma unroll
-    for (int p = 0; p < 8; ++p) {
-      const ch_u32 high = (q_word<BYTES>(b + 4 * p) >> s) & 0x01010101u;
-      w[p] = q_sub_bytes(((q_word<BYTES>(qs + 4 * p) >> shift) & 0x03030303u) | (high << 2), 4);
-    }
+    for (int p = 0; p < 8; ++p) w[p] = q_sub_bytes(((w[p] >> shift) & 0x03030303u) | (((hmask[p] >> s) & 0x01010101u) << 2), 4);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int, int, float dx, float) {
     const int sc0 = q_scale_k3(2 * s, b + 96) - 32, sc1 = q_scale_k3(2 * s + 1, b + 96) - 32;
-    return q_half(b + 108) * dx * (float)(sc0 * i0 + sc1 * i1);
+    return q_scale(b + 108) * dx * (float)(sc0 * i0 + sc1 * i1);
   }
 };
 
@@ -362,15 +420,15 @@ struct Q4K {
     for (int t = 0; t < 32; ++t) y[t] = q_mul(d1, (float)((qs[t] >> shift) & 0xf)) - m1;
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
-    const ch_u8* qs = b + 16 + 32 * (s / 2);
+    q_words<8, BYTES>(b + 16 + 32 * (s / 2), w);
     const int shift = 4 * (s % 2);
 #pragma unroll
-    for (int p = 0; p < 8; ++p) w[p] = (q_word<BYTES>(qs + 4 * p) >> shift) & 0x0f0f0f0fu;
+    for (int p = 0; p < 8; ++p) w[p] = (w[p] >> shift) & 0x0f0f0f0fu;
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     int sc, m;
     q_scale_min_k4(s, b + 4, sc, m);
-    return q_half(b) * dx * (float)(sc * (i0 + i1)) - q_half(b + 2) * dx * (float)(m * (x0 + x1));
+    return q_scale(b) * dx * (float)(sc * (i0 + i1)) - q_scale(b + 2) * dx * (float)(m * (x0 + x1));
   }
 };
 
@@ -392,18 +450,17 @@ struct Q5K {
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
-    const ch_u8* qs = b + 48 + 32 * (s / 2);
+    ch_u32 qh[8];
+    q_words<8, BYTES>(b + 16, qh);
+    q_words<8, BYTES>(b + 48 + 32 * (s / 2), w);
     const int shift = 4 * (s % 2);
 #pragma unroll
-    for (int p = 0; p < 8; ++p) {
-      const ch_u32 high = (q_word<BYTES>(b + 16 + 4 * p) >> s) & 0x01010101u;
-      w[p] = ((q_word<BYTES>(qs + 4 * p) >> shift) & 0x0f0f0f0fu) | (high << 4);
-    }
+    for (int p = 0; p < 8; ++p) w[p] = ((w[p] >> shift) & 0x0f0f0f0fu) | (((qh[p] >> s) & 0x01010101u) << 4);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     int sc, m;
     q_scale_min_k4(s, b + 4, sc, m);
-    return q_half(b) * dx * (float)(sc * (i0 + i1)) - q_half(b + 2) * dx * (float)(m * (x0 + x1));
+    return q_scale(b) * dx * (float)(sc * (i0 + i1)) - q_scale(b + 2) * dx * (float)(m * (x0 + x1));
   }
 };
 
@@ -427,17 +484,17 @@ struct Q6K {
     const int n = s / 4, quarter = s % 4;
     const ch_u8* ql = b + 64 * n + 32 * (quarter & 1);
     const ch_u8* qh = b + 128 + 32 * n;
+    ch_u32 high[8];
+    q_words<8, BYTES>(ql, w);
+    q_words<8, BYTES>(qh, high);
 #pragma unroll
-    for (int p = 0; p < 8; ++p) {
-      const ch_u32 low = (q_word<BYTES>(ql + 4 * p) >> (4 * (quarter / 2))) & 0x0f0f0f0fu;
-      const ch_u32 high = (q_word<BYTES>(qh + 4 * p) >> (2 * quarter)) & 0x03030303u;
-      w[p] = q_sub_bytes(low | (high << 4), 32);
-    }
+    for (int p = 0; p < 8; ++p)
+      w[p] = q_sub_bytes(((w[p] >> (4 * (quarter / 2))) & 0x0f0f0f0fu) | (((high[p] >> (2 * quarter)) & 0x03030303u) << 4), 32);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int, int, float dx, float) {
     const signed char* scales = (const signed char*)(b + 192 + 8 * (s / 4));
     const int quarter = s % 4;
-    return q_half(b + 208) * dx * (float)(scales[2 * quarter] * i0 + scales[2 * quarter + 1] * i1);
+    return q_scale(b + 208) * dx * (float)(scales[2 * quarter] * i0 + scales[2 * quarter + 1] * i1);
   }
 };
 
@@ -450,11 +507,10 @@ struct Q8K {
     for (int t = 0; t < 32; ++t) y[t] = q_mul(d, (float)(signed char)b[4 + 32 * s + t]);
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
-#pragma unroll
-    for (int p = 0; p < 8; ++p) w[p] = q_word<BYTES>(b + 4 + 32 * s + 4 * p);
+    q_words<8, BYTES>(b + 4 + 32 * s, w);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float) {
-    return q_f32(b) * dx * (float)(i0 + i1);
+    return q_scale_f32(b) * dx * (float)(i0 + i1);
   }
 };
 
@@ -602,18 +658,36 @@ __device__ __forceinline__ void quantize_act_256(const T* __restrict__ x, signed
   }
 }
 
-// The dot products of the 32 packed integers w with 32 activations q
-// (16-byte aligned), per 16-value half, and the halves' sums of q.
-__device__ __forceinline__ void q_dot32(const ch_u32* w, const signed char* q, int& i0, int& i1, int& x0, int& x1) {
-  const Pack<ch_u32, 4> lo = *reinterpret_cast<const Pack<ch_u32, 4>*>(q);
-  const Pack<ch_u32, 4> hi = *reinterpret_cast<const Pack<ch_u32, 4>*>(q + 16);
-  i0 = i1 = x0 = x1 = 0;
+// 32 activations (16-byte aligned) as two packs of 16.
+struct QAct32 {
+  Pack<ch_u32, 4> lo, hi;
+};
+
+__device__ __forceinline__ QAct32 q_act32(const signed char* q) {
+  QAct32 a;
+  a.lo = reinterpret_cast<const Pack<ch_u32, 4>*>(q)[0];
+  a.hi = reinterpret_cast<const Pack<ch_u32, 4>*>(q)[1];
+  return a;
+}
+
+// The dot products of the 32 packed integers w with the activations a, per
+// 16-value half.
+__device__ __forceinline__ void q_dot32(const ch_u32* w, const QAct32& a, int& i0, int& i1) {
+  i0 = i1 = 0;
 #pragma unroll
   for (int p = 0; p < 4; ++p) {
-    i0 = q_dot4(w[p], lo.v[p], i0);
-    i1 = q_dot4(w[4 + p], hi.v[p], i1);
-    x0 = q_dot4(0x01010101u, lo.v[p], x0);
-    x1 = q_dot4(0x01010101u, hi.v[p], x1);
+    i0 = q_dot4(w[p], a.lo.v[p], i0);
+    i1 = q_dot4(w[4 + p], a.hi.v[p], i1);
+  }
+}
+
+// The sums of the activations' 16-value halves.
+__device__ __forceinline__ void q_sums32(const QAct32& a, int& x0, int& x1) {
+  x0 = x1 = 0;
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    x0 = q_dot4(0x01010101u, a.lo.v[p], x0);
+    x1 = q_dot4(0x01010101u, a.hi.v[p], x1);
   }
 }
 
@@ -621,55 +695,72 @@ template <typename Q, typename T>
 __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signed char* __restrict__ q,
                                         const float* __restrict__ d, const float* __restrict__ s,
                                         T* __restrict__ y, ch_u32 n, ch_u32 k, ch_u32 rows) {
-  const int U = CH_QMATVEC_UNROLL;
+  const int U = CH_QMATVEC_UNROLL, O = CH_QMATVEC_OUTS;
   const ch_u32 lane = threadIdx.x % CANDLE_HIP_WAVE;
-  const ch_u64 j = (ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE) + threadIdx.x / CANDLE_HIP_WAVE;
+  const ch_u64 j0 = ((ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE) + threadIdx.x / CANDLE_HIP_WAVE) * O;
   // The whole wave leaves together: the reductions below stay converged.
-  if (j >= n) return;
+  if (j0 >= n) return;
   const ch_u32 subs = k / 32;
   const int per_block = Q::QK / 32;
-  const ch_u8* row = w + j * (ch_u64)(k / Q::QK) * Q::BYTES;
-  for (ch_u32 r0 = 0; r0 < rows; r0 += CH_QMATVEC_ROWS) {
-    float acc[CH_QMATVEC_ROWS];
+  const ch_u64 row_bytes = (ch_u64)(k / Q::QK) * Q::BYTES;
+  // Outputs past n (the last wave's) recompute output n - 1 and store nothing.
+  const ch_u8* row[O];
 #pragma unroll
-    for (int r = 0; r < CH_QMATVEC_ROWS; ++r) acc[r] = 0.0f;
+  for (int o = 0; o < O; ++o) row[o] = w + (j0 + o < n ? j0 + o : (ch_u64)n - 1) * row_bytes;
+  for (ch_u32 r0 = 0; r0 < rows; r0 += CH_QMATVEC_ROWS) {
+    float acc[O][CH_QMATVEC_ROWS];
+#pragma unroll
+    for (int o = 0; o < O; ++o)
+#pragma unroll
+      for (int r = 0; r < CH_QMATVEC_ROWS; ++r) acc[o][r] = 0.0f;
     // A lane takes sub-blocks lane, lane + wave, ... in that order, U at a
     // time with every weight load of the U issued first.
     for (ch_u32 base = lane; base < subs; base += U * CANDLE_HIP_WAVE) {
-      ch_u32 wv[U][8];
+      ch_u32 wv[U][O][8];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const ch_u32 sub = base + u * CANDLE_HIP_WAVE;
-        if (sub < subs) Q::ints(row + (ch_u64)(sub / per_block) * Q::BYTES, (int)(sub % per_block), wv[u]);
+#pragma unroll
+        for (int o = 0; o < O; ++o)
+          if (sub < subs) Q::ints(row[o] + (ch_u64)(sub / per_block) * Q::BYTES, (int)(sub % per_block), wv[u][o]);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const ch_u32 sub = base + u * CANDLE_HIP_WAVE;
         if (sub < subs) {
-          const ch_u8* b = row + (ch_u64)(sub / per_block) * Q::BYTES;
+          const ch_u64 in_row = (ch_u64)(sub / per_block) * Q::BYTES;
           const int in_block = (int)(sub % per_block);
 #pragma unroll
           for (int r = 0; r < CH_QMATVEC_ROWS; ++r) {
             const ch_u64 rr = r0 + r;
             if (rr < rows) {
               const ch_u64 at = rr * subs + sub;
-              int i0, i1, x0, x1;
-              q_dot32(wv[u], q + 32 * at, i0, i1, x0, x1);
-              acc[r] += Q::combine(b, in_block, i0, i1, x0, x1, d[at], s[at]);
+              const QAct32 a = q_act32(q + 32 * at);
+              int x0, x1;
+              q_sums32(a, x0, x1);
+              const float dx = d[at], sx = s[at];
+#pragma unroll
+              for (int o = 0; o < O; ++o) {
+                int i0, i1;
+                q_dot32(wv[u][o], a, i0, i1);
+                acc[o][r] += Q::combine(row[o] + in_row, in_block, i0, i1, x0, x1, dx, sx);
+              }
             }
           }
         }
       }
     }
 #pragma unroll
-    for (int r = 0; r < CH_QMATVEC_ROWS; ++r) {
-      if (r0 + r < rows) {
-        AccSum<float>::State st;
-        st.v = acc[r];
-        st = wave_reduce<AccSum<float> >(st);
-        if (lane == 0) y[(ch_u64)(r0 + r) * n + j] = Num<T>::from_f32(st.v);
+    for (int o = 0; o < O; ++o)
+#pragma unroll
+      for (int r = 0; r < CH_QMATVEC_ROWS; ++r) {
+        if (r0 + r < rows) {
+          AccSum<float>::State st;
+          st.v = acc[o][r];
+          st = wave_reduce<AccSum<float> >(st);
+          if (lane == 0 && j0 + o < n) y[(ch_u64)(r0 + r) * n + j0 + o] = Num<T>::from_f32(st.v);
+        }
       }
-    }
   }
 }
 

@@ -36,7 +36,7 @@
 // mirror the host's: ops/gemv.rs `split` and `launch_config`,
 // fused/linear.rs's grid cap and shared memory, fused/attention.rs's
 // `decode_splits` and quantized.rs's `matvec`; change them here when they
-// change there.
+// change there. KERNEL_BENCH_SHAPE=<name> times only that shape (gemv, qmv).
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <nvrtc.h>
@@ -89,13 +89,14 @@ static std::string read_file(const std::string& path) {
 struct Variant {
   std::string file, label;
   std::vector<std::string> defines;
-  int a = 0, b = 0, c = 0;
+  int a = 0, b = 0, c = 0, d = 1;
 
   // The column heading: the file's name and A,B,C (C left out when 0 and
   // `c_optional`, gemv's "the host's rule").
   std::string heading(bool c_optional) const {
     std::string h = label + "@" + std::to_string(a) + "," + std::to_string(b);
-    return c_optional && c == 0 ? h : h + "," + std::to_string(c);
+    h = c_optional && c == 0 ? h : h + "," + std::to_string(c);
+    return d == 1 ? h : h + "," + std::to_string(d);
   }
 };
 
@@ -107,7 +108,7 @@ static Variant parse_variant(std::string arg, int a, int b, int c) {
   v.label = arg.substr(arg.rfind('/') + 1);
   size_t at = arg.find('@');
   if (at != std::string::npos) {
-    sscanf(arg.c_str() + at + 1, "%d,%d,%d", &v.a, &v.b, &v.c);
+    sscanf(arg.c_str() + at + 1, "%d,%d,%d,%d", &v.a, &v.b, &v.c, &v.d);
     arg = arg.substr(0, at);
   }
   size_t colon = arg.find(':');
@@ -263,6 +264,12 @@ struct DecodeShape {
 static const DecodeShape kDecodeShapes[] = {{"llama-3.2-1b", 16, 2048, 8192, 2048, 512, 128256},
                                             {"llama-3.1-8b", 32, 4096, 14336, 4096, 1024, 128256}};
 
+// Whether KERNEL_BENCH_SHAPE (unset: every shape) names the shape.
+static bool shape_selected(const DecodeShape& sh) {
+  const char* only = getenv("KERNEL_BENCH_SHAPE");
+  return only == nullptr || strcmp(only, sh.name) == 0;
+}
+
 // ---------------------------------------------------------------------------
 // gemv_fused
 
@@ -314,6 +321,7 @@ static void gemv_bench(const std::vector<Variant>& variants) {
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (const DecodeShape& sh : kDecodeShapes) {
+    if (!shape_selected(sh)) continue;
     // The first four are a layer's products in order; the SwiGLU variant
     // of the down product reuses the down weights.
     const Product products[] = {{"norm+qkv", sh.q + 2 * sh.kv, sh.hidden, 1, false},
@@ -540,9 +548,9 @@ static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStre
   uint32_t blocks = (uint32_t)std::min<uint64_t>((work + 255) / 256, (uint64_t)g_sms * 16);
   void* act_args[] = {&x, &q, &d, &sums, &count};
   CHECK_CU(cuLaunchKernel(act, std::max(blocks, 1u), 1, 1, 256, 1, 1, 0, s, act_args, nullptr));
-  uint32_t waves = v.a;
+  uint32_t waves = v.a, outs = waves * v.d;
   void* mv_args[] = {&w, &q, &d, &sums, &y, &n, &k, &rows};
-  CHECK_CU(cuLaunchKernel(mv, (n + waves - 1) / waves, 1, 1, waves * 32, 1, 1, 0, s, mv_args, nullptr));
+  CHECK_CU(cuLaunchKernel(mv, (n + outs - 1) / outs, 1, 1, waves * 32, 1, 1, 0, s, mv_args, nullptr));
 }
 
 static void qmv_bench(const std::vector<Variant>& variants) {
@@ -568,6 +576,7 @@ static void qmv_bench(const std::vector<Variant>& variants) {
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (const DecodeShape& sh : kDecodeShapes) {
+    if (!shape_selected(sh)) continue;
     struct QProduct {
       const char* name;
       uint32_t n, k;
