@@ -7,6 +7,7 @@
 //   ./kernel_bench <headers dir> <kernels dir> gemv VARIANT...
 //   ./kernel_bench <headers dir> <kernels dir> attn VARIANT...
 //   ./kernel_bench <headers dir> <kernels dir> qmv VARIANT...
+//   ./kernel_bench <headers dir> <kernels dir> dq VARIANT...
 //
 // VARIANT: path/to/source.hip[:NAME=VALUE,...][@A,B[,C]]: a gemv.hip or
 // attention.hip (a copy with changes, or the repository's), compiled with
@@ -31,7 +32,9 @@
 // decode step runs it), with and without the merge. qmv: quantized.rs's
 // mat-vec (activation rounding, then qmatvec) for q4_0, q8_0, q4k and q6k
 // weights at the same decode shapes, per layer and for a whole token
-// against the bound (quantized weight bytes / the copy rate). Every
+// against the bound (quantized weight bytes / the copy rate). dq (a
+// quantized.hip, A B C unused): dequantization to bf16 of each shape's
+// gate/up weight, as prefill runs it, against the copy rate. Every
 // variant's output is compared with the first variant's. The launch rules
 // mirror the host's: ops/gemv.rs `split` and `launch_config`,
 // fused/linear.rs's grid cap and shared memory, fused/attention.rs's
@@ -687,10 +690,69 @@ static void qmv_bench(const std::vector<Variant>& variants) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// dequantization
+
+// quantized.rs `dequantize` to bf16 (the prefill path: every weight
+// dequantized before its GEMM) of the gate/up weight of each decode shape,
+// against the copy rate for the bytes read and written.
+static void dq_bench(const std::vector<Variant>& variants) {
+  const QType types[] = {{"q4_0", 18, 32, 32, {0, -1}},
+                         {"q8_0", 34, 32, 32, {0, -1}},
+                         {"q4k", 144, 256, 256, {0, 2}},
+                         {"q6k", 210, 256, 256, {208, -1}}};
+  std::vector<std::vector<CUfunction>> fns(variants.size());
+  for (size_t vi = 0; vi < variants.size(); ++vi) {
+    auto defs = variants[vi].defines;
+    defs.push_back("-DCH_ONLY_DTYPE=CH_DTYPE_bf16");
+    CUmodule m = compile(variants[vi].file, defs);
+    for (const QType& t : types)
+      fns[vi].push_back(m ? function(m, (std::string("dequantize_") + t.name + "_bf16").c_str()) : nullptr);
+  }
+  if (compile_only()) return;
+  double rate = copy_rate();
+  printf("copy rate %.0f GB/s, %d SMs; us per dequantization to bf16 (GB/s read + written, %% of the copy rate)\n",
+         rate, g_sms);
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  printf("%-24s %-5s", "weight", "type");
+  for (auto& v : variants) printf(" | %-24s", v.heading(false).c_str());
+  printf("\n");
+  for (const DecodeShape& sh : kDecodeShapes) {
+    if (!shape_selected(sh)) continue;
+    const uint64_t values = (uint64_t)2 * sh.inter * sh.hidden;
+    uint16_t* y;
+    CHECK_CUDA(cudaMalloc(&y, values * 2));
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ++ti) {
+      const QType& t = types[ti];
+      const size_t bytes = values / t.qk * t.bytes;
+      uint8_t* w;
+      CHECK_CUDA(cudaMalloc(&w, bytes + 16));
+      CHECK_CUDA(cudaMemset(w, 0x11, bytes + 16));
+      uint64_t subs = values / 32;
+      uint32_t blocks = (uint32_t)std::min<uint64_t>((subs + 255) / 256, (uint64_t)g_sms * 16);
+      printf("%-24s %-5s", (std::string(sh.name) + " gate/up").c_str(), t.name);
+      std::vector<uint16_t> first(values), got(values);
+      for (size_t vi = 0; vi < variants.size(); ++vi) {
+        void* args[] = {&w, &y, &subs};
+        double us = time_graph(s, [&] { CHECK_CU(cuLaunchKernel(fns[vi][ti], blocks, 1, 1, 256, 1, 1, 0, s, args, nullptr)); });
+        double gbs = (double)(bytes + values * 2) / (us * 1e-6) / 1e9;
+        printf(" | %8.2f us %5.0f %4.0f%%", us, gbs, 100 * gbs / rate);
+        CHECK_CUDA(cudaStreamSynchronize(s));
+        CHECK_CUDA(cudaMemcpy(vi == 0 ? first.data() : got.data(), y, values * 2, cudaMemcpyDeviceToHost));
+        if (vi > 0 && memcmp(first.data(), got.data(), values * 2) != 0) printf(" MISMATCH");
+      }
+      printf("\n");
+      cudaFree(w);
+    }
+    cudaFree(y);
+  }
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc >= 5 ? argv[3] : "";
-  if (mode != "gemv" && mode != "attn" && mode != "qmv") {
-    fprintf(stderr, "usage: %s <headers dir> <kernels dir> gemv|attn|qmv VARIANT...\n", argv[0]);
+  if (mode != "gemv" && mode != "attn" && mode != "qmv" && mode != "dq") {
+    fprintf(stderr, "usage: %s <headers dir> <kernels dir> gemv|attn|qmv|dq VARIANT...\n", argv[0]);
     return 2;
   }
   g_headers = argv[1], g_kernels = argv[2];
@@ -698,7 +760,7 @@ int main(int argc, char** argv) {
   for (int i = 4; i < argc; ++i) {
     if (mode == "gemv") variants.push_back(parse_variant(argv[i], 8, 4, 0));
     if (mode == "attn") variants.push_back(parse_variant(argv[i], 128, 4, 4));
-    if (mode == "qmv") variants.push_back(parse_variant(argv[i], 8, 8, 1));
+    if (mode == "qmv" || mode == "dq") variants.push_back(parse_variant(argv[i], 8, 8, 1));
   }
   if (!compile_only()) {
     CHECK_CUDA(cudaFree(0));
@@ -711,5 +773,6 @@ int main(int argc, char** argv) {
   if (mode == "gemv") gemv_bench(variants);
   if (mode == "attn") attn_bench(variants);
   if (mode == "qmv") qmv_bench(variants);
+  if (mode == "dq") dq_bench(variants);
   return 0;
 }
