@@ -206,7 +206,10 @@ __device__ __forceinline__ int q_dot4(ch_u32 a, ch_u32 b, int c) {
 // combine(b, s, i0, i1, x0, x1, dx, sx), the sub-block's share of candle's
 // vec_dot from the integer dot products of its 16-value halves with the
 // activations (i0, i1), the halves' activation sums (x0, x1: GGML's bsums)
-// and the activations' scale (dx) and q8_1 sum (sx).
+// and the activations' scale (dx) and q8_1 sum (sx). Where a share is a sum
+// or difference of two products, each product is rounded on its own
+// (q_mul), as the CPU rounds it, instead of fused into an FMA at the
+// compiler's choice.
 
 struct Q4_0 {
   static const int ACT = 0;
@@ -256,7 +259,7 @@ struct Q4_1 {
     }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float sx) {
-    return (float)(i0 + i1) * q_scale(b) * dx + q_scale(b + 2) * sx;
+    return q_mul(q_mul((float)(i0 + i1), q_scale(b)), dx) + q_mul(q_scale(b + 2), sx);
   }
 };
 
@@ -314,7 +317,7 @@ struct Q5_1 {
     }
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int, int i0, int i1, int, int, float dx, float sx) {
-    return (float)(i0 + i1) * q_scale(b) * dx + q_scale(b + 2) * sx;
+    return q_mul(q_mul((float)(i0 + i1), q_scale(b)), dx) + q_mul(q_scale(b + 2), sx);
   }
 };
 
@@ -367,7 +370,8 @@ struct Q2K {
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     const int sc0 = b[2 * s], sc1 = b[2 * s + 1];
     const float dall = dx * q_scale(b + 80), dmin = dx * q_scale(b + 82);
-    return dall * (float)((sc0 & 0xf) * i0 + (sc1 & 0xf) * i1) - dmin * (float)((sc0 >> 4) * x0 + (sc1 >> 4) * x1);
+    const int scaled = (sc0 & 0xf) * i0 + (sc1 & 0xf) * i1, mins = (sc0 >> 4) * x0 + (sc1 >> 4) * x1;
+    return q_mul(dall, (float)scaled) - q_mul(dmin, (float)mins);
   }
 };
 
@@ -428,7 +432,8 @@ struct Q4K {
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     int sc, m;
     q_scale_min_k4(s, b + 4, sc, m);
-    return q_scale(b) * dx * (float)(sc * (i0 + i1)) - q_scale(b + 2) * dx * (float)(m * (x0 + x1));
+    const float d = q_mul(q_scale(b), dx), dmin = q_mul(q_scale(b + 2), dx);
+    return q_mul(d, (float)(sc * (i0 + i1))) - q_mul(dmin, (float)(m * (x0 + x1)));
   }
 };
 
@@ -460,7 +465,8 @@ struct Q5K {
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     int sc, m;
     q_scale_min_k4(s, b + 4, sc, m);
-    return q_scale(b) * dx * (float)(sc * (i0 + i1)) - q_scale(b + 2) * dx * (float)(m * (x0 + x1));
+    const float d = q_mul(q_scale(b), dx), dmin = q_mul(q_scale(b + 2), dx);
+    return q_mul(d, (float)(sc * (i0 + i1))) - q_mul(dmin, (float)(m * (x0 + x1)));
   }
 };
 
