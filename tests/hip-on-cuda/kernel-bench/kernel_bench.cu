@@ -9,15 +9,15 @@
 //   ./kernel_bench <headers dir> <kernels dir> qmv VARIANT...
 //   ./kernel_bench <headers dir> <kernels dir> dq VARIANT...
 //
-// VARIANT: path/to/source.hip[:NAME=VALUE,...][@A,B[,C]]: a gemv.hip or
+// VARIANT: path/to/source.hip[:NAME=VALUE,...][@A,B[,C[,D]]]: a gemv.hip or
 // attention.hip (a copy with changes, or the repository's), compiled with
 // the given -D definitions. gemv: A waves per block (8), B blocks per
 // compute unit (4), C the waves per output (0: the host's rule). attn: A
 // threads per block (128), B blocks per compute unit (4), C query rows per
-// block (4); qmv (a quantized.hip): A waves per block of the mat-vec (8), B
+// block (4); qmv (a quantized.hip): A waves per block of the mat-vec (4), B
 // activations per thread of their rounding (8; 0: one activation block per
-// thread), C rows of activations (1). A source that takes other values than
-// its defaults must define them from the -D options.
+// thread), C rows of activations (1), D outputs per wave (2). A source that
+// takes other values than its defaults must define them from the -D options.
 //
 // gemv: gemv_fused_bf16 at the Llama-3.2-1B and Llama-3.1-8B decode shapes
 // (batch 1): the norm+qkv, o+residual, norm+gate/up, down+residual,
@@ -95,7 +95,7 @@ struct Variant {
   int a = 0, b = 0, c = 0, d = 1;
 
   // The column heading: the file's name and A,B,C (C left out when 0 and
-  // `c_optional`, gemv's "the host's rule").
+  // `c_optional`, gemv's "the host's rule"), then D unless it is 1.
   std::string heading(bool c_optional) const {
     std::string h = label + "@" + std::to_string(a) + "," + std::to_string(b);
     h = c_optional && c == 0 ? h : h + "," + std::to_string(c);
@@ -105,9 +105,9 @@ struct Variant {
 
 static bool compile_only() { return getenv("KERNEL_BENCH_COMPILE_ONLY") != nullptr; }
 
-static Variant parse_variant(std::string arg, int a, int b, int c) {
+static Variant parse_variant(std::string arg, int a, int b, int c, int d = 1) {
   Variant v;
-  v.a = a, v.b = b, v.c = c;
+  v.a = a, v.b = b, v.c = c, v.d = d;
   v.label = arg.substr(arg.rfind('/') + 1);
   size_t at = arg.find('@');
   if (at != std::string::npos) {
@@ -541,8 +541,9 @@ struct QType {
 };
 
 // Launches quantized.rs `matvec`: quantize_act then qmatvec. Variant A: waves
-// per block of the mat-vec (8); B: activations per quantize_act thread (8;
-// 0: one thread per activation block, the first kernel's rule); C: rows.
+// per block of the mat-vec (4); B: activations per quantize_act thread (8;
+// 0: one thread per activation block, the first kernel's rule); C: rows; D:
+// outputs per wave (2).
 static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStream_t s, const QType& t, uint32_t n,
                        uint32_t k, const uint8_t* w, float* x, int8_t* q, float* d, float* sums, float* y) {
   uint32_t rows = v.c;
@@ -760,7 +761,7 @@ int main(int argc, char** argv) {
   for (int i = 4; i < argc; ++i) {
     if (mode == "gemv") variants.push_back(parse_variant(argv[i], 8, 4, 0));
     if (mode == "attn") variants.push_back(parse_variant(argv[i], 128, 4, 4));
-    if (mode == "qmv" || mode == "dq") variants.push_back(parse_variant(argv[i], 8, 8, 1));
+    if (mode == "qmv" || mode == "dq") variants.push_back(parse_variant(argv[i], 4, 8, 1, 2));
   }
   if (!compile_only()) {
     CHECK_CUDA(cudaFree(0));
