@@ -51,10 +51,9 @@ const ACT_PER_LANE: usize = 8;
 /// Outputs each wave of `qmatvec_*` computes (`CH_QMATVEC_OUTS`).
 const MATVEC_OUTS_PER_WAVE: u32 = 2;
 
-/// Threads per block of `qmatvec_*`: few waves per block, so that the last
-/// blocks of a product leave little of the device idle (the kernel bench's
-/// `qmv` mode measured 4 NVIDIA warps per block faster than 8 with two
-/// outputs per wave).
+/// Threads per block of `qmatvec_*` (the kernel bench's `qmv` mode measured
+/// blocks of 4 NVIDIA warps faster than blocks of 8 with two outputs per
+/// wave).
 const MATVEC_BLOCK: u32 = 128;
 
 /// Zero bytes after the blocks of every allocation: the mat-vec reads a
