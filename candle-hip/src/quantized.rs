@@ -306,7 +306,7 @@ impl QuantizedStorage {
         let outs_per_block = waves_per_block * MATVEC_OUTS_PER_WAVE;
         let cfg = grid::linear(u64::from(n32.div_ceil(outs_per_block)), MATVEC_BLOCK);
         let rows32 = to_u32(OP, "rows", rows)?;
-        let kernel = cat::QMATVEC.quantized(OP, self.dtype, x.dtype())?;
+        let kernel = cat::qmatvec_family(self.dtype).quantized(OP, self.dtype, x.dtype())?;
         // SAFETY: qmatvec_<q>_<dtype>(const u8* w, const i8* q, const float*
         // d, const float* s, T* y, u32 n, u32 k, u32 rows): w (the start of
         // a fresh allocation, so 16-byte aligned, Q_PAD bytes after the

@@ -798,10 +798,12 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
     quantize_act<Q::ACT, ch_##TYPE>(x, q, d, s, count);                                            \
   }
 
-// Every GGML block type: M(block traits, name suffix).
-#define CH_EACH_BLOCK(M)                                                                            \
-  M(Q4_0, q4_0) M(Q4_1, q4_1) M(Q5_0, q5_0) M(Q5_1, q5_1) M(Q8_0, q8_0) M(Q8_1, q8_1) M(Q2K, q2k)   \
-  M(Q3K, q3k) M(Q4K, q4k) M(Q5K, q5k) M(Q6K, q6k) M(Q8K, q8k)
+// Every GGML block type: M(block traits, name suffix); the blocks of 32
+// values, then the k-quants (blocks of 256).
+#define CH_EACH_BLOCK32(M) \
+  M(Q4_0, q4_0) M(Q4_1, q4_1) M(Q5_0, q5_0) M(Q5_1, q5_1) M(Q8_0, q8_0) M(Q8_1, q8_1)
+#define CH_EACH_BLOCK256(M) M(Q2K, q2k) M(Q3K, q3k) M(Q4K, q4k) M(Q5K, q5k) M(Q6K, q6k) M(Q8K, q8k)
+#define CH_EACH_BLOCK(M) CH_EACH_BLOCK32(M) CH_EACH_BLOCK256(M)
 
 // Each kernel of a block type in each activation dtype the program defines.
 #define DEQUANTIZE_ALL(Q, NAME) \
@@ -813,11 +815,15 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
   CH_IF_f16(QMATVEC(Q, NAME, f16)) CH_IF_bf16(QMATVEC(Q, NAME, bf16)) CH_IF_f32(QMATVEC(Q, NAME, f32))
 
 // Part 1: dequantization (prefill) and the rounding of the mat-vec's
-// activations, the small kernels; part 2: the mat-vec.
+// activations, the small kernels; parts 2 and 3: the mat-vec of the blocks
+// of 32 values and of the k-quants (catalogue.rs QMATVEC32, QMATVEC256).
 #if CH_PART(1)
 CH_EACH_BLOCK(DEQUANTIZE_ALL)
 CH_EACH_BLOCK(QUANTIZE_ACT_ALL)
 #endif
 #if CH_PART(2)
-CH_EACH_BLOCK(QMATVEC_ALL)
+CH_EACH_BLOCK32(QMATVEC_ALL)
+#endif
+#if CH_PART(3)
+CH_EACH_BLOCK256(QMATVEC_ALL)
 #endif

@@ -108,6 +108,26 @@ pub(crate) const BLOCK_TYPES: [GgmlDType; 12] = [
     GgmlDType::Q8K,
 ];
 
+/// The block types of 32 values (`CH_EACH_BLOCK32` in `quantized.hip`).
+const BLOCK32_TYPES: [GgmlDType; 6] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q8_1,
+];
+
+/// The k-quants, blocks of 256 values (`CH_EACH_BLOCK256`).
+const BLOCK256_TYPES: [GgmlDType; 6] = [
+    GgmlDType::Q2K,
+    GgmlDType::Q3K,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+    GgmlDType::Q8K,
+];
+
 /// The name suffix of a block type (`q4_0`, `q4k`, ...).
 pub(crate) fn block_name(block: GgmlDType) -> &'static str {
     match block {
@@ -140,9 +160,9 @@ pub(crate) struct Family {
     /// The part of the source (`#if CH_PART(n)`) holding them, or 0 for a
     /// source without parts.
     pub(crate) part: u8,
-    /// Whether there is a kernel per [`BLOCK_TYPES`] entry (named
-    /// `<family>_<block>_<dtype>`).
-    pub(crate) blocks: bool,
+    /// The GGML block types with a kernel each (named
+    /// `<family>_<block>_<dtype>`); empty for the families of plain dtypes.
+    pub(crate) blocks: &'static [GgmlDType],
     /// Dtypes of the first name suffix.
     pub(crate) first: Dtypes,
     /// Dtypes of the second name suffix, for two-dtype families.
@@ -198,7 +218,7 @@ impl Family {
         block: GgmlDType,
         dtype: DType,
     ) -> Result<Kernel> {
-        if !self.blocks || !BLOCK_TYPES.contains(&block) {
+        if !self.blocks.contains(&block) {
             return Err(candle_core::Error::Msg(format!(
                 "candle-hip: {op} has no kernel for {block:?} blocks"
             )));
@@ -231,7 +251,7 @@ impl Family {
         second: Option<DType>,
     ) -> Result<Kernel> {
         let unsupported = |dtype| Err(candle_core::Error::UnsupportedDTypeForOp(dtype, op).bt());
-        if self.blocks {
+        if !self.blocks.is_empty() {
             return Err(candle_core::Error::Msg(format!(
                 "candle-hip: kernel family {} takes a GGML block type",
                 self.name
@@ -287,10 +307,10 @@ impl Family {
             None => vec![None],
             Some(group) => group.list().iter().copied().map(Some).collect(),
         };
-        let blocks: Vec<Option<GgmlDType>> = if self.blocks {
-            BLOCK_TYPES.iter().copied().map(Some).collect()
-        } else {
+        let blocks: Vec<Option<GgmlDType>> = if self.blocks.is_empty() {
             vec![None]
+        } else {
+            self.blocks.iter().copied().map(Some).collect()
         };
         let seconds = &seconds;
         blocks
@@ -310,7 +330,7 @@ impl Family {
 }
 
 /// Defines one `Family` constant per line (`NAME = "prefix" in SOURCE
-/// [part N]: dtypes [x dtypes] [carries Carry] [per block];`) and
+/// [part N]: dtypes [x dtypes] [carries Carry] [per BLOCK_LIST];`) and
 /// [`FAMILIES`], the list of all of them.
 macro_rules! families {
     ($($konst:ident = $name:literal in $source:ident $(part $part:literal)?: $first:ident
@@ -334,8 +354,8 @@ macro_rules! families {
     (@part $part:literal) => { $part };
     (@second) => { None };
     (@second $second:ident) => { Some(Dtypes::$second) };
-    (@blocks) => { false };
-    (@blocks block) => { true };
+    (@blocks) => { &[] };
+    (@blocks $blocks:ident) => { &$blocks };
     (@carry) => { Carry::Nothing };
     (@carry $carry:ident) => { Carry::$carry };
 }
@@ -423,9 +443,10 @@ families! {
     GEMV = "gemv" in GEMV: Floats;
     GEMV_SPLIT = "gemv_split" in GEMV: Floats;
     GEMV_FUSED = "gemv_fused" in GEMV: Floats;
-    DEQUANTIZE = "dequantize" in QUANTIZED part 1: Activations per block;
-    QUANTIZE_ACT = "quantize_act" in QUANTIZED part 1: Activations per block;
-    QMATVEC = "qmatvec" in QUANTIZED part 2: Activations per block;
+    DEQUANTIZE = "dequantize" in QUANTIZED part 1: Activations per BLOCK_TYPES;
+    QUANTIZE_ACT = "quantize_act" in QUANTIZED part 1: Activations per BLOCK_TYPES;
+    QMATVEC32 = "qmatvec" in QUANTIZED part 2: Activations per BLOCK32_TYPES;
+    QMATVEC256 = "qmatvec" in QUANTIZED part 3: Activations per BLOCK256_TYPES;
     FLASH_ATTN_D32 = "flash_attn_d32" in ATTENTION part 1: Halves;
     FLASH_ATTN_D64 = "flash_attn_d64" in ATTENTION part 1: Halves;
     FLASH_ATTN_D80 = "flash_attn_d80" in ATTENTION part 1: Halves;
@@ -466,6 +487,17 @@ pub(crate) fn cmp_family(op: CmpOp) -> &'static Family {
         CmpOp::Le => &CMP_LE,
         CmpOp::Gt => &CMP_GT,
         CmpOp::Ge => &CMP_GE,
+    }
+}
+
+/// The quantized mat-vec family of `block`: its kernels are compiled in two
+/// units per dtype, one for the blocks of 32 values and one for the
+/// k-quants, so that a first use compiles half of them.
+pub(crate) fn qmatvec_family(block: GgmlDType) -> &'static Family {
+    if QMATVEC32.blocks.contains(&block) {
+        &QMATVEC32
+    } else {
+        &QMATVEC256
     }
 }
 
@@ -862,10 +894,15 @@ mod tests {
         assert_eq!(GATHER.kernels().len(), 21);
         assert_eq!(SCATTER_ADD.kernels().len(), 30);
         assert_eq!(WIDEN_IDS.kernels().len(), 2);
-        let mut names: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
+        let mut names: Vec<String> = FAMILIES
+            .iter()
+            .flat_map(|f| f.kernels())
+            .map(|k| k.name())
+            .collect();
+        let count = names.len();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), FAMILIES.len());
+        assert_eq!(names.len(), count, "kernel names are unique");
         // What the sandbox check compiles for each AMD target: 644 kernels
         // before i16, i32 and f8e4m3, which added 36 unary, 36 binary and
         // comparison, 53 cast, 14 where, 30 reduction, 45 indexing and 2
