@@ -108,25 +108,14 @@ pub(crate) const BLOCK_TYPES: [GgmlDType; 12] = [
     GgmlDType::Q8K,
 ];
 
+/// Every block type, for the families with a kernel per block type.
+const ALL_BLOCKS: &[GgmlDType] = &BLOCK_TYPES;
+
 /// The block types of 32 values (`CH_EACH_BLOCK32` in `quantized.hip`).
-const BLOCK32_TYPES: [GgmlDType; 6] = [
-    GgmlDType::Q4_0,
-    GgmlDType::Q4_1,
-    GgmlDType::Q5_0,
-    GgmlDType::Q5_1,
-    GgmlDType::Q8_0,
-    GgmlDType::Q8_1,
-];
+const BLOCKS_OF_32: &[GgmlDType] = BLOCK_TYPES.split_at(6).0;
 
 /// The k-quants, blocks of 256 values (`CH_EACH_BLOCK256`).
-const BLOCK256_TYPES: [GgmlDType; 6] = [
-    GgmlDType::Q2K,
-    GgmlDType::Q3K,
-    GgmlDType::Q4K,
-    GgmlDType::Q5K,
-    GgmlDType::Q6K,
-    GgmlDType::Q8K,
-];
+const BLOCKS_OF_256: &[GgmlDType] = BLOCK_TYPES.split_at(6).1;
 
 /// The name suffix of a block type (`q4_0`, `q4k`, ...).
 pub(crate) fn block_name(block: GgmlDType) -> &'static str {
@@ -355,7 +344,7 @@ macro_rules! families {
     (@second) => { None };
     (@second $second:ident) => { Some(Dtypes::$second) };
     (@blocks) => { &[] };
-    (@blocks $blocks:ident) => { &$blocks };
+    (@blocks $blocks:ident) => { $blocks };
     (@carry) => { Carry::Nothing };
     (@carry $carry:ident) => { Carry::$carry };
 }
@@ -443,10 +432,10 @@ families! {
     GEMV = "gemv" in GEMV: Floats;
     GEMV_SPLIT = "gemv_split" in GEMV: Floats;
     GEMV_FUSED = "gemv_fused" in GEMV: Floats;
-    DEQUANTIZE = "dequantize" in QUANTIZED part 1: Activations per BLOCK_TYPES;
-    QUANTIZE_ACT = "quantize_act" in QUANTIZED part 1: Activations per BLOCK_TYPES;
-    QMATVEC32 = "qmatvec" in QUANTIZED part 2: Activations per BLOCK32_TYPES;
-    QMATVEC256 = "qmatvec" in QUANTIZED part 3: Activations per BLOCK256_TYPES;
+    DEQUANTIZE = "dequantize" in QUANTIZED part 1: Activations per ALL_BLOCKS;
+    QUANTIZE_ACT = "quantize_act" in QUANTIZED part 1: Activations per ALL_BLOCKS;
+    QMATVEC32 = "qmatvec" in QUANTIZED part 2: Activations per BLOCKS_OF_32;
+    QMATVEC256 = "qmatvec" in QUANTIZED part 3: Activations per BLOCKS_OF_256;
     FLASH_ATTN_D32 = "flash_attn_d32" in ATTENTION part 1: Halves;
     FLASH_ATTN_D64 = "flash_attn_d64" in ATTENTION part 1: Halves;
     FLASH_ATTN_D80 = "flash_attn_d80" in ATTENTION part 1: Halves;
@@ -881,6 +870,16 @@ mod tests {
             assert_eq!(both(&RAND_UNIFORM, d), cpu, "{}", what("rand_uniform"));
             let cpu = cpu_ok(|| CpuDevice.rand_normal(&shape, d, 0.0, 1.0));
             assert_eq!(both(&RAND_NORMAL, d), cpu, "{}", what("rand_normal"));
+        }
+    }
+
+    #[test]
+    fn the_mat_vec_families_split_the_blocks_by_size() {
+        assert!(BLOCKS_OF_32.iter().all(|b| b.block_size() == 32));
+        assert!(BLOCKS_OF_256.iter().all(|b| b.block_size() == 256));
+        assert_eq!(BLOCKS_OF_32.len() + BLOCKS_OF_256.len(), BLOCK_TYPES.len());
+        for &block in &BLOCK_TYPES {
+            assert!(qmatvec_family(block).blocks.contains(&block), "{block:?}");
         }
     }
 
