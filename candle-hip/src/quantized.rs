@@ -12,8 +12,9 @@
 //!   activations to 8 bits with the CPU's arithmetic for the weight's
 //!   vec-dot type (q8_0, q8_1 or q8k), and `qmatvec_*` takes the integer dot
 //!   products of each block with them and scales them as the CPU's `vec_dot`
-//!   does (one wave per output, each block of `W` read once per 8 rows). Only
-//!   the order of the float sums differs, so a model gives the CPU's tokens.
+//!   does (one wave per two outputs, each block of `W` read once per 8
+//!   rows). Only the order of the float sums differs, so a model gives the
+//!   CPU's tokens up to near ties.
 //!   f16 and bf16 activations are read and the product written in their
 //!   dtype, as if cast to f32 around the CPU's product;
 //! - more rows (prefill): `W` dequantized, then the GEMM of
