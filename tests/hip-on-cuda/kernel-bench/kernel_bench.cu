@@ -540,6 +540,12 @@ struct QType {
   int scales[2];
 };
 
+// The block types the qmv and dq modes time.
+static const QType kQTypes[] = {{"q4_0", 18, 32, 32, {0, -1}},
+                                {"q8_0", 34, 32, 32, {0, -1}},
+                                {"q4k", 144, 256, 256, {0, 2}},
+                                {"q6k", 210, 256, 256, {208, -1}}};
+
 // Launches quantized.rs `matvec`: quantize_act then qmatvec. Variant A: waves
 // per block of the mat-vec (4); B: activations per quantize_act thread (8;
 // 0: one thread per activation block, the first kernel's rule); C: rows; D:
@@ -558,16 +564,12 @@ static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStre
 }
 
 static void qmv_bench(const std::vector<Variant>& variants) {
-  const QType types[] = {{"q4_0", 18, 32, 32, {0, -1}},
-                         {"q8_0", 34, 32, 32, {0, -1}},
-                         {"q4k", 144, 256, 256, {0, 2}},
-                         {"q6k", 210, 256, 256, {208, -1}}};
   std::vector<std::vector<CUfunction>> act(variants.size()), mv(variants.size());
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     auto defs = variants[vi].defines;
     defs.push_back("-DCH_ONLY_DTYPE=CH_DTYPE_f32");
     CUmodule m = compile(variants[vi].file, defs);
-    for (const QType& t : types) {
+    for (const QType& t : kQTypes) {
       act[vi].push_back(m ? function(m, (std::string("quantize_act_") + t.name + "_f32").c_str()) : nullptr);
       mv[vi].push_back(m ? function(m, (std::string("qmatvec_") + t.name + "_f32").c_str()) : nullptr);
     }
@@ -607,8 +609,8 @@ static void qmv_bench(const std::vector<Variant>& variants) {
       for (size_t i = 0; i < hx.size(); ++i) hx[i] = (float)((i * 2654435761u) >> 8 & 0xffff) / 32768.0f - 1.0f;
       CHECK_CUDA(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
     }
-    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ++ti) {
-      const QType& t = types[ti];
+    for (size_t ti = 0; ti < sizeof(kQTypes) / sizeof(kQTypes[0]); ++ti) {
+      const QType& t = kQTypes[ti];
       const size_t layer_bytes = values_in_layer / t.qk * t.bytes, head_bytes = head_values / t.qk * t.bytes;
       const size_t total = layer_bytes * sh.layers + head_bytes;
       uint8_t* w;
@@ -698,16 +700,12 @@ static void qmv_bench(const std::vector<Variant>& variants) {
 // dequantized before its GEMM) of the gate/up weight of each decode shape,
 // against the copy rate for the bytes read and written.
 static void dq_bench(const std::vector<Variant>& variants) {
-  const QType types[] = {{"q4_0", 18, 32, 32, {0, -1}},
-                         {"q8_0", 34, 32, 32, {0, -1}},
-                         {"q4k", 144, 256, 256, {0, 2}},
-                         {"q6k", 210, 256, 256, {208, -1}}};
   std::vector<std::vector<CUfunction>> fns(variants.size());
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     auto defs = variants[vi].defines;
     defs.push_back("-DCH_ONLY_DTYPE=CH_DTYPE_bf16");
     CUmodule m = compile(variants[vi].file, defs);
-    for (const QType& t : types)
+    for (const QType& t : kQTypes)
       fns[vi].push_back(m ? function(m, (std::string("dequantize_") + t.name + "_bf16").c_str()) : nullptr);
   }
   if (compile_only()) return;
@@ -724,8 +722,8 @@ static void dq_bench(const std::vector<Variant>& variants) {
     const uint64_t values = (uint64_t)2 * sh.inter * sh.hidden;
     uint16_t* y;
     CHECK_CUDA(cudaMalloc(&y, values * 2));
-    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ++ti) {
-      const QType& t = types[ti];
+    for (size_t ti = 0; ti < sizeof(kQTypes) / sizeof(kQTypes[0]); ++ti) {
+      const QType& t = kQTypes[ti];
       const size_t bytes = values / t.qk * t.bytes;
       uint8_t* w;
       CHECK_CUDA(cudaMalloc(&w, bytes + 16));
