@@ -18,7 +18,7 @@
 //                       T* o, const float* alibi)
 //     Prefill (any s_q). A block owns 16 query rows per wave of one
 //     (batch, head) and walks the visible key tiles: S = Q·Kᵀ with matrix
-//     instructions, online softmax in shared memory, O += P·V.
+//     instructions, the online softmax on the scores in registers, O += P·V.
 //     Grid (ceil(s_q / rows per block), h_q, batch); block: ATTN_WAVES(D)
 //     waves.
 //
@@ -89,6 +89,20 @@ __device__ __forceinline__ ch_u16 attn_from_float(float v) {
 // Fragments: C (16x16, f32) += A (16x16) · B (16x16) on one wave. Each
 // implementation places A_N elements of A, B_N of B and C_N of C in every
 // lane: element e of lane l is A[a_at(l, e)], and so on (row, col).
+//
+// How the prefill kernel keeps the scores of a 16x16 tile in registers is
+// told by five constants of each layout:
+//   S_T           the scores are computed transposed (Sᵀ = K·Qᵀ), so that
+//                 a lane's score elements sit where P·V wants P as A;
+//   P_REGS        the score fragment's element e is A's element e (a_at):
+//                 P feeds P·V from registers, else through shared memory;
+//   O_ROWS_MATCH  element e of the output (C of P·V, rows = queries)
+//                 belongs to the same query as score element e; else a
+//                 lane holds one query (l % 16) and fetches the others'
+//                 row statistics with shuffles;
+//   ROW_LANES_FIRST, ROW_LANES_END
+//                 the lanes holding one query's scores differ by the xor
+//                 masks FIRST, 2·FIRST, ... below END.
 
 struct AttnAt {
   int row, col;
@@ -102,28 +116,61 @@ struct AttnView {
   __device__ __forceinline__ ch_u16 at(int r, int c) const { return p[r * sr + c * sc]; }
 };
 
-// Fills a register fragment with the elements its layout places in `lane`.
-// Where the operand's k dimension has unit stride, the layout's runs of
-// F::K_RUN elements consecutive along k (starting at multiples of the run)
-// load together, up to 4 elements (8 bytes: every tile row is aligned to
-// that).
-template <class F, int N>
-__device__ __forceinline__ void attn_gather(ch_u16 (&f)[N], const AttnView& v, int lane, bool b_operand) {
+// Two 16-bit elements as one 32-bit word, the lower index low (the order of
+// the matrix instructions' operand registers).
+__device__ __forceinline__ ch_u32 attn_word(ch_u16 lo, ch_u16 hi) { return (ch_u32)lo | ((ch_u32)hi << 16); }
+
+// Element e of a fragment held as words.
+template <int W>
+__device__ __forceinline__ ch_u16 attn_half(const ch_u32 (&w)[W], int e) {
+  return (ch_u16)(w[e / 2] >> (16 * (e % 2)));
+}
+
+// Two floats rounded to T and packed as a word, `lo` in the low half.
+template <typename T>
+__device__ __forceinline__ ch_u32 attn_pack(float lo, float hi) {
+  return attn_word(attn_from_float<T>(lo), attn_from_float<T>(hi));
+}
+#if defined(__HIP_PLATFORM_NVIDIA__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// One instruction for both (round to nearest even, as Num<T>::from_acc).
+template <>
+__device__ __forceinline__ ch_u32 attn_pack<ch_bf16>(float lo, float hi) {
+  ch_u32 w;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(w) : "f"(hi), "f"(lo));
+  return w;
+}
+template <>
+__device__ __forceinline__ ch_u32 attn_pack<ch_f16>(float lo, float hi) {
+  ch_u32 w;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(w) : "f"(hi), "f"(lo));
+  return w;
+}
+#endif
+
+// Fills a register fragment (as words: elements 2i and 2i + 1 in word i)
+// with the elements its layout places in `lane`. Where the operand's k
+// dimension has unit stride, the layout's runs of F::K_RUN elements
+// consecutive along k (starting at multiples of the run) load together, up
+// to 4 elements (8 bytes: every tile row is aligned to that).
+template <class F, int W>
+__device__ __forceinline__ void attn_gather(ch_u32 (&w)[W], const AttnView& v, int lane, bool b_operand) {
   const int RUN = F::K_RUN < 4 ? F::K_RUN : 4;
-  if ((b_operand ? v.sr : v.sc) == 1) {
+  if (RUN >= 2 && (b_operand ? v.sr : v.sc) == 1) {
 #pragma unroll
-    for (int e = 0; e < N; e += RUN) {
+    for (int e = 0; e < 2 * W; e += RUN) {
       const AttnAt at = b_operand ? F::b_at(lane, e) : F::a_at(lane, e);
-      const Pack<ch_u16, RUN> run = *reinterpret_cast<const Pack<ch_u16, RUN>*>(&v.p[at.row * v.sr + at.col * v.sc]);
+      typedef Pack<ch_u32, RUN / 2> Run;
+      const Run run = *reinterpret_cast<const Run*>(&v.p[at.row * v.sr + at.col * v.sc]);
 #pragma unroll
-      for (int i = 0; i < RUN; ++i) f[e + i] = run.v[i];
+      for (int i = 0; i < RUN / 2; ++i) w[e / 2 + i] = run.v[i];
     }
     return;
   }
 #pragma unroll
-  for (int e = 0; e < N; ++e) {
-    const AttnAt at = b_operand ? F::b_at(lane, e) : F::a_at(lane, e);
-    f[e] = v.at(at.row, at.col);
+  for (int i = 0; i < W; ++i) {
+    const AttnAt lo = b_operand ? F::b_at(lane, 2 * i) : F::a_at(lane, 2 * i);
+    const AttnAt hi = b_operand ? F::b_at(lane, 2 * i + 1) : F::a_at(lane, 2 * i + 1);
+    w[i] = attn_word(v.at(lo.row, lo.col), v.at(hi.row, hi.col));
   }
 }
 
@@ -133,8 +180,10 @@ template <typename T>
 struct MmaPortable {
   static const int C_N = 256 / CANDLE_HIP_WAVE;
   static const int A_N = 16, K_RUN = 16;
+  static const bool S_T = false, P_REGS = false, O_ROWS_MATCH = true;
+  static const int ROW_LANES_FIRST = 16, ROW_LANES_END = CANDLE_HIP_WAVE;
   struct AFrag {
-    ch_u16 v[A_N];
+    ch_u32 w[A_N / 2];
   };
   typedef AttnView BFrag;
   __device__ static AttnAt a_at(int l, int e) { return {l % 16, e}; }
@@ -142,14 +191,14 @@ struct MmaPortable {
   __device__ static AttnAt b_at(int l, int e) { return {e, l % 16}; }
   __device__ static AFrag load_a(const AttnView& v, int lane) {
     AFrag f;
-    attn_gather<MmaPortable<T> >(f.v, v, lane, false);
+    attn_gather<MmaPortable<T> >(f.w, v, lane, false);
     return f;
   }
   __device__ static BFrag load_b(const AttnView& v, int) { return v; }
   __device__ static void mma(float (&c)[C_N], const AFrag& a, const BFrag& b, int lane) {
     float af[16];
 #pragma unroll
-    for (int k = 0; k < 16; ++k) af[k] = attn_to_float<T>(a.v[k]);
+    for (int k = 0; k < 16; ++k) af[k] = attn_to_float<T>(attn_half(a.w, k));
 #pragma unroll
     for (int e = 0; e < C_N; ++e) {
       const int n = c_at(lane, e).col;
@@ -161,31 +210,38 @@ struct MmaPortable {
   }
 };
 
-// A product whose fragments sit in registers, gathered by layout L (which
+// Loads layout L's fragment of A (or B, `b_operand`): gathered element by
+// element (in runs of K_RUN); a layout may specialise this.
+template <class L>
+struct AttnLoad {
+  template <int W>
+  __device__ static void run(ch_u32 (&w)[W], const AttnView& v, int lane, bool b_operand) {
+    attn_gather<L>(w, v, lane, b_operand);
+  }
+};
+
+// A product whose fragments sit in registers, loaded by AttnLoad<L> (L
 // gives A_N, B_N, C_N, a_at, b_at, c_at and mma over raw fragments).
 template <class L>
 struct MmaRegisters : L {
   struct AFrag {
-    ch_u16 v[L::A_N];
+    ch_u32 w[L::A_N / 2];
   };
   struct BFrag {
-    ch_u16 v[L::B_N];
+    ch_u32 w[L::B_N / 2];
   };
   __device__ static AFrag load_a(const AttnView& v, int lane) {
     AFrag f;
-    attn_gather<L>(f.v, v, lane, false);
+    AttnLoad<L>::run(f.w, v, lane, false);
     return f;
   }
   __device__ static BFrag load_b(const AttnView& v, int lane) {
     BFrag f;
-    attn_gather<L>(f.v, v, lane, true);
+    AttnLoad<L>::run(f.w, v, lane, true);
     return f;
   }
-  __device__ static void mma(float (&c)[L::C_N], const AFrag& a, const BFrag& b, int) { L::mma(c, a.v, b.v); }
+  __device__ static void mma(float (&c)[L::C_N], const AFrag& a, const BFrag& b, int) { L::mma(c, a.w, b.w); }
 };
-
-// Two 16-bit elements as one 32-bit register, the lower index low.
-__device__ __forceinline__ ch_u32 attn_pair(const ch_u16* v) { return (ch_u32)v[0] | ((ch_u32)v[1] << 16); }
 
 #if defined(__HIP_PLATFORM_NVIDIA__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define CH_ATTN_MMA_NV 1
@@ -210,6 +266,8 @@ __device__ __forceinline__ ch_u32 attn_pair(const ch_u16* v) { return (ch_u32)v[
 template <bool BF16>
 struct MmaNvLayout {
   static const int A_N = 8, B_N = 8, C_N = 8, K_RUN = 2;
+  static const bool S_T = false, P_REGS = true, O_ROWS_MATCH = true;
+  static const int ROW_LANES_FIRST = 1, ROW_LANES_END = 4;
   __device__ static AttnAt a_at(int l, int e) {
     return {(l >> 2) + 8 * ((e >> 1) & 1), 2 * (l & 3) + (e & 1) + 8 * (e >> 2)};
   }
@@ -217,13 +275,7 @@ struct MmaNvLayout {
     return {2 * (l & 3) + (e & 1) + 8 * ((e >> 1) & 1), (l >> 2) + 8 * (e >> 2)};
   }
   __device__ static AttnAt c_at(int l, int e) { return a_at(l, e); }
-  __device__ static void mma(float (&c)[C_N], const ch_u16 (&a)[A_N], const ch_u16 (&b)[B_N]) {
-    ch_u32 ar[4], br[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      ar[i] = attn_pair(a + 2 * i);
-      br[i] = attn_pair(b + 2 * i);
-    }
+  __device__ static void mma(float (&c)[C_N], const ch_u32 (&ar)[A_N / 2], const ch_u32 (&br)[B_N / 2]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float* d = c + 4 * h;
@@ -243,6 +295,49 @@ struct MmaNvLayout {
     }
   }
 };
+
+// The prefill kernel's operands sit in shared memory, where `ldmatrix` loads
+// a whole fragment: four 8x8 tiles of 16-bit elements, lane L giving the
+// address of row L % 8 of tile L / 8 (16 bytes, 16-byte aligned); each lane
+// receives the pair at (row l / 4, columns 2·(l % 4) + {0, 1}) of every
+// tile, or with `.trans` the transposed pair (PTX ISA, "ldmatrix"); those
+// are the pairs of MmaNvLayout's a_at and b_at.
+template <bool BF16>
+struct AttnLoad<MmaNvLayout<BF16> > {
+  __device__ static void run(ch_u32 (&w)[4], const AttnView& v, int lane, bool b_operand) {
+    // Stored rows along which a tile's 8 elements are contiguous: A's rows
+    // (k unit stride), B's columns n (k unit stride), or B's rows k (n unit
+    // stride, loaded transposed).
+    const bool k_unit = b_operand ? v.sr == 1 : v.sc == 1;
+    const bool trans = b_operand && !k_unit && v.sc == 1;
+    const int row_step = k_unit ? (b_operand ? v.sc : v.sr) : v.sr;
+    // The prefill kernel's tiles are 16-byte aligned, and so is every
+    // fragment's origin in them where the row step is (8 elements apart).
+    const ch_u16* base = v.p;
+    if ((!k_unit && !trans) || (row_step * 2) % 16 != 0) {
+      attn_gather<MmaNvLayout<BF16> >(w, v, lane, b_operand);
+      return;
+    }
+    // Lane's tile and its row: register i's tile has offsets 8·(i % 2) and
+    // 8·(i / 2) along (row, k) for A and along (k, n) for B; stored by rows
+    // of A or k, the first offset is along the rows, stored by n the second.
+    const int tile = lane / 8, r = lane % 8;
+    const bool first_along_rows = !b_operand || trans;
+    const int row_off = 8 * (first_along_rows ? tile & 1 : tile >> 1);
+    const int col_off = 8 * (first_along_rows ? tile >> 1 : tile & 1);
+    const ch_u16* row = base + (row_off + r) * row_step + col_off;
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(row);
+    if (trans) {
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                   : "r"(addr));
+    } else {
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                   : "r"(addr));
+    }
+  }
+};
 #endif
 
 #if defined(CH_ATTN_MFMA) || defined(CH_ATTN_WMMA_GFX11) || defined(CH_ATTN_WMMA_GFX12)
@@ -255,10 +350,10 @@ typedef short attn_v16s __attribute__((__vector_size__(16 * sizeof(short))));
 typedef float attn_v4f __attribute__((__vector_size__(4 * sizeof(float))));
 typedef float attn_v8f __attribute__((__vector_size__(8 * sizeof(float))));
 
-// The N raw elements of a fragment as the builtin's vector type V.
+// A fragment's words as the builtin's vector type V.
 template <typename V, int N>
-__device__ __forceinline__ V attn_vec(const ch_u16 (&v)[N]) {
-  static_assert(sizeof(V) == N * sizeof(ch_u16), "fragment size");
+__device__ __forceinline__ V attn_vec(const ch_u32 (&v)[N]) {
+  static_assert(sizeof(V) == N * sizeof(ch_u32), "fragment size");
   V r;
   __builtin_memcpy(&r, v, sizeof(V));
   return r;
@@ -279,10 +374,12 @@ template <bool BF16>
 struct MmaMfmaLayout {
   static_assert(CANDLE_HIP_WAVE == 64, "MFMA needs wave 64");
   static const int A_N = 4, B_N = 4, C_N = 4, K_RUN = 4;
+  static const bool S_T = true, P_REGS = true, O_ROWS_MATCH = false;
+  static const int ROW_LANES_FIRST = 16, ROW_LANES_END = 64;
   __device__ static AttnAt a_at(int l, int e) { return {l % 16, 4 * (l / 16) + e}; }
   __device__ static AttnAt b_at(int l, int e) { return {4 * (l / 16) + e, l % 16}; }
   __device__ static AttnAt c_at(int l, int e) { return {4 * (l / 16) + e, l % 16}; }
-  __device__ static void mma(float (&c)[C_N], const ch_u16 (&a)[A_N], const ch_u16 (&b)[B_N]) {
+  __device__ static void mma(float (&c)[C_N], const ch_u32 (&a)[A_N / 2], const ch_u32 (&b)[B_N / 2]) {
     attn_v4f acc;
     __builtin_memcpy(&acc, c, sizeof acc);
 #if defined(CH_ATTN_MFMA_BF16)
@@ -306,10 +403,12 @@ template <bool BF16>
 struct MmaWmma11Layout {
   static_assert(CANDLE_HIP_WAVE == 32, "WMMA is compiled for wave 32");
   static const int A_N = 16, B_N = 16, C_N = 8, K_RUN = 16;
+  static const bool S_T = true, P_REGS = false, O_ROWS_MATCH = false;
+  static const int ROW_LANES_FIRST = 16, ROW_LANES_END = 32;
   __device__ static AttnAt a_at(int l, int e) { return {l % 16, e}; }
   __device__ static AttnAt b_at(int l, int e) { return {e, l % 16}; }
   __device__ static AttnAt c_at(int l, int e) { return {2 * e + l / 16, l % 16}; }
-  __device__ static void mma(float (&c)[C_N], const ch_u16 (&a)[A_N], const ch_u16 (&b)[B_N]) {
+  __device__ static void mma(float (&c)[C_N], const ch_u32 (&a)[A_N / 2], const ch_u32 (&b)[B_N / 2]) {
     attn_v8f acc;
     __builtin_memcpy(&acc, c, sizeof acc);
     if (BF16) {
@@ -330,11 +429,13 @@ template <bool BF16>
 struct MmaWmma12Layout {
   static_assert(CANDLE_HIP_WAVE == 32, "WMMA is compiled for wave 32");
   static const int A_N = 8, B_N = 8, C_N = 8, K_RUN = 4;
+  static const bool S_T = true, P_REGS = false, O_ROWS_MATCH = false;
+  static const int ROW_LANES_FIRST = 16, ROW_LANES_END = 32;
   __device__ static int k_of(int l, int e) { return 8 * (e / 4) + 4 * (l / 16) + e % 4; }
   __device__ static AttnAt a_at(int l, int e) { return {l % 16, k_of(l, e)}; }
   __device__ static AttnAt b_at(int l, int e) { return {k_of(l, e), l % 16}; }
   __device__ static AttnAt c_at(int l, int e) { return {8 * (l / 16) + e, l % 16}; }
-  __device__ static void mma(float (&c)[C_N], const ch_u16 (&a)[A_N], const ch_u16 (&b)[B_N]) {
+  __device__ static void mma(float (&c)[C_N], const ch_u32 (&a)[A_N / 2], const ch_u32 (&b)[B_N / 2]) {
     attn_v8f acc;
     __builtin_memcpy(&acc, c, sizeof acc);
     if (BF16) {
@@ -434,32 +535,134 @@ __device__ __forceinline__ float attn_exp2(float x, float m) {
 // Prefill.
 
 // Waves per block and keys per tile by head dimension: shared memory stays
-// within 48 KiB (a Q tile, a K and a V tile, the scores and probabilities).
+// within 48 KiB (a K and a V tile, and the Q tile where its fragments do
+// not stay in registers). The NVIDIA test platform takes 64 keys per tile
+// (faster there than 32); AMD targets 32, so that a CDNA compute unit's 64
+// KiB holds three blocks of head dim 128 (their Q fragments in registers).
 #define ATTN_WAVES(D) ((D) > 128 ? 2 : 4)
-#define ATTN_KEYS(D) ((D) > 128 ? 16 : 32)
+#ifndef ATTN_TILE_KEYS
+#if defined(CH_ATTN_MMA_NV)
+#define ATTN_TILE_KEYS 64
+#else
+#define ATTN_TILE_KEYS 32
+#endif
+#endif
+#define ATTN_KEYS(D) ((D) > 128 ? 16 : ATTN_TILE_KEYS)
 
+// The score products of product M in its orientation (M::S_T): the query
+// fragment's type and load, one product with a key fragment, and where a
+// score element sits as (query, key) in its 16x16 tile.
+template <class M, bool TRANSPOSED = M::S_T>
+struct AttnScores {
+  typedef typename M::AFrag QFrag;
+  __device__ static QFrag load_q(const ch_u16* q, int ld, int lane) { return M::load_a(AttnView{q, ld, 1}, lane); }
+  __device__ static void mma(float (&s)[M::C_N], const QFrag& qf, const ch_u16* k, int ld, int lane) {
+    M::mma(s, qf, M::load_b(AttnView{k, 1, ld}, lane), lane);
+  }
+  __device__ static AttnAt at(int l, int e) { return M::c_at(l, e); }
+};
+
+template <class M>
+struct AttnScores<M, true> {
+  typedef typename M::BFrag QFrag;
+  __device__ static QFrag load_q(const ch_u16* q, int ld, int lane) { return M::load_b(AttnView{q, 1, ld}, lane); }
+  __device__ static void mma(float (&s)[M::C_N], const QFrag& qf, const ch_u16* k, int ld, int lane) {
+    M::mma(s, M::load_a(AttnView{k, ld, 1}, lane), qf, lane);
+  }
+  __device__ static AttnAt at(int l, int e) {
+    const AttnAt c = M::c_at(l, e);
+    return {c.col, c.row};
+  }
+};
+
+// The first score element of a lane with element e's query (the same for
+// every lane: a layout's query of (l, e) is a function of l plus one of e).
+template <class SC>
+__device__ __forceinline__ int attn_first_of_query(int e) {
+#pragma unroll
+  for (int f = 0; f < e; ++f)
+    if (SC::at(0, f).row == SC::at(0, e).row) return f;
+  return e;
+}
+
+// The maximum (MAX) or sum of v over the score elements of this lane that
+// belong to element e's query, for every e.
+template <class M, class SC, bool MAX>
+__device__ __forceinline__ void attn_in_lane(const float (&v)[M::C_N], float (&out)[M::C_N]) {
+#pragma unroll
+  for (int e = 0; e < M::C_N; ++e) {
+    float r = v[e];
+#pragma unroll
+    for (int f = 0; f < M::C_N; ++f)
+      if (f != e && SC::at(0, f).row == SC::at(0, e).row) r = MAX ? fmaxf(r, v[f]) : r + v[f];
+    out[e] = r;
+  }
+}
+
+// The maximum (MAX) or sum of per-lane row values v (equal over a lane's
+// elements of one query) over the lanes holding each query: shuffles for
+// the first element of each query, copies for the others.
+template <class M, class SC, bool MAX>
+__device__ __forceinline__ void attn_across_lanes(const float (&v)[M::C_N], float (&out)[M::C_N]) {
+#pragma unroll
+  for (int e = 0; e < M::C_N; ++e) {
+    const int first = attn_first_of_query<SC>(e);  // a constant once unrolled
+    if (first != e) {
+      out[e] = out[first];
+      continue;
+    }
+    float r = v[e];
+#pragma unroll
+    for (int w = M::ROW_LANES_FIRST; w < M::ROW_LANES_END; w *= 2) {
+      const float o = __shfl_xor(r, w, CANDLE_HIP_WAVE);
+      r = MAX ? fmaxf(r, o) : r + o;
+    }
+    out[e] = r;
+  }
+}
+
+// A row statistic `v` (one per score element) for the query of output
+// element e: in place where the layouts agree, else from lane `query`,
+// which holds query `query` (layouts with one query per lane, l % 16).
+template <class M>
+__device__ __forceinline__ float attn_row_value(const float (&v)[M::C_N], int lane, int e) {
+  static_assert(M::O_ROWS_MATCH || M::ROW_LANES_FIRST == 16, "one query per lane");
+  if (M::O_ROWS_MATCH) return v[e];
+  return __shfl(v[0], M::c_at(lane, e).row, CANDLE_HIP_WAVE);
+}
+
+// Each wave owns 16 query rows and walks the block's key tiles: S = Q·Kᵀ
+// into registers, the online softmax on those registers (row maxima and
+// sums by shuffles among the lanes of a row), then O += P·V with P taken
+// from the same registers where the layout allows (else through a per-wave
+// tile in shared memory). Q's fragments stay in registers for the whole
+// kernel where they are small; K and V tiles are shared by the block's
+// waves.
 template <typename T, int D>
 __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restrict__ q, const T* __restrict__ k,
                                            const T* __restrict__ v, T* __restrict__ o,
                                            const float* __restrict__ alibi) {
   typedef typename MmaOf<T>::type M;
-  const int WAVES = ATTN_WAVES(D), BC = ATTN_KEYS(D), ROWS = 16 * WAVES;
+  typedef AttnScores<M> SC;
+  const int WAVES = ATTN_WAVES(D), BC = ATTN_KEYS(D), ROWS = 16 * WAVES, C_N = M::C_N;
   const int LD = D + 8;    // padded row of a Q/K/V tile (elements)
-  const int SLD = BC + 2;  // padded row of the scores (floats)
   const int PLD = BC + 4;  // padded row of the probabilities (elements)
-  const int LPR = CANDLE_HIP_WAVE / 16;  // lanes per score row
-  const int PACK = 8;                    // elements per 16-byte copy
-  __shared__ ch_u16 sq[ROWS * LD];
-  __shared__ ch_u16 sk[BC * LD];
+  const int PACK = 8;      // elements per 16-byte copy
+  // Q's fragments stay in registers where they take at most 128 bytes a
+  // lane (more, and a wave-32 target's registers run out).
+  const bool Q_REGS = sizeof(typename SC::QFrag) * (D / 16) <= 128;
+  static_assert(!M::P_REGS || M::A_N == C_N, "P from registers needs A_N == C_N");
   // V: row-major; transposed for D = 256, whose P·V fragments then load
   // along rows (with row-major V, RDNA 4 spills a register there).
   const bool VT = D > 128;
   const int VLD = BC + 4;  // padded row of the transposed tile (elements)
-  __shared__ ch_u16 sv[VT ? D * VLD : BC * LD];
-  __shared__ float ss[ROWS * SLD];
-  __shared__ ch_u16 sp[ROWS * PLD];
-  __shared__ float s_alpha[ROWS];
-  __shared__ float s_sum[ROWS];
+  const int V_SIZE = VT ? D * VLD : BC * LD;
+  // K then V; with Q_REGS, the Q tile passes through here first.
+  __shared__ __attribute__((aligned(16))) ch_u16 s_kv[(BC * LD + V_SIZE > ROWS * LD) ? BC * LD + V_SIZE : ROWS * LD];
+  __shared__ __attribute__((aligned(16))) ch_u16 sq[Q_REGS ? 1 : ROWS * LD];
+  __shared__ __attribute__((aligned(16))) ch_u16 sp[M::P_REGS ? 1 : ROWS * PLD];
+  ch_u16* const sk = s_kv;
+  ch_u16* const sv = s_kv + BC * LD;
 
   const int tid = (int)threadIdx.x, lane = tid % CANDLE_HIP_WAVE, wave = tid / CANDLE_HIP_WAVE;
   const ch_u32 h = blockIdx.y, b = blockIdx.z;
@@ -471,143 +674,200 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
   const ch_u16* vb = reinterpret_cast<const ch_u16*>(v) + b * a.v_stride[0] + kvh * a.v_stride[2];
   const float slope = alibi != nullptr ? alibi[h] : 0.0f;
 
-  // Copies `n` rows of D elements at `src` (row step `step`) into a padded
-  // tile, zeros past `n`: row-major (row step LD), or transposed (each
-  // pack spread down a column of row step VLD).
-  auto load_tile = [&](ch_u16* dst, int tile_rows, const ch_u16* src, ch_u64 step, ch_i64 n, bool transposed) {
-    const int packs = tile_rows * (D / PACK);
-    for (int p = tid; p < packs; p += (int)blockDim.x) {
-      const int r = p / (D / PACK), c = (p % (D / PACK)) * PACK;
-      Pack<ch_u16, PACK> val;
-      if (r < n) {
-        val = *reinterpret_cast<const Pack<ch_u16, PACK>*>(src + (ch_u64)r * step + c);
-      } else {
+  // Pack p of a tile: its row and column.
+  auto tile_at = [&](int p) { return AttnAt{p / (D / PACK), (p % (D / PACK)) * PACK}; };
+  // Pack p of `n` rows at `src` (row step `step`): zeros past `n`. Packs
+  // move as words (zeroing them costs a move each, not a byte permute).
+  typedef Pack<ch_u32, PACK / 2> Words;
+  auto read_pack = [&](const ch_u16* src, ch_u64 step, ch_i64 n, int p) {
+    const AttnAt at = tile_at(p);
+    Words val;
 #pragma unroll
-        for (int e = 0; e < PACK; ++e) val.v[e] = 0;
-      }
-      if (transposed) {
+    for (int i = 0; i < PACK / 2; ++i) val.v[i] = 0;
+    if (at.row < n) val = *reinterpret_cast<const Words*>(src + (ch_u64)at.row * step + at.col);
+    return val;
+  };
+  // Stores pack p into a padded tile: row-major (row step LD), or
+  // transposed (spread down a column of row step VLD).
+  auto write_pack = [&](ch_u16* dst, int p, const Words& val, bool transposed) {
+    const AttnAt at = tile_at(p);
+    if (transposed) {
 #pragma unroll
-        for (int e = 0; e < PACK; ++e) dst[(c + e) * VLD + r] = val.v[e];
-      } else {
-        *reinterpret_cast<Pack<ch_u16, PACK>*>(dst + r * LD + c) = val;
-      }
+      for (int e = 0; e < PACK; ++e) dst[(at.col + e) * VLD + at.row] = attn_half(val.v, e);
+    } else {
+      *reinterpret_cast<Words*>(dst + at.row * LD + at.col) = val;
     }
   };
-  load_tile(sq, ROWS, qb + (ch_u64)i0 * a.q_stride[1], a.q_stride[1], rows, false);
 
-  // This lane's score row (in the wave's 16) and its running statistics.
-  const int my_row = lane / LPR, my_part = lane % LPR;
-  const int block_row = wave * 16 + my_row;
-  const AttnRow row = attn_row(a, i0 + block_row, slope);
-  float m = -__builtin_huge_valf(), l = 0.0f;
+  // The block's Q tile.
+  const ch_u16* q_src = qb + (ch_u64)i0 * a.q_stride[1];
+  ch_u16* const q_tile = Q_REGS ? s_kv : sq;
+  for (int p = tid; p < ROWS * (D / PACK); p += (int)blockDim.x)
+    write_pack(q_tile, p, read_pack(q_src, a.q_stride[1], rows, p), false);
+  __syncthreads();
+  ch_u16* const wave_q = q_tile + wave * 16 * LD;
+  typename SC::QFrag qf[D / 16];
+  if (Q_REGS) {
+#pragma unroll
+    for (int kt = 0; kt < D / 16; ++kt) qf[kt] = SC::load_q(wave_q + kt * 16, LD, lane);
+  }
 
-  // The keys any row of the block sees.
+  // The keys any row of the block sees, and those every row sees.
   const AttnRow first = attn_row(a, i0, slope), last = attn_row(a, i0 + rows - 1, slope);
   const ch_i64 j_begin = (first.lo / BC) * BC, j_end = last.hi + 1;
+  const bool plain = a.softcap <= 0.0f && slope == 0.0f;
+  const float scale2 = a.scale * CH_LOG2E;
 
-  float acc[D / 16][M::C_N];
+  // Running maximum and (this lane's part of the) sum of each score
+  // element's query: equal over a lane's elements of one query.
+  float m[C_N], l[C_N], acc[D / 16][C_N];
 #pragma unroll
-  for (int t = 0; t < D / 16; ++t)
+  for (int e = 0; e < C_N; ++e) {
+    m[e] = -__builtin_huge_valf();
+    l[e] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < M::C_N; ++e) acc[t][e] = 0.0f;
+    for (int t = 0; t < D / 16; ++t) acc[t][e] = 0.0f;
+  }
 
-  float* wave_s = ss + wave * 16 * SLD;
-  ch_u16* wave_p = sp + wave * 16 * PLD;
-  for (ch_i64 j0 = j_begin; j0 < j_end; j0 += BC) {
+  // K and V tiles: copied a pack at a time into shared memory. (Loading the
+  // next tile into registers during the current one's products measured
+  // slower on the NVIDIA test platform: the registers cost occupancy.)
+  const int THREADS = WAVES * CANDLE_HIP_WAVE, TILE_PACKS = BC * (D / PACK);
+  auto copy_tile = [&](ch_i64 j0) {
     const ch_i64 n = (ch_i64)a.s_k - j0 < BC ? (ch_i64)a.s_k - j0 : BC;
-    __syncthreads();  // the previous tile is consumed
-    load_tile(sk, BC, kb + (ch_u64)j0 * a.k_stride[1], a.k_stride[1], n, false);
-    load_tile(sv, BC, vb + (ch_u64)j0 * a.v_stride[1], a.v_stride[1], n, VT);
+    for (int p = tid; p < TILE_PACKS; p += THREADS) {
+      write_pack(sk, p, read_pack(kb + (ch_u64)j0 * a.k_stride[1], a.k_stride[1], n, p), false);
+      write_pack(sv, p, read_pack(vb + (ch_u64)j0 * a.v_stride[1], a.v_stride[1], n, p), VT);
+    }
+  };
+
+  ch_u16* const wave_p = sp + wave * 16 * PLD;
+  for (ch_i64 j0 = j_begin; j0 < j_end; j0 += BC) {
+    __syncthreads();  // the previous tile (or Q) is consumed
+    copy_tile(j0);
     __syncthreads();
 
-    // S = Q·Kᵀ for the wave's 16 rows.
-    float s[BC / 16][M::C_N];
+    // S = Q·Kᵀ (or Sᵀ) for the wave's 16 rows.
+    float s[BC / 16][C_N];
 #pragma unroll
     for (int t = 0; t < BC / 16; ++t)
 #pragma unroll
-      for (int e = 0; e < M::C_N; ++e) s[t][e] = 0.0f;
-    // Partly unrolled: fully unrolled, the compiler hoists every fragment
-    // load and runs out of registers on wave-32 targets.
+      for (int e = 0; e < C_N; ++e) s[t][e] = 0.0f;
+    if (Q_REGS) {
+#pragma unroll
+      for (int kt = 0; kt < D / 16; ++kt)
+#pragma unroll
+        for (int t = 0; t < BC / 16; ++t) SC::mma(s[t], qf[kt], sk + t * 16 * LD + kt * 16, LD, lane);
+    } else {
+      // Partly unrolled: fully unrolled, the compiler hoists every fragment
+      // load and runs out of registers on wave-32 targets.
 #pragma unroll 2
-    for (int kt = 0; kt < D / 16; ++kt) {
-      const typename M::AFrag qa = M::load_a(AttnView{sq + wave * 16 * LD + kt * 16, LD, 1}, lane);
+      for (int kt = 0; kt < D / 16; ++kt) {
+        const typename SC::QFrag qk = SC::load_q(wave_q + kt * 16, LD, lane);
+#pragma unroll
+        for (int t = 0; t < BC / 16; ++t) SC::mma(s[t], qk, sk + t * 16 * LD + kt * 16, LD, lane);
+      }
+    }
+
+    // Scores in log2 units; the mask and transforms only where a row of
+    // the block may not see every key of the tile.
+    const bool interior = plain && j0 >= last.lo && j0 + BC - 1 <= first.hi;
+    if (interior) {
+#pragma unroll
+      for (int t = 0; t < BC / 16; ++t)
+#pragma unroll
+        for (int e = 0; e < C_N; ++e) s[t][e] *= scale2;
+    } else {
+#pragma unroll
+      for (int e = 0; e < C_N; ++e) {
+        const AttnAt at = SC::at(lane, e);
+        const AttnRow row = attn_row(a, i0 + wave * 16 + at.row, slope);
+#pragma unroll
+        for (int t = 0; t < BC / 16; ++t) s[t][e] = attn_score(a, row, j0 + t * 16 + at.col, s[t][e]);
+      }
+    }
+    float tile_max[C_N];
+#pragma unroll
+    for (int e = 0; e < C_N; ++e) {
+      tile_max[e] = s[0][e];
+#pragma unroll
+      for (int t = 1; t < BC / 16; ++t) tile_max[e] = fmaxf(tile_max[e], s[t][e]);
+    }
+    float lane_max[C_N], row_max[C_N], alpha[C_N], sums[C_N], lane_sum[C_N];
+    attn_in_lane<M, SC, true>(tile_max, lane_max);
+    attn_across_lanes<M, SC, true>(lane_max, row_max);
+#pragma unroll
+    for (int e = 0; e < C_N; ++e) {
+      const float m_new = fmaxf(m[e], row_max[e]);
+      alpha[e] = attn_exp2(m[e], m_new);
+      m[e] = m_new;
+      sums[e] = 0.0f;
 #pragma unroll
       for (int t = 0; t < BC / 16; ++t) {
-        const typename M::BFrag kf = M::load_b(AttnView{sk + t * 16 * LD + kt * 16, 1, LD}, lane);
-        M::mma(s[t], qa, kf, lane);
+        s[t][e] = attn_exp2(s[t][e], m_new);
+        sums[e] += s[t][e];
       }
     }
+    // The lane's part of each query's sum, the same in all its elements.
+    attn_in_lane<M, SC, false>(sums, lane_sum);
 #pragma unroll
-    for (int t = 0; t < BC / 16; ++t)
-#pragma unroll
-      for (int e = 0; e < M::C_N; ++e) {
-        const AttnAt at = M::c_at(lane, e);
-        wave_s[at.row * SLD + t * 16 + at.col] = s[t][e];
-      }
-    __syncthreads();
-
-    // Online softmax: each row's LPR lanes take every LPR-th key, in two
-    // passes over the scores (the maximum, then the exponentials) rather
-    // than holding them in registers beside the output accumulators.
-    float tile_max = -__builtin_huge_valf();
-#pragma unroll
-    for (int c = 0; c < BC / LPR; ++c) {
-      const int col = c * LPR + my_part;
-      tile_max = fmaxf(tile_max, attn_score(a, row, j0 + col, wave_s[my_row * SLD + col]));
-    }
-#pragma unroll
-    for (int w = 1; w < LPR; w *= 2) tile_max = fmaxf(tile_max, __shfl_xor(tile_max, w, CANDLE_HIP_WAVE));
-    const float m_new = fmaxf(m, tile_max);
-    const float alpha = attn_exp2(m, m_new);
-    float sum = 0.0f;
-#pragma unroll
-    for (int c = 0; c < BC / LPR; ++c) {
-      const int col = c * LPR + my_part;
-      const float p = attn_exp2(attn_score(a, row, j0 + col, wave_s[my_row * SLD + col]), m_new);
-      sum += p;
-      wave_p[my_row * PLD + col] = attn_from_float<T>(p);
-    }
-#pragma unroll
-    for (int w = 1; w < LPR; w *= 2) sum += __shfl_xor(sum, w, CANDLE_HIP_WAVE);
-    l = l * alpha + sum;
-    m = m_new;
-    if (my_part == 0) {
-      s_alpha[block_row] = alpha;
-      s_sum[block_row] = l;
-    }
-    __syncthreads();
+    for (int e = 0; e < C_N; ++e) l[e] = l[e] * alpha[e] + lane_sum[e];
 
     // O = O·alpha + P·V.
 #pragma unroll
-    for (int e = 0; e < M::C_N; ++e) {
-      const float f = s_alpha[wave * 16 + M::c_at(lane, e).row];
+    for (int e = 0; e < C_N; ++e) {
+      const float f = attn_row_value<M>(alpha, lane, e);
 #pragma unroll
       for (int t = 0; t < D / 16; ++t) acc[t][e] *= f;
     }
-#pragma unroll 1
-    for (int kt = 0; kt < BC / 16; ++kt) {
-      const typename M::AFrag pa = M::load_a(AttnView{wave_p + kt * 16, PLD, 1}, lane);
+    if (!M::P_REGS) {
+#pragma unroll
+      for (int t = 0; t < BC / 16; ++t)
+#pragma unroll
+        for (int e = 0; e < C_N; ++e) {
+          const AttnAt at = SC::at(lane, e);
+          wave_p[at.row * PLD + t * 16 + at.col] = attn_from_float<T>(s[t][e]);
+        }
+      __syncthreads();
+    }
+    // O += P·V over the tile's 16-key steps; P from registers where the
+    // layout allows (every step unrolled: P's registers are indexed by it),
+    // else from the wave's tile (one step at a time: fewer registers).
+    auto pv_step = [&](int kt, const typename M::AFrag& pa) {
 #pragma unroll
       for (int t = 0; t < D / 16; ++t) {
         const AttnView vview = VT ? AttnView{sv + t * 16 * VLD + kt * 16, 1, VLD}
                                   : AttnView{sv + kt * 16 * LD + t * 16, LD, 1};
-        const typename M::BFrag vf = M::load_b(vview, lane);
-        M::mma(acc[t], pa, vf, lane);
+        M::mma(acc[t], pa, M::load_b(vview, lane), lane);
       }
+    };
+    if (M::P_REGS) {
+#pragma unroll
+      for (int kt = 0; kt < BC / 16; ++kt) {
+        typename M::AFrag pa;
+#pragma unroll
+        for (int e = 0; e < C_N; e += 2) pa.w[e / 2] = attn_pack<T>(s[kt][e], s[kt][e + 1]);
+        pv_step(kt, pa);
+      }
+    } else {
+#pragma unroll 1
+      for (int kt = 0; kt < BC / 16; ++kt) pv_step(kt, M::load_a(AttnView{wave_p + kt * 16, PLD, 1}, lane));
     }
   }
-  __syncthreads();
 
+  // Each query's sum over its lanes, then the normalised output.
+  float total[C_N];
+  attn_across_lanes<M, SC, false>(l, total);
   T* ob = o + (((ch_u64)b * a.s_q + (ch_u64)i0) * a.h_q + h) * D;
 #pragma unroll
-  for (int e = 0; e < M::C_N; ++e) {
-    const AttnAt at = M::c_at(lane, e);
-    const int r = wave * 16 + at.row;
+  for (int e = 0; e < C_N; ++e) {
+    const float sum = attn_row_value<M>(total, lane, e);
+    const int r = wave * 16 + M::c_at(lane, e).row;
     if (r >= rows) continue;
-    const float total = j_begin < j_end ? s_sum[r] : 0.0f;
-    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
 #pragma unroll
-    for (int t = 0; t < D / 16; ++t) ob[(ch_u64)r * a.h_q * D + t * 16 + at.col] = Num<T>::from_acc(acc[t][e] * inv);
+    for (int t = 0; t < D / 16; ++t)
+      ob[(ch_u64)r * a.h_q * D + t * 16 + M::c_at(lane, e).col] = Num<T>::from_acc(acc[t][e] * inv);
   }
 }
 

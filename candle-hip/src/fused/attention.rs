@@ -12,7 +12,7 @@
 //! `i + s_k - s_q`). A query row that sees no key gets zeros.
 //!
 //! Two kernels: prefill (a block per 16 query rows per wave and head,
-//! matrix instructions for both products, online softmax in shared memory)
+//! matrix instructions for both products, the online softmax in registers)
 //! and, for at most [`DECODE_MAX_QUERIES`] queries, flash-decoding (the keys
 //! split across blocks, each reading a key once for every query head of its
 //! group, then a merge of the splits).

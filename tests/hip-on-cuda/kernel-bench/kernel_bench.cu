@@ -6,6 +6,7 @@
 //   nvcc -O2 -std=c++17 kernel_bench.cu -lnvrtc -lcuda -o kernel_bench
 //   ./kernel_bench <headers dir> <kernels dir> gemv VARIANT...
 //   ./kernel_bench <headers dir> <kernels dir> attn VARIANT...
+//   ./kernel_bench <headers dir> <kernels dir> prefill VARIANT...
 //   ./kernel_bench <headers dir> <kernels dir> qmv VARIANT...
 //   ./kernel_bench <headers dir> <kernels dir> dq VARIANT...
 //
@@ -14,7 +15,7 @@
 // the given -D definitions. gemv: A waves per block (8), B blocks per
 // compute unit (4), C the waves per output (0: the host's rule). attn: A
 // threads per block (128), B blocks per compute unit (4), C query rows per
-// block (4); qmv (a quantized.hip): A waves per block of the mat-vec (4), B
+// block (4); prefill: A waves per block (4; B, C unused); qmv (a quantized.hip): A waves per block of the mat-vec (4), B
 // activations per thread of their rounding (8; 0: one activation block per
 // thread), C rows of activations (1), D outputs per wave (2). A source that
 // takes other values than its defaults must define them from the -D options.
@@ -29,7 +30,10 @@
 // its merge for one query over Llama-3 heads (32 query, 8 key/value; head
 // dimension 64 as Llama-3.2-1B, 128 as Llama-3.1-8B) at several cache
 // lengths, full or filled to a length read on the device (as the static
-// decode step runs it), with and without the merge. qmv: quantized.rs's
+// decode step runs it), with and without the merge. prefill:
+// flash_attn_d<D>_bf16 at the shapes of the attention benchmark (32 heads of
+// 128, causal and not, 512 to 16k tokens) and Llama-3.2-1B's (32 query, 8
+// key/value heads of 64), in TFLOP/s (4·b·h·s²·d, halved when causal). qmv: quantized.rs's
 // mat-vec (activation rounding, then qmatvec) for q4_0, q8_0, q4k and q6k
 // weights at the same decode shapes, per layer and for a whole token
 // against the bound (quantized weight bytes / the copy rate). dq (a
@@ -38,8 +42,12 @@
 // variant's output is compared with the first variant's. The launch rules
 // mirror the host's: ops/gemv.rs `split` and `launch_config`,
 // fused/linear.rs's grid cap and shared memory, fused/attention.rs's
-// `decode_splits` and quantized.rs's `matvec`; change them here when they
-// change there. KERNEL_BENCH_SHAPE=<name> times only that shape (gemv, qmv).
+// `decode_splits` and quantized.rs's `matvec` (and the prefill grid, 16
+// query rows per wave); change them here when they change there.
+// KERNEL_BENCH_SHAPE=<name> times only that shape (gemv, qmv) or case
+// (prefill: its name as printed); KERNEL_BENCH_COMPILE_ONLY=1 only compiles
+// (no GPU needed); KERNEL_BENCH_PTXAS=1 prints ptxas's registers and spills
+// per kernel.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <nvrtc.h>
@@ -141,6 +149,8 @@ static CUmodule compile(const std::string& path, std::vector<std::string> option
   if (const char* cuda = getenv("CUDA_HOME")) options.push_back(std::string("-I") + cuda + "/include");
   options.push_back("-I" + g_headers);
   options.push_back("-I" + g_kernels);
+  const bool ptxas_report = getenv("KERNEL_BENCH_PTXAS") != nullptr;
+  if (ptxas_report) options.push_back("--ptxas-options=-v");
   std::vector<const char*> argv;
   for (auto& o : options) argv.push_back(o.c_str());
   nvrtcResult r = nvrtcCompileProgram(prog, (int)argv.size(), argv.data());
@@ -152,6 +162,7 @@ static CUmodule compile(const std::string& path, std::vector<std::string> option
     fprintf(stderr, "compiling %s failed:\n%s\n", path.c_str(), log.c_str());
     exit(1);
   }
+  if (ptxas_report) printf("%s: ptxas report\n%s\n", path.c_str(), log.c_str());
   size_t size;
   nvrtcGetCUBINSize(prog, &size);
   std::vector<char> cubin(size);
@@ -529,6 +540,94 @@ static void attn_bench(const std::vector<Variant>& variants) {
 }
 
 // ---------------------------------------------------------------------------
+// flash_attn (prefill)
+
+static void prefill_bench(const std::vector<Variant>& variants) {
+  const int dims[] = {64, 128};
+  std::vector<CUfunction> kernels[2];
+  for (auto& v : variants) {
+    auto defs = v.defines;
+    defs.push_back("-DCH_ONLY_DTYPE=CH_DTYPE_bf16");
+    CUmodule m = compile(v.file, defs);
+    for (int di = 0; di < 2; ++di) {
+      std::string name = "flash_attn_d" + std::to_string(dims[di]) + "_bf16";
+      kernels[di].push_back(m ? function(m, name.c_str()) : nullptr);
+    }
+  }
+  if (compile_only()) return;
+  printf("flash_attn_d<D>_bf16, q (b, s, h_q, D), k and v (b, s, h_k, D): us per call (TFLOP/s)\n%-26s", "case");
+  for (auto& v : variants) printf(" | %-24s", v.heading(false).c_str());
+  printf("\n");
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const struct {
+    int d, batch, seq, hq, hk;
+    bool causal;
+  } cases[] = {{128, 1, 512, 32, 32, true},   {128, 1, 2048, 32, 32, true}, {128, 1, 4096, 32, 32, true},
+               {128, 1, 4096, 32, 32, false}, {128, 4, 4096, 32, 32, true}, {128, 1, 16384, 32, 32, true},
+               {64, 1, 2048, 32, 8, true}};
+  for (auto& c : cases) {
+    const int d = c.d, di = d == 64 ? 0 : 1;
+    const size_t nq = (size_t)c.batch * c.seq * c.hq * d, nk = (size_t)c.batch * c.seq * c.hk * d;
+    uint16_t *q, *k, *v, *o;
+    CHECK_CUDA(cudaMalloc(&q, nq * 2));
+    CHECK_CUDA(cudaMalloc(&k, nk * 2));
+    CHECK_CUDA(cudaMalloc(&v, nk * 2));
+    CHECK_CUDA(cudaMalloc(&o, nq * 2));
+    fill(q, nq, 21);
+    fill(k, nk, 22);
+    fill(v, nk, 23);
+    char name[64];
+    snprintf(name, sizeof name, "d%d b%d s%d h%d/%d%s", d, c.batch, c.seq, c.hq, c.hk, c.causal ? " causal" : "");
+    const char* only = getenv("KERNEL_BENCH_SHAPE");
+    if (only && strcmp(only, name) != 0) {
+      cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o);
+      continue;
+    }
+    printf("%-26s", name);
+    const double flops = 4.0 * c.batch * c.hq * (double)c.seq * c.seq * d * (c.causal ? 0.5 : 1.0);
+    std::vector<std::vector<uint16_t>> outs;
+    for (size_t vi = 0; vi < variants.size(); ++vi) {
+      const Variant& var = variants[vi];
+      AttnArgs a{};
+      a.q_stride[0] = (uint64_t)c.seq * c.hq * d, a.q_stride[1] = (uint64_t)c.hq * d, a.q_stride[2] = d;
+      a.k_stride[0] = (uint64_t)c.seq * c.hk * d, a.k_stride[1] = (uint64_t)c.hk * d, a.k_stride[2] = d;
+      memcpy(a.v_stride, a.k_stride, sizeof a.k_stride);
+      a.s_q = a.s_k = c.seq, a.h_q = c.hq, a.h_k = c.hk;
+      a.win_left = 0x3fffffff, a.win_right = c.causal ? 0 : 0x3fffffff;
+      a.scale = 1.0f / sqrtf((float)d), a.softcap = 0;
+      const int rows = 16 * var.a;
+      void* alibi = nullptr;
+      void* args[] = {&a, &q, &k, &v, &o, &alibi};
+      auto call = [&] {
+        CHECK_CU(cuLaunchKernel(kernels[di][vi], (c.seq + rows - 1) / rows, c.hq, c.batch, var.a * 32, 1, 1, 0, s,
+                                args, nullptr));
+      };
+      const double us = time_graph(s, call, c.seq >= 16384 ? 5 : 20);
+      printf(" | %10.1f us (%6.1f)", us, flops / (us * 1e-6) / 1e12);
+      CHECK_CUDA(cudaMemset(o, 0, nq * 2));
+      call();
+      CHECK_CUDA(cudaStreamSynchronize(s));
+      std::vector<uint16_t> h(nq);
+      CHECK_CUDA(cudaMemcpy(h.data(), o, nq * 2, cudaMemcpyDeviceToHost));
+      outs.push_back(h);
+    }
+    printf("\n");
+    for (size_t vi = 1; vi < outs.size(); ++vi) {
+      double worst = 0;
+      for (size_t i = 0; i < outs[0].size(); ++i)
+        worst = std::max(worst, (double)fabsf(bf16_to_float(outs[0][i]) - bf16_to_float(outs[vi][i])));
+      if (worst > 1e-2) printf("MISMATCH: variant %zu, absolute %.3g\n", vi, worst);
+    }
+    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o);
+  }
+  printf("registers (d64/d128):");
+  for (size_t vi = 0; vi < variants.size(); ++vi)
+    printf(" %d/%d", registers(kernels[0][vi]), registers(kernels[1][vi]));
+  printf("\n");
+}
+
+// ---------------------------------------------------------------------------
 // quantized mat-vec
 
 // A GGML block type: its name in the kernel names, bytes and values per
@@ -750,8 +849,8 @@ static void dq_bench(const std::vector<Variant>& variants) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc >= 5 ? argv[3] : "";
-  if (mode != "gemv" && mode != "attn" && mode != "qmv" && mode != "dq") {
-    fprintf(stderr, "usage: %s <headers dir> <kernels dir> gemv|attn|qmv|dq VARIANT...\n", argv[0]);
+  if (mode != "gemv" && mode != "attn" && mode != "prefill" && mode != "qmv" && mode != "dq") {
+    fprintf(stderr, "usage: %s <headers dir> <kernels dir> gemv|attn|prefill|qmv|dq VARIANT...\n", argv[0]);
     return 2;
   }
   g_headers = argv[1], g_kernels = argv[2];
@@ -759,6 +858,7 @@ int main(int argc, char** argv) {
   for (int i = 4; i < argc; ++i) {
     if (mode == "gemv") variants.push_back(parse_variant(argv[i], 8, 4, 0));
     if (mode == "attn") variants.push_back(parse_variant(argv[i], 128, 4, 4));
+    if (mode == "prefill") variants.push_back(parse_variant(argv[i], 4, 0, 0));
     if (mode == "qmv" || mode == "dq") variants.push_back(parse_variant(argv[i], 4, 8, 1, 2));
   }
   if (!compile_only()) {
@@ -771,6 +871,7 @@ int main(int argc, char** argv) {
   }
   if (mode == "gemv") gemv_bench(variants);
   if (mode == "attn") attn_bench(variants);
+  if (mode == "prefill") prefill_bench(variants);
   if (mode == "qmv") qmv_bench(variants);
   if (mode == "dq") dq_bench(variants);
   return 0;
