@@ -534,11 +534,25 @@ __device__ __forceinline__ float attn_exp2(float x, float m) {
 // ---------------------------------------------------------------------------
 // Prefill.
 
+// 2^x where results below 2^-126 may flush to zero (against a sum of terms
+// up to 1 they are far below f32 rounding): one instruction on the NVIDIA
+// test platform, whose exp2f adds a denormal range fix-up.
+__device__ __forceinline__ float attn_exp2_ftz(float x) {
+#if defined(CH_ATTN_MMA_NV)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
+
 // Waves per block and keys per tile by head dimension: shared memory stays
 // within 48 KiB (a K and a V tile, and the Q tile where its fragments do
 // not stay in registers). The NVIDIA test platform takes 64 keys per tile
 // (faster there than 32); AMD targets 32, so that a CDNA compute unit's 64
 // KiB holds three blocks of head dim 128 (their Q fragments in registers).
+// -DATTN_TILE_KEYS=<n> overrides (the kernel bench compares tile sizes).
 #define ATTN_WAVES(D) ((D) > 128 ? 2 : 4)
 #ifndef ATTN_TILE_KEYS
 #if defined(CH_ATTN_MMA_NV)
@@ -674,36 +688,56 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
   const ch_u16* vb = reinterpret_cast<const ch_u16*>(v) + b * a.v_stride[0] + kvh * a.v_stride[2];
   const float slope = alibi != nullptr ? alibi[h] : 0.0f;
 
-  // Pack p of a tile: its row and column.
-  auto tile_at = [&](int p) { return AttnAt{p / (D / PACK), (p % (D / PACK)) * PACK}; };
-  // Pack p of `n` rows at `src` (row step `step`): zeros past `n`. Packs
-  // move as words (zeroing them costs a move each, not a byte permute).
+  // Tiles move in packs of PACK elements, as words (zeroing one costs a
+  // move a word, not byte permutes): the pack at `src`, or zeros.
   typedef Pack<ch_u32, PACK / 2> Words;
-  auto read_pack = [&](const ch_u16* src, ch_u64 step, ch_i64 n, int p) {
-    const AttnAt at = tile_at(p);
+  auto read_pack = [&](const ch_u16* src, bool valid) {
     Words val;
 #pragma unroll
     for (int i = 0; i < PACK / 2; ++i) val.v[i] = 0;
-    if (at.row < n) val = *reinterpret_cast<const Words*>(src + (ch_u64)at.row * step + at.col);
+    if (valid) val = *reinterpret_cast<const Words*>(src);
     return val;
   };
-  // Stores pack p into a padded tile: row-major (row step LD), or
-  // transposed (spread down a column of row step VLD).
-  auto write_pack = [&](ch_u16* dst, int p, const Words& val, bool transposed) {
-    const AttnAt at = tile_at(p);
+  // Stores a pack at (row, col) of a padded tile: row-major (row step LD),
+  // or transposed (spread down a column of row step VLD).
+  auto write_pack = [&](ch_u16* dst, int row, int col, const Words& val, bool transposed) {
     if (transposed) {
 #pragma unroll
-      for (int e = 0; e < PACK; ++e) dst[(at.col + e) * VLD + at.row] = attn_half(val.v, e);
+      for (int e = 0; e < PACK; ++e) dst[(col + e) * VLD + row] = attn_half(val.v, e);
     } else {
-      *reinterpret_cast<Words*>(dst + at.row * LD + at.col) = val;
+      *reinterpret_cast<Words*>(dst + row * LD + col) = val;
+    }
+  };
+  // Copies rows 0 .. n - 1 of `src` (row step `step`, elements) into a tile
+  // of `tile_rows` rows (zeros below n), pack p = row · PPR + column / PACK
+  // by thread p % THREADS. Where THREADS is a multiple of PPR and divides
+  // the tile's packs, a thread's packs share a column and its rows are a
+  // fixed step apart: one pointer per thread, moved by that step, all loads
+  // issued together. Not for head dim 256, whose registers (the output
+  // takes twice as many) would spill on RDNA.
+  const int THREADS = WAVES * CANDLE_HIP_WAVE, PPR = D / PACK;
+  auto copy = [&](ch_u16* dst, int tile_rows, const ch_u16* src, ch_u64 step, ch_i64 n, bool transposed) {
+    if (D <= 128 && THREADS % PPR == 0 && tile_rows % (THREADS / PPR) == 0) {
+      const int RSTEP = THREADS / PPR, row0 = tid / PPR, col = (tid % PPR) * PACK;
+      const ch_u16* from = src + (ch_u64)row0 * step + col;
+      const ch_u64 jump = (ch_u64)RSTEP * step;
+#pragma unroll
+      for (int i = 0; i < tile_rows / RSTEP; ++i, from += jump) {
+        const int row = row0 + i * RSTEP;
+        write_pack(dst, row, col, read_pack(from, row < n), transposed);
+      }
+    } else {
+      for (int p = tid; p < tile_rows * PPR; p += THREADS) {
+        const int row = p / PPR, col = (p % PPR) * PACK;
+        write_pack(dst, row, col, read_pack(src + (ch_u64)row * step + col, row < n), transposed);
+      }
     }
   };
 
   // The block's Q tile.
   const ch_u16* q_src = qb + (ch_u64)i0 * a.q_stride[1];
   ch_u16* const q_tile = Q_REGS ? s_kv : sq;
-  for (int p = tid; p < ROWS * (D / PACK); p += (int)blockDim.x)
-    write_pack(q_tile, p, read_pack(q_src, a.q_stride[1], rows, p), false);
+  copy(q_tile, ROWS, q_src, a.q_stride[1], rows, false);
   __syncthreads();
   ch_u16* const wave_q = q_tile + wave * 16 * LD;
   typename SC::QFrag qf[D / 16];
@@ -729,16 +763,13 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     for (int t = 0; t < D / 16; ++t) acc[t][e] = 0.0f;
   }
 
-  // K and V tiles: copied a pack at a time into shared memory. (Loading the
-  // next tile into registers during the current one's products measured
-  // slower on the NVIDIA test platform: the registers cost occupancy.)
-  const int THREADS = WAVES * CANDLE_HIP_WAVE, TILE_PACKS = BC * (D / PACK);
+  // K and V tiles go straight to shared memory. (Loading the next tile into
+  // registers during the current one's products measured slower on the
+  // NVIDIA test platform: the registers cost occupancy.)
   auto copy_tile = [&](ch_i64 j0) {
     const ch_i64 n = (ch_i64)a.s_k - j0 < BC ? (ch_i64)a.s_k - j0 : BC;
-    for (int p = tid; p < TILE_PACKS; p += THREADS) {
-      write_pack(sk, p, read_pack(kb + (ch_u64)j0 * a.k_stride[1], a.k_stride[1], n, p), false);
-      write_pack(sv, p, read_pack(vb + (ch_u64)j0 * a.v_stride[1], a.v_stride[1], n, p), VT);
-    }
+    copy(sk, BC, kb + (ch_u64)j0 * a.k_stride[1], a.k_stride[1], n, false);
+    copy(sv, BC, vb + (ch_u64)j0 * a.v_stride[1], a.v_stride[1], n, VT);
   };
 
   ch_u16* const wave_p = sp + wave * 16 * PLD;
@@ -769,15 +800,13 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
       }
     }
 
-    // Scores in log2 units; the mask and transforms only where a row of
-    // the block may not see every key of the tile.
+    // Scores in log2 units are s·unit: where every row of the block sees
+    // every key of the tile, the products as they are and unit = scale·log2
+    // e (folded into the exponentials below); elsewhere the masked and
+    // transformed scores and unit = 1.
     const bool interior = plain && j0 >= last.lo && j0 + BC - 1 <= first.hi;
-    if (interior) {
-#pragma unroll
-      for (int t = 0; t < BC / 16; ++t)
-#pragma unroll
-        for (int e = 0; e < C_N; ++e) s[t][e] *= scale2;
-    } else {
+    const float unit = interior ? scale2 : 1.0f;
+    if (!interior) {
 #pragma unroll
       for (int e = 0; e < C_N; ++e) {
         const AttnAt at = SC::at(lane, e);
@@ -792,6 +821,7 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
       tile_max[e] = s[0][e];
 #pragma unroll
       for (int t = 1; t < BC / 16; ++t) tile_max[e] = fmaxf(tile_max[e], s[t][e]);
+      tile_max[e] *= unit;  // unit > 0
     }
     float lane_max[C_N], row_max[C_N], alpha[C_N], sums[C_N], lane_sum[C_N];
     attn_in_lane<M, SC, true>(tile_max, lane_max);
@@ -799,12 +829,15 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
 #pragma unroll
     for (int e = 0; e < C_N; ++e) {
       const float m_new = fmaxf(m[e], row_max[e]);
-      alpha[e] = attn_exp2(m[e], m_new);
+      // A query that has seen no key yet keeps -inf; 0 is subtracted then,
+      // so that every exponential is exp2(-inf) = 0.
+      const float m_sub = m_new == -__builtin_huge_valf() ? 0.0f : m_new;
+      alpha[e] = attn_exp2_ftz(m[e] - m_sub);
       m[e] = m_new;
       sums[e] = 0.0f;
 #pragma unroll
       for (int t = 0; t < BC / 16; ++t) {
-        s[t][e] = attn_exp2(s[t][e], m_new);
+        s[t][e] = attn_exp2_ftz(fmaf(s[t][e], unit, -m_sub));
         sums[e] += s[t][e];
       }
     }
