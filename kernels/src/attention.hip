@@ -126,27 +126,6 @@ __device__ __forceinline__ ch_u16 attn_half(const ch_u32 (&w)[W], int e) {
   return (ch_u16)(w[e / 2] >> (16 * (e % 2)));
 }
 
-// Two floats rounded to T and packed as a word, `lo` in the low half.
-template <typename T>
-__device__ __forceinline__ ch_u32 attn_pack(float lo, float hi) {
-  return attn_word(attn_from_float<T>(lo), attn_from_float<T>(hi));
-}
-#if defined(__HIP_PLATFORM_NVIDIA__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-// One instruction for both (round to nearest even, as Num<T>::from_acc).
-template <>
-__device__ __forceinline__ ch_u32 attn_pack<ch_bf16>(float lo, float hi) {
-  ch_u32 w;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(w) : "f"(hi), "f"(lo));
-  return w;
-}
-template <>
-__device__ __forceinline__ ch_u32 attn_pack<ch_f16>(float lo, float hi) {
-  ch_u32 w;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(w) : "f"(hi), "f"(lo));
-  return w;
-}
-#endif
-
 // Fills a register fragment (as words: elements 2i and 2i + 1 in word i)
 // with the elements its layout places in `lane`. Where the operand's k
 // dimension has unit stride, the layout's runs of F::K_RUN elements
@@ -546,6 +525,27 @@ __device__ __forceinline__ float attn_exp2_ftz(float x) {
   return exp2f(x);
 #endif
 }
+
+// Two floats rounded to T and packed as a word, `lo` in the low half.
+template <typename T>
+__device__ __forceinline__ ch_u32 attn_pack(float lo, float hi) {
+  return attn_word(attn_from_float<T>(lo), attn_from_float<T>(hi));
+}
+#if defined(CH_ATTN_MMA_NV)
+// One instruction for both (round to nearest even, as Num<T>::from_acc).
+template <>
+__device__ __forceinline__ ch_u32 attn_pack<ch_bf16>(float lo, float hi) {
+  ch_u32 w;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(w) : "f"(hi), "f"(lo));
+  return w;
+}
+template <>
+__device__ __forceinline__ ch_u32 attn_pack<ch_f16>(float lo, float hi) {
+  ch_u32 w;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(w) : "f"(hi), "f"(lo));
+  return w;
+}
+#endif
 
 // Waves per block and keys per tile by head dimension: shared memory stays
 // within 48 KiB (a K and a V tile, and the Q tile where its fragments do
