@@ -416,6 +416,17 @@ static void gemv_bench(const std::vector<Variant>& variants) {
   }
 }
 
+// Prints a line for each variant whose bf16 output differs from the first
+// variant's by more than 1e-2 somewhere.
+static void report_mismatches(const std::vector<std::vector<uint16_t>>& outs) {
+  for (size_t vi = 1; vi < outs.size(); ++vi) {
+    double worst = 0;
+    for (size_t i = 0; i < outs[0].size(); ++i)
+      worst = std::max(worst, (double)fabsf(bf16_to_float(outs[0][i]) - bf16_to_float(outs[vi][i])));
+    if (worst > 1e-2) printf("MISMATCH: variant %zu, absolute %.3g\n", vi, worst);
+  }
+}
+
 // ---------------------------------------------------------------------------
 // flash_decode
 
@@ -429,20 +440,29 @@ struct AttnArgs {
 };
 static_assert(sizeof(AttnArgs) == 9 * 8 + 10 * 4, "AttnArgs layout");
 
-static void attn_bench(const std::vector<Variant>& variants) {
-  const int dims[] = {64, 128};
-  std::vector<CUfunction> decode[2], merge[2];
+// Each variant's bf16 kernels <prefix>_d64_bf16 and <prefix>_d128_bf16 of
+// an attention.hip (null when only compiling): [prefix][0 for d64, 1 for
+// d128][variant].
+typedef std::vector<std::vector<CUfunction>> ByDim;
+static std::vector<ByDim> attention_kernels(const std::vector<Variant>& variants,
+                                            const std::vector<std::string>& prefixes) {
+  std::vector<ByDim> out(prefixes.size(), ByDim(2));
   for (auto& v : variants) {
     auto defs = v.defines;
     defs.push_back("-DCH_ONLY_DTYPE=CH_DTYPE_bf16");
     CUmodule m = compile(v.file, defs);
-    for (int di = 0; di < 2; ++di) {
-      std::string dec = "flash_decode_d" + std::to_string(dims[di]) + "_bf16";
-      std::string mer = "flash_combine_d" + std::to_string(dims[di]) + "_bf16";
-      decode[di].push_back(m ? function(m, dec.c_str()) : nullptr);
-      merge[di].push_back(m ? function(m, mer.c_str()) : nullptr);
-    }
+    for (size_t pi = 0; pi < prefixes.size(); ++pi)
+      for (int di = 0; di < 2; ++di) {
+        std::string name = prefixes[pi] + (di == 0 ? "_d64_bf16" : "_d128_bf16");
+        out[pi][di].push_back(m ? function(m, name.c_str()) : nullptr);
+      }
   }
+  return out;
+}
+
+static void attn_bench(const std::vector<Variant>& variants) {
+  const std::vector<ByDim> kernels = attention_kernels(variants, {"flash_decode", "flash_combine"});
+  const ByDim &decode = kernels[0], &merge = kernels[1];
   if (compile_only()) return;
   double rate = copy_rate();
   printf("copy rate %.0f GB/s, %d SMs\n", rate, g_sms);
@@ -526,12 +546,7 @@ static void attn_bench(const std::vector<Variant>& variants) {
       outs.push_back(h);
     }
     printf("\n");
-    for (size_t vi = 1; vi < outs.size(); ++vi) {
-      double worst = 0;
-      for (size_t i = 0; i < outs[0].size(); ++i)
-        worst = std::max(worst, (double)fabsf(bf16_to_float(outs[0][i]) - bf16_to_float(outs[vi][i])));
-      if (worst > 1e-2) printf("MISMATCH: variant %zu, absolute %.3g\n", vi, worst);
-    }
+    report_mismatches(outs);
     cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(o), cudaFree(part), cudaFree(lens);
   }
   printf("registers (decode/merge, d128):");
@@ -543,17 +558,7 @@ static void attn_bench(const std::vector<Variant>& variants) {
 // flash_attn (prefill)
 
 static void prefill_bench(const std::vector<Variant>& variants) {
-  const int dims[] = {64, 128};
-  std::vector<CUfunction> kernels[2];
-  for (auto& v : variants) {
-    auto defs = v.defines;
-    defs.push_back("-DCH_ONLY_DTYPE=CH_DTYPE_bf16");
-    CUmodule m = compile(v.file, defs);
-    for (int di = 0; di < 2; ++di) {
-      std::string name = "flash_attn_d" + std::to_string(dims[di]) + "_bf16";
-      kernels[di].push_back(m ? function(m, name.c_str()) : nullptr);
-    }
-  }
+  const ByDim kernels = attention_kernels(variants, {"flash_attn"})[0];
   if (compile_only()) return;
   printf("flash_attn_d<D>_bf16, q (b, s, h_q, D), k and v (b, s, h_k, D): us per call (TFLOP/s)\n%-26s", "case");
   for (auto& v : variants) printf(" | %-24s", v.heading(false).c_str());
@@ -568,23 +573,19 @@ static void prefill_bench(const std::vector<Variant>& variants) {
                {64, 1, 2048, 32, 8, true}};
   for (auto& c : cases) {
     const int d = c.d, di = d == 64 ? 0 : 1;
-    const size_t nq = (size_t)c.batch * c.seq * c.hq * d, nk = (size_t)c.batch * c.seq * c.hk * d;
-    uint16_t *q, *k, *v, *o;
-    CHECK_CUDA(cudaMalloc(&q, nq * 2));
-    CHECK_CUDA(cudaMalloc(&k, nk * 2));
-    CHECK_CUDA(cudaMalloc(&v, nk * 2));
-    CHECK_CUDA(cudaMalloc(&o, nq * 2));
-    fill(q, nq, 21);
-    fill(k, nk, 22);
-    fill(v, nk, 23);
     char name[64];
     snprintf(name, sizeof name, "d%d b%d s%d h%d/%d%s", d, c.batch, c.seq, c.hq, c.hk, c.causal ? " causal" : "");
     const char* only = getenv("KERNEL_BENCH_SHAPE");
-    if (only && strcmp(only, name) != 0) {
-      cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o);
-      continue;
-    }
+    if (only && strcmp(only, name) != 0) continue;
     printf("%-26s", name);
+    // q, then k and v, then o in one allocation.
+    const size_t nq = (size_t)c.batch * c.seq * c.hq * d, nk = (size_t)c.batch * c.seq * c.hk * d;
+    uint16_t* buffers;
+    CHECK_CUDA(cudaMalloc(&buffers, (2 * nq + 2 * nk) * 2));
+    uint16_t *q = buffers, *k = q + nq, *v = k + nk, *o = v + nk;
+    fill(q, nq, 21);
+    fill(k, nk, 22);
+    fill(v, nk, 23);
     const double flops = 4.0 * c.batch * c.hq * (double)c.seq * c.seq * d * (c.causal ? 0.5 : 1.0);
     std::vector<std::vector<uint16_t>> outs;
     for (size_t vi = 0; vi < variants.size(); ++vi) {
@@ -613,13 +614,8 @@ static void prefill_bench(const std::vector<Variant>& variants) {
       outs.push_back(h);
     }
     printf("\n");
-    for (size_t vi = 1; vi < outs.size(); ++vi) {
-      double worst = 0;
-      for (size_t i = 0; i < outs[0].size(); ++i)
-        worst = std::max(worst, (double)fabsf(bf16_to_float(outs[0][i]) - bf16_to_float(outs[vi][i])));
-      if (worst > 1e-2) printf("MISMATCH: variant %zu, absolute %.3g\n", vi, worst);
-    }
-    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o);
+    report_mismatches(outs);
+    cudaFree(buffers);
   }
   printf("registers (d64/d128):");
   for (size_t vi = 0; vi < variants.size(); ++vi)
