@@ -749,7 +749,9 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
   // The keys any row of the block sees, and those every row sees.
   const AttnRow first = attn_row(a, i0, slope), last = attn_row(a, i0 + rows - 1, slope);
   const ch_i64 j_begin = (first.lo / BC) * BC, j_end = last.hi + 1;
-  const bool plain = a.softcap <= 0.0f && slope == 0.0f;
+  // Scores as plain scaled products, whose row maximum is the products'
+  // maximum times the scale (a positive one).
+  const bool plain = a.softcap <= 0.0f && slope == 0.0f && a.scale > 0.0f;
   const float scale2 = a.scale * CH_LOG2E;
 
   // Running maximum and (this lane's part of the) sum of each score
@@ -821,7 +823,7 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
       tile_max[e] = s[0][e];
 #pragma unroll
       for (int t = 1; t < BC / 16; ++t) tile_max[e] = fmaxf(tile_max[e], s[t][e]);
-      tile_max[e] *= unit;  // unit > 0
+      tile_max[e] *= unit;  // unit > 0 (plain)
     }
     float lane_max[C_N], row_max[C_N], alpha[C_N], sums[C_N], lane_sum[C_N];
     attn_in_lane<M, SC, true>(tile_max, lane_max);

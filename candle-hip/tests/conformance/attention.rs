@@ -36,6 +36,9 @@ struct Case {
     /// Key lengths on the device ([`key_lens`]): k and v are caches of s_k
     /// positions filled to those lengths.
     key_lens: bool,
+    /// The score scale: 1/√d times this (negative: the softmax favours the
+    /// smallest products; the kernels must not assume a positive scale).
+    scale_factor: f32,
 }
 
 impl Case {
@@ -61,6 +64,7 @@ impl Case {
             alibi: false,
             transposed: false,
             key_lens: false,
+            scale_factor: 1.0,
         }
     }
 }
@@ -169,7 +173,7 @@ fn run_case(
     sample: Option<usize>,
 ) {
     let x = inputs(rng, &c, dtype);
-    let scale = 1.0 / (c.d as f32).sqrt();
+    let scale = c.scale_factor / (c.d as f32).sqrt();
     let (ql, kl) = (
         operand_layout(&c, c.s_q, c.h_q),
         operand_layout(&c, c.s_k, c.h_k),
@@ -258,6 +262,13 @@ fn flash_attn_matches_a_host_reference() {
     let mut transposed = Case::new(2, 24, 24, 4, 2, 128, true);
     transposed.transposed = true;
     cases.push(transposed);
+    // A negative scale over several key tiles of every kernel, large enough
+    // that one tile's scores span more than f16's range of exponentials.
+    let mut negative = Case::new(1, 150, 150, 2, 1, 64, false);
+    negative.scale_factor = -6.0;
+    cases.push(negative);
+    negative.right = Some(0);
+    cases.push(negative);
     for c in cases {
         for dtype in [DType::F16, DType::BF16] {
             for kernel in KERNELS {
