@@ -90,12 +90,6 @@ __device__ __forceinline__ float q_half(const ch_u8* p) {
   return b.f;
 }
 
-__device__ __forceinline__ float q_f32(const ch_u8* p) {
-  ch_f32_bits b;
-  b.u = (ch_u32)p[0] | ((ch_u32)p[1] << 8) | ((ch_u32)p[2] << 16) | ((ch_u32)p[3] << 24);
-  return b.f;
-}
-
 // An f16 scale of a block at p (2-byte aligned) as f32 for the mat-vec: the
 // target's own conversion, exact for every finite value and infinity. Only a
 // NaN's payload may differ from q_half's, and a NaN scale makes the product
@@ -104,7 +98,8 @@ __device__ __forceinline__ float q_scale(const ch_u8* p) {
   return Num<ch_f16>::to_f32(*reinterpret_cast<const ch_f16*>(p));
 }
 
-// The f32 scale of a q8k block (at a 4-byte aligned p).
+// The f32 scale of a q8k block (at a 4-byte aligned p: blocks of 292 bytes
+// from a 16-byte aligned start).
 __device__ __forceinline__ float q_scale_f32(const ch_u8* p) { return *reinterpret_cast<const float*>(p); }
 
 // The 6-bit scale and min j (< 8) of the 12 packed bytes of a q4k/q5k block.
@@ -126,19 +121,8 @@ __device__ __forceinline__ int q_scale_k3(int j, const ch_u8* q) {
   return (low & 0xf) | (high << 4);
 }
 
-// Four bytes at p as a little-endian word, p in a block of BYTES bytes. The
-// fields the words are read from lie at even offsets of their blocks, and
-// every block size is even, so two 16-bit loads always do; where BYTES is a
-// multiple of 4 those offsets are too, and one 32-bit load does.
-template <int BYTES>
-__device__ __forceinline__ ch_u32 q_word(const ch_u8* p) {
-  if (BYTES % 4 == 0) return *reinterpret_cast<const ch_u32*>(p);
-  const ch_u16* h = reinterpret_cast<const ch_u16*>(p);
-  return (ch_u32)h[0] | ((ch_u32)h[1] << 16);
-}
-
-// The N little-endian words from p on, p in a block of BYTES bytes (the
-// mat-vec's loads of a block's integers):
+// The N little-endian words from p on, p in a block of BYTES bytes (a
+// block's integers and high-bit masks):
 // - BYTES and p's offset in its block multiples of 16 (q4k, q5k): 16-byte
 //   loads (rows start 16-byte aligned);
 // - BYTES a multiple of 4: one 32-bit load per word;
@@ -268,7 +252,8 @@ struct Q5_0 {
   static const int BYTES = 22, QK = 32;
   __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
     const float d = q_half(b);
-    const ch_u32 qh = q_word<BYTES>(b + 2);
+    ch_u32 qh;
+    q_words<1, BYTES>(b + 2, &qh);
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
       const int low = t < 16 ? (b[6 + t] & 0xf) : (b[6 + t - 16] >> 4);
@@ -297,7 +282,8 @@ struct Q5_1 {
   static const int BYTES = 24, QK = 32;
   __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
     const float d = q_half(b), m = q_half(b + 2);
-    const ch_u32 qh = q_word<BYTES>(b + 4);
+    ch_u32 qh;
+    q_words<1, BYTES>(b + 4, &qh);
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
       const int low = t < 16 ? (b[8 + t] & 0xf) : (b[8 + t - 16] >> 4);
@@ -508,7 +494,7 @@ struct Q8K {
   static const int ACT = 2;
   static const int BYTES = 292, QK = 256;
   __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
-    const float d = q_f32(b);
+    const float d = q_scale_f32(b);
 #pragma unroll
     for (int t = 0; t < 32; ++t) y[t] = q_mul(d, (float)(signed char)b[4 + 32 * s + t]);
   }
@@ -726,9 +712,11 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const ch_u32 sub = base + u * CANDLE_HIP_WAVE;
+        if (sub < subs) {
 #pragma unroll
-        for (int o = 0; o < O; ++o)
-          if (sub < subs) Q::ints(row[o] + (ch_u64)(sub / per_block) * Q::BYTES, (int)(sub % per_block), wv[u][o]);
+          for (int o = 0; o < O; ++o)
+            Q::ints(row[o] + (ch_u64)(sub / per_block) * Q::BYTES, (int)(sub % per_block), wv[u][o]);
+        }
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
