@@ -913,16 +913,23 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
 #define DECODE_ROWS 4
 
 // Loads a decode step issues together: DECODE_STEP K row packs, then
-// DECODE_V_ROWS V rows. Fewer on RDNA, whose registers would spill with
-// more. Sixteen V rows halve the groups of loads a wave's keys wait for in
-// turn, a large part of a short cache's decode time.
+// DECODE_V_ROWS V rows (either may be given with -D, as the kernel bench's
+// variants do). Fewer on RDNA, whose registers would spill with more.
+// Sixteen V rows halve the groups of loads a wave's keys wait for in turn,
+// a large part of a short cache's decode time.
 #if defined(CH_ATTN_WMMA_GFX11) || defined(CH_ATTN_WMMA_GFX12) || defined(__gfx1030__) || \
     defined(__gfx1031__) || defined(__gfx1032__) || defined(__gfx1034__) || defined(__gfx1035__) || defined(__gfx1036__)
-#define DECODE_STEP 4
-#define DECODE_V_ROWS 4
+#define DECODE_STEP_DEFAULT 4
+#define DECODE_V_ROWS_DEFAULT 4
 #else
-#define DECODE_STEP 8
-#define DECODE_V_ROWS 16
+#define DECODE_STEP_DEFAULT 8
+#define DECODE_V_ROWS_DEFAULT 16
+#endif
+#ifndef DECODE_STEP
+#define DECODE_STEP DECODE_STEP_DEFAULT
+#endif
+#ifndef DECODE_V_ROWS
+#define DECODE_V_ROWS DECODE_V_ROWS_DEFAULT
 #endif
 
 // Dimensions of the output each lane accumulates in the decode kernel:

@@ -45,9 +45,10 @@
 // `decode_splits` and quantized.rs's `matvec` (and the prefill grid, 16
 // query rows per wave); change them here when they change there.
 // KERNEL_BENCH_SHAPE=<name> times only that shape (gemv, qmv) or case
-// (prefill: its name as printed); KERNEL_BENCH_COMPILE_ONLY=1 only compiles
+// (attn, prefill: its name as printed); KERNEL_BENCH_COMPILE_ONLY=1 only compiles
 // (no GPU needed); KERNEL_BENCH_PTXAS=1 prints ptxas's registers and spills
-// per kernel.
+// per kernel; KERNEL_BENCH_CUBIN=<file> writes the last compiled variant's
+// code object there (for `cuobjdump -sass`).
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <nvrtc.h>
@@ -168,6 +169,14 @@ static CUmodule compile(const std::string& path, std::vector<std::string> option
   std::vector<char> cubin(size);
   nvrtcGetCUBIN(prog, cubin.data());
   nvrtcDestroyProgram(&prog);
+  if (const char* out = getenv("KERNEL_BENCH_CUBIN")) {
+    FILE* f = fopen(out, "wb");
+    if (f == nullptr || fwrite(cubin.data(), 1, size, f) != size) {
+      fprintf(stderr, "writing %s failed\n", out);
+      exit(1);
+    }
+    fclose(f);
+  }
   if (compile_only()) {
     printf("compiled %s: %zu bytes\n", path.c_str(), size);
     return nullptr;
@@ -279,9 +288,9 @@ static const DecodeShape kDecodeShapes[] = {{"llama-3.2-1b", 16, 2048, 8192, 204
                                             {"llama-3.1-8b", 32, 4096, 14336, 4096, 1024, 128256}};
 
 // Whether KERNEL_BENCH_SHAPE (unset: every shape) names the shape.
-static bool shape_selected(const DecodeShape& sh) {
+static bool selected(const char* name) {
   const char* only = getenv("KERNEL_BENCH_SHAPE");
-  return only == nullptr || strcmp(only, sh.name) == 0;
+  return only == nullptr || strcmp(only, name) == 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -335,7 +344,7 @@ static void gemv_bench(const std::vector<Variant>& variants) {
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (const DecodeShape& sh : kDecodeShapes) {
-    if (!shape_selected(sh)) continue;
+    if (!selected(sh.name)) continue;
     // The first four are a layer's products in order; the SwiGLU variant
     // of the down product reuses the down weights.
     const Product products[] = {{"norm+qkv", sh.q + 2 * sh.kv, sh.hidden, 1, false},
@@ -482,6 +491,9 @@ static void attn_bench(const std::vector<Variant>& variants) {
   for (auto& c : cases) {
     const int d = c.d, di = d == 64 ? 0 : 1;
     const int filled = c.filled ? c.filled : c.keys;
+    char name[64];
+    snprintf(name, sizeof name, "d%d b%d cache %d/%d", d, c.batch, filled, c.keys);
+    if (!selected(name)) continue;
     const size_t kv = (size_t)c.batch * c.keys * hk * d, read = (size_t)c.batch * filled * hk * d;
     const int copies = std::max(1, (int)(400e6 / (kv * 4)));  // >= 400 MB of K and V cycled
     uint16_t *k, *v, *q, *o;
@@ -498,8 +510,6 @@ static void attn_bench(const std::vector<Variant>& variants) {
     fill(k, kv * copies, 11);
     fill(v, kv * copies, 12);
     fill(q, (size_t)c.batch * hq * d, 13);
-    char name[64];
-    snprintf(name, sizeof name, "d%d b%d cache %d/%d", d, c.batch, filled, c.keys);
     printf("%-24s", name);
     std::vector<std::vector<uint16_t>> outs;
     for (size_t vi = 0; vi < variants.size(); ++vi) {
@@ -575,8 +585,7 @@ static void prefill_bench(const std::vector<Variant>& variants) {
     const int d = c.d, di = d == 64 ? 0 : 1;
     char name[64];
     snprintf(name, sizeof name, "d%d b%d s%d h%d/%d%s", d, c.batch, c.seq, c.hq, c.hk, c.causal ? " causal" : "");
-    const char* only = getenv("KERNEL_BENCH_SHAPE");
-    if (only && strcmp(only, name) != 0) continue;
+    if (!selected(name)) continue;
     printf("%-26s", name);
     // q, then k and v, then o in one allocation.
     const size_t nq = (size_t)c.batch * c.seq * c.hq * d, nk = (size_t)c.batch * c.seq * c.hk * d;
@@ -677,7 +686,7 @@ static void qmv_bench(const std::vector<Variant>& variants) {
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (const DecodeShape& sh : kDecodeShapes) {
-    if (!shape_selected(sh)) continue;
+    if (!selected(sh.name)) continue;
     struct QProduct {
       const char* name;
       uint32_t n, k;
@@ -813,7 +822,7 @@ static void dq_bench(const std::vector<Variant>& variants) {
   for (auto& v : variants) printf(" | %-24s", v.heading(false).c_str());
   printf("\n");
   for (const DecodeShape& sh : kDecodeShapes) {
-    if (!shape_selected(sh)) continue;
+    if (!selected(sh.name)) continue;
     const uint64_t values = (uint64_t)2 * sh.inter * sh.hidden;
     uint16_t* y;
     CHECK_CUDA(cudaMalloc(&y, values * 2));
