@@ -26,8 +26,8 @@
 #       128 new tokens; rows to <outdir>/gguf-graph.jsonl (Candle-CUDA's to
 #       gguf-graph-candle-cuda.jsonl).
 #   generation.sh graph <outdir> [shapes]
-#       decode through a captured HIP graph (--graph) against eager decode, for each
-#       shape (default llama-3.2-1b,llama-3.1-8b; seeded bf16 weights built on the GPU),
+#       decode through a captured HIP graph (--graph) against eager decode (fused
+#       attention, the default, and --no-flash-attn), for each shape (default llama-3.2-1b,llama-3.1-8b; seeded bf16 weights built on the GPU),
 #       batch 1, prompts of 128 and 2048 tokens, 128 new tokens; then PyTorch eager on the
 #       1B shape's folder. Rows to <outdir>/graph.jsonl and graph-torch.jsonl.
 #   generation.sh tp <outdir> [shapes]
@@ -231,8 +231,9 @@ graph)
     rows="$out/graph.jsonl"
     rm -f "$rows" "$out/graph-torch.jsonl"
     for shape in ${shapes//,/ }; do
-        for mode in eager graph; do
+        for mode in eager unfused graph; do
             flag=()
+            [[ $mode == unfused ]] && flag=(--no-flash-attn)
             [[ $mode == graph ]] && flag=(--graph)
             step "graph-bench-$shape-$mode" "$here/generate" bench --shape "$shape" \
                 --dtype bf16 --device hip --batch 1 --prompt-len 128,2048 --new-tokens 128 \

@@ -245,7 +245,8 @@ impl Model {
                 Net::Qwen3(Box::new(qwen3::ModelForCausalLM::new(&cfg, vb)?))
             }
         };
-        Ok(opened.into_model(net, about, dtype, device, ""))
+        let note = if flash_attn { ", fused attention" } else { "" };
+        Ok(opened.into_model(net, about, dtype, device, note))
     }
 
     /// Loads a Llama from `source` (a folder, a shape or a `llama` GGUF file) in `dtype`

@@ -5,7 +5,7 @@
 //!          [--max-tokens N] [--dtype f32|f16|bf16] [--device cpu|hip|hip:N] [--tp N]
 //!          [--temperature T] [--top-k K] [--top-p P] [--repeat-penalty R]
 //!          [--repeat-last-n N] [--seed S] [--weights-seed S] [--ignore-eos] [--json]
-//!          [--logits-out FILE] [--flash-attn] [--graph]
+//!          [--logits-out FILE] [--flash-attn | --no-flash-attn] [--graph]
 //!     generates from the prompt, printing tokens as they come, then one line each for time
 //!     to first token, prefill tokens/s, decode tokens/s and peak memory (--json: one JSON
 //!     object instead). Without --model or --shape: the embedded default, a small Llama
@@ -16,7 +16,9 @@
 //!     devices hip:0..N-1 (from hip:K with --device hip:K), or N CPU ranks with --device cpu;
 //!     the default 1 runs on one device. --flash-attn runs attention fused (candle-flash-attn's
 //!     API on candle-hip, `examples/candle-app/flash-attn`; Llama and Mistral; Qwen3 always
-//!     takes it, as candle-transformers builds it with its flash-attn feature). --graph runs a
+//!     takes it, as candle-transformers builds it with its flash-attn feature): the default
+//!     on one HIP device, --no-flash-attn runs candle-transformers' unfused attention there
+//!     too. --graph runs a
 //!     Llama with a static KV cache whose one-token decode step is captured into a HIP graph
 //!     once and replayed for every token (batch 1; on the CPU the step runs eagerly); with
 //!     --gguf, a `llama` file's matrices stay quantized and the model computes in --dtype.
@@ -27,7 +29,7 @@
 //!     q4_0, q8_0, q4k, q6k, or q4km (Q4_K with Q6_K for the output and some layers)
 //! generate bench [--model DIR | --shape NAME | --gguf FILE] [--dtype D] [--device D] [--tp N]
 //!                [--batch B[,B..]] [--prompt-len P[,P..]] [--new-tokens N] [--iters I]
-//!                [--json FILE] [--flash-attn] [--graph]
+//!                [--json FILE] [--flash-attn | --no-flash-attn] [--graph]
 //!     prefill and decode timings per (batch, prompt length), one JSON object per case
 //! ```
 //! Shapes: tiny, tinyllama-1.1b, llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b. Exit status: 0
@@ -59,7 +61,13 @@ struct Args {
 }
 
 /// Flags that take no value.
-const SWITCHES: [&str; 4] = ["--json", "--ignore-eos", "--flash-attn", "--graph"];
+const SWITCHES: [&str; 5] = [
+    "--json",
+    "--ignore-eos",
+    "--flash-attn",
+    "--no-flash-attn",
+    "--graph",
+];
 
 impl Args {
     /// Parses `args`; `json_takes_file` for `bench`, whose `--json` names a file.
@@ -193,13 +201,15 @@ fn usage() -> String {
          [--max-tokens N] [--dtype f32|f16|bf16] [--device cpu|hip|hip:N] [--tp N] \
          [--temperature T] \
          [--top-k K] [--top-p P] [--repeat-penalty R] [--repeat-last-n N] [--seed S] \
-         [--weights-seed S] [--ignore-eos] [--json] [--logits-out FILE] [--flash-attn] \
-         [--graph]\n       \
+         [--weights-seed S] [--ignore-eos] [--json] [--logits-out FILE] \
+         [--flash-attn | --no-flash-attn] [--graph]\n       \
          generate write-model --shape NAME --out DIR [--dtype D] [--weights-seed S]\n       \
          generate write-gguf --shape NAME --quant SCHEME --out FILE [--weights-seed S]\n       \
          generate bench [--model DIR | --shape NAME | --gguf FILE] [--dtype D] [--device D] \
          [--tp N] [--batch B,..] [--prompt-len P,..] [--new-tokens N] [--iters I] [--json FILE] \
-         [--flash-attn] [--graph]\n\
+         [--flash-attn | --no-flash-attn] [--graph]\n\
+         --flash-attn (the default on one HIP device): fused attention; --no-flash-attn: \
+         candle-transformers' unfused attention\n\
          --tp N: split a Llama over N ranks, HIP devices hip:K..K+N-1 (K from --device hip:K, \
          else 0) or N CPU ranks with --device cpu\n\
          shapes: {}\nquantization schemes: {}",
@@ -255,12 +265,27 @@ fn devices_and_dtype(args: &Args, quiet: bool) -> AppResult<(Vec<Device>, DType)
     Ok((devices, dtype))
 }
 
-/// The model on one device (with fused attention for --flash-attn, graph decoding for
-/// --graph), or split over several (one rank each) with the collectives that suit them.
+/// Whether attention runs fused: --flash-attn or --no-flash-attn, else on one HIP device
+/// (where candle-hip's kernels serve f16 and bf16 and the crate computes anything else
+/// unfused) and not on the CPU, whose reference is candle-transformers' own attention.
+fn flash_attn(devices: &[Device], args: &Args) -> AppResult<bool> {
+    match (args.flag("--flash-attn"), args.flag("--no-flash-attn")) {
+        (true, true) => Err(usage_error(
+            "give --flash-attn or --no-flash-attn, not both",
+        )),
+        (true, false) => Ok(true),
+        (false, true) => Ok(false),
+        (false, false) => Ok(matches!(devices, [device] if !device.is_cpu())),
+    }
+}
+
+/// The model on one device (with fused attention as [`flash_attn`] says, graph decoding
+/// for --graph), or split over several (one rank each) with the collectives that suit
+/// them.
 fn load(source: &Source, dtype: DType, devices: &[Device], args: &Args) -> AppResult<Model> {
-    let flash_attn = args.flag("--flash-attn");
+    let flash_attn = flash_attn(devices, args)?;
     if args.flag("--graph") {
-        if flash_attn || devices.len() > 1 {
+        if args.flag("--flash-attn") || devices.len() > 1 {
             return Err(usage_error(
                 "--graph runs on one device with its own attention: not with --flash-attn or \
                  --tp",
@@ -302,6 +327,7 @@ fn run(args: &Args) -> AppResult<()> {
         "--json",
         "--logits-out",
         "--flash-attn",
+        "--no-flash-attn",
         "--graph",
     ])
     .map_err(|e| usage_error(e.to_string()))?;
@@ -511,6 +537,7 @@ fn bench(args: &Args) -> AppResult<()> {
         "--json",
         "--weights-seed",
         "--flash-attn",
+        "--no-flash-attn",
         "--graph",
     ])
     .map_err(|e| usage_error(e.to_string()))?;
