@@ -25,15 +25,16 @@
 //   flash_decode_d<D>_<T>(AttnArgs a, const T* q, const T* k, const T* v,
 //                         float* part, const float* alibi,
 //                         const ch_u32* key_lens)
-//     Decode (short s_q: flash-decoding). A block owns up to
-//     DECODE_ROWS query rows (query position, head of the group) of one
-//     (batch, key/value head), so each key is read once for the whole
-//     group, and one split of the keys (a.split_keys of them); a lane
-//     scores one key at a time. It writes each row's unnormalised partial output, running
-//     maximum and sum to `part`. Grid (splits, h_k * row groups, batch);
-//     block: CH_DECODE_THREADS threads. With key_lens (one u32 per batch
-//     element, or null) sequence b has min(key_lens[b], s_k) keys: a KV
-//     cache of s_k positions filled to that length.
+//     Decode (short s_q: flash-decoding), the prefill kernel's tiles and
+//     products with other owners: a block owns 16 query rows (query
+//     position, head of the group; padded) of one (batch, key/value head),
+//     so each key is read once for the whole group, and one split of the
+//     keys (a.split_keys of them); its waves share each key tile, 16 keys
+//     each. It writes each row's unnormalised partial output, running
+//     maximum and sum to `part`. Grid (splits, h_k * row groups of 16,
+//     batch); block: ATTN_DECODE_WAVES(D) waves. With key_lens (one u32
+//     per batch element, or null) sequence b has min(key_lens[b], s_k)
+//     keys: a KV cache of s_k positions filled to that length.
 //
 //   flash_combine_d<D>_<T>(AttnArgs a, const float* part, T* o)
 //     Merges the splits of each row into the output. Grid (s_q * h_q,
@@ -52,8 +53,9 @@
 
 // A window bound that never limits (candle-flash-attn's None).
 #define CH_ATTN_UNBOUNDED 0x3fffffff
-// Threads of a decode block.
-#define CH_DECODE_THREADS 128
+
+// Query rows of a decode block: one fragment's height.
+#define CH_DECODE_ROWS 16
 
 // The problem, shared with the host (candle-hip/src/fused/attention.rs
 // mirrors it; both check the size).
@@ -562,6 +564,9 @@ __device__ __forceinline__ ch_u32 attn_pack<ch_f16>(float lo, float hi) {
 #endif
 #endif
 #define ATTN_KEYS(D) ((D) > 128 ? 16 : ATTN_TILE_KEYS)
+// Waves per decode block, each taking 16 keys of a tile: one for head dim
+// 256, whose two-wave tiles (32 keys) spill registers on RDNA.
+#define ATTN_DECODE_WAVES(D) ((D) > 128 ? 1 : ATTN_WAVES(D))
 
 // The score products of product M in its orientation (M::S_T): the query
 // fragment's type and load, one product with a key fragment, and where a
@@ -645,20 +650,30 @@ __device__ __forceinline__ float attn_row_value(const float (&v)[M::C_N], int la
   return __shfl(v[0], M::c_at(lane, e).row, CANDLE_HIP_WAVE);
 }
 
-// Each wave owns 16 query rows and walks the block's key tiles: S = Q·Kᵀ
-// into registers, the online softmax on those registers (row maxima and
-// sums by shuffles among the lanes of a row), then O += P·V with P taken
-// from the same registers where the layout allows (else through a per-wave
-// tile in shared memory). Q's fragments stay in registers for the whole
-// kernel where they are small; K and V tiles are shared by the block's
-// waves.
-template <typename T, int D>
+// The block walks its key tiles, shared by its waves: S = Q·Kᵀ into
+// registers, the online softmax on those registers (row maxima and sums by
+// shuffles among the lanes of a row), then O += P·V with P taken from the
+// same registers where the layout allows (else through a per-wave tile in
+// shared memory). Q's fragments stay in registers for the whole kernel
+// where they are small.
+//
+// Prefill (DECODE false): each wave owns 16 query rows of one head and
+// takes every key of a tile; the output is normalised. Decode (DECODE
+// true): the block owns 16 rows (query position, head of the group) of one
+// key/value head and the keys of one split, each wave takes 16 keys of a
+// tile for all 16 rows, and the waves' states merge into the split's
+// partial results (`part`, as flash_combine reads them).
+template <typename T, int D, bool DECODE>
 __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restrict__ q, const T* __restrict__ k,
-                                           const T* __restrict__ v, T* __restrict__ o,
+                                           const T* __restrict__ v, T* __restrict__ o, float* __restrict__ part,
                                            const float* __restrict__ alibi) {
   typedef typename MmaOf<T>::type M;
   typedef AttnScores<M> SC;
-  const int WAVES = ATTN_WAVES(D), BC = ATTN_KEYS(D), ROWS = 16 * WAVES, C_N = M::C_N;
+  const int WAVES = DECODE ? ATTN_DECODE_WAVES(D) : ATTN_WAVES(D), C_N = M::C_N;
+  // Keys per tile and per wave's share of it; query rows per block.
+  const int BC = DECODE ? 16 * WAVES : ATTN_KEYS(D), KW = DECODE ? 16 : BC;
+  const int ROWS = DECODE ? CH_DECODE_ROWS : 16 * WAVES;
+  static_assert(CH_DECODE_ROWS == 16, "a decode block's rows are one fragment's");
   const int LD = D + 8;    // padded row of a Q/K/V tile (elements)
   const int PLD = BC + 4;  // padded row of the probabilities (elements)
   const int PACK = 8;      // elements per 16-byte copy
@@ -674,19 +689,39 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
   // K then V; with Q_REGS, the Q tile passes through here first.
   __shared__ __attribute__((aligned(16))) ch_u16 s_kv[(BC * LD + V_SIZE > ROWS * LD) ? BC * LD + V_SIZE : ROWS * LD];
   __shared__ __attribute__((aligned(16))) ch_u16 sq[Q_REGS ? 1 : ROWS * LD];
-  __shared__ __attribute__((aligned(16))) ch_u16 sp[M::P_REGS ? 1 : ROWS * PLD];
+  __shared__ __attribute__((aligned(16))) ch_u16 sp[M::P_REGS ? 1 : 16 * WAVES * PLD];  // a tile per wave
   ch_u16* const sk = s_kv;
   ch_u16* const sv = s_kv + BC * LD;
 
   const int tid = (int)threadIdx.x, lane = tid % CANDLE_HIP_WAVE, wave = tid / CANDLE_HIP_WAVE;
-  const ch_u32 h = blockIdx.y, b = blockIdx.z;
-  const ch_u32 kvh = h / (a.h_q / a.h_k);
-  const ch_i64 i0 = (ch_i64)blockIdx.x * ROWS;
-  const ch_i64 rows = (ch_i64)a.s_q - i0 < ROWS ? (ch_i64)a.s_q - i0 : ROWS;
-  const ch_u16* qb = reinterpret_cast<const ch_u16*>(q) + b * a.q_stride[0] + h * a.q_stride[2];
+  const ch_u32 b = blockIdx.z, per_kv = a.h_q / a.h_k;
+  // Prefill: query block blockIdx.x of head blockIdx.y. Decode: key split
+  // blockIdx.x, row group blockIdx.y % row_groups of key/value head
+  // blockIdx.y / row_groups.
+  const ch_u32 row_groups = DECODE ? (a.s_q * per_kv + ROWS - 1) / ROWS : 1;
+  const ch_u32 kvh = DECODE ? blockIdx.y / row_groups : blockIdx.y / per_kv;
+  const ch_i64 i0 = DECODE ? (ch_i64)(blockIdx.y % row_groups) * ROWS : (ch_i64)blockIdx.x * ROWS;
+  const ch_i64 row_count = DECODE ? (ch_i64)a.s_q * per_kv : (ch_i64)a.s_q;
+  const ch_i64 rows = row_count - i0 < ROWS ? row_count - i0 : ROWS;
+  // Row r's query position and head (decode: rows past the last repeat row
+  // 0; a decode block's rows number at most s_q · h_q, 32-bit).
+  auto position = [&](int r) -> ch_i64 {
+    return DECODE ? (ch_u32)(i0 + (r < rows ? r : 0)) / per_kv : i0 + r;
+  };
+  auto head = [&](int r) -> ch_u32 {
+    return DECODE ? kvh * per_kv + (ch_u32)(i0 + (r < rows ? r : 0)) % per_kv : blockIdx.y;
+  };
   const ch_u16* kb = reinterpret_cast<const ch_u16*>(k) + b * a.k_stride[0] + kvh * a.k_stride[2];
   const ch_u16* vb = reinterpret_cast<const ch_u16*>(v) + b * a.v_stride[0] + kvh * a.v_stride[2];
-  const float slope = alibi != nullptr ? alibi[h] : 0.0f;
+  // Decode: the split's keys; a row sees none past them.
+  const ch_i64 split_begin = DECODE ? (ch_i64)blockIdx.x * a.split_keys : 0;
+  const ch_i64 split_end = DECODE && split_begin + a.split_keys < (ch_i64)a.s_k ? split_begin + a.split_keys
+                                                                                 : (ch_i64)a.s_k;
+  auto row_info = [&](int r) {
+    AttnRow info = attn_row(a, position(r), alibi != nullptr ? alibi[head(r)] : 0.0f);
+    if (info.hi > split_end - 1) info.hi = split_end - 1;
+    return info;
+  };
 
   // Tiles move in packs of PACK elements, as words (zeroing one costs a
   // move a word, not byte permutes): the pack at `src`, or zeros.
@@ -734,24 +769,43 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     }
   };
 
-  // The block's Q tile.
-  const ch_u16* q_src = qb + (ch_u64)i0 * a.q_stride[1];
+  // The block's Q tile (decode: its rows gathered from their heads).
   ch_u16* const q_tile = Q_REGS ? s_kv : sq;
-  copy(q_tile, ROWS, q_src, a.q_stride[1], rows, false);
+  const ch_u16* const qb = reinterpret_cast<const ch_u16*>(q) + b * a.q_stride[0];
+  if (DECODE) {
+    for (int p = tid; p < ROWS * PPR; p += THREADS) {
+      const int r = p / PPR, col = (p % PPR) * PACK;
+      const ch_u16* src = qb + (ch_u64)position(r) * a.q_stride[1] + (ch_u64)head(r) * a.q_stride[2] + col;
+      write_pack(q_tile, r, col, read_pack(src, r < rows), false);
+    }
+  } else {
+    copy(q_tile, ROWS, qb + (ch_u64)head(0) * a.q_stride[2] + (ch_u64)i0 * a.q_stride[1], a.q_stride[1], rows,
+         false);
+  }
+  // Decode: the rows' masks in shared memory, sparing registers.
+  __shared__ AttnRow s_rows[DECODE ? ROWS : 1];
+  if (DECODE && tid < ROWS) s_rows[tid] = row_info(tid);
   __syncthreads();
-  ch_u16* const wave_q = q_tile + wave * 16 * LD;
+  auto row_at = [&](int r) { return DECODE ? s_rows[r] : row_info(r); };
+  // The wave's first row and first key of a tile.
+  const int wave_row = DECODE ? 0 : wave * 16, wave_key = DECODE ? wave * KW : 0;
+  ch_u16* const wave_q = q_tile + wave_row * LD;
   typename SC::QFrag qf[D / 16];
   if (Q_REGS) {
 #pragma unroll
     for (int kt = 0; kt < D / 16; ++kt) qf[kt] = SC::load_q(wave_q + kt * 16, LD, lane);
   }
 
-  // The keys any row of the block sees, and those every row sees.
-  const AttnRow first = attn_row(a, i0, slope), last = attn_row(a, i0 + rows - 1, slope);
-  const ch_i64 j_begin = (first.lo / BC) * BC, j_end = last.hi + 1;
+  // The keys any row of the block sees, and those every row sees (prefill
+  // tiles start at multiples of the tile, so that the diagonal's tiles are
+  // the same for every block).
+  const AttnRow first = row_at(0), last = row_at((int)rows - 1);
+  const ch_i64 j_begin = DECODE ? (first.lo > split_begin ? first.lo : split_begin) : (first.lo / BC) * BC;
+  const ch_i64 j_end = last.hi + 1;
   // Scores as plain scaled products, whose row maximum is the products'
   // maximum times the scale (a positive one).
-  const bool plain = a.softcap <= 0.0f && slope == 0.0f && a.scale > 0.0f;
+  const bool no_alibi = alibi == nullptr || (!DECODE && alibi[head(0)] == 0.0f);
+  const bool plain = a.softcap <= 0.0f && no_alibi && a.scale > 0.0f;
   const float scale2 = a.scale * CH_LOG2E;
 
   // Running maximum and (this lane's part of the) sum of each score
@@ -769,7 +823,7 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
   // registers during the current one's products measured slower on the
   // NVIDIA test platform: the registers cost occupancy.)
   auto copy_tile = [&](ch_i64 j0) {
-    const ch_i64 n = (ch_i64)a.s_k - j0 < BC ? (ch_i64)a.s_k - j0 : BC;
+    const ch_i64 n = j_end - j0 < BC ? j_end - j0 : BC;
     copy(sk, BC, kb + (ch_u64)j0 * a.k_stride[1], a.k_stride[1], n, false);
     copy(sv, BC, vb + (ch_u64)j0 * a.v_stride[1], a.v_stride[1], n, VT);
   };
@@ -780,17 +834,18 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     copy_tile(j0);
     __syncthreads();
 
-    // S = Q·Kᵀ (or Sᵀ) for the wave's 16 rows.
-    float s[BC / 16][C_N];
+    // S = Q·Kᵀ (or Sᵀ) for the wave's 16 rows and KW keys.
+    const ch_u16* const wave_k = sk + wave_key * LD;
+    float s[KW / 16][C_N];
 #pragma unroll
-    for (int t = 0; t < BC / 16; ++t)
+    for (int t = 0; t < KW / 16; ++t)
 #pragma unroll
       for (int e = 0; e < C_N; ++e) s[t][e] = 0.0f;
     if (Q_REGS) {
 #pragma unroll
       for (int kt = 0; kt < D / 16; ++kt)
 #pragma unroll
-        for (int t = 0; t < BC / 16; ++t) SC::mma(s[t], qf[kt], sk + t * 16 * LD + kt * 16, LD, lane);
+        for (int t = 0; t < KW / 16; ++t) SC::mma(s[t], qf[kt], wave_k + t * 16 * LD + kt * 16, LD, lane);
     } else {
       // Partly unrolled: fully unrolled, the compiler hoists every fragment
       // load and runs out of registers on wave-32 targets.
@@ -798,7 +853,7 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
       for (int kt = 0; kt < D / 16; ++kt) {
         const typename SC::QFrag qk = SC::load_q(wave_q + kt * 16, LD, lane);
 #pragma unroll
-        for (int t = 0; t < BC / 16; ++t) SC::mma(s[t], qk, sk + t * 16 * LD + kt * 16, LD, lane);
+        for (int t = 0; t < KW / 16; ++t) SC::mma(s[t], qk, wave_k + t * 16 * LD + kt * 16, LD, lane);
       }
     }
 
@@ -812,9 +867,9 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
 #pragma unroll
       for (int e = 0; e < C_N; ++e) {
         const AttnAt at = SC::at(lane, e);
-        const AttnRow row = attn_row(a, i0 + wave * 16 + at.row, slope);
+        const AttnRow row = row_at(wave_row + at.row);
 #pragma unroll
-        for (int t = 0; t < BC / 16; ++t) s[t][e] = attn_score(a, row, j0 + t * 16 + at.col, s[t][e]);
+        for (int t = 0; t < KW / 16; ++t) s[t][e] = attn_score(a, row, j0 + wave_key + t * 16 + at.col, s[t][e]);
       }
     }
     float tile_max[C_N];
@@ -822,7 +877,7 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     for (int e = 0; e < C_N; ++e) {
       tile_max[e] = s[0][e];
 #pragma unroll
-      for (int t = 1; t < BC / 16; ++t) tile_max[e] = fmaxf(tile_max[e], s[t][e]);
+      for (int t = 1; t < KW / 16; ++t) tile_max[e] = fmaxf(tile_max[e], s[t][e]);
       tile_max[e] *= unit;  // unit > 0 (plain)
     }
     float lane_max[C_N], row_max[C_N], alpha[C_N], sums[C_N], lane_sum[C_N];
@@ -838,7 +893,7 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
       m[e] = m_new;
       sums[e] = 0.0f;
 #pragma unroll
-      for (int t = 0; t < BC / 16; ++t) {
+      for (int t = 0; t < KW / 16; ++t) {
         s[t][e] = attn_exp2_ftz(fmaf(s[t][e], unit, -m_sub));
         sums[e] += s[t][e];
       }
@@ -857,7 +912,7 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     }
     if (!M::P_REGS) {
 #pragma unroll
-      for (int t = 0; t < BC / 16; ++t)
+      for (int t = 0; t < KW / 16; ++t)
 #pragma unroll
         for (int e = 0; e < C_N; ++e) {
           const AttnAt at = SC::at(lane, e);
@@ -869,16 +924,16 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     // layout allows (every step unrolled: P's registers are indexed by it),
     // else from the wave's tile (one step at a time: fewer registers).
     auto pv_step = [&](int kt, const typename M::AFrag& pa) {
+      const int key = wave_key + kt * 16;
 #pragma unroll
       for (int t = 0; t < D / 16; ++t) {
-        const AttnView vview = VT ? AttnView{sv + t * 16 * VLD + kt * 16, 1, VLD}
-                                  : AttnView{sv + kt * 16 * LD + t * 16, LD, 1};
+        const AttnView vview = VT ? AttnView{sv + t * 16 * VLD + key, 1, VLD} : AttnView{sv + key * LD + t * 16, LD, 1};
         M::mma(acc[t], pa, M::load_b(vview, lane), lane);
       }
     };
     if (M::P_REGS) {
 #pragma unroll
-      for (int kt = 0; kt < BC / 16; ++kt) {
+      for (int kt = 0; kt < KW / 16; ++kt) {
         typename M::AFrag pa;
 #pragma unroll
         for (int e = 0; e < C_N; e += 2) pa.w[e / 2] = attn_pack<T>(s[kt][e], s[kt][e + 1]);
@@ -886,242 +941,59 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
       }
     } else {
 #pragma unroll 1
-      for (int kt = 0; kt < BC / 16; ++kt) pv_step(kt, M::load_a(AttnView{wave_p + kt * 16, PLD, 1}, lane));
+      for (int kt = 0; kt < KW / 16; ++kt) pv_step(kt, M::load_a(AttnView{wave_p + kt * 16, PLD, 1}, lane));
     }
   }
 
-  // Each query's sum over its lanes, then the normalised output.
+  // Each query's sum over its lanes.
   float total[C_N];
   attn_across_lanes<M, SC, false>(l, total);
-  T* ob = o + (((ch_u64)b * a.s_q + (ch_u64)i0) * a.h_q + h) * D;
+  if (!DECODE) {
+    // The normalised output.
+    T* ob = o + (((ch_u64)b * a.s_q + (ch_u64)i0) * a.h_q + head(0)) * D;
+#pragma unroll
+    for (int e = 0; e < C_N; ++e) {
+      const float sum = attn_row_value<M>(total, lane, e);
+      const int r = wave_row + M::c_at(lane, e).row;
+      if (r >= rows) continue;
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+#pragma unroll
+      for (int t = 0; t < D / 16; ++t)
+        ob[(ch_u64)r * a.h_q * D + t * 16 + M::c_at(lane, e).col] = Num<T>::from_acc(acc[t][e] * inv);
+    }
+    return;
+  }
+  // Decode: the waves' states of the same rows meet in shared memory (over
+  // the tiles, now consumed), then the split's partials: per row, the
+  // unnormalised output, the maximum and the sum.
+  float* const s_o = reinterpret_cast<float*>(s_kv);  // [WAVES][16][D]
+  float* const s_ml = s_o + WAVES * 16 * D;            // [WAVES][16][2]
+  static_assert(!DECODE || WAVES * 16 * (D + 2) * 4 <= sizeof(s_kv), "the merge fits the tiles' memory");
+  __syncthreads();
 #pragma unroll
   for (int e = 0; e < C_N; ++e) {
-    const float sum = attn_row_value<M>(total, lane, e);
-    const int r = wave * 16 + M::c_at(lane, e).row;
-    if (r >= rows) continue;
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float row_m = attn_row_value<M>(m, lane, e), row_l = attn_row_value<M>(total, lane, e);
+    const AttnAt at = M::c_at(lane, e);
 #pragma unroll
-    for (int t = 0; t < D / 16; ++t)
-      ob[(ch_u64)r * a.h_q * D + t * 16 + M::c_at(lane, e).col] = Num<T>::from_acc(acc[t][e] * inv);
-  }
-}
-
-// ---------------------------------------------------------------------------
-// Decode.
-
-// Query rows per decode block (query position, head of the group).
-#define DECODE_ROWS 4
-
-// Loads a decode step issues together: DECODE_STEP K row packs, then
-// DECODE_V_ROWS V rows (either may be given with -D, as the kernel bench's
-// variants do). Fewer on RDNA, whose registers would spill with more.
-// Sixteen V rows halve the groups of loads a wave's keys wait for in turn,
-// a large part of a short cache's decode time.
-#if defined(CH_ATTN_WMMA_GFX11) || defined(CH_ATTN_WMMA_GFX12) || defined(__gfx1030__) || \
-    defined(__gfx1031__) || defined(__gfx1032__) || defined(__gfx1034__) || defined(__gfx1035__) || defined(__gfx1036__)
-#define DECODE_STEP_DEFAULT 4
-#define DECODE_V_ROWS_DEFAULT 4
-#else
-#define DECODE_STEP_DEFAULT 8
-#define DECODE_V_ROWS_DEFAULT 16
-#endif
-#ifndef DECODE_STEP
-#define DECODE_STEP DECODE_STEP_DEFAULT
-#endif
-#ifndef DECODE_V_ROWS
-#define DECODE_V_ROWS DECODE_V_ROWS_DEFAULT
-#endif
-
-// Dimensions of the output each lane accumulates in the decode kernel:
-// DECODE_DIMS(D) consecutive ones (read with one load) when the wave
-// divides D into a power of two per lane, else every wave-th from the
-// lane's index.
-#define DECODE_DIMS(D) (((D) + CANDLE_HIP_WAVE - 1) / CANDLE_HIP_WAVE)
-#define DECODE_VEC(D)                                                                              \
-  ((D) % CANDLE_HIP_WAVE == 0 && (DECODE_DIMS(D) == 1 || DECODE_DIMS(D) == 2 || DECODE_DIMS(D) == 4 || \
-                                  DECODE_DIMS(D) == 8))
-
-// The output dimension of a lane's i-th accumulator.
-template <int D>
-__device__ __forceinline__ int decode_dim(int lane, int i) {
-  return DECODE_VEC(D) ? lane * DECODE_DIMS(D) + i : lane + i * CANDLE_HIP_WAVE;
-}
-
-// A lane's DECODE_DIMS(D) values of a V row, as floats.
-template <typename T, int D, bool VEC>
-struct DecodeRow {
-  __device__ static void load(const ch_u16* row, int lane, float (&out)[DECODE_DIMS(D)]) {
-#pragma unroll
-    for (int i = 0; i < DECODE_DIMS(D); ++i) {
-      const int d = decode_dim<D>(lane, i);
-      out[i] = d < D ? attn_to_float<T>(row[d]) : 0.0f;
-    }
-  }
-};
-
-template <typename T, int D>
-struct DecodeRow<T, D, true> {
-  __device__ static void load(const ch_u16* row, int lane, float (&out)[DECODE_DIMS(D)]) {
-    typedef Pack<ch_u16, DECODE_DIMS(D)> P;
-    const P p = reinterpret_cast<const P*>(row)[lane];
-#pragma unroll
-    for (int i = 0; i < DECODE_DIMS(D); ++i) out[i] = attn_to_float<T>(p.v[i]);
-  }
-};
-
-// Each wave of a decode block walks the split's keys a wave's worth at a
-// time, one key per lane: the lane computes its key's scores for every row
-// in full (its K row read in 16-byte packs, the queries broadcast from
-// shared memory), the wave takes the maximum and sum of each row's scores
-// with shuffles, then accumulates P·V with lanes owning output dimensions
-// (decode_dim), each key's probabilities broadcast from its lane.
-template <typename T, int D>
-__device__ __forceinline__ void flash_decode(const AttnArgs& a, const T* __restrict__ q, const T* __restrict__ k,
-                                             const T* __restrict__ v, float* __restrict__ part,
-                                             const float* __restrict__ alibi) {
-  const int R = DECODE_ROWS, W = CANDLE_HIP_WAVE, WAVES = CH_DECODE_THREADS / CANDLE_HIP_WAVE;
-  const int DL = DECODE_DIMS(D), PACK = 8;
-  __shared__ Pack<float, 4> s_q[R][D / 4];  // read as 16-byte broadcasts
-  __shared__ AttnRow s_info[R];             // the rows' masks, in shared memory to spare registers
-  __shared__ float s_m[WAVES][R], s_l[WAVES][R];
-  __shared__ float s_o[WAVES][R][D];
-
-  const int tid = (int)threadIdx.x, lane = tid % W, wave = tid / W;
-  const ch_u32 split = blockIdx.x, b = blockIdx.z;
-  const ch_u32 per_kv = a.h_q / a.h_k;
-  const ch_u32 total_rows = a.s_q * per_kv;
-  const ch_u32 row_groups = (total_rows + R - 1) / R;
-  const ch_u32 kvh = blockIdx.y / row_groups;
-  const ch_u32 row0 = (blockIdx.y % row_groups) * R;
-  const int rows = total_rows - row0 < (ch_u32)R ? (int)(total_rows - row0) : R;
-
-  // Row r's query position and head: (row0 + r) / per_kv and
-  // kvh·per_kv + (row0 + r) % per_kv; rows past the last repeat row 0.
-  auto position = [&](int r) { return (row0 + (r < rows ? r : 0)) / per_kv; };
-  auto head = [&](int r) { return kvh * per_kv + (row0 + (r < rows ? r : 0)) % per_kv; };
-  if (tid < R) s_info[tid] = attn_row(a, position(tid), alibi != nullptr ? alibi[head(tid)] : 0.0f);
-  for (int idx = tid; idx < R * D; idx += CH_DECODE_THREADS) {
-    const int r = idx / D, d = idx % D;
-    s_q[r][d / 4].v[d % 4] =
-        Num<T>::to_acc(q[b * a.q_stride[0] + position(r) * a.q_stride[1] + head(r) * a.q_stride[2] + d]);
+    for (int t = 0; t < D / 16; ++t) s_o[(wave * 16 + at.row) * D + t * 16 + at.col] = acc[t][e];
+    s_ml[(wave * 16 + at.row) * 2] = row_m;  // every lane of the row stores the same
+    s_ml[(wave * 16 + at.row) * 2 + 1] = row_l;
   }
   __syncthreads();
-
-  float m[R], l[R], acc[R][DL];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    m[r] = -__builtin_huge_valf();
-    l[r] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < DL; ++i) acc[r][i] = 0.0f;
-  }
-
-  const ch_i64 j_begin = (ch_i64)split * a.split_keys;
-  const ch_i64 j_limit = j_begin + a.split_keys < (ch_i64)a.s_k ? j_begin + a.split_keys : (ch_i64)a.s_k;
-  const ch_u16* kb = reinterpret_cast<const ch_u16*>(k) + b * a.k_stride[0] + kvh * a.k_stride[2];
-  const ch_u16* vb = reinterpret_cast<const ch_u16*>(v) + b * a.v_stride[0] + kvh * a.v_stride[2];
-  // Every lane of a wave runs the same steps (the shuffles need whole waves).
-  for (ch_i64 j0 = j_begin + (ch_i64)wave * W; j0 < j_limit; j0 += (ch_i64)WAVES * W) {
-    const ch_i64 j = j0 + lane;
-    const bool valid = j < j_limit;
-    const Pack<ch_u16, PACK>* krow =
-        reinterpret_cast<const Pack<ch_u16, PACK>*>(kb + (ch_u64)(valid ? j : j_begin) * a.k_stride[1]);
-    float dot[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) dot[r] = 0.0f;
-    // K row packs DECODE_STEP at a time, their loads issued together.
-#if DECODE_STEP == 8
-#pragma unroll 8
-#else
-#pragma unroll 4
-#endif
-    for (int c = 0; c < D / PACK; ++c) {
-      const Pack<ch_u16, PACK> kp = krow[c];
-      float kf[PACK];
-#pragma unroll
-      for (int e = 0; e < PACK; ++e) kf[e] = attn_to_float<T>(kp.v[e]);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (r >= rows) break;  // uniform over the block
-        const Pack<float, 4> q0 = s_q[r][c * 2], q1 = s_q[r][c * 2 + 1];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dot[r] += q0.v[e] * kf[e] + q1.v[e] * kf[4 + e];
-      }
-    }
-    const int keys = j_limit - j0 < W ? (int)(j_limit - j0) : W;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r >= rows) break;
-      const float x = valid ? attn_score(a, s_info[r], j, dot[r]) : -__builtin_huge_valf();
-      float mx = x;
-#pragma unroll
-      for (int w = W / 2; w > 0; w /= 2) mx = fmaxf(mx, __shfl_xor(mx, w, W));
-      if (mx == -__builtin_huge_valf()) {  // the whole wave agrees
-        dot[r] = 0.0f;
-        continue;
-      }
-      const float m_new = fmaxf(m[r], mx);
-      const float alpha = attn_exp2(m[r], m_new);
-      const float p = attn_exp2(x, m_new);
-      float sum = p;
-#pragma unroll
-      for (int w = W / 2; w > 0; w /= 2) sum += __shfl_xor(sum, w, W);
-      m[r] = m_new;
-      l[r] = l[r] * alpha + sum;
-#pragma unroll
-      for (int i = 0; i < DL; ++i) acc[r][i] *= alpha;
-      dot[r] = p;  // the row's probability of this lane's key, for P·V
-    }
-    // P·V: the V rows of KB keys are loaded before any is used.
-    const int KB = DECODE_V_ROWS;
-    for (int k0 = 0; k0 < keys; k0 += KB) {
-      float vv[KB][DL];
-#pragma unroll
-      for (int u = 0; u < KB; ++u) {
-        const ch_u16* vrow = vb + (ch_u64)(j0 + (k0 + u < keys ? k0 + u : 0)) * a.v_stride[1];
-        DecodeRow<T, D, DECODE_VEC(D)>::load(vrow, lane, vv[u]);
-      }
-#pragma unroll
-      for (int u = 0; u < KB; ++u) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          if (r >= rows) break;  // uniform over the block
-          // Keys past the split's end have probability 0 (their lanes' dot).
-          const float p = __shfl(dot[r], k0 + u < keys ? k0 + u : lane, W);
-          const float pk = k0 + u < keys ? p : 0.0f;
-#pragma unroll
-          for (int i = 0; i < DL; ++i) acc[r][i] += pk * vv[u][i];
-        }
-      }
-    }
-  }
-
-  // Merge the waves of the block, then store the split's partials.
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    if (lane == 0) {
-      s_m[wave][r] = m[r];
-      s_l[wave][r] = l[r];
-    }
-#pragma unroll
-    for (int i = 0; i < DL; ++i) {
-      const int d = decode_dim<D>(lane, i);
-      if (d < D) s_o[wave][r][d] = acc[r][i];
-    }
-  }
-  __syncthreads();
-  for (int idx = tid; idx < rows * D; idx += CH_DECODE_THREADS) {
+  for (int idx = tid; idx < (int)rows * D; idx += THREADS) {
     const int r = idx / D, d = idx % D;
     float mx = -__builtin_huge_valf();
-    for (int g = 0; g < WAVES; ++g) mx = fmaxf(mx, s_m[g][r]);
+#pragma unroll
+    for (int w = 0; w < WAVES; ++w) mx = fmaxf(mx, s_ml[(w * 16 + r) * 2]);
     float sum = 0.0f, out = 0.0f;
-    for (int g = 0; g < WAVES; ++g) {
-      const float f = attn_exp2(s_m[g][r], mx);
-      sum += s_l[g][r] * f;
-      out += s_o[g][r][d] * f;
+#pragma unroll
+    for (int w = 0; w < WAVES; ++w) {
+      const float f = attn_exp2(s_ml[(w * 16 + r) * 2], mx);
+      sum += s_ml[(w * 16 + r) * 2 + 1] * f;
+      out += s_o[(w * 16 + r) * D + d] * f;
     }
     // Partials of row (b, head, position): `splits` entries of D + 2 floats.
-    float* dst = part + ((((ch_u64)b * a.h_q + head(r)) * a.s_q + position(r)) * a.splits + split) * (D + 2);
+    float* dst = part + ((((ch_u64)b * a.h_q + head(r)) * a.s_q + position(r)) * a.splits + blockIdx.x) * (D + 2);
     dst[d] = out;
     if (d == 0) {
       dst[D] = mx;
@@ -1129,6 +1001,9 @@ __device__ __forceinline__ void flash_decode(const AttnArgs& a, const T* __restr
     }
   }
 }
+
+// ---------------------------------------------------------------------------
+// Decode.
 
 // Splits per row at most (the host keeps to it): the merge holds each
 // split's weight in shared memory.
@@ -1177,18 +1052,18 @@ __device__ __forceinline__ void flash_combine(const AttnArgs& a, const float* __
   extern "C" __global__ void __launch_bounds__(ATTN_WAVES(D) * CANDLE_HIP_WAVE)                        \
       NAME##_##TYPE(AttnArgs a, const ch_##TYPE* q, const ch_##TYPE* k, const ch_##TYPE* v,          \
                     ch_##TYPE* o, const float* alibi) {                                                \
-    flash_attn<ch_##TYPE, D>(a, q, k, v, o, alibi);                                                    \
+    flash_attn<ch_##TYPE, D, false>(a, q, k, v, o, nullptr, alibi);                                    \
   }
 // `key_lens`, when not null, holds one u32 per batch element: the keys of
 // that sequence (a KV cache's filled length, read on the device so that a
 // captured graph serves every length); longer than s_k counts as s_k. The
 // sequence's rows then see keys 0 .. len - 1, aligned to its end.
 #define FLASH_DECODE(NAME, D, TYPE)                                                                    \
-  extern "C" __global__ void __launch_bounds__(CH_DECODE_THREADS)                                      \
+  extern "C" __global__ void __launch_bounds__(ATTN_DECODE_WAVES(D) * CANDLE_HIP_WAVE)                  \
       NAME##_##TYPE(AttnArgs a, const ch_##TYPE* q, const ch_##TYPE* k, const ch_##TYPE* v,          \
                     float* part, const float* alibi, const ch_u32* key_lens) {                         \
     if (key_lens != nullptr && key_lens[blockIdx.z] < a.s_k) a.s_k = key_lens[blockIdx.z];            \
-    flash_decode<ch_##TYPE, D>(a, q, k, v, part, alibi);                                               \
+    flash_attn<ch_##TYPE, D, true>(a, q, k, v, nullptr, part, alibi);                                  \
   }
 #define FLASH_COMBINE(NAME, D, TYPE)                                                                   \
   extern "C" __global__ void __launch_bounds__(256) NAME##_##TYPE(AttnArgs a, const float* part,      \

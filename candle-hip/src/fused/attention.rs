@@ -11,11 +11,12 @@
 //! right when `s_q != s_k` (a query at row `i` sits at key position
 //! `i + s_k - s_q`). A query row that sees no key gets zeros.
 //!
-//! Two kernels: prefill (a block per 16 query rows per wave and head,
-//! matrix instructions for both products, the online softmax in registers)
-//! and, for at most [`DECODE_MAX_QUERIES`] queries, flash-decoding (the keys
-//! split across blocks, each reading a key once for every query head of its
-//! group, then a merge of the splits).
+//! One kernel body, two launch forms: prefill (a block per 16 query rows per
+//! wave and head, matrix instructions for both products, the online softmax
+//! in registers) and, for at most [`DECODE_MAX_QUERIES`] queries,
+//! flash-decoding with the same products (the keys split across blocks,
+//! each block's 16 rows being the query heads of one key/value head, so a
+//! key is read once for its whole group; then a merge of the splits).
 //!
 //! Which matrix path ran where: `mma.sync` (NVIDIA sm_80+) on the NVIDIA test
 //! platform; MFMA (gfx908 f16, gfx90a/gfx942), WMMA (gfx11, gfx12) and the
@@ -44,8 +45,6 @@ pub const DECODE_MAX_QUERIES: usize = 8;
 
 /// `CH_ATTN_UNBOUNDED` of `attention.hip`: a window bound that never limits.
 const UNBOUNDED: i32 = 0x3fff_ffff;
-/// `CH_DECODE_THREADS` of `attention.hip`.
-const DECODE_THREADS: u32 = 128;
 /// Keys of one decode split at the least: fewer would cost more in merging
 /// than they save in parallelism.
 const MIN_SPLIT_KEYS: usize = 64;
@@ -259,21 +258,31 @@ fn window(w: Option<usize>) -> i32 {
     w.map_or(UNBOUNDED, |w| w.min(UNBOUNDED as usize) as i32)
 }
 
-/// The launch shape of the prefill kernel for head dim `d`
-/// (`ATTN_WAVES` of `attention.hip`): 16 query rows per wave.
+/// Waves per prefill block for head dim `d` (`ATTN_WAVES` of
+/// `attention.hip`): 16 query rows each.
 fn prefill_waves(d: usize) -> u32 {
     if d > 128 { 2 } else { 4 }
 }
 
-/// Query rows per decode block (`DECODE_ROWS` of `attention.hip`).
-const DECODE_ROWS: usize = 4;
+/// Waves per decode block for head dim `d` (`ATTN_DECODE_WAVES` of
+/// `attention.hip`): 16 keys of a tile each.
+fn decode_waves(d: usize) -> u32 {
+    if d > 128 { 1 } else { 4 }
+}
 
-/// Key splits for decoding: at most four blocks per compute unit (eight
-/// measured slower on the test platform; more than four, a second round of
-/// a few blocks after the first), each split at least [`MIN_SPLIT_KEYS`]
-/// keys, at most [`MAX_SPLITS`] splits.
+/// Query rows per decode block (`CH_DECODE_ROWS` of `attention.hip`).
+const DECODE_ROWS: usize = 16;
+
+/// Decode blocks per compute unit that the splits aim at: three of four
+/// waves each fit a unit's registers (168 a lane on the test platform),
+/// and three measured faster there than four or eight.
+const DECODE_BLOCKS_PER_UNIT: usize = 3;
+
+/// Key splits for decoding: about [`DECODE_BLOCKS_PER_UNIT`] blocks per
+/// compute unit, each split at least [`MIN_SPLIT_KEYS`] keys, at most
+/// [`MAX_SPLITS`] splits.
 fn decode_splits(s_k: usize, blocks: usize, compute_units: usize) -> usize {
-    let wanted = (4 * compute_units) / blocks.max(1);
+    let wanted = (DECODE_BLOCKS_PER_UNIT * compute_units) / blocks.max(1);
     wanted.clamp(1, s_k.div_ceil(MIN_SPLIT_KEYS).clamp(1, MAX_SPLITS))
 }
 
@@ -437,7 +446,7 @@ pub fn flash_attn(
             u32_of("decode row groups", h_k * row_groups)?,
             batch,
         ),
-        block_dim: (DECODE_THREADS, 1, 1),
+        block_dim: (decode_waves(d) * launcher.wave_size(), 1, 1),
         shared_mem_bytes: 0,
     };
     let kernel = decode.kernel(OP, dtype)?;
@@ -501,10 +510,10 @@ mod tests {
         assert_eq!(window(Some(0)), 0);
         assert_eq!(window(Some(usize::MAX)), UNBOUNDED);
         // One block per (batch, kv head): 32 kv heads on 100 compute units
-        // take 12 splits (384 blocks), not 13 (416, over 4 per unit).
-        assert_eq!(decode_splits(4096, 32, 100), 12);
-        // Batch 8 of 8 kv heads on 132 units: 8 splits, 512 blocks.
-        assert_eq!(decode_splits(4096, 64, 132), 8);
+        // take 9 splits (288 blocks), not 10 (320, over 3 per unit).
+        assert_eq!(decode_splits(4096, 32, 100), 9);
+        // Batch 8 of 8 kv heads on 132 units: 6 splits, 384 blocks.
+        assert_eq!(decode_splits(4096, 64, 132), 6);
         // Short caches are not split below MIN_SPLIT_KEYS keys.
         assert_eq!(decode_splits(60, 1, 100), 1);
         assert_eq!(decode_splits(300, 1, 100), 5);
@@ -520,15 +529,11 @@ mod tests {
         assert_eq!(src.define("CH_ATTN_UNBOUNDED"), Some("0x3fffffff"));
         assert_eq!(UNBOUNDED, 0x3fff_ffff);
         assert_eq!(
-            src.define("CH_DECODE_THREADS"),
-            Some(DECODE_THREADS.to_string().as_str())
-        );
-        assert_eq!(
             src.define("CH_DECODE_MAX_SPLITS"),
             Some(MAX_SPLITS.to_string().as_str())
         );
         assert_eq!(
-            src.define("DECODE_ROWS"),
+            src.define("CH_DECODE_ROWS"),
             Some(DECODE_ROWS.to_string().as_str())
         );
     }

@@ -237,6 +237,7 @@ fn flash_attn_matches_a_host_reference() {
         Case::new(2, 1, 37, 8, 2, 128, true),
         Case::new(1, 1, 300, 4, 1, 64, false),
         Case::new(1, 4, 129, 8, 8, 80, true),
+        Case::new(1, 1, 200, 4, 2, 256, true),
         // Prefill: squares, s_q < s_k (a cache), tiles cut short.
         Case::new(1, 17, 17, 2, 1, 128, true),
         Case::new(2, 70, 70, 4, 2, 64, true),

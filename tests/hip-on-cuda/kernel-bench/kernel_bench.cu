@@ -14,8 +14,8 @@
 // attention.hip (a copy with changes, or the repository's), compiled with
 // the given -D definitions. gemv: A waves per block (8), B blocks per
 // compute unit (4), C the waves per output (0: the host's rule). attn: A
-// threads per block (128), B blocks per compute unit (4), C query rows per
-// block (4); prefill: A waves per block (4; B, C unused); qmv (a quantized.hip): A waves per block of the mat-vec (4), B
+// threads per block (128), B blocks per compute unit (3), C query rows per
+// block (16); prefill: A waves per block (4; B, C unused); qmv (a quantized.hip): A waves per block of the mat-vec (4), B
 // activations per thread of their rounding (8; 0: one activation block per
 // thread), C rows of activations (1), D outputs per wave (2). A source that
 // takes other values than its defaults must define them from the -D options.
@@ -862,7 +862,7 @@ int main(int argc, char** argv) {
   std::vector<Variant> variants;
   for (int i = 4; i < argc; ++i) {
     if (mode == "gemv") variants.push_back(parse_variant(argv[i], 8, 4, 0));
-    if (mode == "attn") variants.push_back(parse_variant(argv[i], 128, 4, 4));
+    if (mode == "attn") variants.push_back(parse_variant(argv[i], 128, 3, 16));
     if (mode == "prefill") variants.push_back(parse_variant(argv[i], 4, 0, 0));
     if (mode == "qmv" || mode == "dq") variants.push_back(parse_variant(argv[i], 4, 8, 1, 2));
   }
