@@ -245,7 +245,15 @@ impl Model {
                 Net::Qwen3(Box::new(qwen3::ModelForCausalLM::new(&cfg, vb)?))
             }
         };
-        let note = if flash_attn { ", fused attention" } else { "" };
+        // The fused kernels run where the model calls candle-flash-attn's API on HIP in
+        // f16/bf16; the crate computes everything else unfused.
+        let flash_api = match about.arch {
+            Arch::Llama | Arch::Mistral => flash_attn,
+            Arch::Qwen3 => true,
+            Arch::Qwen2 => false,
+        };
+        let fused = flash_api && !device.is_cpu() && matches!(dtype, DType::F16 | DType::BF16);
+        let note = if fused { ", fused attention" } else { "" };
         Ok(opened.into_model(net, about, dtype, device, note))
     }
 

@@ -18,10 +18,10 @@
 //!     API on candle-hip, `examples/candle-app/flash-attn`; Llama and Mistral; Qwen3 always
 //!     takes it, as candle-transformers builds it with its flash-attn feature): the default
 //!     on one HIP device, --no-flash-attn runs candle-transformers' unfused attention there
-//!     too. --graph runs a
-//!     Llama with a static KV cache whose one-token decode step is captured into a HIP graph
-//!     once and replayed for every token (batch 1; on the CPU the step runs eagerly); with
-//!     --gguf, a `llama` file's matrices stay quantized and the model computes in --dtype.
+//!     too. --graph runs a Llama with a static KV cache whose one-token decode step is
+//!     captured into a HIP graph once and replayed for every token (batch 1; on the CPU the
+//!     step runs eagerly); with --gguf, a `llama` file's matrices stay quantized and the
+//!     model computes in --dtype.
 //! generate write-model --shape NAME --out DIR [--dtype D] [--weights-seed S]
 //!     writes a seeded random-weight model folder (config.json, model.safetensors)
 //! generate write-gguf --shape NAME --quant SCHEME --out FILE [--weights-seed S]
