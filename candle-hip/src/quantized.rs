@@ -49,6 +49,10 @@ const SUB: usize = 32;
 /// Activations each thread of `quantize_act_*` rounds (`CH_QACT_PER_LANE`).
 const ACT_PER_LANE: usize = 8;
 
+/// Rows up to which the mat-vec takes `qmatvec_few_*`, whose fewer
+/// accumulators let more waves share a compute unit (`CH_QMATVEC_FEW_ROWS`).
+const MATVEC_FEW_ROWS: usize = 2;
+
 /// Outputs each wave of `qmatvec_*` computes (`CH_QMATVEC_OUTS`).
 const MATVEC_OUTS_PER_WAVE: u32 = 2;
 
@@ -307,8 +311,9 @@ impl QuantizedStorage {
         let outs_per_block = waves_per_block * MATVEC_OUTS_PER_WAVE;
         let cfg = grid::linear(u64::from(n32.div_ceil(outs_per_block)), MATVEC_BLOCK);
         let rows32 = to_u32(OP, "rows", rows)?;
-        let kernel = cat::qmatvec_family(self.dtype).quantized(OP, self.dtype, x.dtype())?;
-        // SAFETY: qmatvec_<q>_<dtype>(const u8* w, const i8* q, const float*
+        let family = cat::qmatvec_family(self.dtype, rows <= MATVEC_FEW_ROWS);
+        let kernel = family.quantized(OP, self.dtype, x.dtype())?;
+        // SAFETY: qmatvec[_few]_<q>_<dtype>(const u8* w, const i8* q, const float*
         // d, const float* s, T* y, u32 n, u32 k, u32 rows): w (the start of
         // a fresh allocation, so 16-byte aligned, Q_PAD bytes after the
         // blocks) holds n rows of k / QK blocks, q rows * k bytes (fresh,
@@ -332,6 +337,10 @@ mod tests {
         assert_eq!(
             candle_hip_kernels::QUANTIZED.define("CH_QMATVEC_OUTS"),
             Some(MATVEC_OUTS_PER_WAVE.to_string().as_str())
+        );
+        assert_eq!(
+            candle_hip_kernels::QUANTIZED.define("CH_QMATVEC_FEW_ROWS"),
+            Some(MATVEC_FEW_ROWS.to_string().as_str())
         );
     }
 }

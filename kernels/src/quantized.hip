@@ -21,7 +21,9 @@
 //     y[r * n + j] = sum over the blocks of row j of W of candle's vec_dot of
 //     the block with row r's quantized activations, for r < rows and j < n
 //     (summed in f32, rounded once to dtype); row j of W is the k / QK blocks
-//     from byte j * (k / QK) * BYTES of w on.
+//     from byte j * (k / QK) * BYTES of w on. qmatvec_few_<q>_<dtype>: the
+//     same for any rows, made for at most CH_QMATVEC_FEW_ROWS (it reads the
+//     weight once per that many rows; qmatvec_ once per CH_QMATVEC_ROWS).
 //
 // Every block type is read through two functions: `sub` dequantizes 32
 // consecutive values (a sub-block) with the arithmetic of candle's CPU
@@ -37,15 +39,21 @@
 // adjacent lanes per block. The product: one wave per CH_QMATVEC_OUTS
 // outputs j; its lanes take the sub-blocks of those rows in turn (adjacent
 // lanes read adjacent blocks), CH_QMATVEC_UNROLL at a time, for up to
-// CH_QMATVEC_ROWS rows of activations at a time (each activation load
-// serving every output of the wave), and the wave sums its lanes. The host
+// CH_QMATVEC_ROWS (CH_QMATVEC_FEW_ROWS) rows of activations at a time (each
+// activation load serving every output of the wave), and the wave sums its
+// lanes. The host
 // guarantees: w 16-byte aligned and followed by at least 4 readable bytes, k
 // a multiple of the block size, q 16-byte aligned with rows * k values, d
 // and s rows * k / 32.
 
 #include "common.h"
 
+// Rows of activations the mat-vec holds at once: 8, or 2 for one or two
+// (a decode step at batch 1): fewer accumulators, so that more waves fit a
+// compute unit (the NVIDIA test platform: 64-80 registers instead of 80-109,
+// a 1B or 8B token's products 10-18 % faster at batch 1).
 #define CH_QMATVEC_ROWS 8
+#define CH_QMATVEC_FEW_ROWS 2
 // Sub-blocks a lane of the mat-vec has in flight at once.
 #ifndef CH_QMATVEC_UNROLL
 #define CH_QMATVEC_UNROLL 2
@@ -683,7 +691,7 @@ __device__ __forceinline__ void q_sums32(const QAct32& a, int& x0, int& x1) {
   }
 }
 
-template <typename Q, typename T>
+template <typename Q, typename T, int R>
 __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signed char* __restrict__ q,
                                         const float* __restrict__ d, const float* __restrict__ s,
                                         T* __restrict__ y, ch_u32 n, ch_u32 k, ch_u32 rows) {
@@ -699,12 +707,12 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
   const ch_u8* row[O];
 #pragma unroll
   for (int o = 0; o < O; ++o) row[o] = w + (j0 + o < n ? j0 + o : (ch_u64)n - 1) * row_bytes;
-  for (ch_u32 r0 = 0; r0 < rows; r0 += CH_QMATVEC_ROWS) {
-    float acc[O][CH_QMATVEC_ROWS];
+  for (ch_u32 r0 = 0; r0 < rows; r0 += R) {
+    float acc[O][R];
 #pragma unroll
     for (int o = 0; o < O; ++o)
 #pragma unroll
-      for (int r = 0; r < CH_QMATVEC_ROWS; ++r) acc[o][r] = 0.0f;
+      for (int r = 0; r < R; ++r) acc[o][r] = 0.0f;
     // A lane takes sub-blocks lane, lane + wave, ... in that order, U at a
     // time with every weight load of the U issued first.
     for (ch_u32 base = lane; base < subs; base += U * CANDLE_HIP_WAVE) {
@@ -725,7 +733,7 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
           const ch_u64 in_row = (ch_u64)(sub / per_block) * Q::BYTES;
           const int in_block = (int)(sub % per_block);
 #pragma unroll
-          for (int r = 0; r < CH_QMATVEC_ROWS; ++r) {
+          for (int r = 0; r < R; ++r) {
             const ch_u64 rr = r0 + r;
             if (rr < rows) {
               const ch_u64 at = rr * subs + sub;
@@ -747,7 +755,7 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
 #pragma unroll
     for (int o = 0; o < O; ++o)
 #pragma unroll
-      for (int r = 0; r < CH_QMATVEC_ROWS; ++r) {
+      for (int r = 0; r < R; ++r) {
         if (r0 + r < rows) {
           AccSum<float>::State st;
           st.v = acc[o][r];
@@ -773,11 +781,11 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
     dequantize<Q, ch_##TYPE>(blocks, y, subs);                                                     \
   }
 
-#define QMATVEC(Q, NAME, TYPE)                                                                     \
+#define QMATVEC(Q, NAME, TYPE, KIND, R)                                                            \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
-      qmatvec_##NAME##_##TYPE(const ch_u8* w, const signed char* q, const float* d, const float* s, \
-                              ch_##TYPE* y, ch_u32 n, ch_u32 k, ch_u32 rows) {                     \
-    qmatvec<Q, ch_##TYPE>(w, q, d, s, y, n, k, rows);                                              \
+      KIND##_##NAME##_##TYPE(const ch_u8* w, const signed char* q, const float* d, const float* s, \
+                          ch_##TYPE* y, ch_u32 n, ch_u32 k, ch_u32 rows) {                         \
+    qmatvec<Q, ch_##TYPE, R>(w, q, d, s, y, n, k, rows);                                           \
   }
 
 #define QUANTIZE_ACT(Q, NAME, TYPE)                                                                \
@@ -799,12 +807,20 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
 #define QUANTIZE_ACT_ALL(Q, NAME)                                                    \
   CH_IF_f16(QUANTIZE_ACT(Q, NAME, f16)) CH_IF_bf16(QUANTIZE_ACT(Q, NAME, bf16)) \
       CH_IF_f32(QUANTIZE_ACT(Q, NAME, f32))
-#define QMATVEC_ALL(Q, NAME) \
-  CH_IF_f16(QMATVEC(Q, NAME, f16)) CH_IF_bf16(QMATVEC(Q, NAME, bf16)) CH_IF_f32(QMATVEC(Q, NAME, f32))
+#define QMATVEC_ALL(Q, NAME)                                                              \
+  CH_IF_f16(QMATVEC(Q, NAME, f16, qmatvec, CH_QMATVEC_ROWS))                             \
+      CH_IF_bf16(QMATVEC(Q, NAME, bf16, qmatvec, CH_QMATVEC_ROWS))                       \
+          CH_IF_f32(QMATVEC(Q, NAME, f32, qmatvec, CH_QMATVEC_ROWS))
+#define QMATVEC_FEW_ALL(Q, NAME)                                                          \
+  CH_IF_f16(QMATVEC(Q, NAME, f16, qmatvec_few, CH_QMATVEC_FEW_ROWS))                     \
+      CH_IF_bf16(QMATVEC(Q, NAME, bf16, qmatvec_few, CH_QMATVEC_FEW_ROWS))               \
+          CH_IF_f32(QMATVEC(Q, NAME, f32, qmatvec_few, CH_QMATVEC_FEW_ROWS))
 
 // Part 1: dequantization (prefill) and the rounding of the mat-vec's
 // activations, the small kernels; parts 2 and 3: the mat-vec of the blocks
-// of 32 values and of the k-quants (catalogue.rs QMATVEC32, QMATVEC256).
+// of 32 values and of the k-quants (catalogue.rs QMATVEC32, QMATVEC256);
+// parts 4 and 5: the same for few rows (QMATVEC_FEW32, QMATVEC_FEW256), so
+// that a batch-1 decoder compiles only those.
 #if CH_PART(1)
 CH_EACH_BLOCK(DEQUANTIZE_ALL)
 CH_EACH_BLOCK(QUANTIZE_ACT_ALL)
@@ -814,4 +830,10 @@ CH_EACH_BLOCK32(QMATVEC_ALL)
 #endif
 #if CH_PART(3)
 CH_EACH_BLOCK256(QMATVEC_ALL)
+#endif
+#if CH_PART(4)
+CH_EACH_BLOCK32(QMATVEC_FEW_ALL)
+#endif
+#if CH_PART(5)
+CH_EACH_BLOCK256(QMATVEC_FEW_ALL)
 #endif

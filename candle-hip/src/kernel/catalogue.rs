@@ -436,6 +436,8 @@ families! {
     QUANTIZE_ACT = "quantize_act" in QUANTIZED part 1: Activations per ALL_BLOCKS;
     QMATVEC32 = "qmatvec" in QUANTIZED part 2: Activations per BLOCKS_OF_32;
     QMATVEC256 = "qmatvec" in QUANTIZED part 3: Activations per BLOCKS_OF_256;
+    QMATVEC_FEW32 = "qmatvec_few" in QUANTIZED part 4: Activations per BLOCKS_OF_32;
+    QMATVEC_FEW256 = "qmatvec_few" in QUANTIZED part 5: Activations per BLOCKS_OF_256;
     FLASH_ATTN_D32 = "flash_attn_d32" in ATTENTION part 1: Halves;
     FLASH_ATTN_D64 = "flash_attn_d64" in ATTENTION part 1: Halves;
     FLASH_ATTN_D80 = "flash_attn_d80" in ATTENTION part 1: Halves;
@@ -479,14 +481,16 @@ pub(crate) fn cmp_family(op: CmpOp) -> &'static Family {
     }
 }
 
-/// The quantized mat-vec family of `block`: its kernels are compiled in two
-/// units per dtype, one for the blocks of 32 values and one for the
-/// k-quants, so that a first use compiles half of them.
-pub(crate) fn qmatvec_family(block: GgmlDType) -> &'static Family {
-    if QMATVEC32.blocks.contains(&block) {
-        &QMATVEC32
-    } else {
-        &QMATVEC256
+/// The quantized mat-vec family of `block`, for few rows (`few`: at most
+/// `CH_QMATVEC_FEW_ROWS`) or more: each is compiled in two units per dtype,
+/// one for the blocks of 32 values and one for the k-quants, so that a
+/// first use compiles a quarter of them.
+pub(crate) fn qmatvec_family(block: GgmlDType, few: bool) -> &'static Family {
+    match (QMATVEC32.blocks.contains(&block), few) {
+        (true, false) => &QMATVEC32,
+        (false, false) => &QMATVEC256,
+        (true, true) => &QMATVEC_FEW32,
+        (false, true) => &QMATVEC_FEW256,
     }
 }
 
@@ -879,7 +883,12 @@ mod tests {
         assert!(BLOCKS_OF_256.iter().all(|b| b.block_size() == 256));
         assert_eq!(BLOCKS_OF_32.len() + BLOCKS_OF_256.len(), BLOCK_TYPES.len());
         for &block in &BLOCK_TYPES {
-            assert!(qmatvec_family(block).blocks.contains(&block), "{block:?}");
+            for few in [false, true] {
+                assert!(
+                    qmatvec_family(block, few).blocks.contains(&block),
+                    "{block:?}"
+                );
+            }
         }
     }
 
@@ -911,9 +920,9 @@ mod tests {
         // and bf16), then 4 matrix-vector kernels of outputs split over
         // several waves, then 4 fused one-token linear layers, then 48
         // quantized mat-vec and activation rounding kernels of f16 and bf16
-        // activations.
+        // activations, then the 36 quantized mat-vec kernels for few rows.
         let total: usize = FAMILIES.iter().map(|f| f.kernels().len()).sum();
-        assert_eq!(total, 1016);
+        assert_eq!(total, 1052);
     }
 
     #[test]

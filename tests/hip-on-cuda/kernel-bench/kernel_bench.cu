@@ -675,7 +675,12 @@ static void qmv_bench(const std::vector<Variant>& variants) {
     CUmodule m = compile(variants[vi].file, defs);
     for (const QType& t : kQTypes) {
       act[vi].push_back(m ? function(m, (std::string("quantize_act_") + t.name + "_f32").c_str()) : nullptr);
-      mv[vi].push_back(m ? function(m, (std::string("qmatvec_") + t.name + "_f32").c_str()) : nullptr);
+      // quantized.rs's choice: qmatvec_few_ for at most 2 rows, where the
+      // source has it (older copies do not).
+      CUfunction few = nullptr;
+      const std::string few_name = std::string("qmatvec_few_") + t.name + "_f32";
+      if (m && variants[vi].c <= 2 && cuModuleGetFunction(&few, m, few_name.c_str()) != CUDA_SUCCESS) few = nullptr;
+      mv[vi].push_back(m ? (few ? few : function(m, (std::string("qmatvec_") + t.name + "_f32").c_str())) : nullptr);
     }
   }
   if (compile_only()) return;
