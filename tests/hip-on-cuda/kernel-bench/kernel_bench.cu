@@ -34,7 +34,8 @@
 // flash_attn_d<D>_bf16 at the shapes of the attention benchmark (32 heads of
 // 128, causal and not, 512 to 16k tokens) and Llama-3.2-1B's (32 query, 8
 // key/value heads of 64), in TFLOP/s (4·b·h·s²·d, halved when causal). qmv: quantized.rs's
-// mat-vec (activation rounding, then qmatvec) for q4_0, q8_0, q4k and q6k
+// mat-vec (activation rounding, then qmatvec, or qmatvec_few for up to 2
+// rows where the source has it) for q4_0, q8_0, q4k and q6k
 // weights at the same decode shapes, per layer and for a whole token
 // against the bound (quantized weight bytes / the copy rate). dq (a
 // quantized.hip, A B C unused): dequantization to bf16 of each shape's
