@@ -27,8 +27,9 @@
 #       gguf-graph-candle-cuda.jsonl).
 #   generation.sh graph <outdir> [shapes]
 #       decode through a captured HIP graph (--graph) against eager decode (fused
-#       attention, the default, and --no-flash-attn), for each shape (default llama-3.2-1b,llama-3.1-8b; seeded bf16 weights built on the GPU),
-#       batch 1, prompts of 128 and 2048 tokens, 128 new tokens; then PyTorch eager on the
+#       attention, the default, and --no-flash-attn), for each shape (default
+#       llama-3.2-1b,llama-3.1-8b; seeded bf16 weights built on the GPU), batch 1,
+#       prompts of 128 and 2048 tokens, 128 new tokens; then PyTorch eager on the
 #       1B shape's folder. Rows to <outdir>/graph.jsonl and graph-torch.jsonl.
 #   generation.sh tp <outdir> [shapes]
 #       tensor parallelism over two GPUs: the tensor_parallel tests, then for each

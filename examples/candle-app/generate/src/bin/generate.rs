@@ -17,8 +17,8 @@
 //!     the default 1 runs on one device. --flash-attn runs attention fused (candle-flash-attn's
 //!     API on candle-hip, `examples/candle-app/flash-attn`; Llama and Mistral; Qwen3 always
 //!     takes it, as candle-transformers builds it with its flash-attn feature): the default
-//!     on one HIP device, --no-flash-attn runs candle-transformers' unfused attention there
-//!     too. --graph runs a Llama with a static KV cache whose one-token decode step is
+//!     on one HIP device in f16/bf16, --no-flash-attn runs candle-transformers' unfused
+//!     attention there too. --graph runs a Llama with a static KV cache whose one-token decode step is
 //!     captured into a HIP graph once and replayed for every token (batch 1; on the CPU the
 //!     step runs eagerly); with --gguf, a `llama` file's matrices stay quantized and the
 //!     model computes in --dtype.
@@ -208,8 +208,8 @@ fn usage() -> String {
          generate bench [--model DIR | --shape NAME | --gguf FILE] [--dtype D] [--device D] \
          [--tp N] [--batch B,..] [--prompt-len P,..] [--new-tokens N] [--iters I] [--json FILE] \
          [--flash-attn | --no-flash-attn] [--graph]\n\
-         --flash-attn (the default on one HIP device): fused attention; --no-flash-attn: \
-         candle-transformers' unfused attention\n\
+         --flash-attn (the default on one HIP device in f16/bf16): fused attention; \
+         --no-flash-attn: candle-transformers' unfused attention\n\
          --tp N: split a Llama over N ranks, HIP devices hip:K..K+N-1 (K from --device hip:K, \
          else 0) or N CPU ranks with --device cpu\n\
          shapes: {}\nquantization schemes: {}",
@@ -265,17 +265,19 @@ fn devices_and_dtype(args: &Args, quiet: bool) -> AppResult<(Vec<Device>, DType)
     Ok((devices, dtype))
 }
 
-/// Whether attention runs fused: --flash-attn or --no-flash-attn, else on one HIP device
-/// (where candle-hip's kernels serve f16 and bf16 and the crate computes anything else
-/// unfused) and not on the CPU, whose reference is candle-transformers' own attention.
-fn flash_attn(devices: &[Device], args: &Args) -> AppResult<bool> {
+/// Whether attention runs fused: --flash-attn or --no-flash-attn, else on one HIP device in
+/// f16 or bf16, where candle-hip's kernels serve it (the crate computes anything else
+/// unfused, a reference slower than candle-transformers' own attention, which the CPU and
+/// f32 keep).
+fn flash_attn(devices: &[Device], dtype: DType, args: &Args) -> AppResult<bool> {
     match (args.flag("--flash-attn"), args.flag("--no-flash-attn")) {
         (true, true) => Err(usage_error(
             "give --flash-attn or --no-flash-attn, not both",
         )),
         (true, false) => Ok(true),
         (false, true) => Ok(false),
-        (false, false) => Ok(matches!(devices, [device] if !device.is_cpu())),
+        (false, false) => Ok(matches!(devices, [device] if !device.is_cpu())
+            && matches!(dtype, DType::F16 | DType::BF16)),
     }
 }
 
@@ -283,12 +285,12 @@ fn flash_attn(devices: &[Device], args: &Args) -> AppResult<bool> {
 /// for --graph), or split over several (one rank each) with the collectives that suit
 /// them.
 fn load(source: &Source, dtype: DType, devices: &[Device], args: &Args) -> AppResult<Model> {
-    let flash_attn = flash_attn(devices, args)?;
+    let flash_attn = flash_attn(devices, dtype, args)?;
     if args.flag("--graph") {
-        if args.flag("--flash-attn") || devices.len() > 1 {
+        if args.flag("--flash-attn") || args.flag("--no-flash-attn") || devices.len() > 1 {
             return Err(usage_error(
-                "--graph runs on one device with its own attention: not with --flash-attn or \
-                 --tp",
+                "--graph runs on one device with its own attention: not with --flash-attn, \
+                 --no-flash-attn or --tp",
             ));
         }
         return Model::load_graph_decode(source, dtype, &devices[0]);
