@@ -564,9 +564,17 @@ __device__ __forceinline__ ch_u32 attn_pack<ch_f16>(float lo, float hi) {
 #endif
 #endif
 #define ATTN_KEYS(D) ((D) > 128 ? 16 : ATTN_TILE_KEYS)
-// Waves per decode block, each taking 16 keys of a tile: one for head dim
-// 256, whose two-wave tiles (32 keys) spill registers on RDNA.
-#define ATTN_DECODE_WAVES(D) ((D) > 128 ? 1 : ATTN_WAVES(D))
+// Waves per decode block, each taking 16 keys of a tile: 64-key tiles on
+// the NVIDIA test platform, 32 on AMD, so that a CDNA compute unit's 64 KiB
+// holds the three blocks the host aims at (head dim 128: 17 KiB each); one
+// wave for head dim 256, whose two-wave tiles spill registers on RDNA.
+// (fused/attention.rs `decode_waves` mirrors it.)
+#if defined(__HIP_PLATFORM_NVIDIA__)
+#define ATTN_DECODE_TILE 64
+#else
+#define ATTN_DECODE_TILE 32
+#endif
+#define ATTN_DECODE_WAVES(D) ((D) > 128 ? 1 : ATTN_DECODE_TILE / 16)
 
 // The score products of product M in its orientation (M::S_T): the query
 // fragment's type and load, one product with a key fragment, and where a

@@ -264,10 +264,16 @@ fn prefill_waves(d: usize) -> u32 {
     if d > 128 { 2 } else { 4 }
 }
 
-/// Waves per decode block for head dim `d` (`ATTN_DECODE_WAVES` of
-/// `attention.hip`): 16 keys of a tile each.
-fn decode_waves(d: usize) -> u32 {
-    if d > 128 { 1 } else { 4 }
+/// Waves per decode block for head dim `d` on a device of architecture
+/// `arch` (`ATTN_DECODE_WAVES` of `attention.hip`): 16 keys of a tile each,
+/// tiles of 64 keys on the NVIDIA test platform (`sm_*`) and 32 on AMD,
+/// one wave for head dim 256.
+fn decode_waves(d: usize, arch: &str) -> u32 {
+    match (d > 128, arch.starts_with("sm_")) {
+        (true, _) => 1,
+        (false, true) => 4,
+        (false, false) => 2,
+    }
 }
 
 /// Query rows per decode block (`CH_DECODE_ROWS` of `attention.hip`).
@@ -275,7 +281,8 @@ const DECODE_ROWS: usize = 16;
 
 /// Decode blocks per compute unit that the splits aim at: three of four
 /// waves each fit a unit's registers (168 a lane on the test platform),
-/// and three measured faster there than four or eight.
+/// and three measured faster there than four or eight; on AMD three of two
+/// waves fit a CDNA unit's 64 KiB of shared memory.
 const DECODE_BLOCKS_PER_UNIT: usize = 3;
 
 /// Key splits for decoding: about [`DECODE_BLOCKS_PER_UNIT`] blocks per
@@ -446,7 +453,11 @@ pub fn flash_attn(
             u32_of("decode row groups", h_k * row_groups)?,
             batch,
         ),
-        block_dim: (decode_waves(d) * launcher.wave_size(), 1, 1),
+        block_dim: (
+            decode_waves(d, launcher.device().arch()) * launcher.wave_size(),
+            1,
+            1,
+        ),
         shared_mem_bytes: 0,
     };
     let kernel = decode.kernel(OP, dtype)?;
@@ -514,6 +525,11 @@ mod tests {
         assert_eq!(decode_splits(4096, 32, 100), 9);
         // Batch 8 of 8 kv heads on 132 units: 6 splits, 384 blocks.
         assert_eq!(decode_splits(4096, 64, 132), 6);
+        // Decode blocks: 64-key tiles on the test platform, 32 on AMD.
+        assert_eq!(decode_waves(128, "sm_90"), 4);
+        assert_eq!(decode_waves(128, "gfx942"), 2);
+        assert_eq!(decode_waves(64, "gfx1100"), 2);
+        assert_eq!(decode_waves(256, "sm_90"), 1);
         // Short caches are not split below MIN_SPLIT_KEYS keys.
         assert_eq!(decode_splits(60, 1, 100), 1);
         assert_eq!(decode_splits(300, 1, 100), 5);
