@@ -41,10 +41,9 @@
 // lanes read adjacent blocks), CH_QMATVEC_UNROLL at a time, for up to
 // CH_QMATVEC_ROWS (CH_QMATVEC_FEW_ROWS) rows of activations at a time (each
 // activation load serving every output of the wave), and the wave sums its
-// lanes. The host
-// guarantees: w 16-byte aligned and followed by at least 4 readable bytes, k
-// a multiple of the block size, q 16-byte aligned with rows * k values, d
-// and s rows * k / 32.
+// lanes. The host guarantees: w 16-byte aligned and followed by at least 4
+// readable bytes, k a multiple of the block size, q 16-byte aligned with
+// rows * k values, d and s rows * k / 32.
 
 #include "common.h"
 
@@ -807,14 +806,11 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
 #define QUANTIZE_ACT_ALL(Q, NAME)                                                    \
   CH_IF_f16(QUANTIZE_ACT(Q, NAME, f16)) CH_IF_bf16(QUANTIZE_ACT(Q, NAME, bf16)) \
       CH_IF_f32(QUANTIZE_ACT(Q, NAME, f32))
-#define QMATVEC_ALL(Q, NAME)                                                              \
-  CH_IF_f16(QMATVEC(Q, NAME, f16, qmatvec, CH_QMATVEC_ROWS))                             \
-      CH_IF_bf16(QMATVEC(Q, NAME, bf16, qmatvec, CH_QMATVEC_ROWS))                       \
-          CH_IF_f32(QMATVEC(Q, NAME, f32, qmatvec, CH_QMATVEC_ROWS))
-#define QMATVEC_FEW_ALL(Q, NAME)                                                          \
-  CH_IF_f16(QMATVEC(Q, NAME, f16, qmatvec_few, CH_QMATVEC_FEW_ROWS))                     \
-      CH_IF_bf16(QMATVEC(Q, NAME, bf16, qmatvec_few, CH_QMATVEC_FEW_ROWS))               \
-          CH_IF_f32(QMATVEC(Q, NAME, f32, qmatvec_few, CH_QMATVEC_FEW_ROWS))
+#define QMATVEC_DTYPES(Q, NAME, KIND, R)                                          \
+  CH_IF_f16(QMATVEC(Q, NAME, f16, KIND, R)) CH_IF_bf16(QMATVEC(Q, NAME, bf16, KIND, R)) \
+      CH_IF_f32(QMATVEC(Q, NAME, f32, KIND, R))
+#define QMATVEC_ALL(Q, NAME) QMATVEC_DTYPES(Q, NAME, qmatvec, CH_QMATVEC_ROWS)
+#define QMATVEC_FEW_ALL(Q, NAME) QMATVEC_DTYPES(Q, NAME, qmatvec_few, CH_QMATVEC_FEW_ROWS)
 
 // Part 1: dequantization (prefill) and the rounding of the mat-vec's
 // activations, the small kernels; parts 2 and 3: the mat-vec of the blocks
