@@ -442,13 +442,30 @@ __device__ __forceinline__ ch_u64 divmod(ch_u64 n, ch_u64 d, ch_u64& rem) {
   return divmod64(n, d, rem);
 }
 
+// One step of decompose's 64-bit path: the coordinate of dimension d
+// (i's remainder by it) added to the offsets, i divided by it.
+template <int N, typename Stride>
+__device__ __forceinline__ void wide_digit(ch_u64& i, const ch_u64* dims, const Stride& stride, int d,
+                                           ch_u64 (&off)[CH_MAX_OPERANDS]) {
+  const ch_u64 q = i / dims[d];
+  const ch_u64 c = i - q * dims[d];
+  i = q;
+#pragma unroll
+  for (int k = 0; k < N; ++k) off[k] += c * stride(k, d);
+}
+
 // Offsets in N operands of element `i` (row-major order) of a view of
 // `rank` dims, sharing the divisions; stride(k, d) is operand k's stride
 // of dimension d. The usual case, i and every dim below 2^32, divides in
-// 32 bits; otherwise with the compiler's 64-bit division (see divmod64).
-// Both loops are unrolled: a rolled one would index the kernel's argument
-// struct dynamically, which copies it to scratch memory.
-template <int N, typename Stride>
+// 32 bits in a loop unrolled over the dimensions. Otherwise (views of 2^32
+// elements or more) each dimension takes the compiler's 64-bit division
+// (see divmod64), several times the code of a 32-bit one: with ROLL_WIDE,
+// once in a rolled loop, which reads the dimensions at computed offsets of
+// the argument struct (half the code of an element-wise kernel). Reductions
+// keep that loop unrolled too: rolled, hipRTC 6.4 gives a dozen of them an
+// unused 68-byte private segment
+// (candle-hip/benches/results/sandbox-2026-11-28-index-math.md).
+template <int N, bool ROLL_WIDE, typename Stride>
 __device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* dims, const Stride& stride,
                                           ch_u64 (&off)[CH_MAX_OPERANDS]) {
 #pragma unroll
@@ -477,15 +494,14 @@ __device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* d
     }
     return;
   }
+  if (ROLL_WIDE) {
+#pragma unroll 1
+    for (int d = (int)rank - 1; d >= 0; --d) wide_digit<N>(i, dims, stride, d, off);
+    return;
+  }
 #pragma unroll
   for (int d = CH_MAX_DIMS - 1; d >= 0; --d) {
-    if (d < (int)rank) {
-      const ch_u64 q = i / dims[d];
-      const ch_u64 c = i - q * dims[d];
-      i = q;
-#pragma unroll
-      for (int k = 0; k < N; ++k) off[k] += c * stride(k, d);
-    }
+    if (d < (int)rank) wide_digit<N>(i, dims, stride, d, off);
   }
 }
 
@@ -493,7 +509,7 @@ __device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* d
 __device__ __forceinline__ ch_u64 strided_offset(ch_u64 i, ch_u32 rank, const ch_u64* dims,
                                                  const ch_u64* strides) {
   ch_u64 off[CH_MAX_OPERANDS];
-  decompose<1>(i, rank, dims, [&](int, int d) { return strides[d]; }, off);
+  decompose<1, false>(i, rank, dims, [&](int, int d) { return strides[d]; }, off);
   return off[0];
 }
 
@@ -518,7 +534,7 @@ struct ElemInfo {
 // Offsets of element `i` in each of the first N operands, sharing the divisions.
 template <int N>
 __device__ __forceinline__ void strided_offsets(const ElemInfo& info, ch_u64 i, ch_u64 (&off)[CH_MAX_OPERANDS]) {
-  decompose<N>(i, info.rank, info.dims, [&](int k, int d) { return info.strides[k][d]; }, off);
+  decompose<N, true>(i, info.rank, info.dims, [&](int k, int d) { return info.strides[k][d]; }, off);
 }
 
 // V consecutive elements moved with one wide memory access.
