@@ -82,8 +82,8 @@ pub(crate) const ANY_FLOAT: [DType; 5] = [
     DType::F8E4M3,
 ];
 
-/// The dtypes an index tensor of every indexing op may have.
-pub(crate) const INDEX: [DType; 3] = [DType::U8, DType::U32, DType::I64];
+/// The index dtypes the indexing kernels take.
+pub(crate) const INDEX: [DType; 2] = [DType::U32, DType::I64];
 
 /// The integer dtypes: where_cond predicates, and the indices of
 /// scatter_add and index_add (candle's CPU backend takes i16 and i32 there
@@ -91,8 +91,14 @@ pub(crate) const INDEX: [DType; 3] = [DType::U8, DType::U32, DType::I64];
 pub(crate) const INTS: [DType; 5] = [DType::U8, DType::U32, DType::I16, DType::I32, DType::I64];
 
 /// The index dtypes the indexing kernels do not take, widened to i64
-/// first (`widen_ids_*`).
-pub(crate) const NARROW_IDS: [DType; 2] = [DType::I16, DType::I32];
+/// first (`widen_ids_*`): u8 for every indexing op (one index dtype fewer
+/// per kernel family, a third less code to compile), i16 and i32 for
+/// scatter_add and index_add ([`ADD_ONLY_IDS`]).
+pub(crate) const WIDENED_IDS: [DType; 3] = [DType::U8, DType::I16, DType::I32];
+
+/// The index dtypes candle's CPU backend takes for scatter_add and
+/// index_add only.
+pub(crate) const ADD_ONLY_IDS: [DType; 2] = [DType::I16, DType::I32];
 
 /// Bytes of one element as stored: candle's `size_in_bytes`, except for
 /// the sub-byte dummy dtypes (f6e2m3, f6e3m2, f4: size 0 in candle), whose
@@ -281,7 +287,7 @@ mod tests {
             assert!(check(d, "op").is_ok());
             assert_eq!(check_numeric(d, "op").is_ok(), NUMERIC.contains(&d));
         }
-        for list in [&CORE[..], &FLOATS, &ANY_FLOAT, &INDEX, &INTS, &NARROW_IDS] {
+        for list in [&CORE[..], &FLOATS, &ANY_FLOAT, &INDEX, &INTS, &WIDENED_IDS] {
             assert!(list.iter().all(|d| NUMERIC.contains(d)), "{list:?}");
         }
         assert!(FLOATS.iter().all(|d| ANY_FLOAT.contains(d)));
@@ -290,8 +296,9 @@ mod tests {
             INTS.iter()
                 .filter(|d| !INDEX.contains(d))
                 .collect::<Vec<_>>(),
-            NARROW_IDS.iter().collect::<Vec<_>>()
+            WIDENED_IDS.iter().collect::<Vec<_>>()
         );
+        assert!(ADD_ONLY_IDS.iter().all(|d| WIDENED_IDS.contains(d)));
         let err = check_numeric(DType::F4, "zeros").unwrap_err().to_string();
         assert!(err.contains("F4") && err.contains("zeros"), "{err}");
     }

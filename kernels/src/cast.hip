@@ -1,6 +1,6 @@
 // Dtype conversions between every pair of u8, u32, i16, i32, i64, f16, bf16,
 // f32, f64, f8e4m3: cast_<src>_<dst>, e.g. cast_f32_bf16; and widen_ids_<I>
-// (i16, i32): index tensors as i64 for the indexing kernels.
+// (u8, i16, i32): index tensors as i64 for the indexing kernels.
 //
 // Signature: (const ElemInfo info, const Src* in, Dst* out).
 // Semantics are Rust's `as` (see Cast in common.h): float -> int saturates
@@ -50,4 +50,5 @@ struct WidenIdFn {
     map_elems(info, out, OP<ch_##TY>(), In<ch_##TY, 0>{in});                             \
   }
 
+CH_EACH(CH_WIDEN_IDS_KERNEL, widen_ids, WidenIdFn, u8)
 CH_NARROW_INTS(CH_WIDEN_IDS_KERNEL, widen_ids, WidenIdFn)

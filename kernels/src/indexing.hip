@@ -584,8 +584,9 @@ __device__ __forceinline__ void tiles_body(const IndexInfo& info, const I* ids, 
 #define CH_SCATTER_ADD_TILES(NAME, I, TY) CH_TILES_KERNEL(NAME, I, TY, true, true)
 #define CH_INDEX_ADD_TILES(NAME, I, TY) CH_TILES_KERNEL(NAME, I, TY, true, false)
 
-// NAME for every index dtype: L(M, NAME, I) for I = u8, u32, i64.
-#define CH_EACH_INDEX(L, NAME, M) L(M, NAME, u8) L(M, NAME, u32) L(M, NAME, i64)
+// NAME for every index dtype: L(M, NAME, I) for I = u32, i64 (the host
+// widens u8, i16 and i32 indices to i64 first: widen_ids_* in cast.hip).
+#define CH_EACH_INDEX(L, NAME, M) L(M, NAME, u32) L(M, NAME, i64)
 
 // Parts (each compiled per dtype as a unit of its own): 1 reads, 2 column
 // walks, 3 to 5 one tile family each (the largest kernels).

@@ -21,7 +21,7 @@ use candle_core::quantized::GgmlDType;
 use candle_hip_kernels::{self as sources, Source};
 
 use crate::dtype::{
-    self, ACTIVATIONS, ANY_FLOAT, CORE, FLOATS, HALVES, INDEX, INTS, NARROW_IDS, NUMERIC, RAW,
+    self, ACTIVATIONS, ANY_FLOAT, CORE, FLOATS, HALVES, INDEX, INTS, NUMERIC, RAW, WIDENED_IDS,
 };
 use crate::error::Result;
 
@@ -41,12 +41,12 @@ pub(crate) enum Dtypes {
     Activations,
     /// f16, bf16.
     Halves,
-    /// u8, u32, i64 (the indices of every indexing op).
+    /// u32, i64 (the indices of every indexing kernel).
     Index,
     /// u8, u32, i16, i32, i64 (where_cond predicates).
     Ints,
-    /// i16, i32 (indices that scatter_add and index_add widen to i64).
-    NarrowIds,
+    /// u8, i16, i32 (indices widened to i64 before an indexing kernel).
+    WidenedIds,
 }
 
 impl Dtypes {
@@ -61,7 +61,7 @@ impl Dtypes {
             Dtypes::Halves => &HALVES,
             Dtypes::Index => &INDEX,
             Dtypes::Ints => &INTS,
-            Dtypes::NarrowIds => &NARROW_IDS,
+            Dtypes::WidenedIds => &WIDENED_IDS,
         }
     }
 }
@@ -386,7 +386,7 @@ families! {
     CMP_GT = "cmp_gt" in BINARY part 2: Numeric;
     CMP_GE = "cmp_ge" in BINARY part 2: Numeric;
     CAST = "cast" in CAST: Numeric x Numeric;
-    WIDEN_IDS = "widen_ids" in CAST: NarrowIds;
+    WIDEN_IDS = "widen_ids" in CAST: WidenedIds;
     WHERE = "where" in WHERE: Ints x Core carries Numeric;
     REDUCE_SUM = "reduce_sum" in REDUCE part 1: Numeric;
     REDUCE_MIN = "reduce_min" in REDUCE part 2: Numeric;
@@ -519,7 +519,7 @@ mod tests {
     use candle_core::op::{self, BinaryOpT, UnaryOpT};
     use candle_core::{CpuStorage, Layout, Shape};
 
-    use crate::dtype::SUPPORTED;
+    use crate::dtype::{ADD_ONLY_IDS, SUPPORTED};
 
     fn unary_kernels() -> [&'static str; 19] {
         [
@@ -601,6 +601,11 @@ mod tests {
             .unwrap();
         assert_eq!(k.name(), "index_select_i64_u8");
         assert_eq!(k.source(), sources::INDEXING);
+        assert!(
+            INDEX_SELECT
+                .pair("index_select", DType::U8, DType::F32)
+                .is_err()
+        );
         let err = UEXP.kernel("exp", DType::U32).unwrap_err().to_string();
         assert!(err.contains("U32") && err.contains("exp"), "{err}");
         let err = UEXP.kernel("exp", DType::I32).unwrap_err().to_string();
@@ -620,6 +625,10 @@ mod tests {
         assert_eq!(
             WIDEN_IDS.kernel("scatter-add", DType::I16).unwrap().name(),
             "widen_ids_i16"
+        );
+        assert_eq!(
+            WIDEN_IDS.kernel("gather", DType::U8).unwrap().name(),
+            "widen_ids_u8"
         );
         assert!(WIDEN_IDS.kernel("scatter-add", DType::U32).is_err());
     }
@@ -702,7 +711,7 @@ mod tests {
 
     /// For every dtype candle stores, the kernel lookups of the storage ops
     /// succeed exactly where candle's CPU backend computes the op (the
-    /// indexing ops' i16 and i32 indices through `widen_ids`).
+    /// indexing ops' u8, i16 and i32 indices through `widen_ids`).
     #[test]
     fn lookups_follow_the_cpu_backend() {
         let l = Layout::contiguous(2);
@@ -815,9 +824,10 @@ mod tests {
                 assert_eq!(hip, cpu, "{}", what(family.name));
             }
             let as_ids = ids(d);
-            let narrow = WIDEN_IDS.kernel("op", d).is_ok();
-            let index_dtype = |family: &'static Family, widened: bool| {
-                family.pair("op", d, DType::F32).is_ok() || (widened && narrow)
+            let widened = WIDENED_IDS.contains(&d) && WIDEN_IDS.kernel("op", d).is_ok();
+            let add_only = ADD_ONLY_IDS.contains(&d);
+            let index_dtype = |family: &'static Family, adds: bool| {
+                family.pair("op", d, DType::F32).is_ok() || (widened && (adds || !add_only))
             };
             let cases: [(&'static Family, bool, bool); 5] = [
                 (
@@ -842,9 +852,9 @@ mod tests {
                     cpu_ok(|| f32s.index_add(&l, &as_ids, &l, &f32s, &l, 0)),
                 ),
             ];
-            for (family, widened, cpu) in cases {
+            for (family, adds, cpu) in cases {
                 assert_eq!(
-                    index_dtype(family, widened),
+                    index_dtype(family, adds),
                     cpu,
                     "{} indices",
                     what(family.name)
@@ -899,9 +909,9 @@ mod tests {
         assert_eq!(UCOPY.kernels().len(), 7);
         assert_eq!(CAST.kernels().len(), 100);
         assert_eq!(WHERE.kernels().len(), 35);
-        assert_eq!(GATHER.kernels().len(), 21);
-        assert_eq!(SCATTER_ADD.kernels().len(), 30);
-        assert_eq!(WIDEN_IDS.kernels().len(), 2);
+        assert_eq!(GATHER.kernels().len(), 14);
+        assert_eq!(SCATTER_ADD.kernels().len(), 20);
+        assert_eq!(WIDEN_IDS.kernels().len(), 3);
         let mut names: Vec<String> = FAMILIES
             .iter()
             .flat_map(|f| f.kernels())
@@ -920,9 +930,11 @@ mod tests {
         // and bf16), then 4 matrix-vector kernels of outputs split over
         // several waves, then 4 fused one-token linear layers, then 48
         // quantized mat-vec and activation rounding kernels of f16 and bf16
-        // activations, then the 36 quantized mat-vec kernels for few rows.
+        // activations, then the 36 quantized mat-vec kernels for few rows;
+        // then u8 indices widened to i64 on the host: 78 indexing kernels
+        // fewer, one widening kernel more.
         let total: usize = FAMILIES.iter().map(|f| f.kernels().len()).sum();
-        assert_eq!(total, 1052);
+        assert_eq!(total, 975);
     }
 
     #[test]
@@ -950,7 +962,7 @@ mod tests {
             "where_i64_f16",
             "reduce_argmax_f64",
             "index_select_u32_bf16",
-            "scatter_add_u8_i64",
+            "scatter_add_u32_i64",
             "copy2d_u32",
             "fill_f16",
             "transpose_bf16",
@@ -965,6 +977,7 @@ mod tests {
             "reduce_cols_argmin_i16",
             "index_add_tiles_i64_f8e4m3",
             "widen_ids_i32",
+            "widen_ids_u8",
             "rand_uniform_f8e4m3",
         ] {
             assert!(all.iter().any(|n| n == name), "{name}");

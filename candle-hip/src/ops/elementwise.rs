@@ -194,16 +194,21 @@ pub(crate) fn cast(src: &HipStorage, layout: &Layout, dtype: DType) -> Result<Hi
     run("to_dtype", k, &[input(src, layout)], dtype, &[])
 }
 
-/// Indices of candle's narrow index dtypes (i16, i32; only scatter_add
-/// and index_add take them) as a contiguous i64 copy, the "no index" marker
-/// (the dtype's maximum) becoming i64's: the indexing kernels take u8, u32
-/// and i64. `None` for the other dtypes, which need no copy.
+/// Indices the indexing kernels do not take (`dtype::WIDENED_IDS`) as a
+/// contiguous i64 copy, the "no index" marker (the dtype's maximum)
+/// becoming i64's: u8 indices always, i16 and i32 ones only for the ops
+/// that take them (`adds`: scatter_add and index_add). `None` for the other
+/// dtypes, which need no copy; i16 and i32 indices of the other ops stay
+/// as they are, and the kernel lookup refuses them as candle's CPU backend
+/// does.
 pub(crate) fn widen_ids(
     ids: &HipStorage,
     layout: &Layout,
     op: &'static str,
+    adds: bool,
 ) -> Result<Option<(HipStorage, Layout)>> {
-    if !dtype::NARROW_IDS.contains(&ids.dtype()) {
+    let dtype = ids.dtype();
+    if !dtype::WIDENED_IDS.contains(&dtype) || (!adds && dtype::ADD_ONLY_IDS.contains(&dtype)) {
         return Ok(None);
     }
     let k = cat::WIDEN_IDS.kernel(op, ids.dtype())?;

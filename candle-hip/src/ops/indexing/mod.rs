@@ -125,6 +125,8 @@ pub(crate) fn index_select(
             format!("indices of shape {:?} are not 1-D", ids_l.dims()),
         ));
     };
+    let wide = elementwise::widen_ids(ids, ids_l, OP, false)?;
+    let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
     let kernel = cat::INDEX_SELECT.pair(OP, ids.dtype(), src.dtype())?;
     let (left, src_dim, right) = split_at_dim(OP, src_l.dims(), dim)?;
     let numel = size::product(OP, "the output", &[left, n_ids, right])?;
@@ -171,6 +173,8 @@ pub(crate) fn gather(
             format!("indices {:?} for source {:?}", ids_l.dims(), src_l.dims()),
         ));
     }
+    let wide = elementwise::widen_ids(ids, ids_l, OP, false)?;
+    let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
     let kernel = cat::GATHER.pair(OP, ids.dtype(), src.dtype())?;
     let (left, ids_dim, right) = split_at_dim(OP, ids_l.dims(), dim)?;
     let (src_left, src_dim, src_right) = split_at_dim(OP, src_l.dims(), dim)?;
@@ -255,10 +259,7 @@ pub(crate) fn scatter(
         ids_dim: to_u64(ids_dim),
         ..IndexInfo::default()
     };
-    let wide = match mode {
-        Scatter::Add => elementwise::widen_ids(ids, ids_l, op)?,
-        Scatter::Set => None,
-    };
+    let wide = elementwise::widen_ids(ids, ids_l, op, mode == Scatter::Add)?;
     let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
     let device = dst.device().clone();
     device.faults().arm(&mut info, reporter);
@@ -322,7 +323,7 @@ pub(crate) fn index_add(
         ids_dim: to_u64(n_ids),
         ..IndexInfo::default()
     };
-    let wide = elementwise::widen_ids(ids, ids_l, OP)?;
+    let wide = elementwise::widen_ids(ids, ids_l, OP, true)?;
     let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
     let device = dst.device();
     device.faults().arm(&mut info, Reporter::IndexAdd);
