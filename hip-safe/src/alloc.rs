@@ -21,8 +21,9 @@ impl Stream {
     /// `hipMalloc` otherwise; small requests reuse memory from the stream's
     /// allocation cache when it is on ([`Stream::set_allocation_cache_limit`]).
     /// A request the device cannot satisfy returns
-    /// [`crate::HipError::OutOfMemory`] (after the cache's memory was freed
-    /// and the request retried) and leaves the device usable.
+    /// [`crate::HipError::OutOfMemory`] and leaves the device usable; before
+    /// that, the memory this process keeps for reuse is given back and the
+    /// request retried (see `malloc_async`).
     ///
     /// # Safety
     /// The contents are unspecified until written; reading them (copying
@@ -85,9 +86,13 @@ impl Stream {
         Ok(buffer)
     }
 
-    /// `hipMallocAsync` of `bytes` on this stream; when the device is out
-    /// of memory and the allocation cache holds some, the cache is freed
-    /// and the request retried once.
+    /// `hipMallocAsync` of `bytes` on this stream. When the device is out of
+    /// memory, what this process keeps for reuse is given back, each step
+    /// followed by one retry: the stream's allocation cache, then the
+    /// stream-ordered frees the device's memory pool keeps (a pool may keep
+    /// all of them: `Device::set_memory_pool_release_threshold`), which
+    /// waits for the device first, as PyTorch's allocator empties its cache
+    /// before it reports an allocation failure.
     fn malloc_async(&self, bytes: usize) -> std::result::Result<*mut c_void, AsyncAlloc> {
         let api = self.api();
         let attempt = || {
@@ -99,18 +104,29 @@ impl Stream {
                 Err(_missing) => Err(AsyncAlloc::Missing),
             }
         };
-        match attempt() {
-            Err(AsyncAlloc::Failed(hipError_t::hipErrorOutOfMemory))
-                if self.allocation_cache().held() > 0 =>
-            {
-                // The failure is handled here: it must not stay in HIP's
-                // last-error slot.
-                clear_hip_last_error();
-                self.free_cached(self.allocation_cache().drain());
-                attempt()
-            }
-            result => result,
+        let out_of_memory = |result: &std::result::Result<*mut c_void, AsyncAlloc>| {
+            matches!(
+                result,
+                Err(AsyncAlloc::Failed(hipError_t::hipErrorOutOfMemory))
+            )
+        };
+        let mut result = attempt();
+        // Each failure is handled here: it must not stay in HIP's
+        // last-error slot.
+        if out_of_memory(&result) && self.allocation_cache().held() > 0 {
+            clear_hip_last_error();
+            self.free_cached(self.allocation_cache().drain());
+            result = attempt();
         }
+        if out_of_memory(&result) {
+            clear_hip_last_error();
+            let trimmed = self.device().trim_memory_pool();
+            clear_hip_last_error();
+            if trimmed.is_ok() {
+                result = attempt();
+            }
+        }
+        result
     }
 
     /// Allocates `len` elements set to zero (queued on this stream).

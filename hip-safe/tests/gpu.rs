@@ -998,6 +998,51 @@ fn gpu_memory_pool_release_threshold_keeps_freed_memory() {
 
 #[test]
 #[ignore = "needs a HIP device"]
+fn gpu_allocation_that_needs_the_pools_cached_frees_succeeds() {
+    let _gpu = exclusive();
+    let dev = device();
+    if !dev.supports_memory_pools() {
+        println!("memory pools unsupported: nothing to check");
+        return;
+    }
+    let stream = dev.new_stream().unwrap();
+    dev.set_memory_pool_release_threshold(u64::MAX).unwrap();
+    dev.trim_memory_pool().unwrap();
+    let (free, _) = dev.memory_info().unwrap();
+    // Eight buffers of different sizes, half the free memory in all, freed
+    // in stream order: the pool keeps them (release threshold u64::MAX).
+    let part = free / 16;
+    let parts: Vec<hip_safe::DeviceBuffer<u8>> = (0..8)
+        // SAFETY: never read.
+        .map(|k| unsafe { stream.alloc::<u8>(part + k * 4096) }.unwrap())
+        .collect();
+    drop(parts);
+    stream.synchronize().unwrap();
+    let kept = dev.memory_pool_reserved().unwrap();
+    // More than the memory outside the pool's reserve: it fits once the
+    // pool gives back what it keeps.
+    let big = free / 10 * 6;
+    // SAFETY: never read.
+    let result = unsafe { stream.alloc::<u8>(big) };
+    let reserved = dev.memory_pool_reserved().unwrap();
+    println!(
+        "{free} B free; the pool kept {kept} B of freed buffers; a {big} B allocation: {}; \
+         pool reserve after it {reserved} B",
+        if result.is_ok() {
+            "allocated"
+        } else {
+            "failed"
+        }
+    );
+    let buffer = result.unwrap();
+    drop(buffer);
+    stream.synchronize().unwrap();
+    dev.trim_memory_pool().unwrap();
+    dev.set_memory_pool_release_threshold(0).unwrap();
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
 fn gpu_allocation_cache_reuses_small_buffers_in_stream_order() {
     let _gpu = shared();
     let dev = device();
