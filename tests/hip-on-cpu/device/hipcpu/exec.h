@@ -20,7 +20,6 @@
 #pragma once
 
 #include <signal.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -50,10 +49,13 @@ struct Launch {
   const char* kernel;
   char* error;           // a message on failure (NUL-terminated, truncated)
   uint64_t error_len;
+  char* const* stacks;   // the launching CPU thread's fiber stack regions,
+  uint64_t stack_count;  // shared by every module (the host's `fibers`)
 };
 
-/// A fiber stack region: the header page, a guard page, then the stack
-/// (growing down from the region's end).
+/// A fiber stack region (made by the host, kStackRegion bytes aligned to
+/// it): the header page, a guard page, then the stack (growing down from
+/// the region's end).
 constexpr size_t kPage = 4096;
 constexpr size_t kMaxThreads = 1024;
 
@@ -101,7 +103,7 @@ hipcpu_switch:
 /// Per CPU thread: the fiber pool and the block it runs.
 struct Worker {
   std::vector<Thread> threads;
-  std::vector<char*> stacks;  // regions of kStackRegion bytes, aligned to it
+  char* const* stacks = nullptr;  // the launch's regions, one per thread
   void* scheduler_sp = nullptr;
   Thread* current = nullptr;
   Dim3 block_idx{}, block_dim{}, grid_dim{};
@@ -112,10 +114,6 @@ struct Worker {
   void* body_ctx = nullptr;
   const char* kernel = "";
   std::string error;
-
-  ~Worker() {
-    for (char* s : stacks) munmap(s, kStackRegion);
-  }
 };
 
 inline thread_local Worker t_worker;
@@ -438,32 +436,20 @@ inline void install_fault_handler() {
   (void)installed;
 }
 
-/// Makes sure this CPU thread has fibers for `n` threads.
-inline bool reserve_fibers(Worker& w, unsigned n) {
+/// Makes sure this CPU thread has fibers for `n` threads, on the launch's
+/// stack regions (their headers pointing at this module's block state).
+inline bool reserve_fibers(Worker& w, unsigned n, const Launch& launch) {
+  if (launch.stacks == nullptr || launch.stack_count < n) return false;
   if (w.threads.size() < n) {
     w.threads.resize(n);  // may move the threads: headers are set per block
   }
-  while (w.stacks.size() < n) {
-    // Twice the region, trimmed to one aligned region.
-    const size_t span = 2 * kStackRegion;
-    void* p = mmap(nullptr, span, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) return false;
-    const uintptr_t base = reinterpret_cast<uintptr_t>(p);
-    const uintptr_t region = (base + kStackRegion - 1) & ~(kStackRegion - 1);
-    if (region > base) munmap(p, region - base);
-    if (region + kStackRegion < base + span)
-      munmap(reinterpret_cast<void*>(region + kStackRegion), base + span - region - kStackRegion);
-    char* stack = reinterpret_cast<char*>(region);
-    // Header page, then a guard page: a stack overflow faults before it
-    // reaches the header.
-    mprotect(stack + kPage, kPage, PROT_NONE);
-    auto* h = reinterpret_cast<StackHeader*>(stack);
+  w.stacks = launch.stacks;
+  for (unsigned i = 0; i < n; ++i) {
+    auto* h = reinterpret_cast<StackHeader*>(w.stacks[i]);
     h->block_idx = &w.block_idx;
     h->block_dim = &w.block_dim;
     h->grid_dim = &w.grid_dim;
     h->dynamic_shared = &w.dyn_shared_ptr;
-    w.stacks.push_back(stack);
   }
   return true;
 }
@@ -487,7 +473,7 @@ inline int run_blocks(const Launch& launch, void (*body)(void*), void* ctx) {
     return 1;
   };
   if (w.nthreads == 0 || w.nthreads > kMaxThreads) return report("bad block size", 0);
-  if (!reserve_fibers(w, w.nthreads)) return report("out of memory for fiber stacks", 0);
+  if (!reserve_fibers(w, w.nthreads, launch)) return report("no fiber stacks for the block", 0);
   w.dyn_shared.assign((launch.shared_bytes + 7) / 8, 0);
   w.dyn_shared_ptr = w.dyn_shared.data();
   const uint64_t blocks = (uint64_t)launch.grid.x * launch.grid.y * launch.grid.z;

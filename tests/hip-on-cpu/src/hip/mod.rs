@@ -1,6 +1,7 @@
 //! The HIP runtime on the host.
 
 pub(crate) mod device;
+pub(crate) mod fibers;
 pub(crate) mod graph;
 pub(crate) mod memory;
 pub(crate) mod module;

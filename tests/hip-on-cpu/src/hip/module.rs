@@ -39,6 +39,9 @@ pub(crate) const E_MACHINE: usize = 18;
 
 /// Symbol every module of this platform exports (its layout version).
 pub(crate) const ABI_SYMBOL: &str = "__hipcpu_module_abi";
+/// The layout version: `Launch` as this runtime passes it (2: the host's
+/// fiber stacks). Modules of another version are refused.
+pub(crate) const MODULE_ABI: c_int = 2;
 /// Prefix of a kernel's launch entry.
 pub(crate) const LAUNCH_PREFIX: &str = "__hipcpu_launch_";
 /// Prefix of a kernel's pack entry (see `hipcpu::pack_arguments`).
@@ -71,6 +74,9 @@ struct Launch {
     kernel: *const c_char,
     error: *mut c_char,
     error_len: u64,
+    /// This CPU thread's fiber stacks (see `fibers`), set by `run_share`.
+    stacks: *const *mut c_char,
+    stack_count: u64,
 }
 
 /// A kernel's launch entry.
@@ -177,9 +183,17 @@ pub(crate) unsafe fn hipModuleLoadData(
     // SAFETY: the image's own section table ends at `len`.
     let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), len) };
     let library = load_shared_object(bytes)?;
-    // SAFETY: only the symbol's presence is checked.
-    unsafe { library.get::<*const c_int>(ABI_SYMBOL.as_bytes()) }
-        .map_err(|_| hipError_t::hipErrorInvalidImage)?;
+    // SAFETY: every module of this platform defines the symbol as a `const int`.
+    let abi = unsafe {
+        library
+            .get::<*const c_int>(ABI_SYMBOL.as_bytes())
+            .map(|symbol| **symbol)
+    }
+    .map_err(|_| hipError_t::hipErrorInvalidImage)?;
+    if abi != MODULE_ABI {
+        eprintln!("hip-on-cpu: a code object of layout version {abi}, not {MODULE_ABI}, refused");
+        return Err(hipError_t::hipErrorInvalidImage);
+    }
     let handle = Box::into_raw(Box::new(Module {
         library,
         functions: Mutex::new(Vec::new()),
@@ -282,9 +296,14 @@ fn run_share(entry: Entry, mut launch: Launch) -> Result<(), String> {
     let mut message = vec![0 as c_char; 1024];
     launch.error = message.as_mut_ptr();
     launch.error_len = message.len() as u64;
-    // SAFETY: the entry of a loaded module, with a launch whose pointers are
-    // valid for the call (see `Job`).
-    let status = unsafe { entry(&launch) };
+    let threads = launch.block.x as usize * launch.block.y as usize * launch.block.z as usize;
+    let status = super::fibers::with_stacks(threads, |stacks, count| {
+        launch.stacks = stacks;
+        launch.stack_count = count;
+        // SAFETY: the entry of a loaded module, with a launch whose pointers
+        // are valid for the call (see `Job`; the stacks are this thread's).
+        unsafe { entry(&launch) }
+    })?;
     if status == 0 {
         return Ok(());
     }
@@ -398,6 +417,8 @@ impl Recorded {
             kernel: self.name.as_ptr(),
             error: std::ptr::null_mut(),
             error_len: 0,
+            stacks: std::ptr::null(),
+            stack_count: 0,
         };
         let blocks = u64::from(self.grid.x) * u64::from(self.grid.y) * u64::from(self.grid.z);
         execute(self.entry, &self.name, launch, blocks)
@@ -534,6 +555,8 @@ pub(crate) unsafe fn hipModuleLaunchKernel(
         kernel: function.name.as_ptr(),
         error: std::ptr::null_mut(),
         error_len: 0,
+        stacks: std::ptr::null(),
+        stack_count: 0,
     };
     execute(function.entry, &function.name, launch, blocks)
 }

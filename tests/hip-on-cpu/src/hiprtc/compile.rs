@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::options::Parsed;
-use crate::hip::module::{ABI_SYMBOL, E_MACHINE, EM_AMDGPU, LAUNCH_PREFIX, PACK_PREFIX};
+use crate::hip::module::{
+    ABI_SYMBOL, E_MACHINE, EM_AMDGPU, LAUNCH_PREFIX, MODULE_ABI, PACK_PREFIX,
+};
 
 /// Environment variable naming the host C++ compiler.
 pub const CXX_VAR: &str = "HIP_ON_CPU_CXX";
@@ -273,7 +275,7 @@ fn rewrite(text: &str) -> Result<(String, Vec<String>), String> {
     let mut out = rewrite_dynamic_shared(&text.replace(KERNEL_MARKER, ""))?;
     out = out.replace(SHARED_MARKER, "static thread_local");
     out.push_str(&format!(
-        "\nextern \"C\" __attribute__((visibility(\"default\"))) const int {ABI_SYMBOL} = 1;\n"
+        "\nextern \"C\" __attribute__((visibility(\"default\"))) const int {ABI_SYMBOL} = {MODULE_ABI};\n"
     ));
     for k in &kernels {
         out.push_str(&format!(
