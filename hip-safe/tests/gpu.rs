@@ -943,16 +943,24 @@ fn gpu_no_leak_over_10000_alloc_launch_free_cycles() {
     }
 }
 
+/// A new stream of `dev` when it has memory pools; `None` (saying so)
+/// otherwise, for the pool tests to skip.
+fn pool_stream(dev: &Device) -> Option<Stream> {
+    if !dev.supports_memory_pools() {
+        println!("memory pools unsupported: nothing to check");
+        return None;
+    }
+    Some(dev.new_stream().unwrap())
+}
+
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_memory_pool_release_threshold_keeps_freed_memory() {
     let _gpu = exclusive();
     let dev = device();
-    if !dev.supports_memory_pools() {
-        println!("memory pools unsupported: nothing to check");
+    let Some(stream) = pool_stream(&dev) else {
         return;
-    }
-    let stream = dev.new_stream().unwrap();
+    };
     let bytes = 256usize << 20;
     // Device time of one allocation + zero fill + free, queued right after a
     // synchronization (the GPU idles while the host allocates).
@@ -1001,11 +1009,9 @@ fn gpu_memory_pool_release_threshold_keeps_freed_memory() {
 fn gpu_allocation_that_needs_the_pools_cached_frees_succeeds() {
     let _gpu = exclusive();
     let dev = device();
-    if !dev.supports_memory_pools() {
-        println!("memory pools unsupported: nothing to check");
+    let Some(stream) = pool_stream(&dev) else {
         return;
-    }
-    let stream = dev.new_stream().unwrap();
+    };
     dev.set_memory_pool_release_threshold(u64::MAX).unwrap();
     dev.trim_memory_pool().unwrap();
     let (free, _) = dev.memory_info().unwrap();

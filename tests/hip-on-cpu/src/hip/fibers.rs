@@ -11,7 +11,9 @@
 //! `kStackRegion` and `kPage` of `device/hipcpu`.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_void};
+
+use super::os::{MAP_PRIVATE_ANON_NORESERVE, PROT_NONE, PROT_RW, mmap, mprotect, munmap};
 
 /// Bytes of one stack region (`hipcpu::kStackRegion`).
 const STACK_REGION: usize = 1 << 19;
@@ -20,19 +22,6 @@ const PAGE: usize = 4096;
 /// The most threads a block has (`hipcpu::kMaxThreads`); the module refuses
 /// larger blocks.
 const MAX_BLOCK_THREADS: usize = 1024;
-
-unsafe extern "C" {
-    fn mmap(
-        addr: *mut c_void,
-        len: usize,
-        prot: c_int,
-        flags: c_int,
-        fd: c_int,
-        off: i64,
-    ) -> *mut c_void;
-    fn munmap(addr: *mut c_void, len: usize) -> c_int;
-    fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int;
-}
 
 /// The stack regions of this CPU thread, unmapped when it ends.
 struct Stacks(Vec<*mut c_char>);
@@ -53,9 +42,6 @@ thread_local! {
 
 /// A fresh stack region, or `None` when the system refuses the mapping.
 fn new_region() -> Option<*mut c_char> {
-    const PROT_NONE: c_int = 0;
-    const PROT_RW: c_int = 0x1 | 0x2;
-    const MAP_PRIVATE_ANON_NORESERVE: c_int = 0x02 | 0x20 | 0x4000;
     // Twice the region, trimmed to the aligned region inside it.
     let span = 2 * STACK_REGION;
     // SAFETY: a fresh anonymous mapping at an address of the kernel's choice.

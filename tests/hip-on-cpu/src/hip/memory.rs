@@ -239,20 +239,7 @@ pub(crate) fn check_guards() -> Result<(), String> {
 /// # Safety
 /// Creates a new mapping; `len` must be a multiple of the page size > 2 pages.
 unsafe fn libc_mmap(len: usize) -> Option<usize> {
-    unsafe extern "C" {
-        fn mmap(
-            addr: *mut c_void,
-            len: usize,
-            prot: c_int,
-            flags: c_int,
-            fd: c_int,
-            off: i64,
-        ) -> *mut c_void;
-        fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int;
-    }
-    const PROT_NONE: c_int = 0;
-    const PROT_RW: c_int = 0x1 | 0x2;
-    const MAP_PRIVATE_ANON_NORESERVE: c_int = 0x02 | 0x20 | 0x4000;
+    use super::os::{MAP_PRIVATE_ANON_NORESERVE, PROT_NONE, PROT_RW, mmap, mprotect};
     // SAFETY: a fresh anonymous mapping at an address of the kernel's choice.
     let base = unsafe {
         mmap(
@@ -280,11 +267,8 @@ unsafe fn libc_mmap(len: usize) -> Option<usize> {
 /// # Safety
 /// `[base, base + len)` must be a mapping made by [`libc_mmap`].
 unsafe fn libc_munmap(base: usize, len: usize) {
-    unsafe extern "C" {
-        fn munmap(addr: *mut c_void, len: usize) -> c_int;
-    }
     // SAFETY: per the contract.
-    unsafe { munmap(base as *mut c_void, len) };
+    unsafe { super::os::munmap(base as *mut c_void, len) };
 }
 
 /// `hipMemGetInfo`: the current device's size minus its buffers in use.

@@ -5,6 +5,7 @@ pub(crate) mod fibers;
 pub(crate) mod graph;
 pub(crate) mod memory;
 pub(crate) mod module;
+pub(crate) mod os;
 #[path = "../../../shim-common/hip_properties.rs"]
 pub(crate) mod properties;
 #[path = "../../../shim-common/hip_status.rs"]
