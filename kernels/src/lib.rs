@@ -44,8 +44,9 @@ impl Source {
     /// Whether the source is compiled once per dtype: as one program per
     /// `-DCH_ONLY_DTYPE=CH_DTYPE_<dtype>`, each holding the kernels whose
     /// last dtype suffix is that dtype (see `common.h`). The large
-    /// element-wise, reduction and indexing sources are, so that the first
-    /// use of an op compiles a fraction of its source.
+    /// element-wise, reduction and indexing sources are, and the copies,
+    /// softmax and norms every model runs, so that the first use of an op
+    /// compiles a fraction of its source.
     pub const fn split_by_dtype(self) -> bool {
         self.split_by_dtype
     }
@@ -136,13 +137,13 @@ sources! {
     /// `indexing.hip`: index_select, gather, scatter, scatter_add, index_add.
     INDEXING = "indexing.hip" per dtype;
     /// `copy.hip`: copy2d, tiled transpose and fill.
-    COPY = "copy.hip";
+    COPY = "copy.hip" per dtype;
     /// `random.hip`: uniform and normal random numbers.
     RANDOM = "random.hip";
     /// `softmax.hip`: softmax over the last dimension.
-    SOFTMAX = "softmax.hip";
+    SOFTMAX = "softmax.hip" per dtype;
     /// `norm.hip`: rms_norm and layer_norm.
-    NORM = "norm.hip";
+    NORM = "norm.hip" per dtype;
     /// `rope.hip`: rotary embeddings (interleaved, halves, thd).
     ROPE = "rope.hip";
     /// `sigmoid.hip`: the logistic sigmoid.

@@ -165,8 +165,13 @@ mod tests {
         let where_units = Unit::of_source(sources::WHERE);
         // Values are the seven element-width dtypes; the others are carried.
         assert_eq!(where_units.len(), 7);
-        assert_eq!(Unit::of_source(sources::SOFTMAX).len(), 1);
-        assert_eq!(Unit::of_source(sources::SOFTMAX)[0].name(), "softmax.hip");
+        // Every element width: copy.hip's first use compiles one dtype.
+        assert_eq!(Unit::of_source(sources::COPY).len(), 7);
+        let softmax = Unit::of_source(sources::SOFTMAX);
+        assert_eq!(softmax.len(), 4);
+        assert_eq!(softmax[1].name(), "softmax.hip[bf16]");
+        assert_eq!(Unit::of_source(sources::ROPE).len(), 1);
+        assert_eq!(Unit::of_source(sources::ROPE)[0].name(), "rope.hip");
     }
 
     /// The part whose `#if CH_PART(n)` block holds the instantiation line
