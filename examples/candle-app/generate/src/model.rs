@@ -69,6 +69,13 @@ pub fn parse_dtype(name: &str) -> AppResult<DType> {
     }
 }
 
+/// Whether candle-hip's fused attention kernels serve `device` in `dtype`:
+/// a HIP device in f16 or bf16 (candle-flash-attn's API computes anything
+/// else unfused, and the CPU keeps candle-transformers' own attention).
+pub fn fused_attention_runs(device: &Device, dtype: DType) -> bool {
+    !device.is_cpu() && matches!(dtype, DType::F16 | DType::BF16)
+}
+
 /// The short name of a model dtype.
 pub fn dtype_name(dtype: DType) -> &'static str {
     match dtype {
@@ -245,14 +252,14 @@ impl Model {
                 Net::Qwen3(Box::new(qwen3::ModelForCausalLM::new(&cfg, vb)?))
             }
         };
-        // The fused kernels run where the model calls candle-flash-attn's API on HIP in
-        // f16/bf16; the crate computes everything else unfused.
+        // The fused kernels run where the model calls candle-flash-attn's API and they serve
+        // the device and dtype.
         let flash_api = match about.arch {
             Arch::Llama | Arch::Mistral => flash_attn,
             Arch::Qwen3 => true,
             Arch::Qwen2 => false,
         };
-        let fused = flash_api && !device.is_cpu() && matches!(dtype, DType::F16 | DType::BF16);
+        let fused = flash_api && fused_attention_runs(device, dtype);
         let note = if fused { ", fused attention" } else { "" };
         Ok(opened.into_model(net, about, dtype, device, note))
     }

@@ -265,10 +265,9 @@ fn devices_and_dtype(args: &Args, quiet: bool) -> AppResult<(Vec<Device>, DType)
     Ok((devices, dtype))
 }
 
-/// Whether attention runs fused: --flash-attn or --no-flash-attn, else on one HIP device in
-/// f16 or bf16, where candle-hip's kernels serve it (the crate computes anything else
-/// unfused, a reference slower than candle-transformers' own attention, which the CPU and
-/// f32 keep).
+/// Whether attention runs fused: --flash-attn or --no-flash-attn, else on one device that
+/// candle-hip's kernels serve in `dtype` ([`model::fused_attention_runs`]); elsewhere the
+/// crate's unfused reference is slower than candle-transformers' own attention.
 fn flash_attn(devices: &[Device], dtype: DType, args: &Args) -> AppResult<bool> {
     match (args.flag("--flash-attn"), args.flag("--no-flash-attn")) {
         (true, true) => Err(usage_error(
@@ -276,8 +275,9 @@ fn flash_attn(devices: &[Device], dtype: DType, args: &Args) -> AppResult<bool> 
         )),
         (true, false) => Ok(true),
         (false, true) => Ok(false),
-        (false, false) => Ok(matches!(devices, [device] if !device.is_cpu())
-            && matches!(dtype, DType::F16 | DType::BF16)),
+        (false, false) => {
+            Ok(matches!(devices, [device] if model::fused_attention_runs(device, dtype)))
+        }
     }
 }
 
