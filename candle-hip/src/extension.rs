@@ -39,6 +39,7 @@
 
 mod attention;
 mod collective;
+mod decode;
 mod device;
 mod linear;
 mod quantized;
@@ -52,8 +53,10 @@ use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Layout, Result, Shape, Storage};
 use hip_safe::DeviceBuffer;
 
+pub use crate::fused::StepCache;
 pub use attention::{FlashAttn, flash_attn, flash_attn_with_key_lens};
 pub use collective::AllReduce;
+pub use decode::{rope_append, silu_mul};
 pub use device::BridgeDevice;
 pub use linear::{FusedInput, fused_linear};
 pub use quantized::{BridgeQStorage, NoQuantized, QuantizedBlocks};

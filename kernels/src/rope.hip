@@ -13,6 +13,24 @@
 //   (x1 * cos - x2 * sin, x1 * sin + x2 * cos), cos = cos[i_t, j] ...
 // computed in f32 (f64 for f64) and rounded once. One thread per pair,
 // grid-stride; any block size.
+//
+// One decoding step of batch 1, rotated and appended to its key/value cache in
+// one launch:
+//
+//   rope_append_<dtype>    pairs (x[j], x[j + d/2])   (rope)
+//   rope_i_append_<dtype>  pairs (x[2j], x[2j+1])     (rope_i)
+//
+// Signature: (const T* qkv, const T* cos, const T* sin, const ch_u32* pos,
+//             T* state, ch_u32 heads, ch_u32 kv_heads, ch_u32 d,
+//             ch_u32 max_len, ch_u32 rows)
+// qkv holds the step's projections: `heads` query heads, then `kv_heads` key
+// heads, then `kv_heads` value heads, d elements each. The position p = *pos
+// is read on the device (a captured step serves every position). state is
+// [keys (kv_heads, max_len, d) | values (kv_heads, max_len, d) | query
+// (heads, d)]: the rotated keys go to row p of the keys, the values (as they
+// are) to row p of the values, the rotated query heads to the query. cos and
+// sin are (rows, d/2); p >= max_len or p >= rows writes nothing (the host
+// checks the position before it reaches the device).
 
 #include "common.h"
 
@@ -85,3 +103,46 @@ __device__ __forceinline__ void rope_body(const T* x, const T* cos, const T* sin
 CH_FLOATS(CH_ROPE_KERNEL, rope_i, RopeInterleaved)
 CH_FLOATS(CH_ROPE_KERNEL, rope, RopeHalves)
 CH_FLOATS(CH_ROPE_KERNEL, rope_thd, RopeThd)
+
+template <bool INTERLEAVED, typename T>
+__device__ __forceinline__ void rope_append_body(const T* qkv, const T* cos, const T* sin, const ch_u32* pos,
+                                                 T* state, ch_u32 heads, ch_u32 kv_heads, ch_u32 d,
+                                                 ch_u32 max_len, ch_u32 rows) {
+  typedef typename Num<T>::acc A;
+  const ch_u32 p = *pos;
+  if (p >= max_len || p >= rows) return;
+  const ch_u32 half = d / 2;
+  const ch_u64 cache = (ch_u64)kv_heads * max_len * d;
+  const ch_u64 pairs = (ch_u64)(heads + 2 * kv_heads) * half;
+  for (ch_u64 q = global_thread(); q < pairs; q += global_threads()) {
+    const ch_u32 head = (ch_u32)(q / half), j = (ch_u32)(q % half);
+    const ch_u32 i1 = INTERLEAVED ? 2 * j : j;
+    const ch_u32 i2 = INTERLEAVED ? i1 + 1 : j + half;
+    const T* x = qkv + (ch_u64)head * d;
+    if (head >= heads + kv_heads) {
+      T* y = state + cache + ((ch_u64)(head - heads - kv_heads) * max_len + p) * d;
+      y[i1] = x[i1];
+      y[i2] = x[i2];
+      continue;
+    }
+    T* y = head < heads ? state + 2 * cache + (ch_u64)head * d
+                        : state + ((ch_u64)(head - heads) * max_len + p) * d;
+    const A x1 = Num<T>::to_acc(x[i1]);
+    const A x2 = Num<T>::to_acc(x[i2]);
+    const A c = Num<T>::to_acc(cos[(ch_u64)p * half + j]);
+    const A sn = Num<T>::to_acc(sin[(ch_u64)p * half + j]);
+    y[i1] = Num<T>::from_acc(x1 * c - x2 * sn);
+    y[i2] = Num<T>::from_acc(x1 * sn + x2 * c);
+  }
+}
+
+#define CH_ROPE_APPEND_KERNEL(NAME, INTERLEAVED, TY)                                                 \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                       \
+      NAME##_##TY(const ch_##TY* qkv, const ch_##TY* cos, const ch_##TY* sin, const ch_u32* pos,    \
+                  ch_##TY* state, ch_u32 heads, ch_u32 kv_heads, ch_u32 d, ch_u32 max_len,          \
+                  ch_u32 rows) {                                                                    \
+    rope_append_body<INTERLEAVED>(qkv, cos, sin, pos, state, heads, kv_heads, d, max_len, rows);    \
+  }
+
+CH_FLOATS(CH_ROPE_APPEND_KERNEL, rope_append, false)
+CH_FLOATS(CH_ROPE_APPEND_KERNEL, rope_i_append, true)

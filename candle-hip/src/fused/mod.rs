@@ -9,7 +9,9 @@
 //! | [`rms_norm`] | `candle_nn::ops::rms_norm` | f16, bf16, f32, f64 |
 //! | [`layer_norm`] | `candle_nn::ops::layer_norm` | f16, bf16, f32, f64 |
 //! | [`rope_i`], [`rope`], [`rope_thd`] | `candle_nn::rotary_emb::{rope_i, rope, rope_thd}` | f16, bf16, f32, f64 |
+//! | [`rope_append`] | one decoding step's `rope`/`rope_i` of its query and key heads and the key/value-cache write at a device position | f16, bf16, f32, f64 |
 //! | [`sigmoid`] | `candle_nn::ops::sigmoid` | f16, bf16, f32, f64 |
+//! | [`silu_mul`] | `silu(gate) * up` (`candle_nn::ops::swiglu` on the two halves) | f16, bf16, f32, f64 |
 //! | [`arg_sort_last_dim`] | `Tensor::arg_sort_last_dim` | every dtype (u32 output) |
 //! | [`flash_attn`] | `candle_flash_attn::flash_attn*` | f16, bf16 |
 //! | [`fused_linear`] | one token's `Linear` with an RMS norm or SwiGLU before it and a residual addition after it | f16, bf16, f32, f64 |
@@ -34,7 +36,7 @@ pub use attention::{
     AttentionKernel, DECODE_MAX_QUERIES, FlashAttnExtras, FlashAttnParams, HEAD_DIMS, flash_attn,
 };
 pub use linear::{LinearInput, MAX_STAGED_BYTES, fused_linear, fused_linear_plan};
-pub use rope::{rope, rope_i, rope_thd};
+pub use rope::{StepCache, rope, rope_append, rope_i, rope_thd};
 pub use rows::{layer_norm, rms_norm, softmax_last_dim};
 
 use candle_core::Layout;
@@ -47,4 +49,27 @@ use crate::storage::HipStorage;
 /// (`candle_nn::ops::sigmoid`).
 pub fn sigmoid(x: &HipStorage, layout: &Layout) -> candle_core::Result<HipStorage> {
     elementwise::unary(x, layout, &cat::SIGMOID, "sigmoid")
+}
+
+/// `silu(gate) * up` element-wise over any layouts of one shape, in one
+/// launch (SwiGLU's activation: `candle_nn::ops::swiglu` of `[gate, up]`).
+pub fn silu_mul(
+    gate: &HipStorage,
+    gate_l: &Layout,
+    up: &HipStorage,
+    up_l: &Layout,
+) -> candle_core::Result<HipStorage> {
+    const OP: &str = "silu_mul";
+    if gate_l.dims() != up_l.dims() {
+        return Err(crate::error::invalid(
+            OP,
+            format!(
+                "gate {:?} and up {:?} differ in shape",
+                gate_l.dims(),
+                up_l.dims()
+            ),
+        ));
+    }
+    gate.check_device(up, OP)?;
+    elementwise::binary(gate, up, gate_l, up_l, &cat::SILU_MUL, OP)
 }

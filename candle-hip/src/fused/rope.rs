@@ -209,6 +209,189 @@ pub fn rope_thd(
     run(Variant::Thd, x, x_layout, cos, cos_layout, sin, sin_layout)
 }
 
+/// The layout [`rope_append`] writes: one layer's key and value caches and the
+/// step's rotated query, one after the other in one storage of
+/// [`StepCache::state_len`] elements:
+/// `[keys (kv_heads, max_len, head_dim) | values (same) | query (heads, head_dim)]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepCache {
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Elements per head (even).
+    pub head_dim: usize,
+    /// Positions each cache holds.
+    pub max_len: usize,
+    /// Whether RoPE rotates interleaved pairs `(x[2j], x[2j + 1])` (`rope_i`)
+    /// rather than the two halves `(x[j], x[j + d/2])` (`rope`).
+    pub interleaved: bool,
+}
+
+impl StepCache {
+    /// Elements of the key cache, which is also the value cache's length and
+    /// the values' offset; `None` when it overflows.
+    pub fn cache_len(&self) -> Option<usize> {
+        self.kv_heads
+            .checked_mul(self.max_len)?
+            .checked_mul(self.head_dim)
+    }
+
+    /// Elements of the whole layout, both caches and the query; `None` when
+    /// it overflows.
+    pub fn state_len(&self) -> Option<usize> {
+        self.cache_len()?
+            .checked_mul(2)?
+            .checked_add(self.heads.checked_mul(self.head_dim)?)
+    }
+
+    /// Elements of the step's projections the query, key and value heads
+    /// take: `(heads + 2 kv_heads) head_dim`; `None` when it overflows.
+    pub fn qkv_len(&self) -> Option<usize> {
+        self.kv_heads
+            .checked_mul(2)?
+            .checked_add(self.heads)?
+            .checked_mul(self.head_dim)
+    }
+}
+
+/// One decoding step of batch 1 in one launch: RoPE on its query and key
+/// heads at the position `pos` holds, the keys and values appended to the
+/// caches at that position, the rotated query written beside them.
+///
+/// `qkv` holds the step's `heads` query, `kv_heads` key and `kv_heads` value
+/// heads of `head_dim` elements (a fused projection's output, contiguous);
+/// `cos` and `sin` are the `(rows, head_dim / 2)` tables of every position
+/// (contiguous); `pos` is one u32 read on the device, so that a captured
+/// step serves every position; `state` is contiguous with the layout of
+/// `cache` ([`StepCache`]). Computes what `rope`/`rope_i` on the query and
+/// key heads followed by writing row `pos` of the caches computes. A
+/// position at or past `max_len` or `rows` writes nothing (the device cannot
+/// report it: check it on the host before it is uploaded).
+///
+/// Errors: dtypes that differ (u32 for `pos`), sizes that disagree with
+/// `cache`, an odd or zero head dimension, no heads, a non-contiguous
+/// operand.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_append(
+    state: &mut HipStorage,
+    state_l: &Layout,
+    qkv: &HipStorage,
+    qkv_l: &Layout,
+    (cos, cos_l): (&HipStorage, &Layout),
+    (sin, sin_l): (&HipStorage, &Layout),
+    (pos, pos_l): (&HipStorage, &Layout),
+    cache: StepCache,
+) -> candle_core::Result<()> {
+    const OP: &str = "rope_append";
+    let family = if cache.interleaved {
+        &cat::ROPE_I_APPEND
+    } else {
+        &cat::ROPE_APPEND
+    };
+    for other in [qkv, cos, sin, pos] {
+        state.check_device(other, OP)?;
+    }
+    for other in [qkv, cos, sin] {
+        state.check_dtype(other, OP)?;
+    }
+    if pos.dtype() != candle_core::DType::U32 || pos_l.dims().iter().product::<usize>() != 1 {
+        return Err(invalid(
+            OP,
+            format!(
+                "the position is {:?} of shape {:?}; expected one u32",
+                pos.dtype(),
+                pos_l.dims()
+            ),
+        ));
+    }
+    let StepCache {
+        heads,
+        kv_heads,
+        head_dim,
+        max_len,
+        ..
+    } = cache;
+    if heads == 0 || kv_heads == 0 || max_len == 0 || head_dim == 0 || head_dim % 2 == 1 {
+        return Err(invalid(
+            OP,
+            format!("{cache:?}: needs heads, positions and an even head dimension"),
+        ));
+    }
+    let overflow = || invalid(OP, format!("{cache:?} overflows"));
+    let (state_len, qkv_len) = (
+        cache.state_len().ok_or_else(overflow)?,
+        cache.qkv_len().ok_or_else(overflow)?,
+    );
+    let rows = match *cos_l.dims() {
+        [rows, half] if half * 2 == head_dim && cos_l.dims() == sin_l.dims() => rows,
+        _ => {
+            return Err(invalid(
+                OP,
+                format!(
+                    "cos {:?} and sin {:?} must both be (positions, {})",
+                    cos_l.dims(),
+                    sin_l.dims(),
+                    head_dim / 2
+                ),
+            ));
+        }
+    };
+    let count = |l: &Layout| l.dims().iter().product::<usize>();
+    if count(state_l) != state_len || count(qkv_l) != qkv_len {
+        return Err(invalid(
+            OP,
+            format!(
+                "state {:?} and qkv {:?} do not hold {state_len} and {qkv_len} elements \
+                 ({cache:?})",
+                state_l.dims(),
+                qkv_l.dims()
+            ),
+        ));
+    }
+    for (name, l) in [
+        ("state", state_l),
+        ("qkv", qkv_l),
+        ("cos", cos_l),
+        ("sin", sin_l),
+    ] {
+        if !l.is_contiguous() {
+            return Err(invalid(OP, format!("{name} has to be contiguous")));
+        }
+    }
+    let kernel = family.kernel(OP, state.dtype())?;
+    let u32_of = |what, v| to_u32(OP, what, v);
+    // The kernel indexes the state with 64-bit offsets; the rest fits u32.
+    let (h, kv, d, len, rows) = (
+        u32_of("heads", heads)?,
+        u32_of("kv_heads", kv_heads)?,
+        u32_of("head_dim", head_dim)?,
+        u32_of("max_len", max_len)?,
+        u32_of("table rows", rows)?,
+    );
+    u32_of("heads + 2 kv_heads", heads + 2 * kv_heads)?;
+    let device = state.device().clone();
+    let x = qkv.view_range(OP, qkv_l.start_offset(), qkv_len)?;
+    let cs = cos.view(OP, cos_l)?;
+    let sn = sin.view(OP, sin_l)?;
+    let p = pos.view_range(OP, pos_l.start_offset(), 1)?;
+    let dst = state.view_range_mut(OP, state_l.start_offset(), state_len)?;
+    let cfg = grid_stride((qkv_len / 2) as u64, device.kernels().compute_units());
+    // SAFETY: rope*_append_T take (const T* qkv, const T* cos, const T* sin,
+    // const u32* pos, T* state, u32 heads, kv_heads, d, max_len, rows); qkv
+    // holds (heads + 2 kv_heads) d elements, cos and sin rows * d/2, pos one,
+    // state 2 kv_heads max_len d + heads d, as checked above; the kernel
+    // writes nothing for a position outside max_len and rows.
+    unsafe {
+        device.kernels().launch(
+            kernel,
+            cfg,
+            &[&x, &cs, &sn, &p, &dst, &h, &kv, &d, &len, &rows],
+        )
+    }?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

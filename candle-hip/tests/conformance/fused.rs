@@ -1,6 +1,8 @@
 //! The fused ops against candle-nn's CPU implementations: softmax_last_dim,
 //! rms_norm, layer_norm and sigmoid over rows from 1 to 70001 elements,
-//! rope / rope_i / rope_thd, and argsort (ties in index order, NaN and
+//! rope / rope_i / rope_thd, rope_append (a decoding step's RoPE and cache
+//! write) against rope and the rows it writes, silu_mul against candle-nn's
+//! swiglu, and argsort (ties in index order, NaN and
 //! signed zeros) against candle's CPU argsort and a host stable sort.
 //! References are computed in f32 for f16/bf16 inputs (candle-nn rounds
 //! its intermediates to the storage type) and in f64 otherwise.
@@ -236,6 +238,231 @@ fn rope_matches_candle_nn() {
         }
     }
     t.finish("conformance rope");
+}
+
+/// rope_append against candle-nn's `rope` / `rope_i` of the step's query and
+/// key heads at row `pos` of the tables: the rotated keys at row `pos` of the
+/// key cache, the values at row `pos` of the value cache, the rotated query
+/// after the caches, every other element of the state as it was (the state
+/// starts random, so a stray write shows). A position past the cache or the
+/// tables writes nothing.
+#[test]
+#[ignore = "needs a HIP device"]
+fn rope_append_matches_rope_and_the_cache_rows() {
+    let (dev, mut t, mut rng) = start(0x5eed_0009);
+    // (heads, kv_heads, head_dim, max_len, table rows, positions): grouped
+    // heads as the 1B and 8B shapes have them, one head, heads of 2.
+    type Case = (usize, usize, usize, usize, usize, &'static [usize]);
+    let cases: &[Case] = &[
+        (1, 1, 2, 1, 1, &[0, 1]),
+        (4, 2, 8, 5, 9, &[0, 3, 4, 5, 9]),
+        (32, 8, 64, 40, 64, &[0, 39]),
+        (8, 8, 128, 3, 2, &[1, 2]),
+    ];
+    for &(heads, kv_heads, d, max_len, rows, positions) in cases {
+        for dtype in FLOATS {
+            let rd = reference_dtype(dtype);
+            let width = (heads + 2 * kv_heads) * d;
+            let qkv = rounded(&rng.values(width, -3.0, 3.0), dtype);
+            let angles = rng.values(rows * d / 2, 0.0, 6.3);
+            let cos = rounded(&angles.iter().map(|a| a.cos()).collect::<Vec<_>>(), dtype);
+            let sin = rounded(&angles.iter().map(|a| a.sin()).collect::<Vec<_>>(), dtype);
+            let tl = Layout::contiguous((rows, d / 2));
+            let (cs, ss) = (
+                upload(&dev, &cos, &tl, dtype),
+                upload(&dev, &sin, &tl, dtype),
+            );
+            let cache_len = kv_heads * max_len * d;
+            let state_len = 2 * cache_len + heads * d;
+            let initial = rounded(&rng.values(state_len, -1.0, 1.0), dtype);
+            let state_l = Layout::contiguous(state_len);
+            let qkv_l = Layout::contiguous((1, 1, width));
+            let xs = upload(&dev, &qkv, &qkv_l, dtype);
+            for interleaved in [false, true] {
+                let cache = fused::StepCache {
+                    heads,
+                    kv_heads,
+                    head_dim: d,
+                    max_len,
+                    interleaved,
+                };
+                for &pos in positions {
+                    let mut want = initial.clone();
+                    if pos < max_len && pos < rows {
+                        let table = |v: &[f64]| {
+                            cpu_tensor(&v[pos * d / 2..(pos + 1) * d / 2], &[1, d / 2], rd)
+                        };
+                        let qk = cpu_tensor(
+                            &qkv[..(heads + kv_heads) * d],
+                            &[1, heads + kv_heads, 1, d],
+                            rd,
+                        );
+                        let rotated = if interleaved {
+                            candle_nn::rotary_emb::rope_i(&qk, &table(&cos), &table(&sin))
+                        } else {
+                            candle_nn::rotary_emb::rope(&qk, &table(&cos), &table(&sin))
+                        };
+                        let rotated = to_f64(&rotated.unwrap());
+                        want[2 * cache_len..].copy_from_slice(&rotated[..heads * d]);
+                        for h in 0..kv_heads {
+                            let row = (h * max_len + pos) * d;
+                            let (k, v) = ((heads + h) * d, (heads + kv_heads + h) * d);
+                            want[row..row + d].copy_from_slice(&rotated[k..k + d]);
+                            want[cache_len + row..cache_len + row + d]
+                                .copy_from_slice(&qkv[v..v + d]);
+                        }
+                    }
+                    let p = upload(&dev, &[pos as f64], &Layout::contiguous(1), DType::U32);
+                    let case = format!("{cache:?} table rows {rows} position {pos}");
+                    t.check_run(
+                        "rope_append",
+                        dtype,
+                        &case,
+                        &want,
+                        fused_tol(dtype, 4.0, 6.0),
+                        || {
+                            let mut state = upload(&dev, &initial, &state_l, dtype);
+                            fused::rope_append(
+                                &mut state,
+                                &state_l,
+                                &xs,
+                                &qkv_l,
+                                (&cs, &tl),
+                                (&ss, &tl),
+                                (&p, &Layout::contiguous(1)),
+                                cache,
+                            )?;
+                            Ok(state)
+                        },
+                    );
+                }
+            }
+        }
+    }
+    // What the checks refuse: a state of the wrong length, a position that
+    // is not one u32, tables of another width, an odd head dimension.
+    let cache = fused::StepCache {
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 4,
+        max_len: 3,
+        interleaved: false,
+    };
+    let dtype = DType::F32;
+    let (tl, ql) = (Layout::contiguous((3, 2)), Layout::contiguous(16));
+    let table = upload(&dev, &[0.5; 6], &tl, dtype);
+    let qkv = upload(&dev, &[1.0; 16], &ql, dtype);
+    let state_l = Layout::contiguous(cache.state_len().unwrap());
+    let pos_l = Layout::contiguous(1);
+    let p = upload(&dev, &[0.0], &pos_l, DType::U32);
+    let run = |state_l: &Layout, p: &candle_hip::HipStorage, tl: &Layout, cache| {
+        let mut state = upload(
+            &dev,
+            &vec![0.0; state_l.dims().iter().product()],
+            state_l,
+            dtype,
+        );
+        fused::rope_append(
+            &mut state,
+            state_l,
+            &qkv,
+            &ql,
+            (&table, tl),
+            (&table, tl),
+            (p, &pos_l),
+            cache,
+        )
+        .map_err(|e| e.to_string())
+    };
+    assert!(run(&state_l, &p, &tl, cache).is_ok());
+    assert!(
+        run(&Layout::contiguous(40), &p, &tl, cache)
+            .unwrap_err()
+            .contains("state")
+    );
+    let p_f32 = upload(&dev, &[0.0], &pos_l, DType::F32);
+    assert!(
+        run(&state_l, &p_f32, &tl, cache)
+            .unwrap_err()
+            .contains("one u32")
+    );
+    let wide = Layout::contiguous((2, 3));
+    assert!(run(&state_l, &p, &wide, cache).unwrap_err().contains("cos"));
+    let odd = fused::StepCache {
+        head_dim: 3,
+        ..cache
+    };
+    assert!(
+        run(&state_l, &p, &tl, odd)
+            .unwrap_err()
+            .contains("even head dimension")
+    );
+    t.finish("conformance rope_append");
+}
+
+/// silu_mul against candle-nn's swiglu of `[gate, up]`: the two halves of
+/// one tensor (views with strides and offsets, as a fused gate/up
+/// projection's output is split), and separate tensors in other layouts.
+#[test]
+#[ignore = "needs a HIP device"]
+fn silu_mul_matches_candle_nn_swiglu() {
+    let (dev, mut t, mut rng) = start(0x5eed_000a);
+    let shapes: &[&[usize]] = &[&[1, 1], &[3, 7], &[1, 8192], &[2, 5, 96]];
+    for &shape in shapes {
+        let r = shape.len();
+        let half = shape[r - 1];
+        let mut whole = shape.to_vec();
+        whole[r - 1] = 2 * half;
+        let n: usize = whole.iter().product();
+        for dtype in FLOATS {
+            let rd = reference_dtype(dtype);
+            let x = rounded(&rng.values(n, -8.0, 8.0), dtype);
+            let want = to_f64(&candle_nn::ops::swiglu(&cpu_tensor(&x, &whole, rd)).unwrap());
+            let tol = fused_tol(dtype, 4.0, 8.0);
+            for arr in [Arrange::Contiguous, Arrange::Offset] {
+                let l = layout(&whole, arr);
+                let xs = upload(&dev, &x, &l, dtype);
+                let (gate, up) = (
+                    l.narrow(r - 1, 0, half).unwrap(),
+                    l.narrow(r - 1, half, half).unwrap(),
+                );
+                t.check_run(
+                    "silu_mul",
+                    dtype,
+                    format!("halves of {whole:?} {arr}"),
+                    &want,
+                    tol,
+                    || fused::silu_mul(&xs, &gate, &xs, &up),
+                );
+            }
+            // The halves as tensors of their own, gate transposed.
+            let (g, u): (Vec<f64>, Vec<f64>) =
+                x.chunks(2 * half)
+                    .fold((Vec::new(), Vec::new()), |(mut g, mut u), row| {
+                        g.extend_from_slice(&row[..half]);
+                        u.extend_from_slice(&row[half..]);
+                        (g, u)
+                    });
+            let (gl, ul) = (
+                layout(shape, Arrange::Transposed),
+                layout(shape, Arrange::Offset),
+            );
+            let (gs, us) = (upload(&dev, &g, &gl, dtype), upload(&dev, &u, &ul, dtype));
+            t.check_run(
+                "silu_mul",
+                dtype,
+                format!("{shape:?} transposed gate"),
+                &want,
+                tol,
+                || fused::silu_mul(&gs, &gl, &us, &ul),
+            );
+        }
+    }
+    let (a, b) = (Layout::contiguous((2, 3)), Layout::contiguous((3, 2)));
+    let xs = upload(&dev, &[1.0; 6], &a, DType::F32);
+    let err = fused::silu_mul(&xs, &a, &xs, &b).unwrap_err().to_string();
+    assert!(err.contains("differ in shape"), "{err}");
+    t.finish("conformance silu_mul");
 }
 
 #[test]

@@ -34,9 +34,12 @@
 //! projections are one product, as are gate and up (weights concatenated at load); on HIP
 //! each norm and each residual addition ride on the product next to them (candle-hip's
 //! `fused_linear`, see [`project`]); and RoPE rotates the query and key heads in one launch.
-//! A layer's step is then eleven launches: the norm-and-qkv product, RoPE, the two cache
-//! writes, flash-decoding and its merge, the output projection with the residual, the
-//! norm-and-gate/up product, SiLU, its product with up, and the down projection with the
+//! On HIP the step also rotates its query and key heads and writes the keys and values
+//! into the caches in one launch (candle-hip's `rope_append`, into each layer's
+//! [`LayerCache`]), and SwiGLU's activation is one launch (`silu_mul`). A layer's step is
+//! then eight launches: the norm-and-qkv product, RoPE with the cache writes,
+//! flash-decoding and its merge, the output projection with the residual, the
+//! norm-and-gate/up product, SwiGLU's activation, and the down projection with the
 //! residual.
 //!
 //! [`StaticLlama::load_gguf`] builds the same model from a `llama` GGUF file, computing as
@@ -52,7 +55,7 @@ use std::io::{Read, Seek};
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
 use candle_core::{D, DType, Device, IndexOp, Module, Tensor};
-use candle_hip::extension::{FusedInput, fused_linear};
+use candle_hip::extension::{FusedInput, StepCache, fused_linear, rope_append, silu_mul};
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 use candle_transformers::models::llama::Config;
 
@@ -75,9 +78,9 @@ pub struct StaticLlama {
     cos: Tensor,
     /// The sine table, likewise.
     sin: Tensor,
-    /// Each layer's key and value caches, `[1, kv_heads, max_len, head_dim]`, written in
+    /// Each layer's key and value caches (and its step's rotated query), written in
     /// place.
-    caches: Vec<(Tensor, Tensor)>,
+    caches: Vec<LayerCache>,
     /// `0..max_len` as u32: compared with the step's position to mask later keys.
     key_positions: Tensor,
     /// `max_len` zeros (model dtype): the step's mask where a key is visible. Made once, with
@@ -105,6 +108,9 @@ pub struct StaticLlama {
     /// Whether attention takes candle-hip's fused kernels (a HIP device and a 16-bit
     /// dtype, what they run); otherwise [`attend`].
     fused_attention: bool,
+    /// Whether the step rotates and writes the caches in one launch (candle-hip's
+    /// `rope_append`: a HIP device); otherwise RoPE and two `scatter_set`s.
+    fused_append: bool,
     /// `max_position_embeddings`: the longest cache the RoPE tables cover.
     max_positions: usize,
     device: Device,
@@ -141,31 +147,64 @@ fn checked_split(cfg: &Config, max_len: usize) -> AppResult<Split> {
     Ok(split)
 }
 
+/// One layer's caches: one zeroed storage laid out as candle-hip's [`StepCache`] (keys,
+/// values, the step's rotated query), so that `rope_append` writes all three in one launch,
+/// and views of its parts.
+struct LayerCache {
+    /// The whole storage, 1-D.
+    state: Tensor,
+    /// The key cache, `[1, kv_heads, max_len, head_dim]`.
+    keys: Tensor,
+    /// The value cache, likewise.
+    values: Tensor,
+    /// The step's rotated query heads, `[1, heads, 1, head_dim]` (written by
+    /// `rope_append`; unused elsewhere).
+    query: Tensor,
+}
+
+impl LayerCache {
+    /// Zeroed caches with `layout`'s sizes.
+    fn new(layout: StepCache, dtype: DType, device: &Device) -> candle_core::Result<LayerCache> {
+        let too_large = || candle_core::Error::Msg(format!("a KV cache of {layout:?} overflows"));
+        let (len, cache) = (
+            layout.state_len().ok_or_else(too_large)?,
+            layout.cache_len().ok_or_else(too_large)?,
+        );
+        let state = Tensor::zeros(len, dtype, device)?;
+        let cache_shape = (1, layout.kv_heads, layout.max_len, layout.head_dim);
+        Ok(LayerCache {
+            keys: state.narrow(0, 0, cache)?.reshape(cache_shape)?,
+            values: state.narrow(0, cache, cache)?.reshape(cache_shape)?,
+            query: state.narrow(0, 2 * cache, len - 2 * cache)?.reshape((
+                1,
+                layout.heads,
+                1,
+                layout.head_dim,
+            ))?,
+            state,
+        })
+    }
+}
+
 /// What depends on the cache length: the zeroed caches and the step's mask operands.
 struct PositionBuffers {
-    caches: Vec<(Tensor, Tensor)>,
+    caches: Vec<LayerCache>,
     key_positions: Tensor,
     zeros: Tensor,
     neg_inf: Tensor,
 }
 
 impl PositionBuffers {
-    /// Buffers for `layers` layers of `(kv_heads, head_dim)` and `max_len` positions.
+    /// Buffers for `layers` layers of `layout`'s caches (its `max_len` positions).
     fn new(
         layers: usize,
-        (kv_heads, head_dim): (usize, usize),
-        max_len: usize,
+        layout: StepCache,
         dtype: DType,
         device: &Device,
     ) -> candle_core::Result<PositionBuffers> {
-        let cache_shape = (1, kv_heads, max_len, head_dim);
+        let max_len = layout.max_len;
         let caches = (0..layers)
-            .map(|_| {
-                Ok((
-                    Tensor::zeros(cache_shape, dtype, device)?,
-                    Tensor::zeros(cache_shape, dtype, device)?,
-                ))
-            })
+            .map(|_| LayerCache::new(layout, dtype, device))
             .collect::<candle_core::Result<Vec<_>>>()?;
         Ok(PositionBuffers {
             caches,
@@ -292,13 +331,14 @@ impl StaticLlama {
         let vocab = cfg.vocab_size;
         // The tables of every position the model takes (the step selects its row).
         let (cos, sin) = rope_tables(cfg, dtype, &device)?;
-        let positions = PositionBuffers::new(
-            cfg.num_hidden_layers,
-            (split.kv_heads, split.head_dim),
+        let layout = StepCache {
+            heads: split.heads,
+            kv_heads: split.kv_heads,
+            head_dim: split.head_dim,
             max_len,
-            dtype,
-            &device,
-        )?;
+            interleaved: weights.interleaved_rope,
+        };
+        let positions = PositionBuffers::new(cfg.num_hidden_layers, layout, dtype, &device)?;
         let step_inputs = Tensor::zeros(3, DType::U32, &device)?;
         Ok(StaticLlama {
             embed: Embedding::new(weights.table, cfg.hidden_size),
@@ -323,6 +363,7 @@ impl StaticLlama {
             vocab,
             max_len,
             fused_attention: !device.is_cpu() && matches!(dtype, DType::F16 | DType::BF16),
+            fused_append: candle_hip::extension::as_hip_device(&device).is_some(),
             max_positions: cfg.max_position_embeddings,
             device,
         })
@@ -336,19 +377,29 @@ impl StaticLlama {
     /// Errors: a `max_len` of 0 or past `max_position_embeddings`.
     pub fn set_max_len(&mut self, max_len: usize) -> AppResult<()> {
         check_max_len(max_len, self.max_positions)?;
-        let positions = PositionBuffers::new(
-            self.layers.len(),
-            (self.kv_heads, self.head_dim),
+        let layout = StepCache {
             max_len,
-            self.cos.dtype(),
-            &self.device,
-        )?;
+            ..self.step_cache()
+        };
+        let positions =
+            PositionBuffers::new(self.layers.len(), layout, self.cos.dtype(), &self.device)?;
         self.caches = positions.caches;
         self.key_positions = positions.key_positions;
         self.zeros = positions.zeros;
         self.neg_inf = positions.neg_inf;
         self.max_len = max_len;
         Ok(())
+    }
+
+    /// The layout of each layer's [`LayerCache`].
+    fn step_cache(&self) -> StepCache {
+        StepCache {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            max_len: self.max_len,
+            interleaved: self.interleaved_rope,
+        }
     }
 
     /// The number of positions the KV caches hold (prompt and generated tokens together).
@@ -462,15 +513,23 @@ impl StaticLlama {
     pub fn step(&self) -> candle_core::Result<()> {
         let (kv_heads, head_dim) = (self.kv_heads, self.head_dim);
         // What depends on the position, computed once for all layers from the device
-        // position: the RoPE row, the scatter indices and, for the unfused attention, the
-        // mask of later keys.
-        let cos = self.cos.index_select(&self.pos, 0)?;
-        let sin = self.sin.index_select(&self.pos, 0)?;
-        let index = self
-            .pos
-            .reshape((1, 1, 1, 1))?
-            .broadcast_as((1, kv_heads, 1, head_dim))?
-            .contiguous()?;
+        // position: without `rope_append`, the RoPE row and the scatter indices; for the
+        // unfused attention, the mask of later keys.
+        let index;
+        let (cos, sin, write) = if self.fused_append {
+            (self.cos.clone(), self.sin.clone(), CacheWrite::Appended)
+        } else {
+            index = self
+                .pos
+                .reshape((1, 1, 1, 1))?
+                .broadcast_as((1, kv_heads, 1, head_dim))?
+                .contiguous()?;
+            (
+                self.cos.index_select(&self.pos, 0)?,
+                self.sin.index_select(&self.pos, 0)?,
+                CacheWrite::At { index: &index },
+            )
+        };
         let bias = if self.fused_attention {
             None
         } else {
@@ -487,7 +546,7 @@ impl StaticLlama {
             cos,
             sin,
             bias,
-            write: CacheWrite::At { index: &index },
+            write,
         };
         let x = self.embed.embeddings().index_select(&self.token, 0)?;
         let logits = self.run(x.unsqueeze(0)?, &pass)?;
@@ -525,15 +584,17 @@ impl StaticLlama {
     fn layer(
         &self,
         layer: &Block,
-        cache: &(Tensor, Tensor),
+        cache: &LayerCache,
         x: &Tensor,
         pass: &Pass,
     ) -> candle_core::Result<Tensor> {
         let x = self.attention(layer, cache, x, pass)?;
         let gate_up = project(&layer.gate_up, &x, Input::Norm(&layer.post_norm), None)?;
         let inter = gate_up.dim(D::Minus1)? / 2;
-        let gated = (candle_nn::ops::silu(&gate_up.narrow(D::Minus1, 0, inter)?)?
-            * gate_up.narrow(D::Minus1, inter, inter)?)?;
+        let gated = silu_mul(
+            &gate_up.narrow(D::Minus1, 0, inter)?,
+            &gate_up.narrow(D::Minus1, inter, inter)?,
+        )?;
         project(&layer.down, &gated, Input::Plain, Some(&x))
     }
 
@@ -543,7 +604,7 @@ impl StaticLlama {
     fn attention(
         &self,
         layer: &Block,
-        cache: &(Tensor, Tensor),
+        cache: &LayerCache,
         x: &Tensor,
         pass: &Pass,
     ) -> candle_core::Result<Tensor> {
@@ -559,21 +620,40 @@ impl StaticLlama {
         // One product for the three projections; at one token the parts are contiguous
         // views of it. The query and key heads are rotated together, one launch.
         let qkv = project(&layer.qkv, x, Input::Norm(&layer.input_norm), None)?;
-        let (heads, kv_heads) = (self.heads, self.kv_heads);
-        let (qk_width, kv_width) = ((heads + kv_heads) * head_dim, kv_heads * head_dim);
-        let qk = by_head(qkv.narrow(2, 0, qk_width)?, heads + kv_heads)?;
-        let qk = if self.interleaved_rope {
-            candle_nn::rotary_emb::rope_i(&qk, &pass.cos, &pass.sin)?
+        let (q, keys, values) = if let CacheWrite::Appended = pass.write {
+            rope_append(
+                &cache.state,
+                &qkv,
+                &pass.cos,
+                &pass.sin,
+                &self.pos,
+                self.step_cache(),
+            )?;
+            (
+                cache.query.clone(),
+                cache.keys.clone(),
+                cache.values.clone(),
+            )
         } else {
-            candle_nn::rotary_emb::rope(&qk, &pass.cos, &pass.sin)?
+            let (heads, kv_heads) = (self.heads, self.kv_heads);
+            let (qk_width, kv_width) = ((heads + kv_heads) * head_dim, kv_heads * head_dim);
+            let qk = by_head(qkv.narrow(2, 0, qk_width)?, heads + kv_heads)?;
+            let qk = if self.interleaved_rope {
+                candle_nn::rotary_emb::rope_i(&qk, &pass.cos, &pass.sin)?
+            } else {
+                candle_nn::rotary_emb::rope(&qk, &pass.cos, &pass.sin)?
+            };
+            let (q, k) = (qk.narrow(1, 0, heads)?, qk.narrow(1, heads, kv_heads)?);
+            let v = by_head(qkv.narrow(2, qk_width, kv_width)?, kv_heads)?;
+            let (keys, values) = pass.write.store(cache, &k, &v)?;
+            (q, keys, values)
         };
-        let (q, k) = (qk.narrow(1, 0, heads)?, qk.narrow(1, heads, kv_heads)?);
-        let v = by_head(qkv.narrow(2, qk_width, kv_width)?, kv_heads)?;
-        let (keys, values) = pass.write.store(cache, &k, &v)?;
         let y = match (&pass.bias, pass.write) {
             (Some(bias), _) => attend(&q, &keys, &values, bias)?,
             (None, CacheWrite::Rows { .. }) => attend_fused(&q, &keys, &values, None)?,
-            (None, CacheWrite::At { .. }) => attend_fused(&q, &keys, &values, Some(&self.key_len))?,
+            (None, CacheWrite::At { .. } | CacheWrite::Appended) => {
+                attend_fused(&q, &keys, &values, Some(&self.key_len))?
+            }
         };
         project(&layer.o, &y, Input::Plain, Some(x))
     }
@@ -773,7 +853,8 @@ impl Block {
 /// What the layers of one pass share: the RoPE rows of its tokens, the additive mask over
 /// the keys they attend to, and how their keys and values reach the caches.
 struct Pass<'a> {
-    /// The RoPE cosines of the pass's positions, `[tokens, head_dim / 2]`.
+    /// The RoPE cosines of the pass's positions, `[tokens, head_dim / 2]` (every position's
+    /// with [`CacheWrite::Appended`], which selects its row on the device).
     cos: Tensor,
     /// The sines, likewise.
     sin: Tensor,
@@ -799,6 +880,10 @@ enum CacheWrite<'a> {
         /// The scatter indices.
         index: &'a Tensor,
     },
+    /// One token at the device position, rotated and written by candle-hip's
+    /// `rope_append` (the pass's tables are whole, indexed on the device); attention as
+    /// for [`CacheWrite::At`].
+    Appended,
 }
 
 impl CacheWrite<'_> {
@@ -806,10 +891,11 @@ impl CacheWrite<'_> {
     /// place and returns the keys and values to attend over.
     fn store(
         &self,
-        (k_cache, v_cache): &(Tensor, Tensor),
+        cache: &LayerCache,
         k: &Tensor,
         v: &Tensor,
     ) -> candle_core::Result<(Tensor, Tensor)> {
+        let (k_cache, v_cache) = (&cache.keys, &cache.values);
         match self {
             CacheWrite::Rows { start } => {
                 k_cache.slice_set(k, 2, *start)?;
@@ -822,6 +908,7 @@ impl CacheWrite<'_> {
                 v_cache.scatter_set(index, v, 2)?;
                 Ok((k_cache.clone(), v_cache.clone()))
             }
+            CacheWrite::Appended => candle_core::bail!("rope_append writes the caches itself"),
         }
     }
 }

@@ -1,0 +1,125 @@
+//! Launch-saving ops of a decoding step on HIP tensors: [`silu_mul`]
+//! (SwiGLU's activation in one launch) and [`rope_append`] (RoPE and the
+//! key/value-cache write in one launch, in place).
+
+use candle_core::custom_backend::{BoxedStorage, CustomStorage};
+use candle_core::{CpuStorage, CustomOp2, InplaceOp2, Layout, Result, Shape, Tensor};
+
+use super::{BridgeStorage, Hip, boxed, hip_storage, on_hip};
+use crate::fused::{self, StepCache};
+
+/// The op behind [`silu_mul`].
+struct SiluMul;
+
+impl CustomOp2 for SiluMul {
+    fn name(&self) -> &'static str {
+        "hip-silu-mul"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        candle_core::bail!("{} runs on HIP devices only", self.name())
+    }
+
+    fn custom_fwd(
+        &self,
+        gate: &dyn CustomStorage,
+        gate_l: &Layout,
+        up: &dyn CustomStorage,
+        up_l: &Layout,
+    ) -> Result<(BoxedStorage, Shape)> {
+        let name = self.name();
+        let (gate, up) = (hip_storage(gate, name)?, hip_storage(up, name)?);
+        let out = fused::silu_mul(gate, gate_l, up, up_l)?;
+        Ok((boxed(out), gate_l.shape().clone()))
+    }
+}
+
+/// `silu(gate) * up`: one launch on a HIP device (computed in f32, or f64
+/// for f64, and rounded once), candle's `silu` and `mul` elsewhere. `gate`
+/// and `up` have one shape and any layouts (e.g. the two halves of a fused
+/// gate/up projection, as `candle_nn::ops::swiglu` splits it).
+pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    if super::as_hip_device(gate.device()).is_none() {
+        return gate.silu()? * up;
+    }
+    gate.apply_op2_no_bwd(up, &SiluMul)
+}
+
+/// The op behind [`rope_append`]: the state is the destination, the step's
+/// projections the source.
+struct RopeAppend {
+    cos: Tensor,
+    sin: Tensor,
+    pos: Tensor,
+    cache: StepCache,
+}
+
+impl InplaceOp2 for RopeAppend {
+    fn name(&self) -> &'static str {
+        "hip-rope-append"
+    }
+
+    fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<()> {
+        candle_core::bail!("{} runs on HIP devices only", self.name())
+    }
+
+    fn custom_fwd(
+        &self,
+        state: &mut dyn CustomStorage,
+        state_l: &Layout,
+        qkv: &dyn CustomStorage,
+        qkv_l: &Layout,
+    ) -> Result<()> {
+        let name = self.name();
+        let state = BridgeStorage::<Hip>::downcast_mut(state, name)?;
+        let qkv = hip_storage(qkv, name)?;
+        // The tables' and the position's storages stay borrowed while the
+        // kernel is queued.
+        let (cos, cos_l) = self.cos.storage_and_layout();
+        let (sin, sin_l) = self.sin.storage_and_layout();
+        let (pos, pos_l) = self.pos.storage_and_layout();
+        fused::rope_append(
+            state,
+            state_l,
+            qkv,
+            qkv_l,
+            on_hip(&cos, cos_l, "cos table", name)?,
+            on_hip(&sin, sin_l, "sin table", name)?,
+            on_hip(&pos, pos_l, "position", name)?,
+            self.cache,
+        )
+    }
+}
+
+/// One decoding step (batch 1) in one launch, in place in `state`: RoPE of
+/// the step's query and key heads at the position `pos` holds, the rotated
+/// keys and the values written at that position of the caches, the rotated
+/// query beside them. `state` holds `cache`'s layout ([`StepCache`]: keys,
+/// values, query; contiguous), `qkv` the step's fused projection (query,
+/// key, value heads), `cos`/`sin` the tables of every position
+/// (`(positions, head_dim / 2)`), `pos` one u32 on the device, read there
+/// (a captured step serves every position). [`fused::rope_append`] states
+/// the checks. HIP devices only: elsewhere, rotate with candle-nn's `rope`
+/// and write the caches with `slice_set`/`scatter_set`.
+pub fn rope_append(
+    state: &Tensor,
+    qkv: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    pos: &Tensor,
+    cache: StepCache,
+) -> Result<()> {
+    let op = RopeAppend {
+        cos: cos.clone(),
+        sin: sin.clone(),
+        pos: pos.clone(),
+        cache,
+    };
+    state.inplace_op2(qkv, &op)
+}
