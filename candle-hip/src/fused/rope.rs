@@ -369,6 +369,7 @@ pub fn rope_append(
         u32_of("max_len", max_len)?,
         u32_of("table rows", rows)?,
     );
+    // The kernel counts the heads of qkv in 32 bits.
     u32_of("heads + 2 kv_heads", heads + 2 * kv_heads)?;
     let device = state.device().clone();
     let x = qkv.view_range(OP, qkv_l.start_offset(), qkv_len)?;
