@@ -269,6 +269,12 @@ pub(crate) fn on_hip<'a>(
     }
 }
 
+/// The error of a HIP custom op's CPU entry point (candle calls it for
+/// tensors on the CPU): the op named `name` runs on HIP devices only.
+pub(crate) fn hip_only<T>(name: &str) -> Result<T> {
+    candle_core::bail!("{name} runs on HIP devices only")
+}
+
 /// A HIP storage as the custom storage a custom op returns.
 pub fn boxed(storage: HipStorage) -> BoxedStorage {
     Box::new(BridgeStorage::<Hip>::new(storage))

@@ -36,7 +36,7 @@ impl CustomOp3 for FlashAttn {
         _: &CpuStorage,
         _: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("{} runs on HIP devices only", self.name())
+        super::hip_only(self.name())
     }
 
     fn custom_fwd(

@@ -44,7 +44,7 @@ impl CustomOp1 for AllReduce {
     }
 
     fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("{} runs on HIP devices only", self.name())
+        super::hip_only(self.name())
     }
 
     fn custom_fwd(

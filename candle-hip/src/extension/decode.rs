@@ -23,7 +23,7 @@ impl CustomOp2 for SiluMul {
         _: &CpuStorage,
         _: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("{} runs on HIP devices only", self.name())
+        super::hip_only(self.name())
     }
 
     fn custom_fwd(
@@ -66,7 +66,7 @@ impl InplaceOp2 for RopeAppend {
     }
 
     fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<()> {
-        candle_core::bail!("{} runs on HIP devices only", self.name())
+        super::hip_only(self.name())
     }
 
     fn custom_fwd(

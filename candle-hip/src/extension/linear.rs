@@ -54,7 +54,7 @@ impl CustomOp2 for FusedLinear {
         _: &CpuStorage,
         _: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("{} runs on HIP devices only", self.name())
+        super::hip_only(self.name())
     }
 
     fn custom_fwd(
