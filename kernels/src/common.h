@@ -455,9 +455,9 @@ __device__ __forceinline__ void wide_digit(ch_u64& i, const ch_u64* dims, const 
 }
 
 // Offsets in N operands of element `i` (row-major order) of a view of
-// `rank` dims, sharing the divisions; stride(k, d) is operand k's stride
-// of dimension d. The usual case, i and every dim below 2^32, divides in
-// 32 bits in a loop unrolled over the dimensions. Otherwise (views of 2^32
+// `rank` <= MAX_DIMS dims, sharing the divisions; stride(k, d) is operand
+// k's stride of dimension d. The usual case, i and every dim below 2^32,
+// divides in 32 bits in a loop unrolled over the MAX_DIMS dimensions. Otherwise (views of 2^32
 // elements or more) each dimension takes the compiler's 64-bit division
 // (see divmod64), several times the code of a 32-bit one: with ROLL_WIDE,
 // once in a rolled loop, which reads the dimensions at computed offsets of
@@ -465,7 +465,7 @@ __device__ __forceinline__ void wide_digit(ch_u64& i, const ch_u64* dims, const 
 // keep that loop unrolled too: rolled, hipRTC 6.4 gives a dozen of them an
 // unused 68-byte private segment
 // (candle-hip/benches/results/sandbox-2026-11-28-index-math.md).
-template <int N, bool ROLL_WIDE, typename Stride>
+template <int N, bool ROLL_WIDE, int MAX_DIMS = CH_MAX_DIMS, typename Stride>
 __device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* dims, const Stride& stride,
                                           ch_u64 (&off)[CH_MAX_OPERANDS]) {
 #pragma unroll
@@ -477,13 +477,13 @@ __device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* d
   }
   ch_u64 wide = i;
 #pragma unroll
-  for (int d = 0; d < CH_MAX_DIMS; ++d) {
+  for (int d = 0; d < MAX_DIMS; ++d) {
     if (d < (int)rank) wide |= dims[d];
   }
   if ((wide >> 32) == 0) {
     ch_u32 n = (ch_u32)i;
 #pragma unroll
-    for (int d = CH_MAX_DIMS - 1; d >= 0; --d) {
+    for (int d = MAX_DIMS - 1; d >= 0; --d) {
       if (d < (int)rank) {
         const ch_u32 q = n / (ch_u32)dims[d];
         const ch_u64 c = n - q * (ch_u32)dims[d];
@@ -500,16 +500,18 @@ __device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* d
     return;
   }
 #pragma unroll
-  for (int d = CH_MAX_DIMS - 1; d >= 0; --d) {
+  for (int d = MAX_DIMS - 1; d >= 0; --d) {
     if (d < (int)rank) wide_digit<N>(i, dims, stride, d, off);
   }
 }
 
-// Storage offset of the `i`-th element (row-major order) of a strided view.
+// Storage offset of the `i`-th element (row-major order) of a strided view
+// of at most MAX_DIMS dims.
+template <int MAX_DIMS = CH_MAX_DIMS>
 __device__ __forceinline__ ch_u64 strided_offset(ch_u64 i, ch_u32 rank, const ch_u64* dims,
                                                  const ch_u64* strides) {
   ch_u64 off[CH_MAX_OPERANDS];
-  decompose<1, false>(i, rank, dims, [&](int, int d) { return strides[d]; }, off);
+  decompose<1, false, MAX_DIMS>(i, rank, dims, [&](int, int d) { return strides[d]; }, off);
   return off[0];
 }
 

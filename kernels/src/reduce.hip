@@ -38,6 +38,11 @@
 
 #include "common.h"
 
+// Kept and reduced dimensions (each, after merging) a reduction takes: the
+// host reduces a source with more from a contiguous copy, which has at most
+// half of CH_MAX_DIMS of each. Four instead of eight halve the index math
+// that every kernel carries (its compile time and registers).
+#define CH_REDUCE_MAX_DIMS 4
 #define CH_REDUCE_ROWS 0
 #define CH_REDUCE_COLS 1
 #define CH_REDUCE_FINISH_BLOCK 2
@@ -54,10 +59,10 @@ struct ReduceInfo {
   ch_u32 tile;   // COLS / COLS_PACKED: outputs / packs per block (divides blockDim.x)
   ch_u64 split;  // chunks per output (>= 1)
   ch_u64 chunk;  // reduced positions per chunk (the last may be shorter)
-  ch_u64 out_dims[CH_MAX_DIMS];
-  ch_u64 out_strides[CH_MAX_DIMS];
-  ch_u64 red_dims[CH_MAX_DIMS];
-  ch_u64 red_strides[CH_MAX_DIMS];
+  ch_u64 out_dims[CH_REDUCE_MAX_DIMS];
+  ch_u64 out_strides[CH_REDUCE_MAX_DIMS];
+  ch_u64 red_dims[CH_REDUCE_MAX_DIMS];
+  ch_u64 red_strides[CH_REDUCE_MAX_DIMS];
 };
 
 // Sum: floats accumulate in f32/f64, integers in their wrapping unsigned type.
@@ -313,11 +318,11 @@ __device__ __forceinline__ typename R::State reduce_contiguous(const T* row, ch_
 
 // Offset of reduced position j from its output's first element.
 __device__ __forceinline__ ch_u64 red_offset(const ReduceInfo& info, ch_u64 j) {
-  return strided_offset(j, info.red_rank, info.red_dims, info.red_strides);
+  return strided_offset<CH_REDUCE_MAX_DIMS>(j, info.red_rank, info.red_dims, info.red_strides);
 }
 
 __device__ __forceinline__ ch_u64 out_offset(const ReduceInfo& info, ch_u64 o) {
-  return strided_offset(o, info.out_rank, info.out_dims, info.out_strides);
+  return strided_offset<CH_REDUCE_MAX_DIMS>(o, info.out_rank, info.out_dims, info.out_strides);
 }
 
 // The result of chunk c of output o: the output itself, or a partial state.

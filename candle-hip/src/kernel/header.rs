@@ -6,6 +6,10 @@
 
 /// `CH_MAX_DIMS` (common.h): dimensions a strided kernel takes after merging.
 pub(crate) const MAX_DIMS: usize = 8;
+/// `CH_REDUCE_MAX_DIMS` (reduce.hip): kept and reduced dimensions (each,
+/// after merging) a reduction kernel takes; a source with more is reduced
+/// from a contiguous copy.
+pub(crate) const REDUCE_MAX_DIMS: usize = 4;
 /// `CH_MAX_OPERANDS` (common.h): strided inputs of an element-wise kernel.
 pub(crate) const MAX_OPERANDS: usize = 3;
 /// `CH_ELEM_BLOCK` (common.h): threads per block of element-wise and
@@ -75,6 +79,7 @@ mod tests {
             (ARGSORT, "CH_SORT_RUN", SORT_RUN as u64),
             (RANDOM, "CH_RAND_PER_BLOCK", RAND_PER_BLOCK),
             (RANDOM, "CH_RAND_PER_BLOCK_F64", RAND_PER_BLOCK_F64),
+            (REDUCE, "CH_REDUCE_MAX_DIMS", REDUCE_MAX_DIMS as u64),
             (REDUCE, "CH_REDUCE_ROWS", ReduceMode::Rows as u64),
             (REDUCE, "CH_REDUCE_COLS", ReduceMode::Cols as u64),
             (

@@ -8,7 +8,7 @@
 use hip_safe::DeviceRepr;
 
 use crate::error::{HipBackendError, Result};
-use crate::kernel::header::{MAX_DIMS, MAX_OPERANDS};
+use crate::kernel::header::{MAX_DIMS, MAX_OPERANDS, REDUCE_MAX_DIMS};
 use crate::size;
 
 /// Dimensions after merging, outermost first, with each operand's strides.
@@ -78,14 +78,28 @@ pub(crate) fn to_u64(v: usize) -> u64 {
     v as u64
 }
 
-fn too_many(op: &'static str, rank: usize, shape: &[usize]) -> candle_core::Error {
+fn too_many(op: &'static str, rank: usize, max: usize, shape: &[usize]) -> candle_core::Error {
     HipBackendError::TooManyDims {
         op,
         rank,
-        max: MAX_DIMS,
+        max,
         shape: shape.to_vec(),
     }
     .into()
+}
+
+/// The sizes and strides of the dimensions of a source that `reduce` keeps
+/// (`keep`) or reduces (not `keep`), in dimension order.
+fn pick_dims(
+    dims: &[usize],
+    strides: &[usize],
+    reduce: &[usize],
+    keep: bool,
+) -> (Vec<usize>, Vec<usize>) {
+    (0..dims.len())
+        .filter(|d| reduce.contains(d) != keep)
+        .map(|d| (dims[d], strides[d]))
+        .unzip()
 }
 
 /// `ElemInfo` of `kernels/common.h`: the shape shared by the operands of an
@@ -137,7 +151,7 @@ impl ElemInfo {
         }
         let rank = merged.dims.len();
         if rank > MAX_DIMS {
-            return Err(too_many(op, rank, dims));
+            return Err(too_many(op, rank, MAX_DIMS, dims));
         }
         info.rank = rank as u32;
         for (d, &size) in merged.dims.iter().enumerate() {
@@ -212,16 +226,16 @@ pub(crate) struct ReduceInfo {
     pub(crate) split: u64,
     /// Reduced positions per chunk.
     pub(crate) chunk: u64,
-    pub(crate) out_dims: [u64; MAX_DIMS],
-    pub(crate) out_strides: [u64; MAX_DIMS],
-    pub(crate) red_dims: [u64; MAX_DIMS],
-    pub(crate) red_strides: [u64; MAX_DIMS],
+    pub(crate) out_dims: [u64; REDUCE_MAX_DIMS],
+    pub(crate) out_strides: [u64; REDUCE_MAX_DIMS],
+    pub(crate) red_dims: [u64; REDUCE_MAX_DIMS],
+    pub(crate) red_strides: [u64; REDUCE_MAX_DIMS],
 }
 
 // SAFETY: `#[repr(C)]`, u64 and u32 fields in the C order (2 x 8, 4 x 4,
 // 2 x 8, then u64 arrays): no padding, every bit pattern valid.
 unsafe impl DeviceRepr for ReduceInfo {}
-const _: () = assert!(std::mem::size_of::<ReduceInfo>() == 48 + 4 * 8 * MAX_DIMS);
+const _: () = assert!(std::mem::size_of::<ReduceInfo>() == 48 + 4 * 8 * REDUCE_MAX_DIMS);
 
 /// `CH_REDUCE_*` of `kernels/reduce.hip`: the work split of a reduction launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -246,7 +260,9 @@ impl ReduceInfo {
     /// Splits a source of shape `dims` and `strides` into the dimensions
     /// kept (in order; they give the row-major order of the output) and the
     /// dimensions in `reduce` (reduced in increasing dimension order; the
-    /// position an argmin/argmax reports counts in that order).
+    /// position an argmin/argmax reports counts in that order). Errors past
+    /// [`REDUCE_MAX_DIMS`] kept or reduced dimensions after merging (see
+    /// [`ReduceInfo::merged_ranks`]).
     pub(crate) fn new(
         op: &'static str,
         dims: &[usize],
@@ -259,21 +275,15 @@ impl ReduceInfo {
                 format!("reduced dimension {bad} of a rank-{} tensor", dims.len()),
             ));
         }
-        let pick = |keep: bool| -> (Vec<usize>, Vec<usize>) {
-            (0..dims.len())
-                .filter(|d| reduce.contains(d) != keep)
-                .map(|d| (dims[d], strides[d]))
-                .unzip()
-        };
-        let (out_dims, out_strides) = pick(true);
-        let (red_dims, red_strides) = pick(false);
+        let (out_dims, out_strides) = pick_dims(dims, strides, reduce, true);
+        let (red_dims, red_strides) = pick_dims(dims, strides, reduce, false);
         let out = merge_dims(&out_dims, &[&out_strides]);
         let red = merge_dims(&red_dims, &[&red_strides]);
-        if out.dims.len() > MAX_DIMS {
-            return Err(too_many(op, out.dims.len(), dims));
+        if out.dims.len() > REDUCE_MAX_DIMS {
+            return Err(too_many(op, out.dims.len(), REDUCE_MAX_DIMS, dims));
         }
-        if red.dims.len() > MAX_DIMS {
-            return Err(too_many(op, red.dims.len(), dims));
+        if red.dims.len() > REDUCE_MAX_DIMS {
+            return Err(too_many(op, red.dims.len(), REDUCE_MAX_DIMS, dims));
         }
         size::numel(op, dims)?;
         let red_size = to_u64(size::product(op, "the reduced dimensions", &red_dims)?);
@@ -286,10 +296,10 @@ impl ReduceInfo {
             tile: 1,
             split: 1,
             chunk: red_size,
-            out_dims: [0; MAX_DIMS],
-            out_strides: [0; MAX_DIMS],
-            red_dims: [0; MAX_DIMS],
-            red_strides: [0; MAX_DIMS],
+            out_dims: [0; REDUCE_MAX_DIMS],
+            out_strides: [0; REDUCE_MAX_DIMS],
+            red_dims: [0; REDUCE_MAX_DIMS],
+            red_strides: [0; REDUCE_MAX_DIMS],
         };
         for (d, (&size, &stride)) in out.dims.iter().zip(&out.strides[0]).enumerate() {
             info.out_dims[d] = to_u64(size);
@@ -300,6 +310,23 @@ impl ReduceInfo {
             info.red_strides[d] = to_u64(stride);
         }
         Ok(info)
+    }
+
+    /// The kept and the reduced dimensions of a source (as [`ReduceInfo::new`]
+    /// splits it; `reduce` holds valid dimensions) after merging. A
+    /// contiguous source of rank `2 * REDUCE_MAX_DIMS` or less never has more
+    /// than [`REDUCE_MAX_DIMS`] of either: each run of adjacent kept (or
+    /// reduced) dimensions merges into one.
+    pub(crate) fn merged_ranks(
+        dims: &[usize],
+        strides: &[usize],
+        reduce: &[usize],
+    ) -> (usize, usize) {
+        let merged = |keep| {
+            let (d, s) = pick_dims(dims, strides, reduce, keep);
+            merge_dims(&d, &[&s]).dims.len()
+        };
+        (merged(true), merged(false))
     }
 
     /// Whether consecutive reduced positions are adjacent in memory (the
@@ -471,6 +498,26 @@ mod tests {
         assert_eq!(t(&[2, 5, 4], &[20, 1, 5]), Some(1));
         assert_eq!(t(&[4, 6], &[12, 2]), None);
         assert_eq!(t(&[4, 6], &[10, 1]), None);
+    }
+
+    #[test]
+    fn reduced_views_merge_by_runs_of_kept_and_reduced_dims() {
+        // Contiguous rank 8 reduced over alternate dims: four runs each.
+        let dims = [2, 3, 2, 3, 2, 3, 2, 3];
+        let s = contiguous_strides(&dims);
+        assert_eq!(ReduceInfo::merged_ranks(&dims, &s, &[1, 3, 5, 7]), (4, 4));
+        assert!(ReduceInfo::new("t", &dims, &s, &[1, 3, 5, 7]).is_ok());
+        // Reduced over the first two: one run each.
+        assert_eq!(ReduceInfo::merged_ranks(&dims, &s, &[0, 1]), (1, 1));
+        // The same tensor with its dims reversed: nothing merges, and the
+        // six kept dims are past what the kernels take.
+        let rev: Vec<usize> = s.iter().rev().copied().collect();
+        let rdims: Vec<usize> = dims.iter().rev().copied().collect();
+        assert_eq!(ReduceInfo::merged_ranks(&rdims, &rev, &[0, 1]), (6, 2));
+        let err = ReduceInfo::new("t", &rdims, &rev, &[0, 1])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at most 4"), "{err}");
     }
 
     #[test]

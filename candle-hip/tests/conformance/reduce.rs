@@ -156,6 +156,48 @@ pub fn reductions(ctx: &mut Ctx, dtypes: &[DType]) {
     }
     packed_column_reductions(ctx, dtypes);
     whole_tensor_reductions(ctx, dtypes);
+    high_rank_reductions(ctx, dtypes);
+}
+
+/// Reductions of views whose kept or reduced dimensions do not merge into
+/// the four each that the kernels index (`CH_REDUCE_MAX_DIMS`): rank-8 and
+/// rank-6 tensors with their dimensions reversed (no two adjacent ones
+/// merge), reduced over one, two or alternate dimensions, which candle-hip
+/// reduces from a contiguous copy; the same views with at most four of each
+/// (rank 6 reduced over three), which it reduces in place.
+fn high_rank_reductions(ctx: &mut Ctx, dtypes: &[DType]) {
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[2, 3, 2, 2, 3, 2, 2, 3], &[0, 2]),
+        (&[2, 3, 2, 2, 3, 2, 2, 3], &[1, 3, 5, 7]),
+        (&[3, 2, 5, 2, 3, 4], &[4]),
+        (&[3, 2, 5, 2, 3, 4], &[0, 2, 4]),
+    ];
+    for op in REDUCE_OPS {
+        for &dtype in dtypes {
+            for &(shape, dims) in cases {
+                // Stored with the dimensions in reverse order, then reversed
+                // back by transposes: every stride runs against its size.
+                let rank = shape.len();
+                let stored: Vec<usize> = shape.iter().rev().copied().collect();
+                let mut l = Layout::contiguous(stored.as_slice());
+                for d in 0..rank / 2 {
+                    l = l.transpose(d, rank - 1 - d).unwrap();
+                }
+                let dims = if op.0 == ReduceOp::Sum {
+                    dims
+                } else {
+                    &dims[..1]
+                };
+                let red: usize = dims.iter().map(|&d| shape[d]).product();
+                let Some(domain) = reduce_domain(op.0, dtype, red, Domain::Signed) else {
+                    continue;
+                };
+                let cpu = random_storage(&mut ctx.rng, dtype, l.shape().elem_count(), domain);
+                let x = ctx.upload(cpu);
+                check_reduction(ctx, op, dtype, &x, &l, dims);
+            }
+        }
+    }
 }
 
 /// Reductions to a single output long enough to be cut into chunks whose

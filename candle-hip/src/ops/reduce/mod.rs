@@ -10,7 +10,7 @@ use hip_safe::KernelArg;
 
 use crate::error::{Result, invalid};
 use crate::kernel::catalogue::reduce_family;
-use crate::kernel::header::REDUCE_STATE_BYTES;
+use crate::kernel::header::{REDUCE_MAX_DIMS, REDUCE_STATE_BYTES};
 use crate::kernel::info::{ReduceInfo, ReduceMode};
 use crate::size;
 use crate::storage::HipStorage;
@@ -37,6 +37,19 @@ pub(crate) fn reduce(
     let mut reduce_dims = dims.to_vec();
     reduce_dims.sort_unstable();
     reduce_dims.dedup();
+    if reduce_dims.iter().all(|&d| d < layout.dims().len()) && !layout.is_contiguous() {
+        let (kept, reduced) =
+            ReduceInfo::merged_ranks(layout.dims(), layout.stride(), &reduce_dims);
+        if kept.max(reduced) > REDUCE_MAX_DIMS {
+            // More dimensions than the kernels index: reduce a contiguous
+            // copy, whose runs of kept and reduced dimensions merge.
+            let len = size::numel(name, layout.dims())?;
+            // SAFETY: copy_strided_src writes every element of the copy.
+            let mut copy = unsafe { src.device().alloc_storage(src.dtype(), len) }?;
+            src.copy_strided_src(&mut copy, 0, layout)?;
+            return reduce(&copy, op, &Layout::contiguous(layout.shape()), &reduce_dims);
+        }
+    }
     let info = ReduceInfo::new(name, layout.dims(), layout.stride(), &reduce_dims)?;
     if out_dtype == DType::U32 && info.red_size >= u64::from(u32::MAX) {
         return Err(invalid(
