@@ -329,6 +329,14 @@ impl ReduceInfo {
         (merged(true), merged(false))
     }
 
+    /// Whether a source has more kept or reduced dimensions, after merging,
+    /// than the kernels take ([`REDUCE_MAX_DIMS`]; [`ReduceInfo::new`]
+    /// refuses it).
+    pub(crate) fn exceeds_kernels(dims: &[usize], strides: &[usize], reduce: &[usize]) -> bool {
+        let (kept, reduced) = ReduceInfo::merged_ranks(dims, strides, reduce);
+        kept.max(reduced) > REDUCE_MAX_DIMS
+    }
+
     /// Whether consecutive reduced positions are adjacent in memory (the
     /// innermost reduced stride is 1).
     pub(crate) fn inner_contiguous(&self) -> bool {

@@ -164,25 +164,33 @@ pub fn reductions(ctx: &mut Ctx, dtypes: &[DType]) {
 /// rank-6 tensors with their dimensions reversed (no two adjacent ones
 /// merge), reduced over one, two or alternate dimensions, which candle-hip
 /// reduces from a contiguous copy; the same views with at most four of each
-/// (rank 6 reduced over three), which it reduces in place.
+/// (rank 6 reduced over three), which it reduces in place; and a contiguous
+/// rank-10 tensor reduced over alternate dimensions (five runs of each),
+/// which sum reduces in two passes.
 fn high_rank_reductions(ctx: &mut Ctx, dtypes: &[DType]) {
-    let cases: &[(&[usize], &[usize])] = &[
-        (&[2, 3, 2, 2, 3, 2, 2, 3], &[0, 2]),
-        (&[2, 3, 2, 2, 3, 2, 2, 3], &[1, 3, 5, 7]),
-        (&[3, 2, 5, 2, 3, 4], &[4]),
-        (&[3, 2, 5, 2, 3, 4], &[0, 2, 4]),
+    // (shape, reduced dims, stored reversed)
+    let cases: &[(&[usize], &[usize], bool)] = &[
+        (&[2, 3, 2, 2, 3, 2, 2, 3], &[0, 2], true),
+        (&[2, 3, 2, 2, 3, 2, 2, 3], &[1, 3, 5, 7], true),
+        (&[3, 2, 5, 2, 3, 4], &[4], true),
+        (&[3, 2, 5, 2, 3, 4], &[0, 2, 4], true),
+        (&[2, 3, 2, 3, 2, 3, 2, 3, 2, 3], &[1, 3, 5, 7, 9], false),
     ];
     for op in REDUCE_OPS {
         for &dtype in dtypes {
-            for &(shape, dims) in cases {
+            for &(shape, dims, reversed) in cases {
                 // Stored with the dimensions in reverse order, then reversed
                 // back by transposes: every stride runs against its size.
                 let rank = shape.len();
-                let stored: Vec<usize> = shape.iter().rev().copied().collect();
-                let mut l = Layout::contiguous(stored.as_slice());
-                for d in 0..rank / 2 {
-                    l = l.transpose(d, rank - 1 - d).unwrap();
+                let mut l = Layout::contiguous(shape);
+                if reversed {
+                    let stored: Vec<usize> = shape.iter().rev().copied().collect();
+                    l = Layout::contiguous(stored.as_slice());
+                    for d in 0..rank / 2 {
+                        l = l.transpose(d, rank - 1 - d).unwrap();
+                    }
                 }
+                // Candle's CPU backend takes one dimension for all but sum.
                 let dims = if op.0 == ReduceOp::Sum {
                     dims
                 } else {

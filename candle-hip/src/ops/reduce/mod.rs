@@ -37,18 +37,14 @@ pub(crate) fn reduce(
     let mut reduce_dims = dims.to_vec();
     reduce_dims.sort_unstable();
     reduce_dims.dedup();
-    if reduce_dims.iter().all(|&d| d < layout.dims().len()) && !layout.is_contiguous() {
-        let (kept, reduced) =
-            ReduceInfo::merged_ranks(layout.dims(), layout.stride(), &reduce_dims);
-        if kept.max(reduced) > REDUCE_MAX_DIMS {
-            // More dimensions than the kernels index: reduce a contiguous
-            // copy, whose runs of kept and reduced dimensions merge.
-            let len = size::numel(name, layout.dims())?;
-            // SAFETY: copy_strided_src writes every element of the copy.
-            let mut copy = unsafe { src.device().alloc_storage(src.dtype(), len) }?;
-            src.copy_strided_src(&mut copy, 0, layout)?;
-            return reduce(&copy, op, &Layout::contiguous(layout.shape()), &reduce_dims);
-        }
+    // A contiguous source of rank 2 * REDUCE_MAX_DIMS or less always fits.
+    let may_exceed = !layout.is_contiguous() || layout.dims().len() > 2 * REDUCE_MAX_DIMS;
+    if may_exceed
+        && reduce_dims.iter().all(|&d| d < layout.dims().len())
+        && ReduceInfo::exceeds_kernels(layout.dims(), layout.stride(), &reduce_dims)
+        && let Some(out) = reduce_in_steps(src, op, layout, &reduce_dims)?
+    {
+        return Ok(out);
     }
     let info = ReduceInfo::new(name, layout.dims(), layout.stride(), &reduce_dims)?;
     if out_dtype == DType::U32 && info.red_size >= u64::from(u32::MAX) {
@@ -118,4 +114,50 @@ pub(crate) fn reduce(
         }
     }
     Ok(out)
+}
+
+/// Reduces a source with more kept or reduced dimensions, after merging,
+/// than the kernels index ([`REDUCE_MAX_DIMS`]; `reduce_dims` sorted and
+/// valid). A strided source is reduced from a contiguous copy, whose runs
+/// of kept and reduced dimensions merge (at most four of each up to rank
+/// 8). Past that, sum, min and max reduce the later half of the dimensions
+/// first, then the rest of that result (whose reduced dimensions have size
+/// 1), in f32 for a sum of 16- or 8-bit floats as the kernels sum them.
+/// `None`: no way round it (argmin/argmax, or one reduced dimension, of a
+/// contiguous source), which [`ReduceInfo::new`] reports.
+fn reduce_in_steps(
+    src: &HipStorage,
+    op: ReduceOp,
+    layout: &Layout,
+    reduce_dims: &[usize],
+) -> Result<Option<HipStorage>> {
+    if !layout.is_contiguous() {
+        let len = size::numel("reduce", layout.dims())?;
+        // SAFETY: copy_strided_src writes every element of the copy.
+        let mut copy = unsafe { src.device().alloc_storage(src.dtype(), len) }?;
+        src.copy_strided_src(&mut copy, 0, layout)?;
+        return reduce(&copy, op, &Layout::contiguous(layout.shape()), reduce_dims).map(Some);
+    }
+    if matches!(op, ReduceOp::ArgMin | ReduceOp::ArgMax) || reduce_dims.len() < 2 {
+        return Ok(None);
+    }
+    let narrow = matches!(src.dtype(), DType::F16 | DType::BF16 | DType::F8E4M3);
+    if op == ReduceOp::Sum && narrow {
+        let wide = src.to_dtype(layout, DType::F32)?;
+        let sum = reduce(&wide, op, &Layout::contiguous(layout.shape()), reduce_dims)?;
+        let outputs: usize = (0..layout.dims().len())
+            .filter(|d| !reduce_dims.contains(d))
+            .map(|d| layout.dims()[d])
+            .product();
+        return sum
+            .to_dtype(&Layout::contiguous(outputs), src.dtype())
+            .map(Some);
+    }
+    let (first, later) = reduce_dims.split_at(reduce_dims.len() / 2);
+    let partial = reduce(src, op, layout, later)?;
+    let mut dims = layout.dims().to_vec();
+    for &d in later {
+        dims[d] = 1;
+    }
+    reduce(&partial, op, &Layout::contiguous(dims), first).map(Some)
 }
