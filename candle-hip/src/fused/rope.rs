@@ -295,7 +295,7 @@ pub fn rope_append(
     for other in [qkv, cos, sin] {
         state.check_dtype(other, OP)?;
     }
-    if pos.dtype() != candle_core::DType::U32 || pos_l.dims().iter().product::<usize>() != 1 {
+    if pos.dtype() != candle_core::DType::U32 || pos_l.shape().elem_count() != 1 {
         return Err(invalid(
             OP,
             format!(
@@ -337,8 +337,7 @@ pub fn rope_append(
             ));
         }
     };
-    let count = |l: &Layout| l.dims().iter().product::<usize>();
-    if count(state_l) != state_len || count(qkv_l) != qkv_len {
+    if state_l.shape().elem_count() != state_len || qkv_l.shape().elem_count() != qkv_len {
         return Err(invalid(
             OP,
             format!(
