@@ -457,11 +457,12 @@ __device__ __forceinline__ void wide_digit(ch_u64& i, const ch_u64* dims, const 
 // Offsets in N operands of element `i` (row-major order) of a view of
 // `rank` <= MAX_DIMS dims, sharing the divisions; stride(k, d) is operand
 // k's stride of dimension d. The usual case, i and every dim below 2^32,
-// divides in 32 bits in a loop unrolled over the MAX_DIMS dimensions. Otherwise (views of 2^32
-// elements or more) each dimension takes the compiler's 64-bit division
-// (see divmod64), several times the code of a 32-bit one: with ROLL_WIDE,
-// once in a rolled loop, which reads the dimensions at computed offsets of
-// the argument struct (half the code of an element-wise kernel). Reductions
+// divides in 32 bits in a loop unrolled over the MAX_DIMS dimensions.
+// Otherwise (views of 2^32 elements or more) each dimension takes the
+// compiler's 64-bit division (see divmod64), several times the code of a
+// 32-bit one: with ROLL_WIDE, once in a rolled loop, which reads the
+// dimensions at computed offsets of the argument struct (half the code of
+// an element-wise kernel). Reductions
 // keep that loop unrolled too: rolled, hipRTC 6.4 gives a dozen of them an
 // unused 68-byte private segment
 // (candle-hip/benches/results/sandbox-2026-11-28-index-math.md).

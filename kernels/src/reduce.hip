@@ -39,9 +39,10 @@
 #include "common.h"
 
 // Kept and reduced dimensions (each, after merging) a reduction takes: the
-// host reduces a source with more from a contiguous copy, which has at most
-// half of CH_MAX_DIMS of each. Four instead of eight halve the index math
-// that every kernel carries (its compile time and registers).
+// host reduces a strided source with more from a contiguous copy (at most
+// half of CH_MAX_DIMS of each), and a longer contiguous one in two passes
+// (ops/reduce/mod.rs). Four instead of eight halve the index math that
+// every kernel carries (its compile time and registers).
 #define CH_REDUCE_MAX_DIMS 4
 #define CH_REDUCE_ROWS 0
 #define CH_REDUCE_COLS 1
