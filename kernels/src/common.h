@@ -789,10 +789,12 @@ __device__ __forceinline__ typename R::State block_reduce(typename R::State s, t
 // names are NAME##_##dtype, e.g. uexp_f32; a family of two dtypes passes its
 // first one as OP, so the dtype of the helper is always the last suffix.
 //
-// A program compiled with -DCH_ONLY_DTYPE=CH_DTYPE_<dtype> defines only the
-// helpers' kernels whose last suffix is <dtype>: candle-hip compiles its
-// largest sources once per dtype that way, so that the first use of an op
-// compiles a tenth of the source. Without the define, every kernel.
+// A program compiled with -DCH_ONLY_DTYPES=<mask> (bit CH_DTYPE_<dtype> set
+// for each dtype it holds, e.g. `(1<<CH_DTYPE_f16)|(1<<CH_DTYPE_bf16)`)
+// defines only the helpers' kernels whose last suffix is one of those
+// dtypes: candle-hip compiles its largest sources once per group of dtypes
+// that way, so that the first use of an op compiles a fraction of the
+// source. Without the define, every kernel.
 
 #define CH_DTYPE_u8 1
 #define CH_DTYPE_u32 2
@@ -805,56 +807,61 @@ __device__ __forceinline__ typename R::State block_reduce(typename R::State s, t
 #define CH_DTYPE_f64 9
 #define CH_DTYPE_f8e4m3 10
 
-#if defined(CH_ONLY_DTYPE) && !(CH_ONLY_DTYPE >= CH_DTYPE_u8 && CH_ONLY_DTYPE <= CH_DTYPE_f8e4m3)
-#error "CH_ONLY_DTYPE must be one of the CH_DTYPE_<dtype> names"
+#ifdef CH_ONLY_DTYPES
+#if ((CH_ONLY_DTYPES) & ~0x7fe) != 0 || (CH_ONLY_DTYPES) == 0
+#error "CH_ONLY_DTYPES must be a non-empty mask of (1<<CH_DTYPE_<dtype>) bits"
+#endif
+#define CH_HAS_DTYPE(d) (((CH_ONLY_DTYPES) >> (d)) & 1)
+#else
+#define CH_HAS_DTYPE(d) 1
 #endif
 
-#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_u8
+#if CH_HAS_DTYPE(CH_DTYPE_u8)
 #define CH_IF_u8(...) __VA_ARGS__
 #else
 #define CH_IF_u8(...)
 #endif
-#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_u32
+#if CH_HAS_DTYPE(CH_DTYPE_u32)
 #define CH_IF_u32(...) __VA_ARGS__
 #else
 #define CH_IF_u32(...)
 #endif
-#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_i16
+#if CH_HAS_DTYPE(CH_DTYPE_i16)
 #define CH_IF_i16(...) __VA_ARGS__
 #else
 #define CH_IF_i16(...)
 #endif
-#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_i32
+#if CH_HAS_DTYPE(CH_DTYPE_i32)
 #define CH_IF_i32(...) __VA_ARGS__
 #else
 #define CH_IF_i32(...)
 #endif
-#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_i64
+#if CH_HAS_DTYPE(CH_DTYPE_i64)
 #define CH_IF_i64(...) __VA_ARGS__
 #else
 #define CH_IF_i64(...)
 #endif
-#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_f16
+#if CH_HAS_DTYPE(CH_DTYPE_f16)
 #define CH_IF_f16(...) __VA_ARGS__
 #else
 #define CH_IF_f16(...)
 #endif
-#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_bf16
+#if CH_HAS_DTYPE(CH_DTYPE_bf16)
 #define CH_IF_bf16(...) __VA_ARGS__
 #else
 #define CH_IF_bf16(...)
 #endif
-#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_f32
+#if CH_HAS_DTYPE(CH_DTYPE_f32)
 #define CH_IF_f32(...) __VA_ARGS__
 #else
 #define CH_IF_f32(...)
 #endif
-#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_f64
+#if CH_HAS_DTYPE(CH_DTYPE_f64)
 #define CH_IF_f64(...) __VA_ARGS__
 #else
 #define CH_IF_f64(...)
 #endif
-#if !defined(CH_ONLY_DTYPE) || CH_ONLY_DTYPE == CH_DTYPE_f8e4m3
+#if CH_HAS_DTYPE(CH_DTYPE_f8e4m3)
 #define CH_IF_f8e4m3(...) __VA_ARGS__
 #else
 #define CH_IF_f8e4m3(...)

@@ -2,8 +2,9 @@
 //! holds. A source is one unit, or is cut into several so that the first
 //! use of an op compiles a fraction of it:
 //! - a source split by dtype ([`Source::split_by_dtype`]) is one unit per
-//!   dtype, compiled with `-DCH_ONLY_DTYPE=CH_DTYPE_<dtype>` and holding the
-//!   kernels whose last dtype suffix is that dtype;
+//!   group of dtypes ([`DTYPE_GROUPS`]), compiled with
+//!   `-DCH_ONLY_DTYPES=<mask of the group>` and holding the kernels whose
+//!   last dtype suffix is in the group;
 //! - a source whose families are grouped into parts (`#if CH_PART(n)` in
 //!   the source, `part n` in the catalogue) is one unit per part (and per
 //!   dtype), compiled with `-DCH_ONLY_PART=<n>`.
@@ -14,15 +15,35 @@ use candle_core::DType;
 use candle_hip_kernels::{self as sources, COMMON_HEADER, COMMON_HEADER_NAME, Source};
 use hip_safe::Program;
 
-use crate::dtype::NUMERIC;
 use crate::kernel::catalogue::{FAMILIES, Kernel};
 
-/// One compilation unit: a source, or the kernels of one dtype and/or one
-/// part of it.
+/// How a source split by dtype groups the dtypes of its kernels into
+/// units: dtypes a program tends to use together share one, so that each
+/// hipRTC program (about 0.13 s before its first kernel) holds more code,
+/// while the first use of an op still compiles a fraction of its source.
+/// Every kernel's dtype is in exactly one group.
+pub const DTYPE_GROUPS: [&[DType]; 4] = [
+    &[DType::F16, DType::BF16],
+    &[DType::F32],
+    &[DType::U8, DType::U32, DType::I64],
+    &[DType::F64, DType::I16, DType::I32, DType::F8E4M3],
+];
+
+/// The index in [`DTYPE_GROUPS`] of the group holding `dtype`.
+fn group_of(dtype: DType) -> Option<u8> {
+    DTYPE_GROUPS
+        .iter()
+        .position(|group| group.contains(&dtype))
+        .and_then(|g| u8::try_from(g).ok())
+}
+
+/// One compilation unit: a source, or the kernels of one group of dtypes
+/// and/or one part of it.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Unit {
     source: Source,
-    dtype: Option<DType>,
+    /// The index in [`DTYPE_GROUPS`] for a source split by dtype.
+    group: Option<u8>,
     /// The part, or 0 for a source without parts.
     part: u8,
 }
@@ -31,23 +52,25 @@ impl Unit {
     /// The unit holding `kernel`.
     pub(crate) fn of(kernel: &Kernel) -> Unit {
         let source = kernel.source();
-        let dtype = source
+        let group = source
             .split_by_dtype()
-            .then(|| kernel.second.unwrap_or(kernel.first));
+            .then(|| group_of(kernel.second.unwrap_or(kernel.first)))
+            .flatten();
         Unit {
             source,
-            dtype,
+            group,
             part: kernel.family.part,
         }
     }
 
-    /// Every unit of every source, in source order (then dtype order).
+    /// Every unit of every source, in source order (then part and group
+    /// order).
     pub fn all() -> Vec<Unit> {
         sources::ALL.into_iter().flat_map(Unit::of_source).collect()
     }
 
-    /// The units of `source`, in part then dtype order: the source itself,
-    /// or one per part and/or dtype that holds kernels.
+    /// The units of `source`, in part then group order: the source itself,
+    /// or one per part and/or group of dtypes that holds kernels.
     pub fn of_source(source: Source) -> Vec<Unit> {
         let mut units: Vec<Unit> = FAMILIES
             .iter()
@@ -55,8 +78,7 @@ impl Unit {
             .flat_map(|f| f.kernels())
             .map(|k| Unit::of(&k))
             .collect();
-        let dtype_order = |u: &Unit| u.dtype.and_then(|d| NUMERIC.iter().position(|&n| n == d));
-        units.sort_by_key(|u| (u.part, dtype_order(u)));
+        units.sort_by_key(|u| (u.part, u.group));
         units.dedup();
         units
     }
@@ -66,9 +88,10 @@ impl Unit {
         self.source
     }
 
-    /// The dtype of a unit of a source split by dtype.
-    pub fn dtype(self) -> Option<DType> {
-        self.dtype
+    /// The dtypes of a unit of a source split by dtype (empty for a unit
+    /// of every dtype).
+    pub fn dtypes(self) -> &'static [DType] {
+        self.group.map_or(&[], |g| DTYPE_GROUPS[usize::from(g)])
     }
 
     /// The part of a unit of a source with parts.
@@ -76,8 +99,8 @@ impl Unit {
         (self.part != 0).then_some(self.part)
     }
 
-    /// The unit's name: the file name, followed by the dtype and/or the
-    /// part in brackets (`binary.hip[bf16,2]`, `softmax.hip`). It names the
+    /// The unit's name: the file name, followed by the dtypes and/or the
+    /// part in brackets (`binary.hip[f16+bf16,2]`, `softmax.hip`). It names the
     /// program in compiler messages and the unit's entries in kernel
     /// bundles.
     pub fn name(self) -> String {
@@ -86,15 +109,21 @@ impl Unit {
 
     /// The hipRTC program of the unit for a device whose waves have
     /// `wave_size` lanes: the source, `common.h`, `-O3`,
-    /// `-DCANDLE_HIP_WAVE=<wave_size>`, and `-DCH_ONLY_DTYPE=CH_DTYPE_<dtype>`
-    /// / `-DCH_ONLY_PART=<n>` for a unit of a dtype / a part.
+    /// `-DCANDLE_HIP_WAVE=<wave_size>`, and `-DCH_ONLY_DTYPES=<mask>`
+    /// (`(1<<CH_DTYPE_f16)|(1<<CH_DTYPE_bf16)`) / `-DCH_ONLY_PART=<n>` for a
+    /// unit of a group of dtypes / a part.
     pub fn program(self, wave_size: u32) -> Program {
         let mut program = Program::new(self.source.code(), &self.name())
             .header(COMMON_HEADER_NAME, COMMON_HEADER.code())
             .option("-O3")
             .define("CANDLE_HIP_WAVE", wave_size);
-        if let Some(dtype) = self.dtype {
-            program = program.define("CH_ONLY_DTYPE", format!("CH_DTYPE_{}", dtype.as_str()));
+        if self.group.is_some() {
+            let bits: Vec<String> = self
+                .dtypes()
+                .iter()
+                .map(|d| format!("(1<<CH_DTYPE_{})", d.as_str()))
+                .collect();
+            program = program.define("CH_ONLY_DTYPES", bits.join("|"));
         }
         if let Some(part) = self.part() {
             program = program.define("CH_ONLY_PART", part);
@@ -116,9 +145,10 @@ impl Unit {
 
 impl fmt::Display for Unit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let dtype = self.dtype.map(|d| d.as_str().to_string());
+        let dtypes: Vec<&str> = self.dtypes().iter().map(|d| d.as_str()).collect();
+        let dtypes = (!dtypes.is_empty()).then(|| dtypes.join("+"));
         let part = self.part().map(|p| p.to_string());
-        let label: Vec<String> = dtype.into_iter().chain(part).collect();
+        let label: Vec<String> = dtypes.into_iter().chain(part).collect();
         match label.is_empty() {
             true => f.write_str(self.source.file_name()),
             false => write!(f, "{}[{}]", self.source.file_name(), label.join(",")),
@@ -135,6 +165,7 @@ impl fmt::Debug for Unit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::NUMERIC;
 
     #[test]
     fn every_kernel_is_in_exactly_one_unit_of_its_source() {
@@ -149,27 +180,38 @@ mod tests {
     }
 
     #[test]
-    fn split_sources_have_a_unit_per_last_dtype_and_part() {
+    fn dtype_groups_cover_every_dtype_with_arithmetic_once() {
+        for dtype in NUMERIC {
+            let groups = DTYPE_GROUPS.iter().filter(|g| g.contains(&dtype)).count();
+            assert_eq!(groups, 1, "{dtype:?} is in {groups} groups");
+        }
+    }
+
+    #[test]
+    fn split_sources_have_a_unit_per_dtype_group_and_part() {
         let binary = Unit::of_source(sources::BINARY);
-        // Arithmetic and comparisons, each for every dtype with arithmetic.
-        assert_eq!(binary.len(), 2 * NUMERIC.len());
-        assert_eq!(binary[0].name(), "binary.hip[u8,1]");
-        assert_eq!(binary.last().unwrap().name(), "binary.hip[f8e4m3,2]");
+        // Arithmetic and comparisons, each for every group.
+        assert_eq!(binary.len(), 2 * DTYPE_GROUPS.len());
+        assert_eq!(binary[0].name(), "binary.hip[f16+bf16,1]");
+        assert_eq!(
+            binary.last().unwrap().name(),
+            "binary.hip[f64+i16+i32+f8e4m3,2]"
+        );
         let names = Unit::of_source(sources::CAST)
             .into_iter()
-            .find(|u| u.dtype() == Some(DType::BF16))
+            .find(|u| u.dtypes().contains(&DType::BF16))
             .unwrap()
             .kernel_names();
         assert!(names.contains(&"cast_f32_bf16".to_string()));
+        assert!(names.contains(&"cast_u8_f16".to_string()));
         assert!(!names.contains(&"cast_bf16_f32".to_string()));
-        let where_units = Unit::of_source(sources::WHERE);
-        // Values are the seven element-width dtypes; the others are carried.
-        assert_eq!(where_units.len(), 7);
-        // Every element width: copy.hip's first use compiles one dtype.
-        assert_eq!(Unit::of_source(sources::COPY).len(), 7);
+        // Values are the seven element-width dtypes, in three groups; the
+        // others are carried.
+        assert_eq!(Unit::of_source(sources::WHERE).len(), 4);
+        assert_eq!(Unit::of_source(sources::COPY).len(), 4);
         let softmax = Unit::of_source(sources::SOFTMAX);
-        assert_eq!(softmax.len(), 4);
-        assert_eq!(softmax[1].name(), "softmax.hip[bf16]");
+        assert_eq!(softmax.len(), 3);
+        assert_eq!(softmax[0].name(), "softmax.hip[f16+bf16]");
         assert_eq!(Unit::of_source(sources::ROPE).len(), 1);
         assert_eq!(Unit::of_source(sources::ROPE)[0].name(), "rope.hip");
     }
@@ -220,7 +262,7 @@ mod tests {
     fn a_split_unit_compiles_with_its_dtype_define() {
         let unit = Unit::of_source(sources::REDUCE)
             .into_iter()
-            .find(|u| u.dtype() == Some(DType::F8E4M3))
+            .find(|u| u.dtypes().contains(&DType::F8E4M3))
             .unwrap();
         let whole = Unit::of_source(sources::SOFTMAX)[0];
         assert_ne!(
@@ -233,7 +275,7 @@ mod tests {
             whole.program(32).source_hash(),
             whole.program(64).source_hash()
         );
-        for dtype in Unit::all().iter().filter_map(|u| u.dtype()) {
+        for &dtype in Unit::all().iter().flat_map(|u| u.dtypes()) {
             let define = format!("CH_DTYPE_{}", dtype.as_str());
             assert!(
                 COMMON_HEADER.define(&define).is_some(),

@@ -335,7 +335,7 @@ static void gemv_bench(const std::vector<Variant>& variants) {
   std::vector<CUfunction> fns;
   for (auto& v : variants) {
     auto defs = v.defines;
-    defs.push_back("-DCH_ONLY_DTYPE=CH_DTYPE_bf16");
+    defs.push_back("-DCH_ONLY_DTYPES=(1<<CH_DTYPE_bf16)");
     CUmodule m = compile(v.file, defs);
     fns.push_back(m ? function(m, "gemv_fused_bf16") : nullptr);
   }
@@ -459,7 +459,7 @@ static std::vector<ByDim> attention_kernels(const std::vector<Variant>& variants
   std::vector<ByDim> out(prefixes.size(), ByDim(2));
   for (auto& v : variants) {
     auto defs = v.defines;
-    defs.push_back("-DCH_ONLY_DTYPE=CH_DTYPE_bf16");
+    defs.push_back("-DCH_ONLY_DTYPES=(1<<CH_DTYPE_bf16)");
     CUmodule m = compile(v.file, defs);
     for (size_t pi = 0; pi < prefixes.size(); ++pi)
       for (int di = 0; di < 2; ++di) {
@@ -672,7 +672,7 @@ static void qmv_bench(const std::vector<Variant>& variants) {
   std::vector<std::vector<CUfunction>> act(variants.size()), mv(variants.size());
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     auto defs = variants[vi].defines;
-    defs.push_back("-DCH_ONLY_DTYPE=CH_DTYPE_f32");
+    defs.push_back("-DCH_ONLY_DTYPES=(1<<CH_DTYPE_f32)");
     CUmodule m = compile(variants[vi].file, defs);
     for (const QType& t : kQTypes) {
       act[vi].push_back(m ? function(m, (std::string("quantize_act_") + t.name + "_f32").c_str()) : nullptr);
@@ -813,7 +813,7 @@ static void dq_bench(const std::vector<Variant>& variants) {
   std::vector<std::vector<CUfunction>> fns(variants.size());
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     auto defs = variants[vi].defines;
-    defs.push_back("-DCH_ONLY_DTYPE=CH_DTYPE_bf16");
+    defs.push_back("-DCH_ONLY_DTYPES=(1<<CH_DTYPE_bf16)");
     CUmodule m = compile(variants[vi].file, defs);
     for (const QType& t : kQTypes)
       fns[vi].push_back(m ? function(m, (std::string("dequantize_") + t.name + "_bf16").c_str()) : nullptr);
