@@ -50,9 +50,8 @@ pub(crate) const NUMERIC: [DType; 10] = [
 /// and no conversions (candle's CPU backend stores and copies them only).
 pub(crate) const RAW: [DType; 4] = [DType::F6E2M3, DType::F6E3M2, DType::F4, DType::F8E8M0];
 
-/// The dtypes every kernel family that takes all dtypes is instantiated
-/// for, which cover every element width (1, 2, 4 and 8 bytes): the
-/// data-movement kernels serve the other dtypes through [`carrier`].
+/// The dtypes every computing kernel family that takes all dtypes is
+/// instantiated for, which cover every element width (1, 2, 4 and 8 bytes).
 pub(crate) const CORE: [DType; 7] = [
     DType::U8,
     DType::U32,
@@ -62,6 +61,10 @@ pub(crate) const CORE: [DType; 7] = [
     DType::F32,
     DType::F64,
 ];
+
+/// One dtype per element width, each the [`carrier`] of its width: the
+/// dtypes of the kernels that move elements without looking at them.
+pub(crate) const CARRIERS: [DType; 4] = [DType::U8, DType::BF16, DType::U32, DType::I64];
 
 /// The floating dtypes of the fused and convolution kernels.
 pub(crate) const FLOATS: [DType; 4] = [DType::F16, DType::BF16, DType::F32, DType::F64];
@@ -107,7 +110,7 @@ pub(crate) fn elem_bytes(dtype: DType) -> usize {
     dtype.size_in_bytes().max(1)
 }
 
-/// The [`CORE`] dtype of `dtype`'s element width, whose data-movement
+/// The [`CARRIERS`] dtype of `dtype`'s element width, whose data-movement
 /// kernels (copies, fills, selects) move `dtype`'s elements bit for bit:
 /// u8, bf16 (its kernels never interpret the bits), u32 or i64.
 pub(crate) fn carrier(dtype: DType) -> DType {

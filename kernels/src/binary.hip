@@ -1,10 +1,11 @@
 // Element-wise binary kernels with broadcasting and arbitrary strides:
 // Candle's BinaryOpT ops (badd_f32, bmaximum_u8, ...) and comparisons that
-// produce u8 (cmp_eq_f32, cmp_lt_i64, ...).
+// produce u8 (cmp_f32, cmp_i64, ...).
 //
 // Signature: (const ElemInfo info, const T* lhs, const T* rhs, Out* out), with
 // operand 0 = lhs and operand 1 = rhs in info.strides (a broadcast dimension
-// has stride 0).
+// has stride 0); comparisons take a last `double accept` (an integer, as
+// element-wise parameters are doubles; see CmpFn).
 //
 // Floating types compute in f32/f64 and round once, which is exactly what
 // Candle's CPU backend does for f16/bf16 and f8e4m3 arithmetic. Integer
@@ -111,60 +112,41 @@ CH_NUMERIC(CH_BINARY_KERNEL, bminimum, MinimumOp)
 #endif
 
 // ---------------------------------------------------------------------------
-// Comparisons: 1 when true, 0 otherwise (NaN compares unequal to everything).
-
-struct EqOp {
-  template <typename A>
-  __device__ __forceinline__ static bool test(A a, A b) { return a == b; }
-};
-struct NeOp {
-  template <typename A>
-  __device__ __forceinline__ static bool test(A a, A b) { return a != b; }
-};
-struct LtOp {
-  template <typename A>
-  __device__ __forceinline__ static bool test(A a, A b) { return a < b; }
-};
-struct LeOp {
-  template <typename A>
-  __device__ __forceinline__ static bool test(A a, A b) { return a <= b; }
-};
-struct GtOp {
-  template <typename A>
-  __device__ __forceinline__ static bool test(A a, A b) { return a > b; }
-};
-struct GeOp {
-  template <typename A>
-  __device__ __forceinline__ static bool test(A a, A b) { return a >= b; }
+// Comparisons: one kernel per dtype for the six of candle. The outcome of
+// comparing a with b is one of less (bit 0), equal (bit 1), greater (bit 2)
+// and unordered (bit 3: a NaN on either side); the result is 1 when the
+// outcome's bit of `accept` is set: eq 0b0010, ne 0b1101, lt 0b0001, le
+// 0b0011, gt 0b0100, ge 0b0110. Compared in the computation type: exact for
+// f16/bf16 promoted to f32.
+template <typename T, bool F = Num<T>::is_float>
+struct CmpKey {
+  typedef typename Num<T>::acc K;
+  __device__ __forceinline__ static K of(T v) { return Num<T>::to_acc(v); }
 };
 
-// Compares in the computation type: exact for f16/bf16 promoted to f32.
-template <typename Op, typename T, bool F = Num<T>::is_float>
-struct CmpFn;
+template <typename T>
+struct CmpKey<T, false> {
+  typedef T K;
+  __device__ __forceinline__ static K of(T v) { return v; }
+};
 
-template <typename Op, typename T>
-struct CmpFn<Op, T, true> {
-  __device__ __forceinline__ ch_u8 operator()(T a, T b) const {
-    return Op::test(Num<T>::to_acc(a), Num<T>::to_acc(b)) ? 1 : 0;
+template <typename T>
+struct CmpFn {
+  ch_u32 accept;
+  __device__ __forceinline__ ch_u8 operator()(T x, T y) const {
+    const typename CmpKey<T>::K a = CmpKey<T>::of(x), b = CmpKey<T>::of(y);
+    const ch_u32 bit = a < b ? 0 : a == b ? 1 : a > b ? 2 : 3;
+    return (ch_u8)((accept >> bit) & 1);
   }
 };
 
-template <typename Op, typename T>
-struct CmpFn<Op, T, false> {
-  __device__ __forceinline__ ch_u8 operator()(T a, T b) const { return Op::test(a, b) ? 1 : 0; }
-};
-
-#define CH_CMP_KERNEL(NAME, OP, TY)                                                            \
-  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                  \
-      NAME##_##TY(const ElemInfo info, const ch_##TY* lhs, const ch_##TY* rhs, ch_u8* out) {   \
-    map_elems(info, out, CmpFn<OP, ch_##TY>(), In<ch_##TY, 0>{lhs}, In<ch_##TY, 1>{rhs});      \
+#define CH_CMP_KERNEL(NAME, OP, TY)                                                                  \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                        \
+      NAME##_##TY(const ElemInfo info, const ch_##TY* lhs, const ch_##TY* rhs, ch_u8* out,           \
+                  const double accept) {                                                             \
+    map_elems(info, out, CmpFn<ch_##TY>{(ch_u32)accept}, In<ch_##TY, 0>{lhs}, In<ch_##TY, 1>{rhs}); \
   }
 
 #if CH_PART(2)
-CH_NUMERIC(CH_CMP_KERNEL, cmp_eq, EqOp)
-CH_NUMERIC(CH_CMP_KERNEL, cmp_ne, NeOp)
-CH_NUMERIC(CH_CMP_KERNEL, cmp_lt, LtOp)
-CH_NUMERIC(CH_CMP_KERNEL, cmp_le, LeOp)
-CH_NUMERIC(CH_CMP_KERNEL, cmp_gt, GtOp)
-CH_NUMERIC(CH_CMP_KERNEL, cmp_ge, GeOp)
+CH_NUMERIC(CH_CMP_KERNEL, cmp, _)
 #endif

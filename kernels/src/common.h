@@ -890,6 +890,11 @@ __device__ __forceinline__ typename R::State block_reduce(typename R::State s, t
 // depends on the type.
 #define CH_NARROW_INTS(M, NAME, OP) CH_EACH(M, NAME, OP, i16) CH_EACH(M, NAME, OP, i32)
 #define CH_F8(M, NAME, OP) CH_EACH(M, NAME, OP, f8e4m3)
+// One dtype per element width (1, 2, 4, 8 bytes): the kernels that move
+// elements without looking at them (copies, fills, selects), which the host
+// runs for every dtype of that width.
+#define CH_CARRIERS(M, NAME, OP) \
+  CH_EACH(M, NAME, OP, u8) CH_EACH(M, NAME, OP, bf16) CH_EACH(M, NAME, OP, u32) CH_EACH(M, NAME, OP, i64)
 // Every float dtype.
 #define CH_ANY_FLOAT(M, NAME, OP) CH_FLOATS(M, NAME, OP) CH_F8(M, NAME, OP)
 // Every dtype with arithmetic.

@@ -53,7 +53,7 @@ __device__ __forceinline__ void copy2d_body(ch_u64 rows, ch_u64 cols, ch_u64 src
     copy2d_body(rows, cols, src_stride, dst_stride, src, dst);                                    \
   }
 
-CH_ALL(CH_COPY2D_KERNEL, copy2d, _)
+CH_CARRIERS(CH_COPY2D_KERNEL, copy2d, _)
 
 // ---------------------------------------------------------------------------
 // Tiled transpose. The source is operand 0 of `info` (merged dims, rank >= 2)
@@ -132,7 +132,7 @@ __device__ __forceinline__ void transpose_body(const ElemInfo& info, ch_u64 k, c
     transpose_body(info, k, src, dst);                                                            \
   }
 
-CH_ALL(CH_TRANSPOSE_KERNEL, transpose, _)
+CH_CARRIERS(CH_TRANSPOSE_KERNEL, transpose, _)
 
 // ---------------------------------------------------------------------------
 // Every element of the layout described by operand 0 of `info` set to v.
@@ -173,4 +173,4 @@ __device__ __forceinline__ void fill_body(const ElemInfo& info, T* dst, T v) {
     fill_body(info, dst, from_bits<ch_##TY>(bits));                                        \
   }
 
-CH_ALL(CH_FILL_KERNEL, fill, _)
+CH_CARRIERS(CH_FILL_KERNEL, fill, _)

@@ -1,5 +1,5 @@
 // Indexing kernels: index_select, gather, scatter, scatter_add, index_add,
-// named <op>_<ids dtype>_<value dtype>, e.g. index_select_u32_f16.
+// named <op>_<ids dtype>_<value dtype>, e.g. index_select_u32_bf16.
 //
 // Every tensor is viewed as [left, <dim>, right] around the indexed dimension
 // (the host checks contiguity where Candle requires it). An index equal to the
@@ -591,17 +591,17 @@ __device__ __forceinline__ void tiles_body(const IndexInfo& info, const I* ids, 
 // Parts (each compiled per dtype as a unit of its own): 1 reads, 2 column
 // walks, 3 to 5 one tile family each (the largest kernels).
 #if CH_PART(1)
-CH_EACH_INDEX(CH_ALL, index_select, CH_READ_KERNEL)
-CH_EACH_INDEX(CH_ALL, gather, CH_READ_KERNEL)
+CH_EACH_INDEX(CH_CARRIERS, index_select, CH_READ_KERNEL)
+CH_EACH_INDEX(CH_CARRIERS, gather, CH_READ_KERNEL)
 #endif
 #if CH_PART(2)
-CH_EACH_INDEX(CH_ALL, scatter, CH_SCATTER_SET)
+CH_EACH_INDEX(CH_CARRIERS, scatter, CH_SCATTER_SET)
 CH_EACH_INDEX(CH_NUMERIC, scatter_add, CH_SCATTER_ADD)
 CH_EACH_INDEX(CH_NUMERIC, index_add, CH_INDEX_ADD_KERNEL)
 CH_EACH_INDEX(CH_NUMERIC, index_add_rows, CH_INDEX_ADD_KERNEL)
 #endif
 #if CH_PART(3)
-CH_EACH_INDEX(CH_ALL, scatter_tiles, CH_SCATTER_SET_TILES)
+CH_EACH_INDEX(CH_CARRIERS, scatter_tiles, CH_SCATTER_SET_TILES)
 #endif
 #if CH_PART(4)
 CH_EACH_INDEX(CH_NUMERIC, scatter_add_tiles, CH_SCATTER_ADD_TILES)

@@ -1,7 +1,10 @@
 // Reductions over any set of dimensions: reduce_<op>_<dtype> with op one of
-// sum, min, max (output dtype = input dtype) and argmin, argmax (output u32).
+// sum, minmax (min or max; output dtype = input dtype) and argminmax (argmin
+// or argmax; output u32).
 //
-// Signature: (const ReduceInfo info, const T* src, Out* dst, State* work).
+// Signature: (const ReduceInfo info, const T* src, Out* dst, State* work),
+// and for minmax and argminmax a last `ch_u32 largest`: 1 for max/argmax, 0
+// for min/argmin.
 // The host splits the source layout into the kept dimensions (out_*, their
 // order is the order of the contiguous output) and the reduced ones (red_*);
 // `src` points at the first element of the source view. When the reduced
@@ -84,17 +87,21 @@ struct SumTraits<T, false> {
   __device__ __forceinline__ static T store(A a) { return (T)a; }
 };
 
+// A reduction R is an object (empty, or the direction of a min/max) whose
+// push, run_push, run_first and finish the kernels call on it; identity,
+// combine, run_identity and run_seal are static.
+//
 // How reduce_contiguous folds its packs (the "run" hooks): every position
 // pushed exactly, in order, into states that start empty.
 template <typename Base, typename T>
 struct ExactRun : Base {
   typedef typename Base::State State;
   __device__ __forceinline__ static State run_identity() { return Base::identity(); }
-  __device__ __forceinline__ static State run_push(State st, T x, ch_u64 j) { return Base::push(st, x, j); }
+  __device__ __forceinline__ State run_push(State st, T x, ch_u64 j) const { return this->push(st, x, j); }
   // A lane state, once its pushes are done, ready for combine.
   __device__ __forceinline__ static State run_seal(State st) { return st; }
   // Called with the run's first element when the run starts at position 0.
-  __device__ __forceinline__ static State run_first(State st, T) { return st; }
+  __device__ __forceinline__ State run_first(State st, T) const { return st; }
 };
 
 template <typename T>
@@ -142,12 +149,34 @@ struct KeyOf<T, false> {
   __device__ __forceinline__ static T value(K k) { return k; }
 };
 
+// Min and max share their kernels: values are compared as keys whose
+// largest is the wanted extremum: the values themselves for max, in the
+// reverse order for min (floats negated, integers complemented, which
+// reverses the order of signed and unsigned integers alike). The order is
+// its own inverse, which turns the winning key back into its value.
+template <typename K, bool F = Num<K>::is_float>
+struct KeyOrder;
+
+template <typename K>
+struct KeyOrder<K, true> {
+  K sign;
+  __device__ __forceinline__ static KeyOrder of(ch_u32 largest) { return {largest ? (K)1 : (K)-1}; }
+  __device__ __forceinline__ K operator()(K k) const { return k * sign; }
+};
+
+template <typename K>
+struct KeyOrder<K, false> {
+  K mask;
+  __device__ __forceinline__ static KeyOrder of(ch_u32 largest) { return {largest ? (K)0 : (K)~(K)0}; }
+  __device__ __forceinline__ K operator()(K k) const { return (K)(k ^ mask); }
+};
+
 #define CH_NO_INDEX 0xffffffffu
 
-// Min/max with the position of the winner. The order used by combine is
-// total: empty < ordinary values (by value, then lower index) < NaN at index 0,
-// so the result does not depend on how the work was split.
-template <typename T, bool IsMax>
+// The largest key with the position of the winner. The order used by
+// combine is total: empty < ordinary keys (by key, then lower index) < NaN
+// at index 0, so the result does not depend on how the work was split.
+template <typename T>
 struct ExtremumBase {
   typedef typename KeyOf<T>::K K;
   static const int LANES = 4;
@@ -155,13 +184,14 @@ struct ExtremumBase {
     K v;
     ch_u32 i;
   };
+  KeyOrder<K> order;
   __device__ __forceinline__ static State identity() {
     State st;
     st.v = (K)0;
     st.i = CH_NO_INDEX;
     return st;
   }
-  __device__ __forceinline__ static bool better(K a, K b) { return IsMax ? a > b : a < b; }
+  __device__ __forceinline__ static bool better(K a, K b) { return a > b; }
   __device__ __forceinline__ static State combine(State a, State b) {
     if (a.i == CH_NO_INDEX) return b;
     if (b.i == CH_NO_INDEX) return a;
@@ -174,8 +204,8 @@ struct ExtremumBase {
   // Positions reach one state in increasing order, so an ordinary value
   // replaces the state only when strictly better; an empty state takes any
   // value but a NaN past position 0, and nothing beats a NaN at position 0.
-  __device__ __forceinline__ static State push(State st, T x, ch_u64 j) {
-    const K v = KeyOf<T>::key(x);
+  __device__ __forceinline__ State push(State st, T x, ch_u64 j) const {
+    const K v = order(KeyOf<T>::key(x));
     const bool take = st.i == CH_NO_INDEX ? (v == v || j == 0) : better(v, st.v);
     if (take) {
       st.v = v;
@@ -185,15 +215,15 @@ struct ExtremumBase {
   }
 };
 
-__device__ __forceinline__ float ch_extreme(float a, float b, bool is_max) { return is_max ? fmaxf(a, b) : fminf(a, b); }
-__device__ __forceinline__ double ch_extreme(double a, double b, bool is_max) { return is_max ? fmax(a, b) : fmin(a, b); }
+__device__ __forceinline__ float ch_larger(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double ch_larger(double a, double b) { return fmax(a, b); }
 
 // Run hooks of a value-only min/max: integers push exactly.
-template <typename T, bool IsMax, bool F = Num<T>::is_float>
-struct ValueRun : ExactRun<ExtremumBase<T, IsMax>, T> {};
+template <typename T, bool F = Num<T>::is_float>
+struct ValueRun : ExactRun<ExtremumBase<T>, T> {};
 
-// Floats: the lanes fold values with fmax/fmin (one instruction, NaN
-// skipped) instead of the ordered push (several dependent compares and
+// Floats: the lanes fold keys with fmax (one instruction, NaN skipped)
+// instead of the ordered push (several dependent compares and
 // selects per element, which made the reduction compute-bound).
 // A lane starts at NaN, the fold's neutral value, and run_seal makes it an
 // ordinary state, or an empty one if it saw only NaNs, which never win past
@@ -201,9 +231,9 @@ struct ValueRun : ExactRun<ExtremumBase<T, IsMax>, T> {};
 // through run_first. Only the value is returned, so the placeholder index
 // of a lane matters for nothing but ties of equal values (-0 and +0 may come
 // out either way).
-template <typename T, bool IsMax>
-struct ValueRun<T, IsMax, true> : ExtremumBase<T, IsMax> {
-  typedef ExtremumBase<T, IsMax> B;
+template <typename T>
+struct ValueRun<T, true> : ExtremumBase<T> {
+  typedef ExtremumBase<T> B;
   typedef typename B::State State;
   typedef typename B::K K;
   __device__ __forceinline__ static State run_identity() {
@@ -214,19 +244,25 @@ struct ValueRun<T, IsMax, true> : ExtremumBase<T, IsMax> {
     st.i = 0;
     return st;
   }
-  __device__ __forceinline__ static State run_push(State st, T x, ch_u64) {
-    st.v = ch_extreme(st.v, KeyOf<T>::key(x), IsMax);
+  __device__ __forceinline__ State run_push(State st, T x, ch_u64) const {
+    st.v = ch_larger(st.v, this->order(KeyOf<T>::key(x)));
     return st;
   }
   __device__ __forceinline__ static State run_seal(State st) { return st.v == st.v ? st : B::identity(); }
-  __device__ __forceinline__ static State run_first(State st, T x) { return B::push(st, x, 0); }
+  __device__ __forceinline__ State run_first(State st, T x) const { return this->push(st, x, 0); }
 };
 
-template <typename T, bool IsMax>
-struct ExtremumR : ValueRun<T, IsMax> {
+// Min or max: reduce_minmax_<dtype>.
+template <typename T>
+struct MinMaxR : ValueRun<T> {
   typedef T Out;
-  __device__ __forceinline__ static Out finish(typename ExtremumBase<T, IsMax>::State st) {
-    return KeyOf<T>::value(st.v);
+  __device__ __forceinline__ static MinMaxR of(ch_u32 largest) {
+    MinMaxR r;
+    r.order = KeyOrder<typename KeyOf<T>::K>::of(largest);
+    return r;
+  }
+  __device__ __forceinline__ Out finish(typename ExtremumBase<T>::State st) const {
+    return KeyOf<T>::value(this->order(st.v));
   }
 };
 
@@ -234,16 +270,16 @@ struct ExtremumR : ValueRun<T, IsMax> {
 // per pack, whose per-element position checks made these kernels spill 98
 // vector registers on gfx942), lanes that skip every NaN and leave the one
 // at position 0 to run_first, as the float min/max lanes do.
-template <typename T, bool IsMax, bool F8 = sizeof(T) == 1 && Num<T>::is_float>
-struct ArgRun : ExactRun<ExtremumBase<T, IsMax>, T> {};
+template <typename T, bool F8 = sizeof(T) == 1 && Num<T>::is_float>
+struct ArgRun : ExactRun<ExtremumBase<T>, T> {};
 
-template <typename T, bool IsMax>
-struct ArgRun<T, IsMax, true> : ExtremumBase<T, IsMax> {
-  typedef ExtremumBase<T, IsMax> B;
+template <typename T>
+struct ArgRun<T, true> : ExtremumBase<T> {
+  typedef ExtremumBase<T> B;
   typedef typename B::State State;
   __device__ __forceinline__ static State run_identity() { return B::identity(); }
-  __device__ __forceinline__ static State run_push(State st, T x, ch_u64 j) {
-    const typename B::K v = KeyOf<T>::key(x);
+  __device__ __forceinline__ State run_push(State st, T x, ch_u64 j) const {
+    const typename B::K v = this->order(KeyOf<T>::key(x));
     if (st.i == CH_NO_INDEX ? v == v : B::better(v, st.v)) {
       st.v = v;
       st.i = (ch_u32)j;
@@ -251,16 +287,22 @@ struct ArgRun<T, IsMax, true> : ExtremumBase<T, IsMax> {
     return st;
   }
   __device__ __forceinline__ static State run_seal(State st) { return st; }
-  __device__ __forceinline__ static State run_first(State st, T x) { return B::push(st, x, 0); }
+  __device__ __forceinline__ State run_first(State st, T x) const { return this->push(st, x, 0); }
 };
 
-template <typename T, bool IsMax>
-struct ArgExtremumR : ArgRun<T, IsMax> {
+// Argmin or argmax: reduce_argminmax_<dtype>.
+template <typename T>
+struct ArgMinMaxR : ArgRun<T> {
   // Two (value, index) lanes: with four, the f16/bf16 arg-reductions
   // spilled 3 vector registers each on gfx942 (wave64, 1024-thread blocks).
   static const int LANES = 2;
   typedef ch_u32 Out;
-  __device__ __forceinline__ static Out finish(typename ExtremumBase<T, IsMax>::State st) { return st.i; }
+  __device__ __forceinline__ static ArgMinMaxR of(ch_u32 largest) {
+    ArgMinMaxR r;
+    r.order = KeyOrder<typename KeyOf<T>::K>::of(largest);
+    return r;
+  }
+  __device__ __forceinline__ static Out finish(typename ExtremumBase<T>::State st) { return st.i; }
 };
 
 // Packs of a contiguous run each thread loads before folding them in.
@@ -277,7 +319,7 @@ struct ArgExtremumR : ArgRun<T, IsMax> {
 // take. combine is order-independent, so folding the lanes at the end gives
 // the same result.
 template <typename R, typename T>
-__device__ __forceinline__ typename R::State reduce_contiguous(const T* row, ch_u64 n, ch_u64 j0,
+__device__ __forceinline__ typename R::State reduce_contiguous(const R& r, const T* row, ch_u64 n, ch_u64 j0,
                                                                typename R::State st) {
   const int V = CH_VEC_BYTES / (int)sizeof(T);
   const int U = V <= 8 ? CH_REDUCE_PACKS : 1;
@@ -287,11 +329,11 @@ __device__ __forceinline__ typename R::State reduce_contiguous(const T* row, ch_
   const ch_u64 misaligned = (reinterpret_cast<ch_u64>(row) / sizeof(T)) % V;
   ch_u64 head = misaligned == 0 ? 0 : V - misaligned;
   if (head > n) head = n;
-  for (ch_u64 j = threadIdx.x; j < head; j += block) st = R::push(st, row[j], j0 + j);
+  for (ch_u64 j = threadIdx.x; j < head; j += block) st = r.push(st, row[j], j0 + j);
   const ch_u64 nv = (n - head) / V;
   const P* packs = reinterpret_cast<const P*>(row + head);
   const ch_u64 first = j0 + head;
-  if (first == 0 && nv > 0 && threadIdx.x == 0) st = R::run_first(st, packs[0].v[0]);
+  if (first == 0 && nv > 0 && threadIdx.x == 0) st = r.run_first(st, packs[0].v[0]);
   typename R::State lane[L];
 #pragma unroll
   for (int l = 0; l < L; ++l) lane[l] = R::run_identity();
@@ -303,17 +345,17 @@ __device__ __forceinline__ typename R::State reduce_contiguous(const T* row, ch_
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int k = 0; k < V; ++k) lane[k % L] = R::run_push(lane[k % L], pk[u].v[k], first + (p + u * block) * V + k);
+      for (int k = 0; k < V; ++k) lane[k % L] = r.run_push(lane[k % L], pk[u].v[k], first + (p + u * block) * V + k);
     }
   }
   for (; p < nv; p += block) {
     const P pk = packs[p];
 #pragma unroll
-    for (int k = 0; k < V; ++k) lane[k % L] = R::run_push(lane[k % L], pk.v[k], first + p * V + k);
+    for (int k = 0; k < V; ++k) lane[k % L] = r.run_push(lane[k % L], pk.v[k], first + p * V + k);
   }
 #pragma unroll
   for (int l = 0; l < L; ++l) st = R::combine(st, R::run_seal(lane[l]));
-  for (ch_u64 j = head + nv * V + threadIdx.x; j < n; j += block) st = R::push(st, row[j], j0 + j);
+  for (ch_u64 j = head + nv * V + threadIdx.x; j < n; j += block) st = r.push(st, row[j], j0 + j);
   return st;
 }
 
@@ -328,17 +370,17 @@ __device__ __forceinline__ ch_u64 out_offset(const ReduceInfo& info, ch_u64 o) {
 
 // The result of chunk c of output o: the output itself, or a partial state.
 template <typename R>
-__device__ __forceinline__ void emit(const ReduceInfo& info, ch_u64 o, ch_u64 c, typename R::State st,
+__device__ __forceinline__ void emit(const R& r, const ReduceInfo& info, ch_u64 o, ch_u64 c, typename R::State st,
                                      typename R::Out* dst, typename R::State* work) {
   if (info.split == 1) {
-    dst[o] = R::finish(st);
+    dst[o] = r.finish(st);
   } else {
     work[c * info.num_out + o] = st;
   }
 }
 
 template <typename R, typename T>
-__device__ __forceinline__ void reduce_rows(const ReduceInfo& info, const T* src, typename R::Out* dst,
+__device__ __forceinline__ void reduce_rows(const R& r, const ReduceInfo& info, const T* src, typename R::Out* dst,
                                             typename R::State* work) {
   __shared__ typename R::State scratch[CH_MAX_WAVES];
   const ch_u64 n = info.red_size;
@@ -352,12 +394,12 @@ __device__ __forceinline__ void reduce_rows(const ReduceInfo& info, const T* src
     const T* base = src + out_offset(info, o);
     typename R::State st = R::identity();
     if (contiguous) {
-      st = reduce_contiguous<R>(base + start, end - start, start, st);
+      st = reduce_contiguous(r, base + start, end - start, start, st);
     } else {
-      for (ch_u64 j = start + threadIdx.x; j < end; j += blockDim.x) st = R::push(st, base[red_offset(info, j)], j);
+      for (ch_u64 j = start + threadIdx.x; j < end; j += blockDim.x) st = r.push(st, base[red_offset(info, j)], j);
     }
     st = block_reduce<R>(st, scratch);
-    if (threadIdx.x == 0) emit<R>(info, o, c, st, dst, work);
+    if (threadIdx.x == 0) emit(r, info, o, c, st, dst, work);
   }
 }
 
@@ -402,7 +444,7 @@ __device__ __forceinline__ void combine_groups(typename R::State (&st)[S], typen
 
 // Must be launched with CH_ELEM_BLOCK threads per block.
 template <typename R, typename T>
-__device__ __forceinline__ void reduce_cols(const ReduceInfo& info, const T* src, typename R::Out* dst,
+__device__ __forceinline__ void reduce_cols(const R& r, const ReduceInfo& info, const T* src, typename R::Out* dst,
                                             typename R::State* work, typename R::State* part) {
   const ch_u64 n = info.red_size;
   const ch_u32 tile = info.tile;
@@ -428,13 +470,13 @@ __device__ __forceinline__ void reduce_cols(const ReduceInfo& info, const T* src
 #pragma unroll
           for (int u = 0; u < CH_UNROLL; ++u) x[u] = base[(j + u * groups) * stride];
 #pragma unroll
-          for (int u = 0; u < CH_UNROLL; ++u) st[0] = R::push(st[0], x[u], j + u * groups);
+          for (int u = 0; u < CH_UNROLL; ++u) st[0] = r.push(st[0], x[u], j + u * groups);
         }
       }
-      for (; j < end; j += groups) st[0] = R::push(st[0], base[red_offset(info, j)], j);
+      for (; j < end; j += groups) st[0] = r.push(st[0], base[red_offset(info, j)], j);
     }
     combine_groups<R, 1>(st, part, tile, groups);
-    if (ty == 0 && o < info.num_out) emit<R>(info, o, c, st[0], dst, work);
+    if (ty == 0 && o < info.num_out) emit(r, info, o, c, st[0], dst, work);
   }
 }
 
@@ -455,8 +497,8 @@ __device__ __forceinline__ Pack<T, V> load_lanes(const T* p, int lo, int hi) {
 // at the first position not done. Lanes outside [lo, hi) fold zeros into
 // states that never reach an output.
 template <bool FULL, int U, typename R, typename T, int V>
-__device__ __forceinline__ void fold_packs(typename R::State (&st)[V], const T*& lane0, ch_u64& j, ch_u64 end,
-                                           ch_u64 groups, ch_u64 step, int lo, int hi) {
+__device__ __forceinline__ void fold_packs(const R& r, typename R::State (&st)[V], const T*& lane0, ch_u64& j,
+                                           ch_u64 end, ch_u64 groups, ch_u64 step, int lo, int hi) {
   for (; j + (U - 1) * groups < end; j += U * groups, lane0 += U * step) {
     Pack<T, V> pk[U];
 #pragma unroll
@@ -464,15 +506,15 @@ __device__ __forceinline__ void fold_packs(typename R::State (&st)[V], const T*&
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int k = 0; k < V; ++k) st[k] = R::push(st[k], pk[u].v[k], j + u * groups);
+      for (int k = 0; k < V; ++k) st[k] = r.push(st[k], pk[u].v[k], j + u * groups);
     }
   }
 }
 
 // COLS_PACKED; must be launched with CH_ELEM_BLOCK threads per block.
 template <typename R, typename T>
-__device__ __forceinline__ void reduce_cols_packed(const ReduceInfo& info, const T* src, typename R::Out* dst,
-                                                   typename R::State* work) {
+__device__ __forceinline__ void reduce_cols_packed(const R& r, const ReduceInfo& info, const T* src,
+                                                   typename R::Out* dst, typename R::State* work) {
   const int V = CH_VEC_BYTES / (int)sizeof(T);
   // Packs in flight per thread: as map_elems, half as many for packs of 8
   // or more elements (their states take twice the registers), one for
@@ -504,11 +546,11 @@ __device__ __forceinline__ void reduce_cols_packed(const ReduceInfo& info, const
     int hi = 0;
     if (q < packs) {
       ch_u64 qi;
-      const ch_u64 r = divmod(q, row_packs, qi);
+      const ch_u64 row = divmod(q, row_packs, qi);
       const ch_u64 first = qi * V;
       lo = qi == 0 ? (int)head : 0;
       hi = head + width - first < (ch_u64)V ? (int)(head + width - first) : V;
-      o0 = r * width + first - head;
+      o0 = row * width + first - head;
       const ch_u64 start = c * info.chunk;
       const ch_u64 end = n - start < info.chunk ? n : start + info.chunk;
       const ch_u64 step = groups * stride;
@@ -516,17 +558,17 @@ __device__ __forceinline__ void reduce_cols_packed(const ReduceInfo& info, const
       // Lane 0 of the pack at reduced position j: 16-byte aligned, and
       // before the row's first output when lo > 0 (only lanes from lo on
       // are read).
-      const T* lane0 = src + out_offset(info, r * width) + j * stride + first - head;
+      const T* lane0 = src + out_offset(info, row * width) + j * stride + first - head;
       if (lo == 0 && hi == V) {
-        fold_packs<true, U, R>(st, lane0, j, end, groups, step, lo, hi);
+        fold_packs<true, U>(r, st, lane0, j, end, groups, step, lo, hi);
       } else {
         // The partial packs at the ends of a row.
-        fold_packs<false, U, R>(st, lane0, j, end, groups, step, lo, hi);
+        fold_packs<false, U>(r, st, lane0, j, end, groups, step, lo, hi);
       }
       for (; j < end; j += groups, lane0 += step) {
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-          if (k >= lo && k < hi) st[k] = R::push(st[k], lane0[k], j);
+          if (k >= lo && k < hi) st[k] = r.push(st[k], lane0[k], j);
         }
       }
     }
@@ -534,21 +576,21 @@ __device__ __forceinline__ void reduce_cols_packed(const ReduceInfo& info, const
     if (ty == 0) {
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        if (k >= lo && k < hi) emit<R>(info, o0 + k, c, st[k], dst, work);
+        if (k >= lo && k < hi) emit(r, info, o0 + k, c, st[k], dst, work);
       }
     }
   }
 }
 
 template <typename R>
-__device__ __forceinline__ void reduce_finish(const ReduceInfo& info, typename R::Out* dst,
+__device__ __forceinline__ void reduce_finish(const R& r, const ReduceInfo& info, typename R::Out* dst,
                                               const typename R::State* work) {
   const ch_u64 split = info.split;
   if (info.mode == CH_REDUCE_FINISH_THREAD) {
     for (ch_u64 o = global_thread(); o < info.num_out; o += global_threads()) {
       typename R::State st = R::identity();
       for (ch_u64 c = 0; c < split; ++c) st = R::combine(st, work[c * info.num_out + o]);
-      dst[o] = R::finish(st);
+      dst[o] = r.finish(st);
     }
     return;
   }
@@ -557,74 +599,73 @@ __device__ __forceinline__ void reduce_finish(const ReduceInfo& info, typename R
     typename R::State st = R::identity();
     for (ch_u64 c = threadIdx.x; c < split; c += blockDim.x) st = R::combine(st, work[c * info.num_out + o]);
     st = block_reduce<R>(st, scratch);
-    if (threadIdx.x == 0) dst[o] = R::finish(st);
+    if (threadIdx.x == 0) dst[o] = r.finish(st);
   }
 }
 
 template <typename R, typename T>
-__device__ __forceinline__ void reduce_body(const ReduceInfo& info, const T* src, typename R::Out* dst,
+__device__ __forceinline__ void reduce_body(const R& r, const ReduceInfo& info, const T* src, typename R::Out* dst,
                                             typename R::State* work) {
   static_assert(sizeof(typename R::State) <= CH_REDUCE_STATE_BYTES, "partial states fit their slots");
   __shared__ typename R::State part[CH_ELEM_BLOCK];
   switch (info.mode) {
     case CH_REDUCE_ROWS:
-      reduce_rows<R>(info, src, dst, work);
+      reduce_rows(r, info, src, dst, work);
       break;
     case CH_REDUCE_COLS:
-      reduce_cols<R>(info, src, dst, work, part);
+      reduce_cols(r, info, src, dst, work, part);
       break;
     default:
-      reduce_finish<R>(info, dst, work);
+      reduce_finish(r, info, dst, work);
       break;
   }
 }
 
-template <typename T>
-struct MinR : ExtremumR<T, false> {};
-template <typename T>
-struct MaxR : ExtremumR<T, true> {};
-template <typename T>
-struct ArgMinR : ArgExtremumR<T, false> {};
-template <typename T>
-struct ArgMaxR : ArgExtremumR<T, true> {};
+// The parameters of every reduction kernel of R over dtype TY. Min/max
+// kernels (MinMaxR, ArgMinMaxR) take a last `ch_u32 largest`, the
+// direction, which makes their reduction object; a sum's is empty.
+#define CH_REDUCE_PARAMS(R, TY) \
+  const ReduceInfo info, const ch_##TY *src, R<ch_##TY>::Out *dst, R<ch_##TY>::State *work
 
-#define CH_REDUCE_KERNEL(NAME, R, TY)                                                               \
-  extern "C" __global__ void __launch_bounds__(CH_REDUCE_MAX_BLOCK)                                 \
-      NAME##_##TY(const ReduceInfo info, const ch_##TY* src, R<ch_##TY>::Out* dst,                  \
-                  R<ch_##TY>::State* work) {                                                        \
-    reduce_body<R<ch_##TY> >(info, src, dst, work);                                                 \
+#define CH_REDUCE_KERNEL(NAME, R, TY)                                                                      \
+  extern "C" __global__ void __launch_bounds__(CH_REDUCE_MAX_BLOCK) NAME##_##TY(CH_REDUCE_PARAMS(R, TY)) { \
+    reduce_body(R<ch_##TY>(), info, src, dst, work);                                                       \
+  }
+#define CH_DIRECTED_REDUCE_KERNEL(NAME, R, TY)                                                             \
+  extern "C" __global__ void __launch_bounds__(CH_REDUCE_MAX_BLOCK)                                        \
+      NAME##_##TY(CH_REDUCE_PARAMS(R, TY), const ch_u32 largest) {                                         \
+    reduce_body(R<ch_##TY>::of(largest), info, src, dst, work);                                            \
   }
 
 // COLS_PACKED has kernels of its own (reduce_cols_<op>_<dtype>, same
-// signature): its V states per thread would raise the register count of
+// parameters): its V states per thread would raise the register count of
 // every mode if it shared the kernel (reduce_sum_f32 went from 32 to 58
 // registers on sm_90, halving the occupancy of its ROWS blocks).
-#define CH_REDUCE_PACKED_KERNEL(NAME, R, TY)                                                        \
-  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                       \
-      NAME##_##TY(const ReduceInfo info, const ch_##TY* src, R<ch_##TY>::Out* dst,                  \
-                  R<ch_##TY>::State* work) {                                                        \
-    reduce_cols_packed<R<ch_##TY> >(info, src, dst, work);                                          \
+#define CH_REDUCE_PACKED_KERNEL(NAME, R, TY)                                                               \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK) NAME##_##TY(CH_REDUCE_PARAMS(R, TY)) {       \
+    reduce_cols_packed(R<ch_##TY>(), info, src, dst, work);                                                \
+  }
+#define CH_DIRECTED_REDUCE_PACKED_KERNEL(NAME, R, TY)                                                      \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                              \
+      NAME##_##TY(CH_REDUCE_PARAMS(R, TY), const ch_u32 largest) {                                         \
+    reduce_cols_packed(R<ch_##TY>::of(largest), info, src, dst, work);                                     \
   }
 
-// Parts: 1 to 3 the general kernels (sum; min and max; argmin and argmax),
-// 4 and 5 COLS_PACKED (values; indices).
+// Parts: 1 to 3 the general kernels (sum; min/max; argmin/argmax), 4 and 5
+// COLS_PACKED (values; indices).
 #if CH_PART(1)
 CH_NUMERIC(CH_REDUCE_KERNEL, reduce_sum, SumR)
 #endif
 #if CH_PART(2)
-CH_NUMERIC(CH_REDUCE_KERNEL, reduce_min, MinR)
-CH_NUMERIC(CH_REDUCE_KERNEL, reduce_max, MaxR)
+CH_NUMERIC(CH_DIRECTED_REDUCE_KERNEL, reduce_minmax, MinMaxR)
 #endif
 #if CH_PART(3)
-CH_NUMERIC(CH_REDUCE_KERNEL, reduce_argmin, ArgMinR)
-CH_NUMERIC(CH_REDUCE_KERNEL, reduce_argmax, ArgMaxR)
+CH_NUMERIC(CH_DIRECTED_REDUCE_KERNEL, reduce_argminmax, ArgMinMaxR)
 #endif
 #if CH_PART(4)
 CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_sum, SumR)
-CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_min, MinR)
-CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_max, MaxR)
+CH_NUMERIC(CH_DIRECTED_REDUCE_PACKED_KERNEL, reduce_cols_minmax, MinMaxR)
 #endif
 #if CH_PART(5)
-CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmin, ArgMinR)
-CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_argmax, ArgMaxR)
+CH_NUMERIC(CH_DIRECTED_REDUCE_PACKED_KERNEL, reduce_cols_argminmax, ArgMinMaxR)
 #endif

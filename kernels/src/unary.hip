@@ -12,7 +12,7 @@
 // operators (one for most ops, several for gelu, silu, affine and elu).
 // Integer dtypes have the ops whose result Candle defines for them (copy, abs,
 // relu, sign, ceil, floor, round). ucopy is instantiated for one dtype per
-// element width (CH_ALL): the host runs it for every dtype of that width.
+// element width (CH_CARRIERS): the host runs it for every dtype of that width.
 
 #include "common.h"
 
@@ -280,7 +280,7 @@ CH_NUMERIC(CH_UNARY_KERNEL, usign, SignOp)
   }
 
 #if CH_PART(2)
-CH_ALL(CH_COPY_KERNEL, ucopy, CopyFn)
+CH_CARRIERS(CH_COPY_KERNEL, ucopy, CopyFn)
 #endif
 
 // ---------------------------------------------------------------------------

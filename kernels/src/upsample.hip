@@ -105,5 +105,5 @@ __device__ __forceinline__ void upsample_bilinear(const Nchw& s, const T* x, T* 
     upsample_bilinear(src, x, y, out_h, out_w, scale_h, scale_w, align_corners != 0);         \
   }
 
-CH_ALL(CH_NEAREST_KERNEL, upsample_nearest2d, _)
+CH_CARRIERS(CH_NEAREST_KERNEL, upsample_nearest2d, _)
 CH_FLOATS(CH_BILINEAR_KERNEL, upsample_bilinear2d, _)

@@ -1,7 +1,8 @@
 // where_cond: out[i] = pred[i] != 0 ? on_true[i] : on_false[i], with
 // broadcasting and arbitrary strides: where_<pred dtype>_<value dtype>, e.g.
-// where_u8_f32. Predicates are u8, u32, i16, i32 or i64; values one dtype per
-// element width (CH_ALL), which the host runs for every dtype of that width.
+// where_u8_u32. Predicates are u8, u32, i16, i32 or i64; values one dtype per
+// element width (CH_CARRIERS), which the host runs for every dtype of that
+// width.
 //
 // Signature: (const ElemInfo info, const P* pred, const T* on_true,
 //             const T* on_false, T* out); operands 0, 1, 2 in that order.
@@ -21,8 +22,8 @@ struct WhereFn {
               In<ch_##TY, 2>{on_false});                                                      \
   }
 
-CH_ALL(CH_WHERE_KERNEL, where, u8)
-CH_ALL(CH_WHERE_KERNEL, where, u32)
-CH_ALL(CH_WHERE_KERNEL, where, i16)
-CH_ALL(CH_WHERE_KERNEL, where, i32)
-CH_ALL(CH_WHERE_KERNEL, where, i64)
+CH_CARRIERS(CH_WHERE_KERNEL, where, u8)
+CH_CARRIERS(CH_WHERE_KERNEL, where, u32)
+CH_CARRIERS(CH_WHERE_KERNEL, where, i16)
+CH_CARRIERS(CH_WHERE_KERNEL, where, i32)
+CH_CARRIERS(CH_WHERE_KERNEL, where, i64)

@@ -7,11 +7,12 @@
 //! `<family>_<first>_<second>` (e.g. `cast_f32_bf16`,
 //! `index_select_u32_f16`). Unary and binary ops are reached from candle's
 //! `UnaryOpT::KERNEL` / `BinaryOpT::KERNEL` names through [`candle_op`],
-//! comparisons and reductions through [`cmp_family`] and [`reduce_family`].
+//! comparisons through [`CMP`] and [`cmp_accept`], reductions through
+//! [`reduce_family`].
 //!
 //! Families that only move elements (copies, fills, selects, gathers,
-//! scatters that overwrite) are instantiated for the [`Dtypes::Core`]
-//! dtypes, one or two per element width; they carry the other dtypes
+//! scatters that overwrite) are instantiated for the [`Dtypes::Carriers`],
+//! one dtype per element width; they carry the other dtypes
 //! ([`Carry`]): a lookup for i16 gets the bf16 kernel, for f8e4m3 the u8 one
 //! (`dtype::carrier`). Families that compute are instantiated per dtype.
 
@@ -21,7 +22,8 @@ use candle_core::quantized::GgmlDType;
 use candle_hip_kernels::{self as sources, Source};
 
 use crate::dtype::{
-    self, ACTIVATIONS, ANY_FLOAT, CORE, FLOATS, HALVES, INDEX, INTS, NUMERIC, RAW, WIDENED_IDS,
+    self, ACTIVATIONS, ANY_FLOAT, CARRIERS, CORE, FLOATS, HALVES, INDEX, INTS, NUMERIC, RAW,
+    WIDENED_IDS,
 };
 use crate::error::Result;
 
@@ -33,6 +35,8 @@ pub(crate) enum Dtypes {
     Numeric,
     /// u8, u32, i64, f16, bf16, f32, f64: every element width.
     Core,
+    /// u8, bf16, u32, i64: one dtype per element width.
+    Carriers,
     /// f16, bf16, f32, f64.
     Floats,
     /// f16, bf16, f32, f64, f8e4m3.
@@ -55,6 +59,7 @@ impl Dtypes {
         match self {
             Dtypes::Numeric => &NUMERIC,
             Dtypes::Core => &CORE,
+            Dtypes::Carriers => &CARRIERS,
             Dtypes::Floats => &FLOATS,
             Dtypes::AnyFloat => &ANY_FLOAT,
             Dtypes::Activations => &ACTIVATIONS,
@@ -369,7 +374,7 @@ families! {
     UFLOOR = "ufloor" in UNARY part 2: Numeric;
     UROUND = "uround" in UNARY part 2: Numeric;
     USIGN = "usign" in UNARY part 2: Numeric;
-    UCOPY = "ucopy" in UNARY part 2: Core carries Stored;
+    UCOPY = "ucopy" in UNARY part 2: Carriers carries Stored;
     AFFINE = "affine" in UNARY part 2: Numeric;
     POWF = "powf" in UNARY part 3: AnyFloat;
     ELU = "elu" in UNARY part 1: AnyFloat;
@@ -379,37 +384,28 @@ families! {
     BDIV = "bdiv" in BINARY part 1: Numeric;
     BMAXIMUM = "bmaximum" in BINARY part 1: Numeric;
     BMINIMUM = "bminimum" in BINARY part 1: Numeric;
-    CMP_EQ = "cmp_eq" in BINARY part 2: Numeric;
-    CMP_NE = "cmp_ne" in BINARY part 2: Numeric;
-    CMP_LT = "cmp_lt" in BINARY part 2: Numeric;
-    CMP_LE = "cmp_le" in BINARY part 2: Numeric;
-    CMP_GT = "cmp_gt" in BINARY part 2: Numeric;
-    CMP_GE = "cmp_ge" in BINARY part 2: Numeric;
+    CMP = "cmp" in BINARY part 2: Numeric;
     CAST = "cast" in CAST: Numeric x Numeric;
     WIDEN_IDS = "widen_ids" in CAST: WidenedIds;
-    WHERE = "where" in WHERE: Ints x Core carries Numeric;
+    WHERE = "where" in WHERE: Ints x Carriers carries Numeric;
     REDUCE_SUM = "reduce_sum" in REDUCE part 1: Numeric;
-    REDUCE_MIN = "reduce_min" in REDUCE part 2: Numeric;
-    REDUCE_MAX = "reduce_max" in REDUCE part 2: Numeric;
-    REDUCE_ARGMIN = "reduce_argmin" in REDUCE part 3: Numeric;
-    REDUCE_ARGMAX = "reduce_argmax" in REDUCE part 3: Numeric;
+    REDUCE_MINMAX = "reduce_minmax" in REDUCE part 2: Numeric;
+    REDUCE_ARGMINMAX = "reduce_argminmax" in REDUCE part 3: Numeric;
     REDUCE_COLS_SUM = "reduce_cols_sum" in REDUCE part 4: Numeric;
-    REDUCE_COLS_MIN = "reduce_cols_min" in REDUCE part 4: Numeric;
-    REDUCE_COLS_MAX = "reduce_cols_max" in REDUCE part 4: Numeric;
-    REDUCE_COLS_ARGMIN = "reduce_cols_argmin" in REDUCE part 5: Numeric;
-    REDUCE_COLS_ARGMAX = "reduce_cols_argmax" in REDUCE part 5: Numeric;
-    INDEX_SELECT = "index_select" in INDEXING part 1: Index x Core carries Numeric;
-    GATHER = "gather" in INDEXING part 1: Index x Core carries Numeric;
-    SCATTER = "scatter" in INDEXING part 2: Index x Core carries Numeric;
+    REDUCE_COLS_MINMAX = "reduce_cols_minmax" in REDUCE part 4: Numeric;
+    REDUCE_COLS_ARGMINMAX = "reduce_cols_argminmax" in REDUCE part 5: Numeric;
+    INDEX_SELECT = "index_select" in INDEXING part 1: Index x Carriers carries Numeric;
+    GATHER = "gather" in INDEXING part 1: Index x Carriers carries Numeric;
+    SCATTER = "scatter" in INDEXING part 2: Index x Carriers carries Numeric;
     SCATTER_ADD = "scatter_add" in INDEXING part 2: Index x Numeric;
     INDEX_ADD = "index_add" in INDEXING part 2: Index x Numeric;
     INDEX_ADD_ROWS = "index_add_rows" in INDEXING part 2: Index x Numeric;
-    SCATTER_TILES = "scatter_tiles" in INDEXING part 3: Index x Core carries Numeric;
+    SCATTER_TILES = "scatter_tiles" in INDEXING part 3: Index x Carriers carries Numeric;
     SCATTER_ADD_TILES = "scatter_add_tiles" in INDEXING part 4: Index x Numeric;
     INDEX_ADD_TILES = "index_add_tiles" in INDEXING part 5: Index x Numeric;
-    COPY2D = "copy2d" in COPY: Core carries Stored;
-    TRANSPOSE = "transpose" in COPY: Core carries Stored;
-    FILL = "fill" in COPY: Core carries Numeric;
+    COPY2D = "copy2d" in COPY: Carriers carries Stored;
+    TRANSPOSE = "transpose" in COPY: Carriers carries Stored;
+    FILL = "fill" in COPY: Carriers carries Numeric;
     RAND_UNIFORM = "rand_uniform" in RANDOM: AnyFloat;
     RAND_NORMAL = "rand_normal" in RANDOM: AnyFloat;
     SOFTMAX = "softmax" in SOFTMAX: Floats;
@@ -428,7 +424,7 @@ families! {
     ARGSORT_STEP_DESC = "argsort_step_desc" in ARGSORT: Core;
     MAX_POOL2D = "max_pool2d" in POOL: Core;
     AVG_POOL2D = "avg_pool2d" in POOL: Floats;
-    UPSAMPLE_NEAREST2D = "upsample_nearest2d" in UPSAMPLE: Core carries Numeric;
+    UPSAMPLE_NEAREST2D = "upsample_nearest2d" in UPSAMPLE: Carriers carries Numeric;
     UPSAMPLE_BILINEAR2D = "upsample_bilinear2d" in UPSAMPLE: Floats;
     IM2COL = "im2col" in IM2COL: Floats;
     COL2IM = "col2im" in IM2COL: Floats;
@@ -472,15 +468,16 @@ pub(crate) fn candle_op(kernel: &str) -> Option<&'static Family> {
         .find(|f| f.name == kernel)
 }
 
-/// The comparison family of `op`.
-pub(crate) fn cmp_family(op: CmpOp) -> &'static Family {
+/// The outcomes of comparing a with b for which the [`CMP`] kernels answer
+/// 1 under `op`: bit 0 less, 1 equal, 2 greater, 3 unordered (a NaN).
+pub(crate) fn cmp_accept(op: CmpOp) -> u32 {
     match op {
-        CmpOp::Eq => &CMP_EQ,
-        CmpOp::Ne => &CMP_NE,
-        CmpOp::Lt => &CMP_LT,
-        CmpOp::Le => &CMP_LE,
-        CmpOp::Gt => &CMP_GT,
-        CmpOp::Ge => &CMP_GE,
+        CmpOp::Eq => 0b0010,
+        CmpOp::Ne => 0b1101,
+        CmpOp::Lt => 0b0001,
+        CmpOp::Le => 0b0011,
+        CmpOp::Gt => 0b0100,
+        CmpOp::Ge => 0b0110,
     }
 }
 
@@ -499,18 +496,26 @@ pub(crate) fn qmatvec_family(block: GgmlDType, few: bool) -> &'static Family {
 
 /// The reduction family of `op`: the general kernels, or (`packed`) those
 /// of the COLS_PACKED mode (`reduce_cols_*`, outputs adjacent in memory).
+/// Min and max share their kernels, as do argmin and argmax: their launch
+/// takes the direction last ([`reduce_direction`]).
 pub(crate) fn reduce_family(op: ReduceOp, packed: bool) -> &'static Family {
     match (op, packed) {
         (ReduceOp::Sum, false) => &REDUCE_SUM,
-        (ReduceOp::Min, false) => &REDUCE_MIN,
-        (ReduceOp::Max, false) => &REDUCE_MAX,
-        (ReduceOp::ArgMin, false) => &REDUCE_ARGMIN,
-        (ReduceOp::ArgMax, false) => &REDUCE_ARGMAX,
+        (ReduceOp::Min | ReduceOp::Max, false) => &REDUCE_MINMAX,
+        (ReduceOp::ArgMin | ReduceOp::ArgMax, false) => &REDUCE_ARGMINMAX,
         (ReduceOp::Sum, true) => &REDUCE_COLS_SUM,
-        (ReduceOp::Min, true) => &REDUCE_COLS_MIN,
-        (ReduceOp::Max, true) => &REDUCE_COLS_MAX,
-        (ReduceOp::ArgMin, true) => &REDUCE_COLS_ARGMIN,
-        (ReduceOp::ArgMax, true) => &REDUCE_COLS_ARGMAX,
+        (ReduceOp::Min | ReduceOp::Max, true) => &REDUCE_COLS_MINMAX,
+        (ReduceOp::ArgMin | ReduceOp::ArgMax, true) => &REDUCE_COLS_ARGMINMAX,
+    }
+}
+
+/// The last argument of a min/max kernel launch (`largest`: 1 for max and
+/// argmax, 0 for min and argmin); `None` for a sum, which takes none.
+pub(crate) fn reduce_direction(op: ReduceOp) -> Option<u32> {
+    match op {
+        ReduceOp::Sum => None,
+        ReduceOp::Min | ReduceOp::ArgMin => Some(0),
+        ReduceOp::Max | ReduceOp::ArgMax => Some(1),
     }
 }
 
@@ -650,8 +655,11 @@ mod tests {
             "upsample_nearest2d_u8"
         );
         // Dtypes of the group keep their own kernels.
-        assert_eq!(name(&UCOPY, DType::F16), "ucopy_f16");
-        assert_eq!(name(&FILL, DType::F32), "fill_f32");
+        assert_eq!(name(&UCOPY, DType::BF16), "ucopy_bf16");
+        assert_eq!(name(&UCOPY, DType::F16), "ucopy_bf16");
+        assert_eq!(name(&FILL, DType::F32), "fill_u32");
+        let select = WHERE.pair("op", DType::U8, DType::F64).unwrap();
+        assert_eq!(select.name(), "where_u8_i64");
         // Dummy dtypes are copied, never filled, selected or computed with.
         for d in RAW {
             assert!(FILL.kernel("const_set", d).is_err(), "{d:?}");
@@ -749,21 +757,12 @@ mod tests {
             }
             binary!(op::Add => BADD, op::Sub => BSUB, op::Mul => BMUL, op::Div => BDIV,
                 op::Maximum => BMAXIMUM, op::Minimum => BMINIMUM);
-            for cmp in [
-                CmpOp::Eq,
-                CmpOp::Ne,
-                CmpOp::Lt,
-                CmpOp::Le,
-                CmpOp::Gt,
-                CmpOp::Ge,
-            ] {
-                assert_eq!(
-                    both(cmp_family(cmp), d),
-                    cpu_ok(|| x.cmp(cmp, &x, &l, &l)),
-                    "{}",
-                    what("cmp")
-                );
-            }
+            assert_eq!(
+                CMP.kernel("cmp", d).is_ok(),
+                cpu_ok(|| x.cmp(CmpOp::Lt, &x, &l, &l)),
+                "{}",
+                what("cmp")
+            );
             assert_eq!(both(&AFFINE, d), cpu_ok(|| x.affine(&l, 2.0, 1.0)));
             assert_eq!(
                 both(&POWF, d),
@@ -909,10 +908,10 @@ mod tests {
     fn family_sizes() {
         assert_eq!(UEXP.kernels().len(), 5);
         assert_eq!(URELU.kernels().len(), 10);
-        assert_eq!(UCOPY.kernels().len(), 7);
+        assert_eq!(UCOPY.kernels().len(), 4);
         assert_eq!(CAST.kernels().len(), 100);
-        assert_eq!(WHERE.kernels().len(), 35);
-        assert_eq!(GATHER.kernels().len(), 14);
+        assert_eq!(WHERE.kernels().len(), 20);
+        assert_eq!(GATHER.kernels().len(), 8);
         assert_eq!(SCATTER_ADD.kernels().len(), 20);
         assert_eq!(WIDEN_IDS.kernels().len(), 3);
         let mut names: Vec<String> = FAMILIES
@@ -936,9 +935,12 @@ mod tests {
         // activations, then the 36 quantized mat-vec kernels for few rows;
         // then u8 indices widened to i64 on the host: 78 indexing kernels
         // fewer, one widening kernel more; then a decoding step's RoPE with
-        // its cache write (8) and SwiGLU's activation (4).
+        // its cache write (8) and SwiGLU's activation (4); then min and
+        // max (and argmin and argmax) in one kernel each: 40 fewer; then
+        // the ten moving families for one dtype per element width: 54 fewer;
+        // then the six comparisons in one kernel per dtype: 50 fewer.
         let total: usize = FAMILIES.iter().map(|f| f.kernels().len()).sum();
-        assert_eq!(total, 987);
+        assert_eq!(total, 843);
     }
 
     #[test]
@@ -963,22 +965,22 @@ mod tests {
             "uexp_f32",
             "badd_u8",
             "cast_bf16_i64",
-            "where_i64_f16",
-            "reduce_argmax_f64",
+            "where_i64_bf16",
+            "reduce_argminmax_f64",
             "index_select_u32_bf16",
             "scatter_add_u32_i64",
             "copy2d_u32",
-            "fill_f16",
+            "fill_bf16",
             "transpose_bf16",
             "rand_normal_bf16",
             "uexp_f8e4m3",
             "badd_i16",
-            "cmp_lt_i32",
+            "cmp_i32",
             "cast_f64_f8e4m3",
             "cast_f8e4m3_i16",
-            "where_i32_f64",
+            "where_i32_i64",
             "reduce_sum_f8e4m3",
-            "reduce_cols_argmin_i16",
+            "reduce_cols_argminmax_i16",
             "index_add_tiles_i64_f8e4m3",
             "widen_ids_i32",
             "widen_ids_u8",

@@ -177,13 +177,13 @@ pub(crate) fn cmp(
     rhs_l: &Layout,
 ) -> Result<HipStorage> {
     lhs.check_dtype(rhs, "cmp")?;
-    let k = cat::cmp_family(op).kernel("cmp", lhs.dtype())?;
+    let k = cat::CMP.kernel("cmp", lhs.dtype())?;
     run(
         "cmp",
         k,
         &[input(lhs, lhs_l), input(rhs, rhs_l)],
         DType::U8,
-        &[],
+        &[f64::from(cat::cmp_accept(op))],
     )
 }
 

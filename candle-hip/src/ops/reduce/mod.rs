@@ -9,7 +9,7 @@ use candle_core::{DType, Layout};
 use hip_safe::KernelArg;
 
 use crate::error::{Result, invalid};
-use crate::kernel::catalogue::reduce_family;
+use crate::kernel::catalogue::{reduce_direction, reduce_family};
 use crate::kernel::header::{REDUCE_MAX_DIMS, REDUCE_STATE_BYTES};
 use crate::kernel::info::{ReduceInfo, ReduceMode};
 use crate::size;
@@ -86,6 +86,7 @@ pub(crate) fn reduce(
         let out_view = out.view_all_mut();
         let work_view = work.as_mut().map(|w| w.view_all_mut());
         let no_work = 0u64;
+        let largest = reduce_direction(op);
         let work_arg: &dyn KernelArg = match &work_view {
             Some(w) => w,
             None => &no_work,
@@ -96,21 +97,21 @@ pub(crate) fn reduce(
             } else {
                 kernel
             };
+            let mut args: Vec<&dyn KernelArg> = vec![&step.info, &src_view, &out_view, work_arg];
+            if let Some(largest) = &largest {
+                args.push(largest);
+            }
             // SAFETY: reduce_*(const ReduceInfo, const T* src, Out* dst, State*
-            // work): `info` splits `layout` (whose reach the source view covers)
-            // into kept and reduced dimensions, dst holds num_out values of the
-            // output dtype, work holds REDUCE_STATE_BYTES (>= the state size)
-            // per partial state when the plan splits the outputs and is never
-            // touched (null) otherwise; block shapes are whole waves up to
-            // CH_REDUCE_MAX_BLOCK, COLS and COLS_PACKED blocks exactly
-            // CH_ELEM_BLOCK threads; reduce_cols_* take the same arguments.
-            unsafe {
-                device.kernels().launch(
-                    step_kernel,
-                    step.cfg,
-                    &[&step.info, &src_view, &out_view, work_arg],
-                )
-            }?;
+            // work[, u32 largest]): `info` splits `layout` (whose reach the
+            // source view covers) into kept and reduced dimensions, dst holds
+            // num_out values of the output dtype, work holds
+            // REDUCE_STATE_BYTES (>= the state size) per partial state when
+            // the plan splits the outputs and is never touched (null)
+            // otherwise; min/max kernels (and only they) take the direction
+            // last; block shapes are whole waves up to CH_REDUCE_MAX_BLOCK,
+            // COLS and COLS_PACKED blocks exactly CH_ELEM_BLOCK threads;
+            // reduce_cols_* take the same arguments.
+            unsafe { device.kernels().launch(step_kernel, step.cfg, &args) }?;
         }
     }
     Ok(out)
