@@ -1,5 +1,7 @@
 // Indexing kernels: index_select, gather, scatter, scatter_add, index_add,
-// named <op>_<ids dtype>_<value dtype>, e.g. index_select_u32_bf16.
+// named <op>_<value dtype>, e.g. index_select_bf16. The indices are u32 or
+// i64 (IndexInfo::wide_ids; the host widens u8, i16 and i32 ones to i64
+// first: widen_ids_* in cast.hip), one kernel serving both.
 //
 // Every tensor is viewed as [left, <dim>, right] around the indexed dimension
 // (the host checks contiguity where Candle requires it). An index equal to the
@@ -44,6 +46,23 @@ struct IndexInfo {
   ch_u64 src_right;   // gather: product of the source dimensions after `dim`
   ch_u64 fault;       // device address of the u32 fault word (0: none)
   ch_u64 fault_code;  // the value an out-of-range index stores there
+  ch_u64 wide_ids;    // 1: the indices are i64, 0: u32
+};
+
+// An index as the kernels see it: a u32 one, or an i64 one's bits (negative
+// ones wrap past every dimension), with the "no index" marker of either
+// dtype mapped to CH_NO_ID (i64's marker itself, no u32 value).
+#define CH_NO_ID 0x7fffffffffffffffull
+
+// The indices of an op, of either dtype: ids[k] is index k as above.
+struct Ids {
+  const void* p;
+  bool wide;
+  __device__ __forceinline__ ch_u64 operator[](ch_u64 k) const {
+    if (wide) return (ch_u64) reinterpret_cast<const ch_i64*>(p)[k];
+    const ch_u32 id = reinterpret_cast<const ch_u32*>(p)[k];
+    return id == 0xffffffffu ? CH_NO_ID : id;
+  }
 };
 
 // Where an index past its dimension is recorded (several threads may store
@@ -59,10 +78,9 @@ __device__ __forceinline__ Fault fault_of(const IndexInfo& info) { return {info.
 
 // Whether `id` selects a position below `size`; the position goes to `pos`.
 // An index past the dimension that is not the marker is reported.
-template <typename I>
-__device__ __forceinline__ bool index_ok(Fault fault, I id, ch_u64 size, ch_u64& pos) {
-  pos = (ch_u64)id;
-  if (id == Num<I>::max_value) return false;
+__device__ __forceinline__ bool index_ok(Fault fault, ch_u64 id, ch_u64 size, ch_u64& pos) {
+  pos = id;
+  if (id == CH_NO_ID) return false;
   if (pos < size) return true;
   fault.report();
   return false;
@@ -84,8 +102,8 @@ struct Accumulate<T, false> {
 };
 
 // out[l, i, r] = src[l, ids[i * ids_stride], r] over units U of `right` per row.
-template <typename U, typename I>
-__device__ __forceinline__ void index_select_units(const IndexInfo& info, ch_u64 right, const I* ids,
+template <typename U>
+__device__ __forceinline__ void index_select_units(const IndexInfo& info, ch_u64 right, const Ids ids,
                                                    const U* src, U* out) {
   unrolled_loop<CH_UNROLL, U>(
       info.left * info.ids_dim * right,
@@ -98,8 +116,8 @@ __device__ __forceinline__ void index_select_units(const IndexInfo& info, ch_u64
       [&](ch_u64 o, const U& v) { out[o] = v; });
 }
 
-template <typename I, typename T>
-__device__ __forceinline__ void index_select_body(const IndexInfo& info, const I* ids, const T* src, T* out) {
+template <typename T>
+__device__ __forceinline__ void index_select_body(const IndexInfo& info, const Ids ids, const T* src, T* out) {
   const int V = CH_VEC_BYTES / (int)sizeof(T);
   if (info.right % V == 0 && is_aligned<V>(src) && is_aligned<V>(out)) {
     typedef Pack<T, V> P;
@@ -111,8 +129,8 @@ __device__ __forceinline__ void index_select_body(const IndexInfo& info, const I
 
 // out[l, i, r] = src[l, ids[l, i, r], r]; ids and out have shape
 // [left, ids_dim, right], the source rows hold src_right elements.
-template <typename I, typename T>
-__device__ __forceinline__ void gather_body(const IndexInfo& info, const I* ids, const T* src, T* out) {
+template <typename T>
+__device__ __forceinline__ void gather_body(const IndexInfo& info, const Ids ids, const T* src, T* out) {
   unrolled_loop<CH_UNROLL, T>(
       info.left * info.ids_dim * info.right,
       [&](ch_u64 o) {
@@ -195,9 +213,9 @@ __device__ __forceinline__ void column_updates(ch_u64 count, T* dcol, ch_u64 str
 #define CH_SCATTER_BATCH 8
 
 // Update i of scatter's column starting at element `first` of ids and src.
-template <typename I, typename T>
+template <typename T>
 struct ScatterUpdates {
-  const I* ids;
+  Ids ids;
   const T* src;
   ch_u64 first, right, dst_dim;
   Fault fault;
@@ -209,9 +227,9 @@ struct ScatterUpdates {
 };
 
 // Update i of index_add's column `scol` (every column shares the 1-D ids).
-template <typename I, typename T>
+template <typename T>
 struct IndexAddUpdates {
-  const I* ids;
+  Ids ids;
   const T* scol;
   ch_u64 right, dst_dim;
   Fault fault;
@@ -223,26 +241,26 @@ struct IndexAddUpdates {
 
 // dst[l, ids[l, i, r], r] = (or +=) src[l, i, r]; ids and src have shape
 // [left, ids_dim, right]. One thread per (l, r) column.
-template <bool Add, typename I, typename T>
-__device__ __forceinline__ void scatter_body(const IndexInfo& info, const I* ids, const T* src, T* dst) {
+template <bool Add, typename T>
+__device__ __forceinline__ void scatter_body(const IndexInfo& info, const Ids ids, const T* src, T* dst) {
   const ch_u64 columns = info.left * info.right;
   for (ch_u64 c = global_thread(); c < columns; c += global_threads()) {
     ch_u64 r;
     const ch_u64 l = divmod(c, info.right, r);
-    const ScatterUpdates<I, T> get = {ids, src, l * info.ids_dim * info.right + r, info.right, info.dst_dim,
+    const ScatterUpdates<T> get = {ids, src, l * info.ids_dim * info.right + r, info.right, info.dst_dim,
                                       fault_of(info)};
     column_updates<Add, CH_SCATTER_BATCH>(info.ids_dim, dst + l * info.dst_dim * info.right + r, info.right, get);
   }
 }
 
 // index_add per column: dst[l, ids[i], r] += src[l, i, r] for i < ids_dim (= src_dim).
-template <typename I, typename T>
-__device__ __forceinline__ void index_add_body(const IndexInfo& info, const I* ids, const T* src, T* dst) {
+template <typename T>
+__device__ __forceinline__ void index_add_body(const IndexInfo& info, const Ids ids, const T* src, T* dst) {
   const ch_u64 columns = info.left * info.right;
   for (ch_u64 c = global_thread(); c < columns; c += global_threads()) {
     ch_u64 r;
     const ch_u64 l = divmod(c, info.right, r);
-    const IndexAddUpdates<I, T> get = {ids, src + l * info.src_dim * info.right + r, info.right, info.dst_dim,
+    const IndexAddUpdates<T> get = {ids, src + l * info.src_dim * info.right + r, info.right, info.dst_dim,
                                        fault_of(info)};
     column_updates<true, CH_SCATTER_BATCH>(info.ids_dim, dst + l * info.dst_dim * info.right + r, info.right, get);
   }
@@ -255,8 +273,8 @@ __device__ __forceinline__ void index_add_body(const IndexInfo& info, const I* i
 // whole number of waves, at most CH_ELEM_BLOCK. Every lane of a wave runs the
 // __ballot (converged): hits of CH_ELEM_BLOCK indices become one 64-bit mask
 // per wave, read back in order by every thread.
-template <typename I, typename T>
-__device__ __forceinline__ void index_add_rows_body(const IndexInfo& info, const I* ids, const T* src, T* dst) {
+template <typename T>
+__device__ __forceinline__ void index_add_rows_body(const IndexInfo& info, const Ids ids, const T* src, T* dst) {
   __shared__ ch_u64 masks[(CH_ELEM_BLOCK + CANDLE_HIP_WAVE - 1) / CANDLE_HIP_WAVE];
   const ch_u64 block = blockDim.x;
   const ch_u64 span = block * CH_OWNER_COLS;
@@ -278,13 +296,13 @@ __device__ __forceinline__ void index_add_rows_body(const IndexInfo& info, const
       const ch_u64 c = c0 + m * block;
       acc[m] = c < info.right ? drow[c] : zero_bits<T>();
     }
-    I id = threadIdx.x < n ? ids[threadIdx.x] : Num<I>::max_value;
+    ch_u64 id = threadIdx.x < n ? ids[threadIdx.x] : CH_NO_ID;
     for (ch_u64 base = 0; base < n; base += block) {
       ch_u64 pos;
       const bool hit = index_ok(fault_of(info), id, info.dst_dim, pos) && pos == p;
       const ch_u64 mask = __ballot(hit);
       const ch_u64 ahead = base + block + threadIdx.x;
-      id = ahead < n ? ids[ahead] : Num<I>::max_value;
+      id = ahead < n ? ids[ahead] : CH_NO_ID;
       if (lane == 0) masks[wave] = mask;
       __syncthreads();
       for (int w = 0; w < waves; ++w) {
@@ -392,26 +410,22 @@ __device__ __forceinline__ void tile_move(T* tile, T* drows, ch_u64 right, int r
   }
 }
 
-// How many tile rows from p0 on an index of type I can select: positions
-// below dst_dim, at most CH_TILE_ROWS, never the "no index" marker (the
-// largest value of I, so excluding it only shortens the span).
-template <typename I>
+// How many tile rows from p0 on an index can select: positions below
+// dst_dim, at most CH_TILE_ROWS, never the "no index" marker CH_NO_ID (so
+// excluding it only shortens the span).
 __device__ __forceinline__ ch_u64 tile_span(ch_u64 dst_dim, ch_u64 p0) {
-  const ch_u64 marker = (ch_u64)Num<I>::max_value;
-  if (p0 >= marker) return 0;
+  if (p0 >= CH_NO_ID) return 0;
   ch_u64 span = dst_dim - p0;
   if (span > CH_TILE_ROWS) span = CH_TILE_ROWS;
-  return span < marker - p0 ? span : marker - p0;
+  return span < CH_NO_ID - p0 ? span : CH_NO_ID - p0;
 }
 
 // Tile row of index `id` (the tile starts at p0 and spans `span` rows, see
-// tile_span), or CH_TILE_NONE. Computed in the index's wrapping type: p0 and
-// span fit it whenever span > 0, and negative i64 indices wrap past it.
-template <typename I>
-__device__ __forceinline__ ch_u32 tile_row(I id, ch_u64 p0, ch_u64 span) {
-  typedef typename Num<I>::wide W;
-  const W row = (W)id - (W)p0;
-  return row < (W)span ? (ch_u32)row : CH_TILE_NONE;
+// tile_span), or CH_TILE_NONE; ids below p0 (negative i64 ones too) wrap
+// past the span.
+__device__ __forceinline__ ch_u32 tile_row(ch_u64 id, ch_u64 p0, ch_u64 span) {
+  const ch_u64 row = id - p0;
+  return row < span ? (ch_u32)row : CH_TILE_NONE;
 }
 
 // Applies updates j < CH_TILE_BATCH of one column in order: key[j] is the
@@ -443,25 +457,27 @@ __device__ __forceinline__ void tile_batch(T* tcol, const ch_u32 (&key)[CH_TILE_
 }
 
 // The loads of one lane's walk, in order: update `next` of the column (of
-// `n`; none past it) at `sp` and `ip`, then every `g`-th one. The walks of
-// the first row range (`check`) report indices past the destination.
-template <typename I, typename T>
+// `n`; none past it) at `sp` and index `ik` of `ids`, then every `g`-th one.
+// The walks of the first row range (`check`) report indices past the
+// destination.
+template <typename T>
 struct TileLoads {
   Fault fault;
   ch_u64 dst_dim;
   bool check;
-  const I* ip;
+  Ids ids;
+  ch_u64 ik;
   const T* sp;
   ch_u64 next, n, s_step, i_step, g;
-  __device__ __forceinline__ void load(I& id, T& val) {
+  __device__ __forceinline__ void load(ch_u64& id, T& val) {
     const bool ok = next < n;
-    id = ok ? *ip : Num<I>::max_value;
+    id = ok ? ids[ik] : CH_NO_ID;
     val = ok ? *sp : zero_bits<T>();
     ch_u64 pos;
     if (check && ok) index_ok(fault, id, dst_dim, pos);
     next += g;
     sp += s_step;
-    ip += i_step;
+    ik += i_step;
   }
 };
 
@@ -470,8 +486,8 @@ struct TileLoads {
 // lane's column: value src[first + s * right], index ids[ColumnIds ? first +
 // s * right : s]; `col_ok`: whether the lane's column exists. Every lane
 // runs every step (the shuffles need the whole wave).
-template <bool Add, bool ColumnIds, typename I, typename T>
-__device__ __forceinline__ void tile_walk(const IndexInfo& info, const I* ids, const T* src, T* tile, ch_u64 first,
+template <bool Add, bool ColumnIds, typename T>
+__device__ __forceinline__ void tile_walk(const IndexInfo& info, const Ids ids, const T* src, T* tile, ch_u64 first,
                                           bool col_ok, ch_u64 p0, ch_u64 span) {
   typedef TileLanes<T> L;
   const int C = L::cols, G = L::groups, D = L::loads, B = CH_TILE_BATCH;
@@ -480,18 +496,19 @@ __device__ __forceinline__ void tile_walk(const IndexInfo& info, const I* ids, c
   T* tcol = tile + col;
   const ch_u64 k = first + (ch_u64)group * info.right;
   const ch_u64 s_step = G * info.right;
-  TileLoads<I, T> loads = {fault_of(info),
-                           info.dst_dim,
-                           p0 == 0,
-                           ids + (ColumnIds ? k : (ch_u64)group),
-                           src + k,
+  TileLoads<T> loads = {fault_of(info),
+                        info.dst_dim,
+                        p0 == 0,
+                        ids,
+                        ColumnIds ? k : (ch_u64)group,
+                        src + k,
                            (ch_u64)group,
                            col_ok ? info.ids_dim : 0,
                            s_step,
                            ColumnIds ? s_step : (ch_u64)G,
                            (ch_u64)G};
   // Slot r holds update s0 + r * G + group of the walk step starting at s0.
-  I id[D];
+  ch_u64 id[D];
   T val[D];
 #pragma unroll
   for (int r = 0; r < D; ++r) loads.load(id[r], val[r]);
@@ -526,8 +543,8 @@ __device__ __forceinline__ void tile_walk(const IndexInfo& info, const I* ids, c
 // ids): one block of one wave per (left, column tile, row range), the row
 // ranges of a column tile adjacent so that their reads of ids and src meet
 // in the cache. blockDim.x == CANDLE_HIP_WAVE.
-template <bool Add, bool ColumnIds, typename I, typename T>
-__device__ __forceinline__ void tiles_body(const IndexInfo& info, const I* ids, const T* src, T* dst) {
+template <bool Add, bool ColumnIds, typename T>
+__device__ __forceinline__ void tiles_body(const IndexInfo& info, const Ids ids, const T* src, T* dst) {
   __shared__ ch_u64 words[CH_TILE_ROWS * CH_TILE_ROW_BYTES / sizeof(ch_u64)];
   T* tile = reinterpret_cast<T*>(words);
   const ch_u64 C = TileLanes<T>::cols;
@@ -546,66 +563,49 @@ __device__ __forceinline__ void tiles_body(const IndexInfo& info, const I* ids, 
     __syncthreads();
     const ch_u64 col = threadIdx.x % C;
     const ch_u64 first = l * info.ids_dim * info.right + c0 + col;
-    tile_walk<Add, ColumnIds>(info, ids, src, tile, first, col < (ch_u64)used, p0, tile_span<I>(info.dst_dim, p0));
+    tile_walk<Add, ColumnIds>(info, ids, src, tile, first, col < (ch_u64)used, p0, tile_span(info.dst_dim, p0));
     __syncthreads();
     tile_move<false>(tile, drows, info.right, rows, used);
     __syncthreads();
   }
 }
 
-#define CH_READ_KERNEL(NAME, I, TY)                                                                 \
-  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                       \
-      NAME##_##I##_##TY(const IndexInfo info, const ch_##I* ids, const ch_##TY* src, ch_##TY* out) { \
-    NAME##_body(info, ids, src, out);                                                               \
+// Kernel NAME_TY: (const IndexInfo info, const void* ids, const T* src,
+// T* dst) running BODY(info, ids, src, dst).
+#define CH_INDEXING_KERNEL(NAME, TY, BOUND, BODY)                                                          \
+  extern "C" __global__ void __launch_bounds__(BOUND)                                                      \
+      NAME##_##TY(const IndexInfo info, const void* ids, const ch_##TY* src, ch_##TY* dst) {               \
+    BODY(info, Ids{ids, info.wide_ids != 0}, src, dst);                                                    \
   }
 
-#define CH_SCATTER_KERNEL(NAME, I, TY, ADD)                                                         \
-  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                       \
-      NAME##_##I##_##TY(const IndexInfo info, const ch_##I* ids, const ch_##TY* src, ch_##TY* dst) { \
-    scatter_body<ADD>(info, ids, src, dst);                                                         \
-  }
-#define CH_SCATTER_SET(NAME, I, TY) CH_SCATTER_KERNEL(NAME, I, TY, false)
-#define CH_SCATTER_ADD(NAME, I, TY) CH_SCATTER_KERNEL(NAME, I, TY, true)
+#define CH_READ_KERNEL(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CH_ELEM_BLOCK, NAME##_body)
+#define CH_SCATTER_SET(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CH_ELEM_BLOCK, scatter_body<false>)
+#define CH_SCATTER_ADD(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CH_ELEM_BLOCK, scatter_body<true>)
+// index_add_<T> walks columns, index_add_rows_<T> owns destination rows.
+#define CH_INDEX_ADD_KERNEL(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CH_ELEM_BLOCK, NAME##_body)
+// *_tiles_<T>: the tile form (one wave per block).
+#define CH_SCATTER_SET_TILES(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CANDLE_HIP_WAVE, (tiles_body<false, true>))
+#define CH_SCATTER_ADD_TILES(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CANDLE_HIP_WAVE, (tiles_body<true, true>))
+#define CH_INDEX_ADD_TILES(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CANDLE_HIP_WAVE, (tiles_body<true, false>))
 
-// index_add_<I>_<T> walks columns, index_add_rows_<I>_<T> owns destination rows.
-#define CH_INDEX_ADD_KERNEL(NAME, I, TY)                                                            \
-  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                       \
-      NAME##_##I##_##TY(const IndexInfo info, const ch_##I* ids, const ch_##TY* src, ch_##TY* dst) { \
-    NAME##_body(info, ids, src, dst);                                                               \
-  }
-
-// *_tiles_<I>_<T>: the tile form (one wave per block).
-#define CH_TILES_KERNEL(NAME, I, TY, ADD, COLUMN_IDS)                                                      \
-  extern "C" __global__ void __launch_bounds__(CANDLE_HIP_WAVE)                                              \
-      NAME##_##I##_##TY(const IndexInfo info, const ch_##I* ids, const ch_##TY* src, ch_##TY* dst) { \
-    tiles_body<ADD, COLUMN_IDS>(info, ids, src, dst);                                                      \
-  }
-#define CH_SCATTER_SET_TILES(NAME, I, TY) CH_TILES_KERNEL(NAME, I, TY, false, true)
-#define CH_SCATTER_ADD_TILES(NAME, I, TY) CH_TILES_KERNEL(NAME, I, TY, true, true)
-#define CH_INDEX_ADD_TILES(NAME, I, TY) CH_TILES_KERNEL(NAME, I, TY, true, false)
-
-// NAME for every index dtype: L(M, NAME, I) for I = u32, i64 (the host
-// widens u8, i16 and i32 indices to i64 first: widen_ids_* in cast.hip).
-#define CH_EACH_INDEX(L, NAME, M) L(M, NAME, u32) L(M, NAME, i64)
-
-// Parts (each compiled per dtype as a unit of its own): 1 reads, 2 column
-// walks, 3 to 5 one tile family each (the largest kernels).
+// Parts (each compiled per group of dtypes as a unit of its own): 1 reads,
+// 2 column walks, 3 to 5 one tile family each (the largest kernels).
 #if CH_PART(1)
-CH_EACH_INDEX(CH_CARRIERS, index_select, CH_READ_KERNEL)
-CH_EACH_INDEX(CH_CARRIERS, gather, CH_READ_KERNEL)
+CH_CARRIERS(CH_READ_KERNEL, index_select, _)
+CH_CARRIERS(CH_READ_KERNEL, gather, _)
 #endif
 #if CH_PART(2)
-CH_EACH_INDEX(CH_CARRIERS, scatter, CH_SCATTER_SET)
-CH_EACH_INDEX(CH_NUMERIC, scatter_add, CH_SCATTER_ADD)
-CH_EACH_INDEX(CH_NUMERIC, index_add, CH_INDEX_ADD_KERNEL)
-CH_EACH_INDEX(CH_NUMERIC, index_add_rows, CH_INDEX_ADD_KERNEL)
+CH_CARRIERS(CH_SCATTER_SET, scatter, _)
+CH_NUMERIC(CH_SCATTER_ADD, scatter_add, _)
+CH_NUMERIC(CH_INDEX_ADD_KERNEL, index_add, _)
+CH_NUMERIC(CH_INDEX_ADD_KERNEL, index_add_rows, _)
 #endif
 #if CH_PART(3)
-CH_EACH_INDEX(CH_CARRIERS, scatter_tiles, CH_SCATTER_SET_TILES)
+CH_CARRIERS(CH_SCATTER_SET_TILES, scatter_tiles, _)
 #endif
 #if CH_PART(4)
-CH_EACH_INDEX(CH_NUMERIC, scatter_add_tiles, CH_SCATTER_ADD_TILES)
+CH_NUMERIC(CH_SCATTER_ADD_TILES, scatter_add_tiles, _)
 #endif
 #if CH_PART(5)
-CH_EACH_INDEX(CH_NUMERIC, index_add_tiles, CH_INDEX_ADD_TILES)
+CH_NUMERIC(CH_INDEX_ADD_TILES, index_add_tiles, _)
 #endif

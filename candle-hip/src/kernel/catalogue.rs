@@ -4,8 +4,7 @@
 //! compile).
 //!
 //! A kernel is named `<family>_<dtype>` or, for families with two dtypes,
-//! `<family>_<first>_<second>` (e.g. `cast_f32_bf16`,
-//! `index_select_u32_f16`). Unary and binary ops are reached from candle's
+//! `<family>_<first>_<second>` (e.g. `cast_f32_bf16`, `where_u8_bf16`). Unary and binary ops are reached from candle's
 //! `UnaryOpT::KERNEL` / `BinaryOpT::KERNEL` names through [`candle_op`],
 //! comparisons through [`CMP`] and [`cmp_accept`], reductions through
 //! [`reduce_family`].
@@ -45,8 +44,6 @@ pub(crate) enum Dtypes {
     Activations,
     /// f16, bf16.
     Halves,
-    /// u32, i64 (the indices of every indexing kernel).
-    Index,
     /// u8, u32, i16, i32, i64 (where_cond predicates).
     Ints,
     /// u8, i16, i32 (indices widened to i64 before an indexing kernel).
@@ -64,7 +61,6 @@ impl Dtypes {
             Dtypes::AnyFloat => &ANY_FLOAT,
             Dtypes::Activations => &ACTIVATIONS,
             Dtypes::Halves => &HALVES,
-            Dtypes::Index => &INDEX,
             Dtypes::Ints => &INTS,
             Dtypes::WidenedIds => &WIDENED_IDS,
         }
@@ -394,15 +390,15 @@ families! {
     REDUCE_COLS_SUM = "reduce_cols_sum" in REDUCE part 4: Numeric;
     REDUCE_COLS_MINMAX = "reduce_cols_minmax" in REDUCE part 4: Numeric;
     REDUCE_COLS_ARGMINMAX = "reduce_cols_argminmax" in REDUCE part 5: Numeric;
-    INDEX_SELECT = "index_select" in INDEXING part 1: Index x Carriers carries Numeric;
-    GATHER = "gather" in INDEXING part 1: Index x Carriers carries Numeric;
-    SCATTER = "scatter" in INDEXING part 2: Index x Carriers carries Numeric;
-    SCATTER_ADD = "scatter_add" in INDEXING part 2: Index x Numeric;
-    INDEX_ADD = "index_add" in INDEXING part 2: Index x Numeric;
-    INDEX_ADD_ROWS = "index_add_rows" in INDEXING part 2: Index x Numeric;
-    SCATTER_TILES = "scatter_tiles" in INDEXING part 3: Index x Carriers carries Numeric;
-    SCATTER_ADD_TILES = "scatter_add_tiles" in INDEXING part 4: Index x Numeric;
-    INDEX_ADD_TILES = "index_add_tiles" in INDEXING part 5: Index x Numeric;
+    INDEX_SELECT = "index_select" in INDEXING part 1: Carriers carries Numeric;
+    GATHER = "gather" in INDEXING part 1: Carriers carries Numeric;
+    SCATTER = "scatter" in INDEXING part 2: Carriers carries Numeric;
+    SCATTER_ADD = "scatter_add" in INDEXING part 2: Numeric;
+    INDEX_ADD = "index_add" in INDEXING part 2: Numeric;
+    INDEX_ADD_ROWS = "index_add_rows" in INDEXING part 2: Numeric;
+    SCATTER_TILES = "scatter_tiles" in INDEXING part 3: Carriers carries Numeric;
+    SCATTER_ADD_TILES = "scatter_add_tiles" in INDEXING part 4: Numeric;
+    INDEX_ADD_TILES = "index_add_tiles" in INDEXING part 5: Numeric;
     COPY2D = "copy2d" in COPY: Carriers carries Stored;
     TRANSPOSE = "transpose" in COPY: Carriers carries Stored;
     FILL = "fill" in COPY: Carriers carries Numeric;
@@ -466,6 +462,23 @@ pub(crate) fn candle_op(kernel: &str) -> Option<&'static Family> {
         .copied()
         .filter(|f| f.source == sources::UNARY || f.source == sources::BINARY)
         .find(|f| f.name == kernel)
+}
+
+/// The kernel of indexing `family` for `values` and indices of dtype `ids`:
+/// u32 or i64, which every indexing kernel reads (`IndexInfo::wide_ids`
+/// tells which); other index dtypes are refused with candle's
+/// `UnsupportedDTypeForOp` naming `op` (the ops widen u8, i16 and i32
+/// indices to i64 first where candle's CPU backend takes them).
+pub(crate) fn indexing_kernel(
+    family: &'static Family,
+    op: &'static str,
+    ids: DType,
+    values: DType,
+) -> Result<Kernel> {
+    if !INDEX.contains(&ids) {
+        return Err(candle_core::Error::UnsupportedDTypeForOp(ids, op).bt());
+    }
+    family.kernel(op, values)
 }
 
 /// The outcomes of comparing a with b for which the [`CMP`] kernels answer
@@ -604,16 +617,12 @@ mod tests {
         assert_eq!(k.name(), "cast_f32_bf16");
         let k = CAST.pair("to_dtype", DType::I16, DType::F8E4M3).unwrap();
         assert_eq!(k.name(), "cast_i16_f8e4m3");
-        let k = INDEX_SELECT
-            .pair("index_select", DType::I64, DType::U8)
-            .unwrap();
-        assert_eq!(k.name(), "index_select_i64_u8");
+        let k = indexing_kernel(&INDEX_SELECT, "index_select", DType::I64, DType::U8).unwrap();
+        assert_eq!(k.name(), "index_select_u8");
         assert_eq!(k.source(), sources::INDEXING);
-        assert!(
-            INDEX_SELECT
-                .pair("index_select", DType::U8, DType::F32)
-                .is_err()
-        );
+        let err =
+            indexing_kernel(&INDEX_SELECT, "index_select", DType::U8, DType::F32).unwrap_err();
+        assert!(err.to_string().contains("U8"), "{err}");
         let err = UEXP.kernel("exp", DType::U32).unwrap_err().to_string();
         assert!(err.contains("U32") && err.contains("exp"), "{err}");
         let err = UEXP.kernel("exp", DType::I32).unwrap_err().to_string();
@@ -663,22 +672,20 @@ mod tests {
         // Dummy dtypes are copied, never filled, selected or computed with.
         for d in RAW {
             assert!(FILL.kernel("const_set", d).is_err(), "{d:?}");
-            assert!(INDEX_SELECT.pair("index_select", DType::U32, d).is_err());
+            assert!(indexing_kernel(&INDEX_SELECT, "index_select", DType::U32, d).is_err());
             assert!(WHERE.pair("where_cond", DType::U8, d).is_err());
         }
         // Only the value dtype is carried: i16 indices are refused where
         // candle's CPU backend refuses them.
         let k = WHERE.pair("where_cond", DType::I16, DType::F8E4M3).unwrap();
         assert_eq!(k.name(), "where_i16_u8");
-        let k = GATHER.pair("gather", DType::U32, DType::I16).unwrap();
-        assert_eq!(k.name(), "gather_u32_bf16");
-        assert!(GATHER.pair("gather", DType::I16, DType::F32).is_err());
-        assert!(SCATTER.pair("scatter", DType::I32, DType::F32).is_err());
+        let k = indexing_kernel(&GATHER, "gather", DType::U32, DType::I16).unwrap();
+        assert_eq!(k.name(), "gather_bf16");
+        assert!(indexing_kernel(&GATHER, "gather", DType::I16, DType::F32).is_err());
+        assert!(indexing_kernel(&SCATTER, "scatter", DType::I32, DType::F32).is_err());
         // Families that compute do not carry.
-        let k = SCATTER_ADD
-            .pair("scatter-add", DType::U32, DType::I16)
-            .unwrap();
-        assert_eq!(k.name(), "scatter_add_u32_i16");
+        let k = indexing_kernel(&SCATTER_ADD, "scatter-add", DType::U32, DType::I16).unwrap();
+        assert_eq!(k.name(), "scatter_add_i16");
         assert!(CAST.pair("to_dtype", DType::F4, DType::U8).is_err());
         // Every carried lookup lands on a kernel the family has.
         for f in FAMILIES {
@@ -803,13 +810,13 @@ mod tests {
                 (&GATHER, cpu_ok(|| x.gather(&l, &u32s, &l, 0))),
             ];
             for (family, cpu) in reads {
-                let hip = family.pair("op", DType::U32, d).is_ok();
+                let hip = indexing_kernel(family, "op", DType::U32, d).is_ok();
                 assert_eq!(hip, cpu, "{}", what(family.name));
             }
             let mut dst = x.clone();
             let cpu = cpu_ok(|| dst.scatter_set(&l, &u32s, &l, &x, &l, 0));
             assert_eq!(
-                SCATTER.pair("op", DType::U32, d).is_ok(),
+                indexing_kernel(&SCATTER, "op", DType::U32, d).is_ok(),
                 cpu,
                 "{}",
                 what("scatter")
@@ -817,19 +824,20 @@ mod tests {
             let mut dst = x.clone();
             let cpu = cpu_ok(|| dst.scatter_add_set(&l, &u32s, &l, &x, &l, 0));
             for family in [&SCATTER_ADD, &SCATTER_ADD_TILES] {
-                let hip = family.pair("op", DType::U32, d).is_ok();
+                let hip = indexing_kernel(family, "op", DType::U32, d).is_ok();
                 assert_eq!(hip, cpu, "{}", what(family.name));
             }
             let cpu = cpu_ok(|| x.index_add(&l, &u32s, &l, &x, &l, 0));
             for family in [&INDEX_ADD, &INDEX_ADD_ROWS, &INDEX_ADD_TILES] {
-                let hip = family.pair("op", DType::U32, d).is_ok();
+                let hip = indexing_kernel(family, "op", DType::U32, d).is_ok();
                 assert_eq!(hip, cpu, "{}", what(family.name));
             }
             let as_ids = ids(d);
             let widened = WIDENED_IDS.contains(&d) && WIDEN_IDS.kernel("op", d).is_ok();
             let add_only = ADD_ONLY_IDS.contains(&d);
             let index_dtype = |family: &'static Family, adds: bool| {
-                family.pair("op", d, DType::F32).is_ok() || (widened && (adds || !add_only))
+                indexing_kernel(family, "op", d, DType::F32).is_ok()
+                    || (widened && (adds || !add_only))
             };
             let cases: [(&'static Family, bool, bool); 5] = [
                 (
@@ -911,8 +919,8 @@ mod tests {
         assert_eq!(UCOPY.kernels().len(), 4);
         assert_eq!(CAST.kernels().len(), 100);
         assert_eq!(WHERE.kernels().len(), 20);
-        assert_eq!(GATHER.kernels().len(), 8);
-        assert_eq!(SCATTER_ADD.kernels().len(), 20);
+        assert_eq!(GATHER.kernels().len(), 4);
+        assert_eq!(SCATTER_ADD.kernels().len(), 10);
         assert_eq!(WIDEN_IDS.kernels().len(), 3);
         let mut names: Vec<String> = FAMILIES
             .iter()
@@ -938,9 +946,10 @@ mod tests {
         // its cache write (8) and SwiGLU's activation (4); then min and
         // max (and argmin and argmax) in one kernel each: 40 fewer; then
         // the ten moving families for one dtype per element width: 54 fewer;
-        // then the six comparisons in one kernel per dtype: 50 fewer.
+        // then the six comparisons in one kernel per dtype: 50 fewer; then
+        // one indexing kernel for u32 and i64 indices: 66 fewer.
         let total: usize = FAMILIES.iter().map(|f| f.kernels().len()).sum();
-        assert_eq!(total, 843);
+        assert_eq!(total, 777);
     }
 
     #[test]
@@ -967,8 +976,8 @@ mod tests {
             "cast_bf16_i64",
             "where_i64_bf16",
             "reduce_argminmax_f64",
-            "index_select_u32_bf16",
-            "scatter_add_u32_i64",
+            "index_select_bf16",
+            "scatter_add_i64",
             "copy2d_u32",
             "fill_bf16",
             "transpose_bf16",
@@ -981,7 +990,7 @@ mod tests {
             "where_i32_i64",
             "reduce_sum_f8e4m3",
             "reduce_cols_argminmax_i16",
-            "index_add_tiles_i64_f8e4m3",
+            "index_add_tiles_f8e4m3",
             "widen_ids_i32",
             "widen_ids_u8",
             "rand_uniform_f8e4m3",

@@ -388,11 +388,13 @@ pub(crate) struct IndexInfo {
     pub(crate) fault: u64,
     /// The code such an index stores there.
     pub(crate) fault_code: u64,
+    /// 1 when the indices are i64, 0 when they are u32.
+    pub(crate) wide_ids: u64,
 }
 
-// SAFETY: `#[repr(C)]` of nine u64: no padding, every bit pattern valid.
+// SAFETY: `#[repr(C)]` of ten u64: no padding, every bit pattern valid.
 unsafe impl DeviceRepr for IndexInfo {}
-const _: () = assert!(std::mem::size_of::<IndexInfo>() == 9 * 8);
+const _: () = assert!(std::mem::size_of::<IndexInfo>() == 10 * 8);
 
 /// `(product of dims[..dim], dims[dim], product of dims[dim + 1..])`, for
 /// `dim < dims.len()` (callers check it).

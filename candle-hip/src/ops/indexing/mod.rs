@@ -8,8 +8,8 @@
 pub(crate) mod fault;
 mod plan;
 
-use candle_core::Layout;
 use candle_core::backend::BackendStorage;
+use candle_core::{DType, Layout};
 use hip_safe::LaunchConfig;
 
 use crate::error::{Result, invalid};
@@ -37,7 +37,16 @@ fn plan_updates(
         elem_bytes: dst.dtype().size_in_bytes(),
     };
     let (family, cfg) = families.choose(updates, launcher.wave_size(), launcher.compute_units());
-    Ok((family.pair(op, ids.dtype(), dst.dtype())?, cfg))
+    Ok((
+        cat::indexing_kernel(family, op, ids.dtype(), dst.dtype())?,
+        cfg,
+    ))
+}
+
+/// `IndexInfo::wide_ids` for indices of `ids`' dtype: 1 for i64, 0 for u32
+/// (the only index dtypes the kernels take: [`cat::indexing_kernel`]).
+fn wide_ids(ids: &HipStorage) -> u64 {
+    u64::from(ids.dtype() == DType::I64)
 }
 
 /// Whether scatter replaces or accumulates.
@@ -69,7 +78,7 @@ fn check_dim(dim: usize, dims: &[usize], op: &'static str) -> Result<()> {
 }
 
 /// A new storage of `numel` elements of `src`'s dtype, written by the
-/// lookup kernel `(IndexInfo, const I* ids, const T* src, T* out)` launched
+/// lookup kernel `(IndexInfo, const void* ids, const T* src, T* out)` launched
 /// over `work` items (nothing is launched when `numel` is 0).
 ///
 /// # Safety
@@ -127,7 +136,7 @@ pub(crate) fn index_select(
     };
     let wide = elementwise::widen_ids(ids, ids_l, OP, false)?;
     let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
-    let kernel = cat::INDEX_SELECT.pair(OP, ids.dtype(), src.dtype())?;
+    let kernel = cat::indexing_kernel(&cat::INDEX_SELECT, OP, ids.dtype(), src.dtype())?;
     let (left, src_dim, right) = split_at_dim(OP, src_l.dims(), dim)?;
     let numel = size::product(OP, "the output", &[left, n_ids, right])?;
     let mut info = IndexInfo {
@@ -136,6 +145,7 @@ pub(crate) fn index_select(
         src_dim: to_u64(src_dim),
         ids_dim: to_u64(n_ids),
         ids_stride: to_u64(ids_l.stride()[0]),
+        wide_ids: wide_ids(ids),
         ..IndexInfo::default()
     };
     src.device().faults().arm(&mut info, Reporter::IndexSelect);
@@ -175,7 +185,7 @@ pub(crate) fn gather(
     }
     let wide = elementwise::widen_ids(ids, ids_l, OP, false)?;
     let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
-    let kernel = cat::GATHER.pair(OP, ids.dtype(), src.dtype())?;
+    let kernel = cat::indexing_kernel(&cat::GATHER, OP, ids.dtype(), src.dtype())?;
     let (left, ids_dim, right) = split_at_dim(OP, ids_l.dims(), dim)?;
     let (src_left, src_dim, src_right) = split_at_dim(OP, src_l.dims(), dim)?;
     if left > src_left || right > src_right {
@@ -195,6 +205,7 @@ pub(crate) fn gather(
         src_dim: to_u64(src_dim),
         ids_dim: to_u64(ids_dim),
         src_right: to_u64(src_right),
+        wide_ids: wide_ids(ids),
         ..IndexInfo::default()
     };
     src.device().faults().arm(&mut info, Reporter::Gather);
@@ -261,6 +272,7 @@ pub(crate) fn scatter(
     };
     let wide = elementwise::widen_ids(ids, ids_l, op, mode == Scatter::Add)?;
     let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
+    info.wide_ids = wide_ids(ids);
     let device = dst.device().clone();
     device.faults().arm(&mut info, reporter);
     let (kernel, cfg) = plan_updates(op, families, &info, ids, dst)?;
@@ -270,7 +282,9 @@ pub(crate) fn scatter(
     let ids_view = ids.view(op, ids_l)?;
     let src_view = src.view(op, src_l)?;
     let dst_view = dst.view_mut(op, dst_l)?;
-    // SAFETY: scatter*(const IndexInfo, const I* ids, const T* src, T* dst):
+    // SAFETY: scatter*(const IndexInfo, const void* ids, const T* src, T*
+    // dst), ids of the dtype info.wide_ids names (the kernel lookup took
+    // only u32 and i64):
     // ids and src hold left * ids_dim * right elements, dst left * dst_dim *
     // right (the destination layout's reach); positions >= dst_dim are
     // skipped by the kernel. dst is a different storage (exclusive borrow),
@@ -325,6 +339,7 @@ pub(crate) fn index_add(
     };
     let wide = elementwise::widen_ids(ids, ids_l, OP, true)?;
     let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
+    info.wide_ids = wide_ids(ids);
     let device = dst.device();
     device.faults().arm(&mut info, Reporter::IndexAdd);
     let (kernel, cfg) = plan_updates(OP, &INDEX_ADD, &info, ids, dst)?;
@@ -338,8 +353,9 @@ pub(crate) fn index_add(
     let ids_view = ids.view(OP, ids_l)?;
     let src_view = src.view(OP, src_l)?;
     let out_view = out.view_all_mut();
-    // SAFETY: index_add(_rows, _tiles)(const IndexInfo, const I* ids, const
-    // T* src, T* dst): ids holds n_ids values, src left * src_dim * right,
+    // SAFETY: index_add(_rows, _tiles)(const IndexInfo, const void* ids,
+    // const T* src, T* dst), ids of the dtype info.wide_ids names: ids holds
+    // n_ids values, src left * src_dim * right,
     // dst left * dst_dim * right; positions >= dst_dim are skipped by the
     // kernel. dst is the new storage `out`, distinct from ids and src. The
     // per-row kernel gets whole waves of at most CH_ELEM_BLOCK threads, the
