@@ -41,12 +41,12 @@ impl Source {
         self.code
     }
 
-    /// Whether the source is compiled once per dtype: as one program per
-    /// `-DCH_ONLY_DTYPE=CH_DTYPE_<dtype>`, each holding the kernels whose
-    /// last dtype suffix is that dtype (see `common.h`). The large
-    /// element-wise, reduction and indexing sources are, and the copies,
-    /// softmax and norms every model runs, so that the first use of an op
-    /// compiles a fraction of its source.
+    /// Whether the source is compiled once per group of dtypes: as one
+    /// program per `-DCH_ONLY_DTYPES=<mask of the group>`, each holding the
+    /// kernels whose last dtype suffix is in the group (see `common.h`).
+    /// The large element-wise, reduction and indexing sources are, and the
+    /// copies, softmax and norms every model runs, so that the first use of
+    /// an op compiles a fraction of its source.
     pub const fn split_by_dtype(self) -> bool {
         self.split_by_dtype
     }
