@@ -67,8 +67,7 @@ struct ReduceInfo {
   ch_u64 out_strides[CH_REDUCE_MAX_DIMS];
   ch_u64 red_dims[CH_REDUCE_MAX_DIMS];
   ch_u64 red_strides[CH_REDUCE_MAX_DIMS];
-  // The magic numbers of the dimensions above (magic_div; magic_offset
-  // never divides by the first).
+  // The magic numbers of every dimension but the first (see magic_div).
   ch_u64 out_magic[CH_REDUCE_MAX_DIMS];
   ch_u64 red_magic[CH_REDUCE_MAX_DIMS];
   ch_u32 out_shift[CH_REDUCE_MAX_DIMS];
