@@ -243,7 +243,7 @@ pub(crate) struct ReduceInfo {
 // every bit pattern valid.
 unsafe impl DeviceRepr for ReduceInfo {}
 const _: () = assert!(std::mem::size_of::<ReduceInfo>() == 48 + (6 * 8 + 2 * 4) * REDUCE_MAX_DIMS);
-const _: () = assert!(REDUCE_MAX_DIMS.is_multiple_of(2));
+const _: () = assert!(REDUCE_MAX_DIMS % 2 == 0);
 
 /// A divisor in the form `magic_div` of `kernels/common.h` divides by
 /// (Granlund and Montgomery's round-up method for 64-bit unsigned
