@@ -442,16 +442,6 @@ __device__ __forceinline__ ch_u64 divmod(ch_u64 n, ch_u64 d, ch_u64& rem) {
   return divmod64(n, d, rem);
 }
 
-// n / d for a divisor d whose magic numbers the host computed (`Divisor`
-// in candle-hip/src/kernel/info.rs; Granlund and Montgomery's
-// round-up method): t = the high half of n * magic, then (t + ((n - t) >>
-// s1)) >> s2 with shift = s1 | s2 << 8. Exact for every 64-bit n, and a
-// fraction of the code of a division.
-__device__ __forceinline__ ch_u64 magic_div(ch_u64 n, ch_u64 magic, ch_u32 shift) {
-  const ch_u64 t = __umul64hi(n, magic);
-  return (t + ((n - t) >> (shift & 1))) >> (shift >> 8);
-}
-
 // One step of decompose's 64-bit path: the coordinate of dimension d
 // (i's remainder by it) added to the offsets, i divided by it.
 template <int N, typename Stride>
@@ -465,15 +455,18 @@ __device__ __forceinline__ void wide_digit(ch_u64& i, const ch_u64* dims, const 
 }
 
 // Offsets in N operands of element `i` (row-major order) of a view of
-// `rank` <= CH_MAX_DIMS dims, sharing the divisions; stride(k, d) is
-// operand k's stride of dimension d. The usual case, i and every dim below
-// 2^32, divides in 32 bits in a loop unrolled over the dimensions.
+// `rank` <= MAX_DIMS dims, sharing the divisions; stride(k, d) is operand
+// k's stride of dimension d. The usual case, i and every dim below 2^32,
+// divides in 32 bits in a loop unrolled over the MAX_DIMS dimensions.
 // Otherwise (views of 2^32 elements or more) each dimension takes the
 // compiler's 64-bit division (see divmod64), several times the code of a
-// 32-bit one, once in a rolled loop, which reads the dimensions at computed
-// offsets of the argument struct (half the code of an element-wise kernel).
-// Reductions index with magic numbers instead (magic_div).
-template <int N, typename Stride>
+// 32-bit one: with ROLL_WIDE, once in a rolled loop, which reads the
+// dimensions at computed offsets of the argument struct (half the code of
+// an element-wise kernel). Reductions
+// keep that loop unrolled too: rolled, hipRTC 6.4 gives a dozen of them an
+// unused 68-byte private segment
+// (candle-hip/benches/results/sandbox-2026-11-28-index-math.md).
+template <int N, bool ROLL_WIDE, int MAX_DIMS = CH_MAX_DIMS, typename Stride>
 __device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* dims, const Stride& stride,
                                           ch_u64 (&off)[CH_MAX_OPERANDS]) {
 #pragma unroll
@@ -485,13 +478,13 @@ __device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* d
   }
   ch_u64 wide = i;
 #pragma unroll
-  for (int d = 0; d < CH_MAX_DIMS; ++d) {
+  for (int d = 0; d < MAX_DIMS; ++d) {
     if (d < (int)rank) wide |= dims[d];
   }
   if ((wide >> 32) == 0) {
     ch_u32 n = (ch_u32)i;
 #pragma unroll
-    for (int d = CH_MAX_DIMS - 1; d >= 0; --d) {
+    for (int d = MAX_DIMS - 1; d >= 0; --d) {
       if (d < (int)rank) {
         const ch_u32 q = n / (ch_u32)dims[d];
         const ch_u64 c = n - q * (ch_u32)dims[d];
@@ -502,8 +495,25 @@ __device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* d
     }
     return;
   }
+  if (ROLL_WIDE) {
 #pragma unroll 1
-  for (int d = (int)rank - 1; d >= 0; --d) wide_digit<N>(i, dims, stride, d, off);
+    for (int d = (int)rank - 1; d >= 0; --d) wide_digit<N>(i, dims, stride, d, off);
+    return;
+  }
+#pragma unroll
+  for (int d = MAX_DIMS - 1; d >= 0; --d) {
+    if (d < (int)rank) wide_digit<N>(i, dims, stride, d, off);
+  }
+}
+
+// Storage offset of the `i`-th element (row-major order) of a strided view
+// of at most MAX_DIMS dims.
+template <int MAX_DIMS = CH_MAX_DIMS>
+__device__ __forceinline__ ch_u64 strided_offset(ch_u64 i, ch_u32 rank, const ch_u64* dims,
+                                                 const ch_u64* strides) {
+  ch_u64 off[CH_MAX_OPERANDS];
+  decompose<1, false, MAX_DIMS>(i, rank, dims, [&](int, int d) { return strides[d]; }, off);
+  return off[0];
 }
 
 // ---------------------------------------------------------------------------
@@ -527,7 +537,7 @@ struct ElemInfo {
 // Offsets of element `i` in each of the first N operands, sharing the divisions.
 template <int N>
 __device__ __forceinline__ void strided_offsets(const ElemInfo& info, ch_u64 i, ch_u64 (&off)[CH_MAX_OPERANDS]) {
-  decompose<N>(i, info.rank, info.dims, [&](int k, int d) { return info.strides[k][d]; }, off);
+  decompose<N, true>(i, info.rank, info.dims, [&](int k, int d) { return info.strides[k][d]; }, off);
 }
 
 // V consecutive elements moved with one wide memory access.

@@ -67,11 +67,6 @@ struct ReduceInfo {
   ch_u64 out_strides[CH_REDUCE_MAX_DIMS];
   ch_u64 red_dims[CH_REDUCE_MAX_DIMS];
   ch_u64 red_strides[CH_REDUCE_MAX_DIMS];
-  // The magic numbers of every dimension but the first (see magic_div).
-  ch_u64 out_magic[CH_REDUCE_MAX_DIMS];
-  ch_u64 red_magic[CH_REDUCE_MAX_DIMS];
-  ch_u32 out_shift[CH_REDUCE_MAX_DIMS];
-  ch_u32 red_shift[CH_REDUCE_MAX_DIMS];
 };
 
 // Sum: floats accumulate in f32/f64, integers in their wrapping unsigned type.
@@ -364,30 +359,13 @@ __device__ __forceinline__ typename R::State reduce_contiguous(const R& r, const
   return st;
 }
 
-// Storage offset of element i (row-major) of `rank` dimensions: every
-// coordinate but the first from a division by magic numbers (the first is
-// what remains of i).
-__device__ __forceinline__ ch_u64 magic_offset(ch_u64 i, ch_u32 rank, const ch_u64* dims, const ch_u64* strides,
-                                               const ch_u64* magic, const ch_u32* shift) {
-  ch_u64 off = 0;
-#pragma unroll
-  for (int d = CH_REDUCE_MAX_DIMS - 1; d > 0; --d) {
-    if (d < (int)rank) {
-      const ch_u64 q = magic_div(i, magic[d], shift[d]);
-      off += (i - q * dims[d]) * strides[d];
-      i = q;
-    }
-  }
-  return off + i * strides[0];
-}
-
 // Offset of reduced position j from its output's first element.
 __device__ __forceinline__ ch_u64 red_offset(const ReduceInfo& info, ch_u64 j) {
-  return magic_offset(j, info.red_rank, info.red_dims, info.red_strides, info.red_magic, info.red_shift);
+  return strided_offset<CH_REDUCE_MAX_DIMS>(j, info.red_rank, info.red_dims, info.red_strides);
 }
 
 __device__ __forceinline__ ch_u64 out_offset(const ReduceInfo& info, ch_u64 o) {
-  return magic_offset(o, info.out_rank, info.out_dims, info.out_strides, info.out_magic, info.out_shift);
+  return strided_offset<CH_REDUCE_MAX_DIMS>(o, info.out_rank, info.out_dims, info.out_strides);
 }
 
 // The result of chunk c of output o: the output itself, or a partial state.

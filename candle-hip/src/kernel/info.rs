@@ -230,54 +230,12 @@ pub(crate) struct ReduceInfo {
     pub(crate) out_strides: [u64; REDUCE_MAX_DIMS],
     pub(crate) red_dims: [u64; REDUCE_MAX_DIMS],
     pub(crate) red_strides: [u64; REDUCE_MAX_DIMS],
-    /// [`Divisor`] magic numbers of `out_dims` / `red_dims`.
-    pub(crate) out_magic: [u64; REDUCE_MAX_DIMS],
-    pub(crate) red_magic: [u64; REDUCE_MAX_DIMS],
-    /// [`Divisor`] shifts of `out_dims` / `red_dims`.
-    pub(crate) out_shift: [u32; REDUCE_MAX_DIMS],
-    pub(crate) red_shift: [u32; REDUCE_MAX_DIMS],
 }
 
 // SAFETY: `#[repr(C)]`, u64 and u32 fields in the C order (2 x 8, 4 x 4,
-// 2 x 8, u64 arrays, then two u32 arrays of an even length): no padding,
-// every bit pattern valid.
+// 2 x 8, then u64 arrays): no padding, every bit pattern valid.
 unsafe impl DeviceRepr for ReduceInfo {}
-const _: () = assert!(std::mem::size_of::<ReduceInfo>() == 48 + (6 * 8 + 2 * 4) * REDUCE_MAX_DIMS);
-const _: () = assert!(REDUCE_MAX_DIMS % 2 == 0);
-
-/// A divisor in the form `magic_div` of `kernels/common.h` divides by
-/// (Granlund and Montgomery's round-up method for 64-bit unsigned
-/// division): for d >= 1 and l = ceil(log2 d), `magic` = floor(2^64 (2^l -
-/// d) / d) + 1 and `shift` = min(l, 1) | max(l - 1, 0) << 8, so that for
-/// every 64-bit n, n / d = (t + ((n - t) >> min(l, 1))) >> max(l - 1, 0)
-/// with t the high half of n * magic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Divisor {
-    pub(crate) magic: u64,
-    pub(crate) shift: u32,
-}
-
-impl Divisor {
-    /// The magic numbers of `d`; a size of 0 (a dimension no element is
-    /// indexed in) divides as 1.
-    pub(crate) fn new(d: u64) -> Divisor {
-        let d = d.max(1);
-        let l = 64 - (d - 1).leading_zeros();
-        let magic = ((1u128 << 64) * ((1u128 << l) - u128::from(d)) / u128::from(d)) + 1;
-        Divisor {
-            // At most 2^64 - 1: 2^l - d < d.
-            magic: magic as u64,
-            shift: l.min(1) | (l.saturating_sub(1) << 8),
-        }
-    }
-
-    /// n / d as the kernels compute it.
-    #[cfg(test)]
-    fn divide(self, n: u64) -> u64 {
-        let t = ((u128::from(n) * u128::from(self.magic)) >> 64) as u64;
-        (t + ((n - t) >> (self.shift & 1))) >> (self.shift >> 8)
-    }
-}
+const _: () = assert!(std::mem::size_of::<ReduceInfo>() == 48 + 4 * 8 * REDUCE_MAX_DIMS);
 
 /// `CH_REDUCE_*` of `kernels/reduce.hip`: the work split of a reduction launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -342,22 +300,14 @@ impl ReduceInfo {
             out_strides: [0; REDUCE_MAX_DIMS],
             red_dims: [0; REDUCE_MAX_DIMS],
             red_strides: [0; REDUCE_MAX_DIMS],
-            out_magic: [0; REDUCE_MAX_DIMS],
-            red_magic: [0; REDUCE_MAX_DIMS],
-            out_shift: [0; REDUCE_MAX_DIMS],
-            red_shift: [0; REDUCE_MAX_DIMS],
         };
         for (d, (&size, &stride)) in out.dims.iter().zip(&out.strides[0]).enumerate() {
-            let divisor = Divisor::new(to_u64(size));
             info.out_dims[d] = to_u64(size);
             info.out_strides[d] = to_u64(stride);
-            (info.out_magic[d], info.out_shift[d]) = (divisor.magic, divisor.shift);
         }
         for (d, (&size, &stride)) in red.dims.iter().zip(&red.strides[0]).enumerate() {
-            let divisor = Divisor::new(to_u64(size));
             info.red_dims[d] = to_u64(size);
             info.red_strides[d] = to_u64(stride);
-            (info.red_magic[d], info.red_shift[d]) = (divisor.magic, divisor.shift);
         }
         Ok(info)
     }
@@ -688,39 +638,6 @@ mod tests {
         assert_eq!(info.column_packs(4, 0), Some(2));
         let info = ReduceInfo::new("sum", &[4, 5, 8], &[48, 8, 1], &[0, 1]).unwrap();
         assert_eq!(info.column_packs(4, 0), None);
-    }
-
-    #[test]
-    fn magic_numbers_divide_exactly() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            state ^ (state >> 29)
-        };
-        let mut divisors: Vec<u64> = vec![1, 2, 3, 5, 6, 7, 10, 641, u64::MAX, u64::MAX - 1];
-        for k in 1..64 {
-            divisors.extend([(1u64 << k) - 1, 1 << k, (1 << k) + 1]);
-        }
-        for _ in 0..2000 {
-            let r = next();
-            // Sizes of every magnitude, small ones most.
-            divisors.push((r >> (r % 64)).max(1));
-        }
-        for &d in &divisors {
-            let v = Divisor::new(d);
-            let mut numerators = vec![0, 1, d - 1, d, d.saturating_add(1), u64::MAX, u64::MAX - 1];
-            numerators.extend(d.checked_mul(3).map(|n| n - 1));
-            for _ in 0..50 {
-                let r = next();
-                numerators.push(r >> (r % 64));
-            }
-            for n in numerators {
-                assert_eq!(v.divide(n), n / d, "{n} / {d}");
-            }
-        }
-        assert_eq!(Divisor::new(0), Divisor::new(1));
     }
 
     #[test]

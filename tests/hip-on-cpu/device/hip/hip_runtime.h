@@ -143,11 +143,6 @@ inline int __ffs(unsigned int x) { return __builtin_ffs((int)x); }
 inline int __ffsll(unsigned long long x) { return __builtin_ffsll((long long)x); }
 inline int __clz(unsigned int x) { return x == 0 ? 32 : __builtin_clz(x); }
 inline int __clzll(unsigned long long x) { return x == 0 ? 64 : __builtin_clzll(x); }
-
-// The high half of a 64-bit product.
-inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
-  return (unsigned long long)(((unsigned __int128)a * b) >> 64);
-}
 inline unsigned int __brev(unsigned int x) {
   unsigned int r = 0;
   for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
