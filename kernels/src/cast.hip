@@ -2,7 +2,9 @@
 // f32, f64, f8e4m3: cast_<src>_<dst>, e.g. cast_f32_bf16; and widen_ids_<I>
 // (u8, i16, i32): index tensors as i64 for the indexing kernels.
 //
-// Signature: (const ElemInfo info, const Src* in, Dst* out).
+// Signature: (const ElemInfo info, const Src* in, Dst* out), `in` contiguous
+// (info.rank == 0: the host copies a strided view to a contiguous one first,
+// see map_contiguous in common.h).
 // Semantics are Rust's `as` (see Cast in common.h): float -> int saturates
 // (NaN -> 0), int -> int wraps, everything else rounds to nearest even;
 // f8e4m3 rounds and saturates as the float8 crate does.
@@ -15,10 +17,10 @@ struct CastFn {
   __device__ __forceinline__ D operator()(S v) const { return cast_to<D>(v); }
 };
 
-#define CH_CAST_KERNEL(NAME, S, D)                                                       \
-  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                            \
-      NAME##_##S##_##D(const ElemInfo info, const ch_##S* in, ch_##D* out) {             \
-    map_elems(info, out, CastFn<ch_##D>(), In<ch_##S, 0>{in});                           \
+#define CH_CAST_KERNEL(NAME, S, D)                                           \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                \
+      NAME##_##S##_##D(const ElemInfo info, const ch_##S* in, ch_##D* out) { \
+    map_contiguous(info, out, CastFn<ch_##D>(), In<ch_##S, 0>{in});          \
   }
 
 #define CH_CAST_FROM(S) CH_NUMERIC(CH_CAST_KERNEL, cast, S)
@@ -44,10 +46,10 @@ struct WidenIdFn {
   }
 };
 
-#define CH_WIDEN_IDS_KERNEL(NAME, OP, TY)                                                \
-  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                            \
-      NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_i64* out) {                 \
-    map_elems(info, out, OP<ch_##TY>(), In<ch_##TY, 0>{in});                             \
+#define CH_WIDEN_IDS_KERNEL(NAME, OP, TY)                                \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)            \
+      NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_i64* out) { \
+    map_contiguous(info, out, OP<ch_##TY>(), In<ch_##TY, 0>{in});        \
   }
 
 CH_EACH(CH_WIDEN_IDS_KERNEL, widen_ids, WidenIdFn, u8)

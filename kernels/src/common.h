@@ -666,48 +666,63 @@ struct IsCostly<F, decltype((void)F::costly)> {
   static const bool value = F::costly;
 };
 
-// out[i] = f(in0[i], in1[i], ...) for every element. Three paths:
-// - every operand contiguous: 16-byte packs when every pointer is aligned;
+// out[i] = f(in0[i], in1[i], ...) for every element of operands that are all
+// contiguous (info.rank == 0): 16-byte packs when every pointer is aligned,
+// else one element at a time. The kernels of ops with one input (unary ops,
+// casts) take only this path, and the host copies a strided input to a
+// contiguous one first: the strided path is more than half of an
+// element-wise kernel's code and compile time.
+template <typename Out, typename F, typename... Ins>
+__device__ __forceinline__ void map_contiguous(const ElemInfo& info, Out* out, const F& f, const Ins&... ins) {
+  const int V = PackWidth<Out, typename Ins::type...>::value;
+  typedef Pack<Out, V> OutPack;
+  OutPack* outv = reinterpret_cast<OutPack*>(out);
+  const ch_u64 n = info.numel;
+  ch_u64 done = 0;
+  if (V > 1 && all_aligned<V>(out, ins...)) {
+    // unrolled_loop written out: f can be large (8 or 16 calls of a libm
+    // function per pack), and a lambda around it may not be inlined. Packs
+    // of 8 or more elements take half the unroll (the same bytes in flight
+    // per element, half the code), costly functions none.
+    const int U = IsCostly<F>::value ? 1 : V <= 4 ? CH_UNROLL : CH_UNROLL / 2;
+    const ch_u64 nv = n / V;
+    const ch_u64 block = blockDim.x;
+    const ch_u64 step = (ch_u64)gridDim.x * block * U;
+    for (ch_u64 base = (ch_u64)blockIdx.x * block * U + threadIdx.x; base < nv; base += step) {
+      if (base + (U - 1) * block < nv) {
+        OutPack r[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) r[u] = apply_pack<V, Out>(f, ins.template pack<V>(base + u * block)...);
+#pragma unroll
+        for (int u = 0; u < U; ++u) outv[base + u * block] = r[u];
+      } else {
+        for (ch_u64 j = base; j < nv; j += block) outv[j] = apply_pack<V, Out>(f, ins.template pack<V>(j)...);
+      }
+    }
+    done = nv * V;
+  }
+  for (ch_u64 i = done + global_thread(); i < n; i += global_threads()) out[i] = f(ins.p[i]...);
+}
+
+// out[i] = f(in0[i], in1[i], ...) for every element of operands with any
+// strides (broadcasts included). Three paths:
+// - every operand contiguous: map_contiguous;
 // - strided with `inner_vec`: packs along the innermost dimension (one index
 //   computation per pack; broadcast operands load one element per pack);
 // - otherwise one element at a time, offsets from the merged dims.
 template <typename Out, typename F, typename... Ins>
 __device__ __forceinline__ void map_elems(const ElemInfo& info, Out* out, const F& f, const Ins&... ins) {
+  if (info.rank == 0) {
+    map_contiguous(info, out, f, ins...);
+    return;
+  }
   const int V = PackWidth<Out, typename Ins::type...>::value;
   typedef Pack<Out, V> OutPack;
   OutPack* outv = reinterpret_cast<OutPack*>(out);
   const ch_u64 n = info.numel;
-  const bool vec = V > 1 && all_aligned<V>(out, ins...);
-  if (info.rank == 0) {
-    ch_u64 done = 0;
-    if (vec) {
-      // unrolled_loop written out: f can be large (8 or 16 calls of a libm
-      // function per pack), and a lambda around it may not be inlined. Packs
-      // of 8 or more elements take half the unroll (the same bytes in flight
-      // per element, half the code), costly functions none.
-      const int U = IsCostly<F>::value ? 1 : V <= 4 ? CH_UNROLL : CH_UNROLL / 2;
-      const ch_u64 nv = n / V;
-      const ch_u64 block = blockDim.x;
-      const ch_u64 step = (ch_u64)gridDim.x * block * U;
-      for (ch_u64 base = (ch_u64)blockIdx.x * block * U + threadIdx.x; base < nv; base += step) {
-        if (base + (U - 1) * block < nv) {
-          OutPack r[U];
-#pragma unroll
-          for (int u = 0; u < U; ++u) r[u] = apply_pack<V, Out>(f, ins.template pack<V>(base + u * block)...);
-#pragma unroll
-          for (int u = 0; u < U; ++u) outv[base + u * block] = r[u];
-        } else {
-          for (ch_u64 j = base; j < nv; j += block) outv[j] = apply_pack<V, Out>(f, ins.template pack<V>(j)...);
-        }
-      }
-      done = nv * V;
-    }
-    for (ch_u64 i = done + global_thread(); i < n; i += global_threads()) out[i] = f(ins.p[i]...);
-    return;
-  }
   // Strided: one index decomposition per pack (inner_vec) or per element,
   // in one loop so that the decomposition is compiled once.
-  const bool packs = vec && info.inner_vec;
+  const bool packs = V > 1 && info.inner_vec && all_aligned<V>(out, ins...);
   const ch_u64 items = packs ? n / V : n;
   for (ch_u64 j = global_thread(); j < items; j += global_threads()) {
     ch_u64 off[CH_MAX_OPERANDS];

@@ -1,9 +1,25 @@
-// Copies and fills: copy2d_<dtype> (Candle's copy2d), transpose_<dtype> (a
-// strided-to-contiguous copy through shared-memory tiles) and fill_<dtype>
-// (const_set over a strided layout). Other strided-to-contiguous copies use
-// ucopy_* from unary.hip.
+// Copies and fills: ucopy_<dtype> (any strided view to a contiguous one),
+// copy2d_<dtype> (Candle's copy2d), transpose_<dtype> (a strided-to-contiguous
+// copy through shared-memory tiles) and fill_<dtype> (const_set over a
+// strided layout). Each is instantiated for one dtype per element width
+// (CH_CARRIERS): the host runs it for every dtype of that width.
 
 #include "common.h"
+
+struct CopyFn {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T x) const { return x; }
+};
+
+// Signature: (const ElemInfo info, const T* in, T* out), `in` any strided
+// view, `out` contiguous.
+#define CH_UCOPY_KERNEL(NAME, OP, TY)                                     \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)             \
+      NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_##TY* out) { \
+    map_elems(info, out, OP(), In<ch_##TY, 0>{in});                       \
+  }
+
+CH_CARRIERS(CH_UCOPY_KERNEL, ucopy, CopyFn)
 
 // A value and the destination offset it goes to.
 template <typename U>

@@ -1,18 +1,18 @@
-// Element-wise unary kernels: Candle's UnaryOpT ops, copy, affine, powf, elu.
+// Element-wise unary kernels: Candle's UnaryOpT ops, affine, powf, elu.
 //
 // Kernel names follow Candle's UnaryOpT::KERNEL constants plus the dtype
 // (uexp_f32, ugelu_erf_bf16, ...). Signature of every kernel here:
 //   (const ElemInfo info, const T* in, T* out[, scalar parameters])
-// `in` points at the first element of the input view, `out` at a contiguous
-// output of info.numel elements.
+// `in` points at the first element of a contiguous input (info.rank == 0:
+// the host copies a strided view to a contiguous one first, see
+// map_contiguous), `out` at a contiguous output of info.numel elements.
 //
 // Floating types compute in f32 (f16, bf16, f32) or f64 and round once;
 // f8e4m3 computes in f32 and rounds after every operation of the
 // expression candle's CPU backend evaluates with the float8 crate's
 // operators (one for most ops, several for gelu, silu, affine and elu).
 // Integer dtypes have the ops whose result Candle defines for them (copy, abs,
-// relu, sign, ceil, floor, round). ucopy is instantiated for one dtype per
-// element width (CH_CARRIERS): the host runs it for every dtype of that width.
+// relu, sign, ceil, floor, round).
 
 #include "common.h"
 
@@ -231,36 +231,22 @@ struct UnaryFn<ReluOp, ch_f8e4m3, true> {
   }
 };
 
-struct CopyFn {
-  template <typename T>
-  __device__ __forceinline__ T operator()(T x) const { return x; }
-};
-
-#define CH_UNARY_KERNEL(NAME, OP, TY)                                                          \
-  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                  \
-      NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_##TY* out) {                      \
-    map_elems(info, out, UnaryFn<OP, ch_##TY>(), In<ch_##TY, 0>{in});                          \
+#define CH_UNARY_KERNEL(NAME, OP, TY)                                      \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)              \
+      NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_##TY* out) {  \
+    map_contiguous(info, out, UnaryFn<OP, ch_##TY>(), In<ch_##TY, 0>{in}); \
   }
 
-// Parts 1, 3 and 4: transcendental ops (libm calls), a few families each
-// so that a first use compiles little; part 2: the others.
-#if CH_PART(1)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, uexp, ExpOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, ulog, LogOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, usilu, SiluOp)
-#endif
-#if CH_PART(3)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, usin, SinOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, ucos, CosOp)
-#endif
-#if CH_PART(4)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, utanh, TanhOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, ugelu, GeluOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, ugelu_erf, GeluErfOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, uerf, ErfOp)
-#endif
 
-#if CH_PART(2)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, uneg, NegOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, urecip, RecipOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, usqr, SqrOp)
@@ -271,17 +257,6 @@ CH_NUMERIC(CH_UNARY_KERNEL, uceil, CeilOp)
 CH_NUMERIC(CH_UNARY_KERNEL, ufloor, FloorOp)
 CH_NUMERIC(CH_UNARY_KERNEL, uround, RoundOp)
 CH_NUMERIC(CH_UNARY_KERNEL, usign, SignOp)
-#endif
-
-#define CH_COPY_KERNEL(NAME, OP, TY)                                      \
-  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)             \
-      NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_##TY* out) { \
-    map_elems(info, out, OP(), In<ch_##TY, 0>{in});                       \
-  }
-
-#if CH_PART(2)
-CH_CARRIERS(CH_COPY_KERNEL, ucopy, CopyFn)
-#endif
 
 // ---------------------------------------------------------------------------
 // Ops with scalar parameters. As in Candle's CPU backend, each parameter is
@@ -318,15 +293,13 @@ struct AffineFn<T, false> {
   __device__ __forceinline__ T operator()(T x) const { return wrap_add(wrap_mul(x, mul), add); }
 };
 
-#define CH_AFFINE_KERNEL(NAME, OP, TY)                                                                \
-  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                         \
-      NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_##TY* out, double mul, double add) {     \
-    map_elems(info, out, OP<ch_##TY>(mul, add), In<ch_##TY, 0>{in});                                 \
+#define CH_AFFINE_KERNEL(NAME, OP, TY)                                                            \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                     \
+      NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_##TY* out, double mul, double add) { \
+    map_contiguous(info, out, OP<ch_##TY>(mul, add), In<ch_##TY, 0>{in});                         \
   }
 
-#if CH_PART(2)
 CH_NUMERIC(CH_AFFINE_KERNEL, affine, AffineFn)
-#endif
 
 __device__ __forceinline__ float ch_pow(float x, float e) { return powf(x, e); }
 __device__ __forceinline__ double ch_pow(double x, double e) { return pow(x, e); }
@@ -367,15 +340,11 @@ struct EluFn<ch_f8e4m3> {
   }
 };
 
-#define CH_PARAM_KERNEL(NAME, OP, TY)                                                     \
-  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                             \
-      NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_##TY* out, double param) {   \
-    map_elems(info, out, OP<ch_##TY>(param), In<ch_##TY, 0>{in});                        \
+#define CH_PARAM_KERNEL(NAME, OP, TY)                                                   \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                           \
+      NAME##_##TY(const ElemInfo info, const ch_##TY* in, ch_##TY* out, double param) { \
+    map_contiguous(info, out, OP<ch_##TY>(param), In<ch_##TY, 0>{in});                  \
   }
 
-#if CH_PART(3)
 CH_ANY_FLOAT(CH_PARAM_KERNEL, powf, PowfFn)
-#endif
-#if CH_PART(1)
 CH_ANY_FLOAT(CH_PARAM_KERNEL, elu, EluFn)
-#endif

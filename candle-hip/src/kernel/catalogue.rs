@@ -194,6 +194,15 @@ impl Kernel {
 }
 
 impl Family {
+    /// Whether the family's kernels read contiguous inputs only
+    /// (`map_contiguous` in `common.h`): the element-wise ops with one input,
+    /// unary ops and casts, whose strided inputs the host copies to
+    /// contiguous ones first. Without a strided path, those kernels have
+    /// less than half the code and compile time.
+    pub(crate) fn reads_contiguous(&self) -> bool {
+        self.source == sources::UNARY || self.source == sources::CAST
+    }
+
     /// The kernel of this one-dtype family for `dtype`, or candle's
     /// `UnsupportedDTypeForOp` error naming `op`.
     pub(crate) fn kernel(&'static self, op: &'static str, dtype: DType) -> Result<Kernel> {
@@ -351,29 +360,28 @@ macro_rules! families {
 }
 
 families! {
-    UEXP = "uexp" in UNARY part 1: AnyFloat;
-    ULOG = "ulog" in UNARY part 1: AnyFloat;
-    USIN = "usin" in UNARY part 3: AnyFloat;
-    UCOS = "ucos" in UNARY part 3: AnyFloat;
-    UTANH = "utanh" in UNARY part 4: AnyFloat;
-    UNEG = "uneg" in UNARY part 2: AnyFloat;
-    URECIP = "urecip" in UNARY part 2: AnyFloat;
-    USQR = "usqr" in UNARY part 2: AnyFloat;
-    USQRT = "usqrt" in UNARY part 2: AnyFloat;
-    UGELU = "ugelu" in UNARY part 4: AnyFloat;
-    UGELU_ERF = "ugelu_erf" in UNARY part 4: AnyFloat;
-    UERF = "uerf" in UNARY part 4: AnyFloat;
-    USILU = "usilu" in UNARY part 1: AnyFloat;
-    URELU = "urelu" in UNARY part 2: Numeric;
-    UABS = "uabs" in UNARY part 2: Numeric;
-    UCEIL = "uceil" in UNARY part 2: Numeric;
-    UFLOOR = "ufloor" in UNARY part 2: Numeric;
-    UROUND = "uround" in UNARY part 2: Numeric;
-    USIGN = "usign" in UNARY part 2: Numeric;
-    UCOPY = "ucopy" in UNARY part 2: Carriers carries Stored;
-    AFFINE = "affine" in UNARY part 2: Numeric;
-    POWF = "powf" in UNARY part 3: AnyFloat;
-    ELU = "elu" in UNARY part 1: AnyFloat;
+    UEXP = "uexp" in UNARY: AnyFloat;
+    ULOG = "ulog" in UNARY: AnyFloat;
+    USIN = "usin" in UNARY: AnyFloat;
+    UCOS = "ucos" in UNARY: AnyFloat;
+    UTANH = "utanh" in UNARY: AnyFloat;
+    UNEG = "uneg" in UNARY: AnyFloat;
+    URECIP = "urecip" in UNARY: AnyFloat;
+    USQR = "usqr" in UNARY: AnyFloat;
+    USQRT = "usqrt" in UNARY: AnyFloat;
+    UGELU = "ugelu" in UNARY: AnyFloat;
+    UGELU_ERF = "ugelu_erf" in UNARY: AnyFloat;
+    UERF = "uerf" in UNARY: AnyFloat;
+    USILU = "usilu" in UNARY: AnyFloat;
+    URELU = "urelu" in UNARY: Numeric;
+    UABS = "uabs" in UNARY: Numeric;
+    UCEIL = "uceil" in UNARY: Numeric;
+    UFLOOR = "ufloor" in UNARY: Numeric;
+    UROUND = "uround" in UNARY: Numeric;
+    USIGN = "usign" in UNARY: Numeric;
+    AFFINE = "affine" in UNARY: Numeric;
+    POWF = "powf" in UNARY: AnyFloat;
+    ELU = "elu" in UNARY: AnyFloat;
     BADD = "badd" in BINARY part 1: Numeric;
     BSUB = "bsub" in BINARY part 1: Numeric;
     BMUL = "bmul" in BINARY part 1: Numeric;
@@ -399,6 +407,7 @@ families! {
     SCATTER_TILES = "scatter_tiles" in INDEXING part 3: Carriers carries Numeric;
     SCATTER_ADD_TILES = "scatter_add_tiles" in INDEXING part 4: Numeric;
     INDEX_ADD_TILES = "index_add_tiles" in INDEXING part 5: Numeric;
+    UCOPY = "ucopy" in COPY: Carriers carries Stored;
     COPY2D = "copy2d" in COPY: Carriers carries Stored;
     TRANSPOSE = "transpose" in COPY: Carriers carries Stored;
     FILL = "fill" in COPY: Carriers carries Numeric;
@@ -454,13 +463,13 @@ families! {
 }
 
 /// The family of candle's `UnaryOpT::KERNEL` or `BinaryOpT::KERNEL` name
-/// (`uexp`, `badd`, ...): candle names its ops by string, so this is the
-/// one place a name is looked up (a test covers every candle op).
+/// (`uexp`, `badd`, `ucopy`, ...): candle names its ops by string, so this
+/// is the one place a name is looked up (a test covers every candle op).
 pub(crate) fn candle_op(kernel: &str) -> Option<&'static Family> {
     FAMILIES
         .iter()
         .copied()
-        .filter(|f| f.source == sources::UNARY || f.source == sources::BINARY)
+        .filter(|f| f.source == sources::UNARY || f.source == sources::BINARY || *f == &UCOPY)
         .find(|f| f.name == kernel)
 }
 

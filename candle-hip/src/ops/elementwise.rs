@@ -1,6 +1,10 @@
 //! Element-wise operations (unary ops, affine, powf, elu, binary ops,
 //! comparisons, casts, where_cond, strided copies), all through one launch
 //! path: inputs of one shape with arbitrary strides, a contiguous output.
+//! The kernels of the one-input ops (unary ops and casts,
+//! `Family::reads_contiguous`) read contiguous inputs only: a strided input
+//! is first copied to a contiguous one (`copy_strided_src`), one more pass
+//! over it for a kernel with half the code.
 
 use candle_core::backend::BackendStorage;
 use candle_core::op::CmpOp;
@@ -13,6 +17,7 @@ use crate::kernel::catalogue::{self as cat, Family, Kernel};
 use crate::kernel::grid::{linear, per_pack};
 use crate::kernel::header::{ELEM_BLOCK, UNROLL, VEC_BYTES};
 use crate::kernel::info::ElemInfo;
+use crate::ops::copy;
 use crate::size;
 use crate::storage::HipStorage;
 
@@ -63,12 +68,22 @@ pub(crate) fn launch_into(
     if numel == 0 {
         return Ok(());
     }
+    let info = ElemInfo::new(op, dims, &strides)?;
+    if kernel.family.reads_contiguous() && !info.is_contiguous() {
+        let copies = inputs
+            .iter()
+            .map(|input| contiguous_copy(op, input))
+            .collect::<Result<Vec<_>>>()?;
+        let contiguous = Layout::contiguous(dims);
+        let inputs: Vec<Input<'_>> = copies.iter().map(|c| input(c, &contiguous)).collect();
+        return launch_into(op, kernel, &inputs, out, out_dtype, params);
+    }
     let device = first.storage.device();
     let widest = inputs
         .iter()
         .map(|i| dtype::elem_bytes(i.storage.dtype()))
         .fold(dtype::elem_bytes(out_dtype), usize::max);
-    let info = ElemInfo::new(op, dims, &strides)?.with_inner_packs(inputs.len(), per_pack(widest));
+    let info = info.with_inner_packs(inputs.len(), per_pack(widest));
     let cfg = launch_shape(&info, widest);
     let views = inputs
         .iter()
@@ -81,9 +96,24 @@ pub(crate) fn launch_into(
     args.extend(params.iter().map(|p| p as &dyn KernelArg));
     // SAFETY: the element-wise kernels take (const ElemInfo, const In*...,
     // Out*, double...) in this order (kernels/*.hip, table families); `info`
-    // describes the inputs' shape and strides, every input view spans all
-    // the elements its layout reaches, and `out` holds numel elements.
+    // describes the inputs' shape and strides (contiguous ones for a family
+    // that reads only those, copied above), every input view spans all the
+    // elements its layout reaches, and `out` holds numel elements.
     unsafe { device.kernels().launch(kernel, cfg, &args) }
+}
+
+/// The elements of `input` in a new contiguous storage.
+fn contiguous_copy(op: &'static str, input: &Input<'_>) -> Result<HipStorage> {
+    let numel = size::numel(op, input.layout.dims())?;
+    // SAFETY: `copy_strided` writes all numel elements (or fails).
+    let mut copy = unsafe {
+        input
+            .storage
+            .device()
+            .alloc_storage(input.storage.dtype(), numel)
+    }?;
+    copy::copy_strided(input.storage, &mut copy, 0, input.layout)?;
+    Ok(copy)
 }
 
 /// Runs an element-wise kernel into a new contiguous storage of `out_dtype`.
