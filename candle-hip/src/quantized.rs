@@ -34,8 +34,8 @@ use candle_core::{DType, Layout, Shape};
 
 use crate::error::{Result, hip, invalid};
 use crate::kernel::catalogue as cat;
-use crate::kernel::grid;
 use crate::kernel::launch::to_u32;
+use crate::kernel::{grid, header};
 use crate::ops::copy::Dense;
 use crate::{HipDevice, HipStorage, size};
 
@@ -313,13 +313,22 @@ impl QuantizedStorage {
         let rows32 = to_u32(OP, "rows", rows)?;
         let family = cat::qmatvec_family(self.dtype, rows <= MATVEC_FEW_ROWS);
         let kernel = family.quantized(OP, self.dtype, x.dtype())?;
-        // SAFETY: qmatvec[_few]_<q>_<dtype>(const u8* w, const i8* q, const float*
-        // d, const float* s, T* y, u32 n, u32 k, u32 rows): w (the start of
-        // a fresh allocation, so 16-byte aligned, Q_PAD bytes after the
-        // blocks) holds n rows of k / QK blocks, q rows * k bytes (fresh,
-        // so 16-byte aligned), d and s rows * k / 32 f32, y rows * n values
-        // (checked views); one wave per MATVEC_OUTS_PER_WAVE outputs.
-        unsafe { launcher.launch(kernel, cfg, &[&w, &qv, &dv, &sv, &yv, &n32, &k32, &rows32]) }?;
+        let y_dtype = header::dtype_code(x.dtype())
+            .ok_or_else(|| candle_core::Error::UnsupportedDTypeForOp(x.dtype(), OP).bt())?;
+        // SAFETY: qmatvec[_few]_<q>(const u8* w, const i8* q, const float* d,
+        // const float* s, void* y, u32 y_dtype, u32 n, u32 k, u32 rows): w
+        // (the start of a fresh allocation, so 16-byte aligned, Q_PAD bytes
+        // after the blocks) holds n rows of k / QK blocks, q rows * k bytes
+        // (fresh, so 16-byte aligned), d and s rows * k / 32 f32, y rows * n
+        // values of y_dtype, x's dtype (checked views; the kernel lookup
+        // accepted it); one wave per MATVEC_OUTS_PER_WAVE outputs.
+        unsafe {
+            launcher.launch(
+                kernel,
+                cfg,
+                &[&w, &qv, &dv, &sv, &yv, &y_dtype, &n32, &k32, &rows32],
+            )
+        }?;
         Ok(y)
     }
 }

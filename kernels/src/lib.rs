@@ -161,7 +161,7 @@ sources! {
     GEMV = "gemv.hip" per dtype;
     /// `quantized.hip`: GGML's quantized blocks (dequantization and the
     /// matrix-vector product of decoding).
-    QUANTIZED = "quantized.hip" per dtype;
+    QUANTIZED = "quantized.hip";
     /// `attention.hip`: fused attention (flash attention) for prefill and
     /// decode, with matrix instructions where the target has them.
     ATTENTION = "attention.hip" per dtype;

@@ -16,14 +16,17 @@
 //     32] the scale of value i's block (as stored: f16-rounded for q8_0 and
 //     q8_1), s[i / 32] q8_1's scaled sum (unused otherwise)
 //
-//   qmatvec_<q>_<dtype>(const ch_u8* w, const signed char* q, const float* d,
-//                       const float* s, T* y, ch_u32 n, ch_u32 k, ch_u32 rows)
+//   qmatvec_<q>(const ch_u8* w, const signed char* q, const float* d,
+//               const float* s, void* y, ch_u32 y_dtype, ch_u32 n, ch_u32 k,
+//               ch_u32 rows)
 //     y[r * n + j] = sum over the blocks of row j of W of candle's vec_dot of
 //     the block with row r's quantized activations, for r < rows and j < n
-//     (summed in f32, rounded once to dtype); row j of W is the k / QK blocks
-//     from byte j * (k / QK) * BYTES of w on. qmatvec_few_<q>_<dtype>: the
-//     same for any rows, made for at most CH_QMATVEC_FEW_ROWS (it reads the
-//     weight once per that many rows; qmatvec_ once per CH_QMATVEC_ROWS).
+//     (summed in f32, rounded once to y's dtype: y_dtype is CH_DTYPE_f16,
+//     CH_DTYPE_bf16 or CH_DTYPE_f32, an argument rather than a kernel per
+//     dtype since only the last store depends on it); row j of W is the
+//     k / QK blocks from byte j * (k / QK) * BYTES of w on. qmatvec_few_<q>:
+//     the same for any rows, made for at most CH_QMATVEC_FEW_ROWS (it reads
+//     the weight once per that many rows; qmatvec_ once per CH_QMATVEC_ROWS).
 //
 // Every block type is read through two functions: `sub` dequantizes 32
 // consecutive values (a sub-block) with the arithmetic of candle's CPU
@@ -690,10 +693,24 @@ __device__ __forceinline__ void q_sums32(const QAct32& a, int& x0, int& x1) {
   }
 }
 
-template <typename Q, typename T, int R>
+// y[i] = v rounded to y's dtype (CH_DTYPE_f16, CH_DTYPE_bf16 or CH_DTYPE_f32).
+__device__ __forceinline__ void store_activation(void* y, ch_u32 y_dtype, ch_u64 i, float v) {
+  switch (y_dtype) {
+    case CH_DTYPE_f16:
+      static_cast<ch_f16*>(y)[i] = Num<ch_f16>::from_f32(v);
+      break;
+    case CH_DTYPE_bf16:
+      static_cast<ch_bf16*>(y)[i] = Num<ch_bf16>::from_f32(v);
+      break;
+    default:
+      static_cast<float*>(y)[i] = v;
+  }
+}
+
+template <typename Q, int R>
 __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signed char* __restrict__ q,
                                         const float* __restrict__ d, const float* __restrict__ s,
-                                        T* __restrict__ y, ch_u32 n, ch_u32 k, ch_u32 rows) {
+                                        void* __restrict__ y, ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows) {
   const int U = CH_QMATVEC_UNROLL, O = CH_QMATVEC_OUTS;
   const ch_u32 lane = threadIdx.x % CANDLE_HIP_WAVE;
   const ch_u64 j0 = ((ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE) + threadIdx.x / CANDLE_HIP_WAVE) * O;
@@ -759,7 +776,7 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
           AccSum<float>::State st;
           st.v = acc[o][r];
           st = wave_reduce<AccSum<float> >(st);
-          if (lane == 0 && j0 + o < n) y[(ch_u64)(r0 + r) * n + j0 + o] = Num<T>::from_f32(st.v);
+          if (lane == 0 && j0 + o < n) store_activation(y, y_dtype, (ch_u64)(r0 + r) * n + j0 + o, st.v);
         }
       }
   }
@@ -780,11 +797,11 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
     dequantize<Q, ch_##TYPE>(blocks, y, subs);                                                     \
   }
 
-#define QMATVEC(Q, NAME, TYPE, KIND, R)                                                            \
+#define QMATVEC(Q, NAME, KIND, R)                                                                 \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
-      KIND##_##NAME##_##TYPE(const ch_u8* w, const signed char* q, const float* d, const float* s, \
-                          ch_##TYPE* y, ch_u32 n, ch_u32 k, ch_u32 rows) {                         \
-    qmatvec<Q, ch_##TYPE, R>(w, q, d, s, y, n, k, rows);                                           \
+      KIND##_##NAME(const ch_u8* w, const signed char* q, const float* d, const float* s, void* y, \
+                    ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows) {                             \
+    qmatvec<Q, R>(w, q, d, s, y, y_dtype, n, k, rows);                                             \
   }
 
 #define QUANTIZE_ACT(Q, NAME, TYPE)                                                                \
@@ -806,11 +823,8 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
 #define QUANTIZE_ACT_ALL(Q, NAME)                                                    \
   CH_IF_f16(QUANTIZE_ACT(Q, NAME, f16)) CH_IF_bf16(QUANTIZE_ACT(Q, NAME, bf16)) \
       CH_IF_f32(QUANTIZE_ACT(Q, NAME, f32))
-#define QMATVEC_DTYPES(Q, NAME, KIND, R)                                          \
-  CH_IF_f16(QMATVEC(Q, NAME, f16, KIND, R)) CH_IF_bf16(QMATVEC(Q, NAME, bf16, KIND, R)) \
-      CH_IF_f32(QMATVEC(Q, NAME, f32, KIND, R))
-#define QMATVEC_ALL(Q, NAME) QMATVEC_DTYPES(Q, NAME, qmatvec, CH_QMATVEC_ROWS)
-#define QMATVEC_FEW_ALL(Q, NAME) QMATVEC_DTYPES(Q, NAME, qmatvec_few, CH_QMATVEC_FEW_ROWS)
+#define QMATVEC_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec, CH_QMATVEC_ROWS)
+#define QMATVEC_FEW_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec_few, CH_QMATVEC_FEW_ROWS)
 
 // Part 1: dequantization (prefill) and the rounding of the mat-vec's
 // activations, the small kernels; parts 2 and 3: the mat-vec of the blocks

@@ -4,6 +4,8 @@
 //! test below reads every such `#define` and fails when a side changes
 //! alone (a silent mismatch would corrupt results, not fail to compile).
 
+use candle_core::DType;
+
 /// `CH_MAX_DIMS` (common.h): dimensions a strided kernel takes after merging.
 pub(crate) const MAX_DIMS: usize = 8;
 /// `CH_REDUCE_MAX_DIMS` (reduce.hip): kept and reduced dimensions (each,
@@ -46,6 +48,25 @@ pub(crate) const RAND_PER_BLOCK: u64 = 4;
 /// `CH_RAND_PER_BLOCK_F64` (random.hip): values one Philox block yields
 /// from 53-bit uniforms (f64).
 pub(crate) const RAND_PER_BLOCK_F64: u64 = 2;
+
+/// `CH_DTYPE_<dtype>` (common.h): the code of `dtype` in kernels that take
+/// a dtype as an argument, or `None` for candle's dtypes without kernels.
+pub(crate) fn dtype_code(dtype: DType) -> Option<u32> {
+    let code = match dtype {
+        DType::U8 => 1,
+        DType::U32 => 2,
+        DType::I16 => 3,
+        DType::I32 => 4,
+        DType::I64 => 5,
+        DType::F16 => 6,
+        DType::BF16 => 7,
+        DType::F32 => 8,
+        DType::F64 => 9,
+        DType::F8E4M3 => 10,
+        _ => return None,
+    };
+    Some(code)
+}
 
 #[cfg(test)]
 mod tests {
@@ -98,10 +119,22 @@ mod tests {
                 ReduceMode::ColsPacked as u64,
             ),
         ];
-        for &(source, name, value) in mirrors {
+        let dtypes = crate::dtype::NUMERIC.map(|d| {
+            let code = dtype_code(d).expect("every dtype with arithmetic has a code");
+            (
+                COMMON_HEADER,
+                format!("CH_DTYPE_{}", d.as_str()),
+                u64::from(code),
+            )
+        });
+        let mirrors = mirrors
+            .iter()
+            .map(|&(source, name, value)| (source, name.to_string(), value))
+            .chain(dtypes);
+        for (source, name, value) in mirrors {
             let text = value.to_string();
             assert_eq!(
-                source.define(name),
+                source.define(&name),
                 Some(text.as_str()),
                 "{name} in {source:?}"
             );

@@ -664,7 +664,8 @@ static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStre
   void* act_args[] = {&x, &q, &d, &sums, &count};
   CHECK_CU(cuLaunchKernel(act, std::max(blocks, 1u), 1, 1, 256, 1, 1, 0, s, act_args, nullptr));
   uint32_t waves = v.a, outs = waves * v.d;
-  void* mv_args[] = {&w, &q, &d, &sums, &y, &n, &k, &rows};
+  uint32_t y_dtype = 8;  // CH_DTYPE_f32
+  void* mv_args[] = {&w, &q, &d, &sums, &y, &y_dtype, &n, &k, &rows};
   CHECK_CU(cuLaunchKernel(mv, (n + outs - 1) / outs, 1, 1, waves * 32, 1, 1, 0, s, mv_args, nullptr));
 }
 
@@ -676,12 +677,9 @@ static void qmv_bench(const std::vector<Variant>& variants) {
     CUmodule m = compile(variants[vi].file, defs);
     for (const QType& t : kQTypes) {
       act[vi].push_back(m ? function(m, (std::string("quantize_act_") + t.name + "_f32").c_str()) : nullptr);
-      // quantized.rs's choice: qmatvec_few_ for at most 2 rows, where the
-      // source has it (older copies do not).
-      CUfunction few = nullptr;
-      const std::string few_name = std::string("qmatvec_few_") + t.name + "_f32";
-      if (m && variants[vi].c <= 2 && cuModuleGetFunction(&few, m, few_name.c_str()) != CUDA_SUCCESS) few = nullptr;
-      mv[vi].push_back(m ? (few ? few : function(m, (std::string("qmatvec_") + t.name + "_f32").c_str())) : nullptr);
+      // quantized.rs's choice: qmatvec_few_ for at most 2 rows.
+      const std::string kind = variants[vi].c <= 2 ? "qmatvec_few_" : "qmatvec_";
+      mv[vi].push_back(m ? function(m, (kind + t.name).c_str()) : nullptr);
     }
   }
   if (compile_only()) return;
