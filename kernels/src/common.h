@@ -456,16 +456,17 @@ __device__ __forceinline__ void wide_digit(ch_u64& i, const ch_u64* dims, const 
 
 // Offsets in N operands of element `i` (row-major order) of a view of
 // `rank` <= MAX_DIMS dims, sharing the divisions; stride(k, d) is operand
-// k's stride of dimension d. The usual case, i and every dim below 2^32,
-// divides in 32 bits in a loop unrolled over the MAX_DIMS dimensions.
-// Otherwise (views of 2^32 elements or more) each dimension takes the
-// compiler's 64-bit division (see divmod64), several times the code of a
-// 32-bit one: with ROLL_WIDE, once in a rolled loop, which reads the
-// dimensions at computed offsets of the argument struct (half the code of
-// an element-wise kernel). Reductions
-// keep that loop unrolled too: rolled, hipRTC 6.4 gives a dozen of them an
-// unused 68-byte private segment
-// (candle-hip/benches/results/sandbox-2026-11-28-index-math.md).
+// k's stride of dimension d. Every dimension but the first takes a division;
+// the first's coordinate is what remains of i (i < the view's element
+// count). The usual case, i and every divisor below 2^32, divides in 32 bits
+// in a loop unrolled over the MAX_DIMS dimensions. Otherwise (views of 2^32
+// elements or more) each dimension takes the compiler's 64-bit division (see
+// divmod64), several times the code of a 32-bit one: with ROLL_WIDE, once in
+// a rolled loop, which reads the dimensions at computed offsets of the
+// argument struct (half the code of an element-wise kernel). Reductions keep
+// that loop unrolled: rolled, or left out with the host guaranteeing 32-bit
+// indices, hipRTC 6.4 gives some of them an unused private segment of 36 to
+// 68 bytes (candle-hip/benches/results/sandbox-2026-11-28-index-math.md).
 template <int N, bool ROLL_WIDE, int MAX_DIMS = CH_MAX_DIMS, typename Stride>
 __device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* dims, const Stride& stride,
                                           ch_u64 (&off)[CH_MAX_OPERANDS]) {
@@ -478,13 +479,13 @@ __device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* d
   }
   ch_u64 wide = i;
 #pragma unroll
-  for (int d = 0; d < MAX_DIMS; ++d) {
+  for (int d = 1; d < MAX_DIMS; ++d) {
     if (d < (int)rank) wide |= dims[d];
   }
   if ((wide >> 32) == 0) {
     ch_u32 n = (ch_u32)i;
 #pragma unroll
-    for (int d = MAX_DIMS - 1; d >= 0; --d) {
+    for (int d = MAX_DIMS - 1; d >= 1; --d) {
       if (d < (int)rank) {
         const ch_u32 q = n / (ch_u32)dims[d];
         const ch_u64 c = n - q * (ch_u32)dims[d];
@@ -493,17 +494,21 @@ __device__ __forceinline__ void decompose(ch_u64 i, ch_u32 rank, const ch_u64* d
         n = q;
       }
     }
+#pragma unroll
+    for (int k = 0; k < N; ++k) off[k] += (ch_u64)n * stride(k, 0);
     return;
   }
   if (ROLL_WIDE) {
 #pragma unroll 1
-    for (int d = (int)rank - 1; d >= 0; --d) wide_digit<N>(i, dims, stride, d, off);
-    return;
+    for (int d = (int)rank - 1; d >= 1; --d) wide_digit<N>(i, dims, stride, d, off);
+  } else {
+#pragma unroll
+    for (int d = MAX_DIMS - 1; d >= 1; --d) {
+      if (d < (int)rank) wide_digit<N>(i, dims, stride, d, off);
+    }
   }
 #pragma unroll
-  for (int d = MAX_DIMS - 1; d >= 0; --d) {
-    if (d < (int)rank) wide_digit<N>(i, dims, stride, d, off);
-  }
+  for (int k = 0; k < N; ++k) off[k] += i * stride(k, 0);
 }
 
 // Storage offset of the `i`-th element (row-major order) of a strided view
