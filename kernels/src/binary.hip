@@ -101,15 +101,12 @@ struct BinaryFn<MinimumOp, ch_f8e4m3, true> {
     map_elems(info, out, BinaryFn<OP, ch_##TY>(), In<ch_##TY, 0>{lhs}, In<ch_##TY, 1>{rhs});         \
   }
 
-// Part 1: arithmetic; part 2: comparisons.
-#if CH_PART(1)
 CH_NUMERIC(CH_BINARY_KERNEL, badd, AddOp)
 CH_NUMERIC(CH_BINARY_KERNEL, bsub, SubOp)
 CH_NUMERIC(CH_BINARY_KERNEL, bmul, MulOp)
 CH_NUMERIC(CH_BINARY_KERNEL, bdiv, DivOp)
 CH_NUMERIC(CH_BINARY_KERNEL, bmaximum, MaximumOp)
 CH_NUMERIC(CH_BINARY_KERNEL, bminimum, MinimumOp)
-#endif
 
 // ---------------------------------------------------------------------------
 // Comparisons: one kernel per dtype for the six of candle. The outcome of
@@ -147,6 +144,4 @@ struct CmpFn {
     map_elems(info, out, CmpFn<ch_##TY>{(ch_u32)accept}, In<ch_##TY, 0>{lhs}, In<ch_##TY, 1>{rhs}); \
   }
 
-#if CH_PART(2)
 CH_NUMERIC(CH_CMP_KERNEL, cmp, _)
-#endif

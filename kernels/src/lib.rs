@@ -131,19 +131,19 @@ sources! {
     /// `cast.hip`: dtype conversions.
     CAST = "cast.hip" per dtype;
     /// `where.hip`: `where_cond`.
-    WHERE = "where.hip" per dtype;
+    WHERE = "where.hip";
     /// `reduce.hip`: sum, min, max, argmin, argmax.
     REDUCE = "reduce.hip" per dtype;
     /// `indexing.hip`: index_select, gather, scatter, scatter_add, index_add.
     INDEXING = "indexing.hip" per dtype;
     /// `copy.hip`: copy2d, tiled transpose and fill.
-    COPY = "copy.hip" per dtype;
+    COPY = "copy.hip";
     /// `random.hip`: uniform and normal random numbers.
     RANDOM = "random.hip";
     /// `softmax.hip`: softmax over the last dimension.
-    SOFTMAX = "softmax.hip" per dtype;
+    SOFTMAX = "softmax.hip";
     /// `norm.hip`: rms_norm and layer_norm.
-    NORM = "norm.hip" per dtype;
+    NORM = "norm.hip";
     /// `rope.hip`: rotary embeddings (interleaved, halves, thd).
     ROPE = "rope.hip";
     /// `sigmoid.hip`: the logistic sigmoid.
@@ -158,7 +158,7 @@ sources! {
     IM2COL = "im2col.hip";
     /// `gemv.hip`: matrix-vector products for decoding one token (a row
     /// times a row-major weight).
-    GEMV = "gemv.hip" per dtype;
+    GEMV = "gemv.hip";
     /// `quantized.hip`: GGML's quantized blocks (dequantization and the
     /// matrix-vector product of decoding).
     QUANTIZED = "quantized.hip";

@@ -651,21 +651,16 @@ __device__ __forceinline__ void reduce_body(const R& r, const ReduceInfo& info, 
     reduce_cols_packed(R<ch_##TY>::of(largest), info, src, dst, work);                                     \
   }
 
-// Parts: 1 to 3 the general kernels (sum; min/max; argmin/argmax), 4 and 5
-// COLS_PACKED (values; indices).
+// Parts: 1 sum, 2 min/max, 3 argmin/argmax, each with its COLS_PACKED kernel.
 #if CH_PART(1)
 CH_NUMERIC(CH_REDUCE_KERNEL, reduce_sum, SumR)
+CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_sum, SumR)
 #endif
 #if CH_PART(2)
 CH_NUMERIC(CH_DIRECTED_REDUCE_KERNEL, reduce_minmax, MinMaxR)
+CH_NUMERIC(CH_DIRECTED_REDUCE_PACKED_KERNEL, reduce_cols_minmax, MinMaxR)
 #endif
 #if CH_PART(3)
 CH_NUMERIC(CH_DIRECTED_REDUCE_KERNEL, reduce_argminmax, ArgMinMaxR)
-#endif
-#if CH_PART(4)
-CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_sum, SumR)
-CH_NUMERIC(CH_DIRECTED_REDUCE_PACKED_KERNEL, reduce_cols_minmax, MinMaxR)
-#endif
-#if CH_PART(5)
 CH_NUMERIC(CH_DIRECTED_REDUCE_PACKED_KERNEL, reduce_cols_argminmax, ArgMinMaxR)
 #endif

@@ -190,13 +190,9 @@ mod tests {
     #[test]
     fn split_sources_have_a_unit_per_dtype_group_and_part() {
         let binary = Unit::of_source(sources::BINARY);
-        // Arithmetic and comparisons, each for every group.
-        assert_eq!(binary.len(), 2 * DTYPE_GROUPS.len());
-        assert_eq!(binary[0].name(), "binary.hip[f16+bf16,1]");
-        assert_eq!(
-            binary.last().unwrap().name(),
-            "binary.hip[f64+i16+i32+f8e4m3,2]"
-        );
+        assert_eq!(binary.len(), DTYPE_GROUPS.len());
+        assert_eq!(binary[0].name(), "binary.hip[f16+bf16]");
+        assert_eq!(binary[3].name(), "binary.hip[f64+i16+i32+f8e4m3]");
         let names = Unit::of_source(sources::CAST)
             .into_iter()
             .find(|u| u.dtypes().contains(&DType::BF16))
@@ -205,14 +201,20 @@ mod tests {
         assert!(names.contains(&"cast_f32_bf16".to_string()));
         assert!(names.contains(&"cast_u8_f16".to_string()));
         assert!(!names.contains(&"cast_bf16_f32".to_string()));
-        // Values are one dtype per element width (bf16, and u8, u32, i64:
-        // two groups); the others are carried.
-        assert_eq!(Unit::of_source(sources::WHERE).len(), 2);
-        assert_eq!(Unit::of_source(sources::COPY).len(), 2);
-        let softmax = Unit::of_source(sources::SOFTMAX);
-        assert_eq!(softmax.len(), 3);
-        assert_eq!(softmax[0].name(), "softmax.hip[f16+bf16]");
-        assert_eq!(Unit::of_source(sources::ROPE).len(), 1);
+        // Sum, min/max and argmin/argmax, each for every group.
+        let reduce = Unit::of_source(sources::REDUCE);
+        assert_eq!(reduce.len(), 3 * DTYPE_GROUPS.len());
+        assert_eq!(reduce[0].name(), "reduce.hip[f16+bf16,1]");
+        assert!(
+            reduce[0]
+                .kernel_names()
+                .contains(&"reduce_cols_sum_bf16".to_string())
+        );
+        // Parts without dtype groups.
+        let quantized = Unit::of_source(sources::QUANTIZED);
+        assert_eq!(quantized.len(), 5);
+        assert_eq!(quantized[1].name(), "quantized.hip[2]");
+        assert_eq!(Unit::of_source(sources::SOFTMAX).len(), 1);
         assert_eq!(Unit::of_source(sources::ROPE)[0].name(), "rope.hip");
     }
 
