@@ -181,6 +181,24 @@ def cast(src, dst):
     return Case("cast", "cast", dims(N), f"{src}->{dst}", ("bytes", nbytes(N, src) + nbytes(N, dst)), build)
 
 
+def transposed_unary(name, dtype, fn):
+    # A SIDE x SIDE matrix read transposed (the key's shape ends in " t").
+    def build(t):
+        x = random_input(t, SIDE * SIDE, dtype).view(SIDE, SIDE).t()
+        f = fn(t)
+        return lambda: f(x)
+    return Case("unary", name, f"{dims(SIDE, SIDE)} t", dtype, ("bytes", 2 * nbytes(SIDE * SIDE, dtype)), build)
+
+
+def transposed_cast(src, dst):
+    def build(t):
+        x = random_input(t, SIDE * SIDE, src).view(SIDE, SIDE).t()
+        to = tdtype(t, dst)
+        return lambda: x.to(to)
+    return Case("cast", "cast", f"{dims(SIDE, SIDE)} t", f"{src}->{dst}",
+                ("bytes", nbytes(SIDE * SIDE, src) + nbytes(SIDE * SIDE, dst)), build)
+
+
 def overhead_cases():
     tiny = 1024
 
@@ -231,8 +249,10 @@ def elementwise_cases():
         where_cond("f32"),
         where_cond("bf16"),
     ]
+    cases.append(transposed_unary("silu", "bf16", lambda t: F(t).silu))
     for src, dst in [("bf16", "f32"), ("f32", "bf16"), ("f32", "f16"), ("f16", "f32"), ("u8", "f32")]:
         cases.append(cast(src, dst))
+    cases.append(transposed_cast("f32", "bf16"))
     return cases + overhead_cases()
 
 

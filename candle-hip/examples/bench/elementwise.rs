@@ -46,6 +46,7 @@ pub fn cases() -> Vec<Case> {
         where_cond(DType::F32),
         where_cond(DType::BF16),
     ];
+    cases.push(transposed_unary::<Silu>(DType::BF16));
     for (from, to) in [
         (DType::BF16, DType::F32),
         (DType::F32, DType::BF16),
@@ -55,6 +56,7 @@ pub fn cases() -> Vec<Case> {
     ] {
         cases.push(cast(from, to));
     }
+    cases.push(transposed_cast(DType::F32, DType::BF16));
     cases.extend(overhead());
     cases
 }
@@ -85,6 +87,28 @@ fn unary<U: UnaryOpT + 'static>(dtype: DType, positive: bool) -> Case {
             })
         },
     )
+}
+
+/// A `SIDE x SIDE` matrix read transposed, as the one-input ops see a
+/// strided view (the key's shape ends in ` t`).
+fn transposed() -> candle_core::Result<Layout> {
+    Layout::contiguous((SIDE, SIDE)).transpose(0, 1)
+}
+
+/// A unary op of a transposed view: the kernels read contiguous inputs, so
+/// this times the copy to a contiguous one plus the op.
+fn transposed_unary<U: UnaryOpT + 'static>(dtype: DType) -> Case {
+    let n = SIDE * SIDE;
+    let work = Measure::Bytes(2 * bytes(n, dtype));
+    let shape = format!("{} t", dims(&[SIDE, SIDE]));
+    Case::new("unary", U::NAME, shape, dtype.as_str(), work, move |dev| {
+        let x = input(dev, n, dtype, false)?;
+        let l = transposed()?;
+        op(move || {
+            x.unary_impl::<U>(&l)?;
+            Ok(())
+        })
+    })
 }
 
 /// A one-input op with scalar parameters (affine, powf, elu) on positive inputs.
@@ -198,6 +222,22 @@ fn cast(from: DType, to: DType) -> Case {
     Case::new("cast", "cast", dims(&[N]), name, work, move |dev| {
         let x = input(dev, N, from, false)?;
         let l = Layout::contiguous(N);
+        op(move || {
+            x.to_dtype(&l, to)?;
+            Ok(())
+        })
+    })
+}
+
+/// A cast of a transposed view (see [`transposed_unary`]).
+fn transposed_cast(from: DType, to: DType) -> Case {
+    let n = SIDE * SIDE;
+    let work = Measure::Bytes(bytes(n, from) + bytes(n, to));
+    let name = format!("{}->{}", from.as_str(), to.as_str());
+    let shape = format!("{} t", dims(&[SIDE, SIDE]));
+    Case::new("cast", "cast", shape, name, work, move |dev| {
+        let x = input(dev, n, from, false)?;
+        let l = transposed()?;
         op(move || {
             x.to_dtype(&l, to)?;
             Ok(())
