@@ -115,23 +115,11 @@ CH_NUMERIC(CH_BINARY_KERNEL, bminimum, MinimumOp)
 // outcome's bit of `accept` is set: eq 0b0010, ne 0b1101, lt 0b0001, le
 // 0b0011, gt 0b0100, ge 0b0110. Compared in the computation type: exact for
 // f16/bf16 promoted to f32.
-template <typename T, bool F = Num<T>::is_float>
-struct CmpKey {
-  typedef typename Num<T>::acc K;
-  __device__ __forceinline__ static K of(T v) { return Num<T>::to_acc(v); }
-};
-
-template <typename T>
-struct CmpKey<T, false> {
-  typedef T K;
-  __device__ __forceinline__ static K of(T v) { return v; }
-};
-
 template <typename T>
 struct CmpFn {
   ch_u32 accept;
   __device__ __forceinline__ ch_u8 operator()(T x, T y) const {
-    const typename CmpKey<T>::K a = CmpKey<T>::of(x), b = CmpKey<T>::of(y);
+    const typename KeyOf<T>::K a = KeyOf<T>::key(x), b = KeyOf<T>::key(y);
     const ch_u32 bit = a < b ? 0 : a == b ? 1 : a > b ? 2 : 3;
     return (ch_u8)((accept >> bit) & 1);
   }

@@ -300,6 +300,25 @@ struct Num<ch_i64> {
   static const ch_i64 min_value = -0x7fffffffffffffffll - 1;
 };
 
+// The type values are compared in (comparisons, min/max reductions): the
+// computation type of floats, an exact promotion; integers themselves.
+template <typename T, bool F = Num<T>::is_float>
+struct KeyOf;
+
+template <typename T>
+struct KeyOf<T, true> {
+  typedef typename Num<T>::acc K;
+  __device__ __forceinline__ static K key(T v) { return Num<T>::to_acc(v); }
+  __device__ __forceinline__ static T value(K k) { return Num<T>::from_acc(k); }
+};
+
+template <typename T>
+struct KeyOf<T, false> {
+  typedef T K;
+  __device__ __forceinline__ static K key(T v) { return v; }
+  __device__ __forceinline__ static T value(K k) { return k; }
+};
+
 // Wrapping integer arithmetic (Rust's wrapping_* semantics).
 template <typename T>
 __device__ __forceinline__ T wrap_add(T a, T b) {

@@ -131,24 +131,6 @@ struct SumBase {
 template <typename T>
 struct SumR : ExactRun<SumBase<T>, T> {};
 
-// The type values are compared in: exact promotion for floats.
-template <typename T, bool F = Num<T>::is_float>
-struct KeyOf;
-
-template <typename T>
-struct KeyOf<T, true> {
-  typedef typename Num<T>::acc K;
-  __device__ __forceinline__ static K key(T v) { return Num<T>::to_acc(v); }
-  __device__ __forceinline__ static T value(K k) { return Num<T>::from_acc(k); }
-};
-
-template <typename T>
-struct KeyOf<T, false> {
-  typedef T K;
-  __device__ __forceinline__ static K key(T v) { return v; }
-  __device__ __forceinline__ static T value(K k) { return k; }
-};
-
 // Min and max share their kernels: values are compared as keys whose
 // largest is the wanted extremum: the values themselves for max, in the
 // reverse order for min (floats negated, integers complemented, which
