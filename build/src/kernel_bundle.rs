@@ -10,8 +10,11 @@
 //! times, point `HIP_SAFE_CACHE_DIR` at an empty folder: a cached code
 //! object is not compiled again.
 
+use std::fs::OpenOptions;
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use candle_hip::kernel::Unit;
@@ -69,7 +72,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let work = work(&archs, sources.as_deref())?;
     let start = Instant::now();
     let (done, failed) = if jobs == 1 {
-        compile_share(&work, 0, 1)
+        compile_claimed(&work, &Claims::Counter(AtomicUsize::new(0)))
     } else if threads {
         compile_in_threads(&work, jobs)
     } else {
@@ -134,9 +137,9 @@ fn flag(args: &[String], name: &str) -> Option<String> {
         .cloned()
 }
 
-/// Every (unit, target) to compile, in a fixed order (workers take their
-/// share by position): all units, or those of the comma-separated
-/// `sources` (file names such as `reduce.hip`).
+/// Every (unit, target) to compile, in a fixed order (workers claim items
+/// by position): all units, or those of the comma-separated `sources`
+/// (file names such as `reduce.hip`).
 fn work<'a>(archs: &'a [String], sources: Option<&str>) -> Result<Vec<(Unit, &'a str)>> {
     let mut units = Unit::all();
     if let Some(list) = sources {
@@ -155,11 +158,55 @@ fn work<'a>(archs: &'a [String], sources: Option<&str>) -> Result<Vec<(Unit, &'a
         .collect())
 }
 
-/// Compiles items `share`, `share + of`, ... of `work`, one at a time.
-fn compile_share(work: &[(Unit, &str)], share: usize, of: usize) -> (Vec<Compiled>, Vec<String>) {
+/// How compilers share the work: each takes the next item nobody has
+/// claimed, so that one that drew long units does not finish last with
+/// items the others could have taken.
+enum Claims {
+    /// Threads of one process: the next item's position.
+    Counter(AtomicUsize),
+    /// Worker processes: item `i` belongs to whoever first creates the
+    /// file `i` in this folder.
+    Folder(PathBuf),
+}
+
+impl Claims {
+    /// Claims the next free item at or after `from` of `len`, if any.
+    fn next(&self, from: usize, len: usize) -> std::io::Result<Option<usize>> {
+        match self {
+            Claims::Counter(next) => {
+                Ok(Some(next.fetch_add(1, Ordering::Relaxed)).filter(|&i| i < len))
+            }
+            Claims::Folder(dir) => {
+                for i in from..len {
+                    let claim = dir.join(i.to_string());
+                    match OpenOptions::new().write(true).create_new(true).open(&claim) {
+                        Ok(_) => return Ok(Some(i)),
+                        Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// Compiles the items of `work` this compiler claims, one at a time.
+fn compile_claimed(work: &[(Unit, &str)], claims: &Claims) -> (Vec<Compiled>, Vec<String>) {
     let mut done = Vec::new();
     let mut failed = Vec::new();
-    for &(unit, arch) in work.iter().skip(share).step_by(of) {
+    let mut from = 0;
+    loop {
+        let i = match claims.next(from, work.len()) {
+            Ok(Some(i)) => i,
+            Ok(None) => break,
+            Err(e) => {
+                failed.push(format!("claiming work item {from} or later: {e}"));
+                break;
+            }
+        };
+        from = i + 1;
+        let (unit, arch) = work[i];
         let t0 = Instant::now();
         let program = unit.program(wave_size(arch));
         match program.compile_for_arch(arch) {
@@ -176,14 +223,15 @@ fn compile_share(work: &[(Unit, &str)], share: usize, of: usize) -> (Vec<Compile
     (done, failed)
 }
 
-/// Compiles `work` in `jobs` threads of this process, thread `k` taking
-/// share `k` of `jobs`.
+/// Compiles `work` in `jobs` threads of this process, each claiming the
+/// next item.
 fn compile_in_threads(work: &[(Unit, &str)], jobs: usize) -> (Vec<Compiled>, Vec<String>) {
     let mut done = Vec::new();
     let mut failed = Vec::new();
+    let claims = Claims::Counter(AtomicUsize::new(0));
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..jobs)
-            .map(|k| scope.spawn(move || compile_share(work, k, jobs)))
+            .map(|_| scope.spawn(|| compile_claimed(work, &claims)))
             .collect();
         for (k, handle) in handles.into_iter().enumerate() {
             match handle.join() {
@@ -198,8 +246,9 @@ fn compile_in_threads(work: &[(Unit, &str)], jobs: usize) -> (Vec<Compiled>, Vec
     (done, failed)
 }
 
-/// Runs `jobs` worker processes, each compiling its share into a bundle of
-/// its own next to `out`, and gathers their code objects and times.
+/// Runs `jobs` worker processes, each compiling the items it claims (in a
+/// folder next to `out`) into a bundle of its own next to `out`, and
+/// gathers their code objects and times.
 fn compile_in_workers(
     archs: &[String],
     sources: Option<&str>,
@@ -208,12 +257,16 @@ fn compile_in_workers(
 ) -> Result<(Vec<Compiled>, Vec<String>)> {
     let exe = std::env::current_exe()?;
     let part = |k: usize| out.with_extension(format!("part{k}"));
+    let claims = out.with_extension("claims");
+    let _ = std::fs::remove_dir_all(&claims);
+    std::fs::create_dir_all(&claims)?;
     let children: Vec<Child> = (0..jobs)
         .map(|k| {
             let mut worker = Command::new(&exe);
             worker
                 .args(["kernel-bundle-worker", "--archs", &archs.join(",")])
-                .args(["--share", &format!("{k}/{jobs}")])
+                .arg("--claims")
+                .arg(&claims)
                 .arg("--out")
                 .arg(part(k))
                 .stdout(Stdio::piped());
@@ -226,8 +279,10 @@ fn compile_in_workers(
     let units = Unit::all();
     let mut done = Vec::new();
     let mut failed = Vec::new();
-    for (k, child) in children.into_iter().enumerate() {
-        let output = child.wait_with_output()?;
+    let outputs: Vec<_> = children.into_iter().map(Child::wait_with_output).collect();
+    let _ = std::fs::remove_dir_all(&claims);
+    for (k, output) in outputs.into_iter().enumerate() {
+        let output = output?;
         let bundle = CodeBundle::open(part(k));
         let _ = std::fs::remove_file(part(k));
         if !output.status.success() {
@@ -261,23 +316,22 @@ fn compile_in_workers(
     Ok((done, failed))
 }
 
-/// `kernel-bundle-worker --archs a,b [--sources ...] --share K/N --out FILE`: compiles
-/// share K of N of the work into the bundle FILE and prints one line per
-/// item: `ok\t<unit>\t<arch>\t<seconds>` or `failed\t<message>`.
+/// `kernel-bundle-worker --archs a,b [--sources ...] --claims DIR --out FILE`:
+/// compiles the items of the work it claims in DIR (see [`Claims`]) into
+/// the bundle FILE and prints one line per item:
+/// `ok\t<unit>\t<arch>\t<seconds>` or `failed\t<message>`.
 pub fn worker(args: &[String]) -> Result<()> {
     let archs: Vec<String> = flag(args, "--archs")
         .ok_or("--archs is required")?
         .split(',')
         .map(str::to_string)
         .collect();
-    let share = flag(args, "--share").ok_or("--share K/N is required")?;
-    let (k, n) = share
-        .split_once('/')
-        .and_then(|(k, n)| Some((k.parse().ok()?, n.parse().ok()?)))
-        .filter(|&(k, n): &(usize, usize)| k < n)
-        .ok_or_else(|| format!("--share {share}: expected K/N with K < N"))?;
+    let claims = Claims::Folder(PathBuf::from(
+        flag(args, "--claims").ok_or("--claims DIR is required")?,
+    ));
     let out = PathBuf::from(flag(args, "--out").ok_or("--out FILE is required")?);
-    let (done, failed) = compile_share(&work(&archs, flag(args, "--sources").as_deref())?, k, n);
+    let (done, failed) =
+        compile_claimed(&work(&archs, flag(args, "--sources").as_deref())?, &claims);
     let writer = bundle_of(&done, "kernel-bundle worker")?;
     for c in &done {
         println!("ok\t{}\t{}\t{}", c.unit, c.arch, c.seconds);
