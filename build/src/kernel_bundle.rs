@@ -50,11 +50,10 @@ struct Compiled {
 /// units; `--per-unit`: also every unit's compile time, slowest first).
 ///
 /// The `N` compiles run in `N` worker processes (this executable's
-/// `kernel-bundle-worker`): hipRTC 6.4 and 7.2 serialise compiles within a
-/// process (two threads shared one core here), so only processes compile
-/// side by side. `--threads` runs them in `N` threads of this process
-/// instead, as a program's first-use compiles do, to measure what a hipRTC
-/// does with that.
+/// `kernel-bundle-worker`). `--threads` runs them in `N` threads of this
+/// process instead, as a program's first-use compiles and
+/// `load_all_kernels` do: AMD's hipRTC runs one compile at a time per copy
+/// of it, and hip-safe loads further copies for compiles that overlap.
 pub fn run(args: &[String]) -> Result<()> {
     let out = PathBuf::from(flag(args, "--out").ok_or("kernel-bundle: --out FILE is required")?);
     let archs: Vec<String> = match flag(args, "--archs") {

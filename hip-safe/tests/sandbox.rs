@@ -195,3 +195,42 @@ fn sandbox_every_listed_arch_really_compiles() {
         assert!(looks_like_code_object(&code), "{arch}");
     }
 }
+
+#[test]
+#[ignore = "needs the ROCm sandbox"]
+fn sandbox_concurrent_compiles_run_side_by_side() {
+    // hipRTC compiles one program at a time per copy of it; a compile that
+    // starts while another runs takes a copy of its own. Each compile gets
+    // kernels of its own names, so that no compiler cache answers for it.
+    let compile = |prefix: &str| {
+        let many: String = (0..400)
+            .map(|k| TEST_KERNEL.replace("saxpy", &format!("{prefix}{k:03}")))
+            .collect();
+        Program::new(&many, "many.hip")
+            .without_cache()
+            .compile_for_arch("gfx942")
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let start = Instant::now();
+    let alone = compile("one");
+    let one = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| compile("two"));
+        let b = s.spawn(|| compile("six"));
+        (a.join().expect("no panic"), b.join().expect("no panic"))
+    });
+    let two = start.elapsed().as_secs_f64();
+    println!("one compile {one:.2} s, two at once {two:.2} s");
+    for code in [&a, &b] {
+        assert!(looks_like_code_object(code));
+        assert_eq!(
+            code.len(),
+            alone.len(),
+            "the same kernels under other names"
+        );
+    }
+    if std::thread::available_parallelism().map_or(1, usize::from) >= 2 {
+        assert!(two < 1.7 * one, "{two:.2} s for two, {one:.2} s for one");
+    }
+}

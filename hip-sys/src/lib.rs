@@ -135,6 +135,32 @@ pub fn hiprtc() -> Result<&'static HiprtcApi, LoadError> {
     .map_err(Clone::clone)
 }
 
+/// A further copy of the hipRTC that [`hiprtc`] loaded, in a namespace of
+/// its own ([`loader::Library::isolated_copy`]), when that hipRTC is AMD's:
+/// a library of its own (ROCm 6 and later) with AMD's compiler library
+/// (`libamd_comgr.so*`) beside it. That compiler runs one compile at a time
+/// per process, so compiles on different copies are the only ones that run
+/// side by side. `None` otherwise, or when no copy loads.
+pub fn hiprtc_copy() -> Option<HiprtcApi> {
+    const SYMBOL: &str = "hiprtcCompileProgram";
+    let first = hiprtc().ok()?.library();
+    let path = first.file(SYMBOL)?;
+    let own_library = path.file_name()?.to_string_lossy().starts_with("libhiprtc");
+    let comgr_beside = std::fs::read_dir(path.parent()?)
+        .ok()?
+        .flatten()
+        .any(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("libamd_comgr.so")
+        });
+    if !(own_library && comgr_beside) {
+        return None;
+    }
+    first.isolated_copy(SYMBOL).map(HiprtcApi::from_library)
+}
+
 /// Candidates for a companion library of the HIP runtime `runtime`: the
 /// runtime's own directory, or the system loader when the runtime itself
 /// came from the system loader. (A set override variable replaces them, see

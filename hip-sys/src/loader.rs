@@ -250,6 +250,36 @@ impl Library {
         }
     }
 
+    /// The file this library was loaded from: the path it was opened by,
+    /// or, for a library the system loader found by name, the file holding
+    /// its symbol `symbol` (glibc's `dladdr`; `None` on other systems).
+    pub fn file(&self, symbol: &str) -> Option<PathBuf> {
+        match &self.origin {
+            Candidate::Path(path) => Some(path.clone()),
+            Candidate::SystemName(_) => {
+                // SAFETY: only the symbol's address is read, never called.
+                let address =
+                    unsafe { self.inner.get::<*const std::ffi::c_void>(symbol.as_bytes()) }.ok()?;
+                file_holding(*address)
+            }
+        }
+    }
+
+    /// A further copy of this library, opened from the same file
+    /// ([`Library::file`] of `symbol`) in a link-map namespace of its own
+    /// (glibc's `dlmopen`), together with its own copies of the libraries
+    /// it loads: none of its global state, locks included, is shared with
+    /// this one. `None` on other systems or when the copy fails to load
+    /// (glibc allows 16 namespaces per process).
+    pub fn isolated_copy(&self, symbol: &str) -> Option<Library> {
+        let path = self.file(symbol)?;
+        let inner = dlmopen_new_namespace(path.as_os_str())?;
+        Some(Library {
+            inner,
+            origin: Candidate::Path(path),
+        })
+    }
+
     /// Looks up a function pointer by name; `None` when the library does not
     /// export it.
     ///
@@ -494,6 +524,73 @@ fn open_candidate(
 /// Opens a shared library with every symbol resolved now (`RTLD_NOW` on
 /// Unix), so that a symbol missing from it or from one of its dependencies
 /// is a load error, not an abort at the first call that needs it.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn dlmopen_new_namespace(target: &std::ffi::OsStr) -> Option<libloading::Library> {
+    use std::ffi::{CString, c_char, c_int, c_long, c_void};
+    use std::os::unix::ffi::OsStrExt;
+
+    use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+
+    unsafe extern "C" {
+        fn dlmopen(lmid: c_long, filename: *const c_char, flags: c_int) -> *mut c_void;
+    }
+    /// glibc's `LM_ID_NEWLM`: a new namespace.
+    const LM_ID_NEWLM: c_long = -1;
+    let path = CString::new(target.as_bytes()).ok()?;
+    // SAFETY: `path` is a NUL-terminated file name; loading runs the
+    // library's initialisers, as `dlopen_now` does for the first copy of the
+    // same file.
+    let handle = unsafe { dlmopen(LM_ID_NEWLM, path.as_ptr(), RTLD_NOW | RTLD_LOCAL) };
+    if handle.is_null() {
+        return None;
+    }
+    // SAFETY: a handle `dlmopen` returned, owned (and `dlclose`d) by the
+    // `Library` from now on.
+    Some(unsafe { Library::from_raw(handle) }.into())
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn dlmopen_new_namespace(_target: &std::ffi::OsStr) -> Option<libloading::Library> {
+    None
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn file_holding(address: *const std::ffi::c_void) -> Option<PathBuf> {
+    use std::ffi::{CStr, c_char, c_int, c_void};
+    use std::os::unix::ffi::OsStrExt;
+
+    /// glibc's `Dl_info`.
+    #[repr(C)]
+    struct DlInfo {
+        fname: *const c_char,
+        fbase: *mut c_void,
+        sname: *const c_char,
+        saddr: *mut c_void,
+    }
+    unsafe extern "C" {
+        fn dladdr(address: *const c_void, info: *mut DlInfo) -> c_int;
+    }
+    let mut info = DlInfo {
+        fname: std::ptr::null(),
+        fbase: std::ptr::null_mut(),
+        sname: std::ptr::null(),
+        saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: `info` is a valid `Dl_info` to fill; any address may be asked.
+    if unsafe { dladdr(address, &mut info) } == 0 || info.fname.is_null() {
+        return None;
+    }
+    // SAFETY: glibc's NUL-terminated name of a loaded object, which stays
+    // loaded (the caller holds it) while it is copied here.
+    let name = unsafe { CStr::from_ptr(info.fname) };
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes())))
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn file_holding(_address: *const std::ffi::c_void) -> Option<PathBuf> {
+    None
+}
+
 fn dlopen_now(target: &std::ffi::OsStr) -> Result<libloading::Library, libloading::Error> {
     // SAFETY: loading a library runs its initialisers. The ROCm libraries'
     // initialisers only set up internal state; this is the unavoidable

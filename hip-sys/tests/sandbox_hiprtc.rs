@@ -5,7 +5,7 @@
 use std::ffi::{CStr, CString};
 use std::time::Instant;
 
-use hip_sys::{hiprtcProgram, hiprtcResult};
+use hip_sys::{HiprtcApi, hiprtcProgram, hiprtcResult};
 
 const HIPRTC_SUCCESS: hiprtcResult = hiprtcResult::HIPRTC_SUCCESS;
 const HIPRTC_ERROR_COMPILATION: hiprtcResult = hiprtcResult::HIPRTC_ERROR_COMPILATION;
@@ -22,6 +22,11 @@ extern "C" __global__ void saxpy(float a, const float* x, float* y, unsigned n) 
 /// the code object and the log.
 fn compile(source: &str, arch: &str) -> (hiprtcResult, Vec<u8>, String) {
     let rtc = hip_sys::hiprtc().unwrap_or_else(|e| panic!("no hipRTC: {e}"));
+    compile_with(rtc, source, arch)
+}
+
+/// [`compile`] on the hipRTC `rtc`.
+fn compile_with(rtc: &HiprtcApi, source: &str, arch: &str) -> (hiprtcResult, Vec<u8>, String) {
     let src = CString::new(source).expect("no NUL in source");
     let name = CString::new("test.hip").expect("no NUL");
     let option = CString::new(format!("--offload-arch={arch}")).expect("no NUL");
@@ -94,4 +99,49 @@ fn sandbox_hiprtc_reports_compile_errors_in_the_log() {
     assert_eq!(result, HIPRTC_ERROR_COMPILATION);
     assert!(code.is_empty());
     assert!(log.contains("undeclared"), "log: {log}");
+}
+
+#[test]
+#[ignore = "needs the ROCm sandbox (real hipRTC, comgr and device libraries)"]
+fn sandbox_hiprtc_copy_is_a_second_compiler() {
+    let first = hip_sys::hiprtc().unwrap_or_else(|e| panic!("no hipRTC: {e}"));
+    println!("first hipRTC: {}", first.library().origin());
+    let copy = hip_sys::hiprtc_copy().expect("AMD's hipRTC, opened by path with comgr beside it");
+    let (mut a, mut b, mut c, mut d) = (0, 0, 0, 0);
+    // SAFETY: valid out-pointers.
+    unsafe { first.hiprtcVersion(&mut a, &mut b) }.expect("bound");
+    // SAFETY: valid out-pointers.
+    unsafe { copy.hiprtcVersion(&mut c, &mut d) }.expect("bound");
+    assert_eq!((a, b), (c, d), "the same file");
+    let (result, code, log) = compile_with(&copy, SAXPY, "gfx942");
+    assert_eq!(result, HIPRTC_SUCCESS, "{log}");
+    assert_eq!(code, compile(SAXPY, "gfx942").1, "the same code object");
+    // Compiles on the two overlap: together they take less than twice one.
+    // Each compiles kernels of its own names, so no compiler cache answers.
+    let many = |prefix: &str| -> String {
+        (0..400)
+            .map(|k| SAXPY.replace("saxpy", &format!("{prefix}{k:03}")))
+            .collect()
+    };
+    let start = Instant::now();
+    assert_eq!(compile(&many("one"), "gfx942").0, HIPRTC_SUCCESS);
+    let alone = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| assert_eq!(compile(&many("two"), "gfx942").0, HIPRTC_SUCCESS));
+        s.spawn(|| {
+            assert_eq!(
+                compile_with(&copy, &many("six"), "gfx942").0,
+                HIPRTC_SUCCESS
+            )
+        });
+    });
+    let both = start.elapsed().as_secs_f64();
+    println!("one compile {alone:.2} s, one on each copy at once {both:.2} s");
+    if std::thread::available_parallelism().map_or(1, usize::from) >= 2 {
+        assert!(
+            both < 1.7 * alone,
+            "{both:.2} s for two, {alone:.2} s for one"
+        );
+    }
 }

@@ -5,11 +5,11 @@
 //! Compiling never holds a lock other ops need: every unit has a slot of
 //! its own, so an op waits only for the module it needs, and different
 //! modules compile in parallel (on different threads, or in
-//! [`Registry::load_all`]) where the compiler allows it: NVRTC (the NVIDIA
-//! test platform) and the CPU platform's compiler do, while hipRTC 6.4
-//! serialises the compiles of one process, so on AMD a first use may also
-//! wait for the unit compiling ahead of it. Units are small for that
-//! reason, and a kernel bundle removes the compiles. Code objects are
+//! [`Registry::load_all`]): NVRTC (the NVIDIA test platform) and the CPU
+//! platform's compiler compile side by side, and AMD's hipRTC, which runs
+//! one compile at a time per copy of it, does on copies that hip-safe loads
+//! for concurrent compiles (`hip_sys::hiprtc_copy`). A kernel bundle
+//! removes the compiles. Code objects are
 //! shared by all devices of one architecture in the process, so two GPUs of
 //! one kind compile a unit once. First-use compiles are logged with `tracing` (target
 //! `candle_hip::kernel`): which module, for which target, how long.

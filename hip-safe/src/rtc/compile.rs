@@ -4,6 +4,7 @@ use std::ffi::{CString, c_char, c_int};
 
 use hip_sys::{HiprtcApi, hiprtcProgram, hiprtcResult};
 
+use super::copies::Lease;
 use crate::error::{Error, Result, RtcError};
 use crate::result::{CheckStatus, Status, out, out_ptr};
 
@@ -31,9 +32,11 @@ pub(crate) struct Job<'a> {
     pub arch: &'a str,
 }
 
-/// Compiles `job` with hipRTC and returns the code object.
+/// Compiles `job` with hipRTC (a copy of it while another compile runs,
+/// see [`copies`](super::copies)) and returns the code object.
 pub(crate) fn compile(job: &Job<'_>) -> Result<Vec<u8>> {
-    let api = hip_sys::hiprtc()?;
+    let lease = Lease::take(hip_sys::hiprtc()?);
+    let api = lease.api();
     let cstr = |what: &str, s: &str| {
         CString::new(s)
             .map_err(|_| Error::invalid("hipRTC", format_args!("{what} contains a NUL byte")))

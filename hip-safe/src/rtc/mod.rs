@@ -4,6 +4,7 @@
 mod arch;
 mod code_cache;
 mod compile;
+mod copies;
 mod hash;
 
 use std::fmt::Display;
