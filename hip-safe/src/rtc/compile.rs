@@ -33,10 +33,24 @@ pub(crate) struct Job<'a> {
 }
 
 /// Compiles `job` with hipRTC (a copy of it while another compile runs,
-/// see [`copies`](super::copies)) and returns the code object.
+/// see [`copies`](super::copies)) and returns the code object. A copy that
+/// fails otherwise than with a compile error (it loads AMD's compiler
+/// again on first use, which could fail where the first copy's loaded)
+/// hands the job to the first hipRTC.
 pub(crate) fn compile(job: &Job<'_>) -> Result<Vec<u8>> {
-    let lease = Lease::take(hip_sys::hiprtc()?);
-    let api = lease.api();
+    let first = hip_sys::hiprtc()?;
+    let lease = Lease::take(first);
+    match compile_on(lease.api(), job) {
+        Err(e) if lease.is_copy() && !matches!(e, Error::Rtc(RtcError::Compilation { .. })) => {
+            drop(lease);
+            compile_on(first, job)
+        }
+        done => done,
+    }
+}
+
+/// Compiles `job` with the hipRTC `api`.
+fn compile_on(api: &'static HiprtcApi, job: &Job<'_>) -> Result<Vec<u8>> {
     let cstr = |what: &str, s: &str| {
         CString::new(s)
             .map_err(|_| Error::invalid("hipRTC", format_args!("{what} contains a NUL byte")))

@@ -83,6 +83,11 @@ impl Lease {
     pub(crate) fn api(&self) -> &'static HiprtcApi {
         self.api
     }
+
+    /// Whether the hipRTC is a copy.
+    pub(crate) fn is_copy(&self) -> bool {
+        matches!(self.kind, Kind::Copy)
+    }
 }
 
 impl Drop for Lease {
