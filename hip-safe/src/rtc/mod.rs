@@ -1,5 +1,7 @@
 //! [`Program`]: HIP C++ compiled at run time with hipRTC, with the target
-//! architecture validated first and code objects cached on disk.
+//! architecture validated first and code objects cached on disk. Compiles
+//! from several threads run side by side, on AMD's hipRTC through further
+//! copies of it (`copies`).
 
 mod arch;
 mod code_cache;
