@@ -176,14 +176,18 @@ __device__ __forceinline__ ch_u32 q_bits_to_16s(ch_u32 x) {
 
 // c plus the sum of the four products of the signed bytes of a and b: one
 // instruction where the target has it (NVIDIA's dp4a; AMD's v_dot4_i32_i8 on
-// CDNA, v_dot4_i32_iu8 on RDNA3/4), else four multiply-adds.
+// gfx906, CDNA and RDNA2, v_dot4_i32_iu8 on RDNA3/3.5/4: the targets hipRTC
+// 6.4 compiles each builtin for), else four multiply-adds (gfx900), several
+// times the code.
 __device__ __forceinline__ int q_dot4(ch_u32 a, ch_u32 b, int c) {
 #if defined(__HIP_PLATFORM_NVIDIA__)
   return __dp4a((int)a, (int)b, c);
-#elif defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx942__)
+#elif defined(__gfx906__) || defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx942__) || \
+    defined(__gfx1030__) || defined(__gfx1031__) || defined(__gfx1032__) || defined(__gfx1034__) ||  \
+    defined(__gfx1035__) || defined(__gfx1036__)
   return __builtin_amdgcn_sdot4((int)a, (int)b, c, false);
-#elif defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || defined(__gfx1200__) || \
-    defined(__gfx1201__)
+#elif defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || defined(__gfx1103__) || \
+    defined(__gfx1150__) || defined(__gfx1151__) || defined(__gfx1200__) || defined(__gfx1201__)
   return __builtin_amdgcn_sudot4(true, (int)a, true, (int)b, c, false);
 #else
 #pragma unroll
