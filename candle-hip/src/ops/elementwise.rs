@@ -3,8 +3,8 @@
 //! path: inputs of one shape with arbitrary strides, a contiguous output.
 //! The kernels of the one-input ops (unary ops and casts,
 //! `Family::reads_contiguous`) read contiguous inputs only: a strided input
-//! is first copied to a contiguous one (`copy_strided_src`), one more pass
-//! over it for a kernel with half the code.
+//! is first copied to a contiguous one ([`Dense`]), one more pass over it
+//! for a kernel with half the code.
 
 use candle_core::backend::BackendStorage;
 use candle_core::op::CmpOp;
@@ -17,7 +17,7 @@ use crate::kernel::catalogue::{self as cat, Family, Kernel};
 use crate::kernel::grid::{linear, per_pack};
 use crate::kernel::header::{ELEM_BLOCK, UNROLL, VEC_BYTES};
 use crate::kernel::info::ElemInfo;
-use crate::ops::copy;
+use crate::ops::copy::Dense;
 use crate::size;
 use crate::storage::HipStorage;
 
@@ -70,12 +70,19 @@ pub(crate) fn launch_into(
     }
     let info = ElemInfo::new(op, dims, &strides)?;
     if kernel.family.reads_contiguous() && !info.is_contiguous() {
-        let copies = inputs
+        let dense = inputs
             .iter()
-            .map(|input| contiguous_copy(op, input))
+            .map(|i| Dense::of(op, i.storage, i.layout))
             .collect::<Result<Vec<_>>>()?;
-        let contiguous = Layout::contiguous(dims);
-        let inputs: Vec<Input<'_>> = copies.iter().map(|c| input(c, &contiguous)).collect();
+        let layouts: Vec<Layout> = dense
+            .iter()
+            .map(|d| Layout::contiguous_with_offset(dims, d.start()))
+            .collect();
+        let inputs: Vec<Input<'_>> = dense
+            .iter()
+            .zip(&layouts)
+            .map(|(d, l)| input(d.storage(), l))
+            .collect();
         return launch_into(op, kernel, &inputs, out, out_dtype, params);
     }
     let device = first.storage.device();
@@ -100,20 +107,6 @@ pub(crate) fn launch_into(
     // that reads only those, copied above), every input view spans all the
     // elements its layout reaches, and `out` holds numel elements.
     unsafe { device.kernels().launch(kernel, cfg, &args) }
-}
-
-/// The elements of `input` in a new contiguous storage.
-fn contiguous_copy(op: &'static str, input: &Input<'_>) -> Result<HipStorage> {
-    let numel = size::numel(op, input.layout.dims())?;
-    // SAFETY: `copy_strided` writes all numel elements (or fails).
-    let mut copy = unsafe {
-        input
-            .storage
-            .device()
-            .alloc_storage(input.storage.dtype(), numel)
-    }?;
-    copy::copy_strided(input.storage, &mut copy, 0, input.layout)?;
-    Ok(copy)
 }
 
 /// Runs an element-wise kernel into a new contiguous storage of `out_dtype`.
