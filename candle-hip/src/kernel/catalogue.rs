@@ -4,7 +4,9 @@
 //! compile).
 //!
 //! A kernel is named `<family>_<dtype>` or, for families with two dtypes,
-//! `<family>_<first>_<second>` (e.g. `cast_f32_bf16`, `where_u8_bf16`). Unary and binary ops are reached from candle's
+//! `<family>_<first>_<second>` (e.g. `cast_f32_bf16`, `where_u8_bf16`);
+//! a family that takes the dtype as an argument has no dtype suffix
+//! (`qmatvec_q4k`). Unary and binary ops are reached from candle's
 //! `UnaryOpT::KERNEL` / `BinaryOpT::KERNEL` names through [`candle_op`],
 //! comparisons through [`CMP`] and [`cmp_accept`], reductions through
 //! [`reduce_family`].
