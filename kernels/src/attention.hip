@@ -155,38 +155,53 @@ __device__ __forceinline__ void attn_gather(ch_u32 (&w)[W], const AttnView& v, i
   }
 }
 
-// The portable product: lane l owns C row l % 16, columns C_N·(l / 16) ...;
-// A is gathered (its row), B read from shared memory inside the product.
+// The portable product, for targets without matrix instructions: both
+// operands stay in shared memory (a fragment is a view of its tile), lane l
+// owns C row l % 16, columns C_N·(l / 16) ... + C_N - 1, and k advances in
+// rolled steps of 4, which keeps the kernels small enough to compile
+// quickly (every step unrolled, the products were most of their code).
+// A has unit stride along k, B along k or along n (every tile here); runs
+// of 4 elements are 8-byte aligned (tile rows and fragment origins are).
 template <typename T>
 struct MmaPortable {
   static const int C_N = 256 / CANDLE_HIP_WAVE;
-  static const int A_N = 16, K_RUN = 16;
-  static const bool S_T = false, P_REGS = false, O_ROWS_MATCH = true;
+  static const bool VIEWS = true, S_T = false, P_REGS = false, O_ROWS_MATCH = true;
   static const int ROW_LANES_FIRST = 16, ROW_LANES_END = CANDLE_HIP_WAVE;
-  struct AFrag {
-    ch_u32 w[A_N / 2];
-  };
+  typedef AttnView AFrag;
   typedef AttnView BFrag;
-  __device__ static AttnAt a_at(int l, int e) { return {l % 16, e}; }
   __device__ static AttnAt c_at(int l, int e) { return {l % 16, C_N * (l / 16) + e}; }
-  __device__ static AttnAt b_at(int l, int e) { return {e, l % 16}; }
-  __device__ static AFrag load_a(const AttnView& v, int lane) {
-    AFrag f;
-    attn_gather<MmaPortable<T> >(f.w, v, lane, false);
-    return f;
-  }
+  __device__ static AFrag load_a(const AttnView& v, int) { return v; }
   __device__ static BFrag load_b(const AttnView& v, int) { return v; }
+  // Four consecutive elements from `p` as floats.
+  __device__ static void run4(const ch_u16* p, float (&f)[4]) {
+    const Pack<ch_u32, 2> w = *reinterpret_cast<const Pack<ch_u32, 2>*>(p);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[i] = attn_to_float<T>(attn_half(w.v, i));
+  }
   __device__ static void mma(float (&c)[C_N], const AFrag& a, const BFrag& b, int lane) {
-    float af[16];
+    static_assert(C_N % 4 == 0, "runs of 4 along n");
+    const int row = lane % 16, n0 = C_N * (lane / 16);
+#pragma unroll 1
+    for (int k0 = 0; k0 < 16; k0 += 4) {
+      float av[4], bv[4];
+      run4(&a.p[row * a.sr + k0], av);
+      if (b.sr == 1) {
 #pragma unroll
-    for (int k = 0; k < 16; ++k) af[k] = attn_to_float<T>(attn_half(a.w, k));
+        for (int e = 0; e < C_N; ++e) {
+          run4(&b.p[(n0 + e) * b.sc + k0], bv);
 #pragma unroll
-    for (int e = 0; e < C_N; ++e) {
-      const int n = c_at(lane, e).col;
-      float s = c[e];
+          for (int k = 0; k < 4; ++k) c[e] = fmaf(av[k], bv[k], c[e]);
+        }
+      } else {
 #pragma unroll
-      for (int k = 0; k < 16; ++k) s += af[k] * attn_to_float<T>(b.at(k, n));
-      c[e] = s;
+        for (int k = 0; k < 4; ++k)
+#pragma unroll
+          for (int e0 = 0; e0 < C_N; e0 += 4) {
+            run4(&b.p[(k0 + k) * b.sr + n0 + e0], bv);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) c[e0 + e] = fmaf(av[k], bv[e], c[e0 + e]);
+          }
+      }
     }
   }
 };
@@ -205,6 +220,7 @@ struct AttnLoad {
 // gives A_N, B_N, C_N, a_at, b_at, c_at and mma over raw fragments).
 template <class L>
 struct MmaRegisters : L {
+  static const bool VIEWS = false;
   struct AFrag {
     ch_u32 w[L::A_N / 2];
   };
@@ -686,12 +702,13 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
   const int PLD = BC + 4;  // padded row of the probabilities (elements)
   const int PACK = 8;      // elements per 16-byte copy
   // Q's fragments stay in registers where they take at most 128 bytes a
-  // lane (more, and a wave-32 target's registers run out).
-  const bool Q_REGS = sizeof(typename SC::QFrag) * (D / 16) <= 128;
-  static_assert(!M::P_REGS || M::A_N == C_N, "P from registers needs A_N == C_N");
-  // V: row-major; transposed for D = 256, whose P·V fragments then load
-  // along rows (with row-major V, RDNA 4 spills a register there).
-  const bool VT = D > 128;
+  // lane (more, and a wave-32 target's registers run out); a product whose
+  // fragments are views reads Q from its own tile.
+  const bool Q_REGS = !M::VIEWS && sizeof(typename SC::QFrag) * (D / 16) <= 128;
+  // V: row-major; transposed for D = 256 with register fragments, which
+  // then load along rows (with row-major V, RDNA 4 spills a register
+  // there; the portable product spills with the transposed one).
+  const bool VT = D > 128 && !M::VIEWS;
   const int VLD = BC + 4;  // padded row of the transposed tile (elements)
   const int V_SIZE = VT ? D * VLD : BC * LD;
   // K then V; with Q_REGS, the Q tile passes through here first.
@@ -939,7 +956,8 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
         M::mma(acc[t], pa, M::load_b(vview, lane), lane);
       }
     };
-    if (M::P_REGS) {
+    if constexpr (M::P_REGS) {
+      static_assert(M::A_N == C_N, "P from registers needs A_N == C_N");
 #pragma unroll
       for (int kt = 0; kt < KW / 16; ++kt) {
         typename M::AFrag pa;
