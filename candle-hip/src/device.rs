@@ -10,7 +10,6 @@ use hip_safe::{Blas, Device, Dnn, Stream};
 use crate::dtype;
 use crate::error::{HipBackendError, Result, hip};
 use crate::handles::LazyHandle;
-use crate::kernel::arrivals::Arrivals;
 use crate::kernel::launch::Launcher;
 use crate::ops::conv;
 use crate::ops::indexing::fault::FaultWord;
@@ -36,7 +35,6 @@ pub struct HipDevice {
 struct Inner {
     kernels: Launcher,
     faults: FaultWord,
-    arrivals: Arrivals,
     miopen_refused: conv::Refused,
     rng: Mutex<RngState>,
     blas: LazyHandle<Blas>,
@@ -101,15 +99,6 @@ impl HipDevice {
     /// (see `ops::indexing::fault`).
     pub(crate) fn check_faults(&self) -> Result<()> {
         self.inner.faults.check(self.stream())
-    }
-
-    /// The device address of at least `count` zeroed arrival counters for
-    /// one launch (`kernel::arrivals`).
-    pub(crate) fn arrivals(&self, count: usize) -> Result<u64> {
-        self.inner
-            .arrivals
-            .address(self.stream(), count)
-            .map_err(hip)
     }
 
     /// The convolutions MIOpen failed on this device.
@@ -217,7 +206,6 @@ impl BackendDevice for HipDevice {
         Ok(HipDevice {
             inner: Arc::new(Inner {
                 faults: FaultWord::new(&stream).map_err(hip)?,
-                arrivals: Arrivals::new(),
                 miopen_refused: conv::Refused::default(),
                 kernels: Launcher::new(stream),
                 rng: Mutex::new(RngState::new()),

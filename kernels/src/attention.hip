@@ -23,22 +23,22 @@
 //     waves.
 //
 //   flash_decode_d<D>_<T>(AttnArgs a, const T* q, const T* k, const T* v,
-//                         T* o, float* part, ch_u32* arrivals,
-//                         const float* alibi, const ch_u32* key_lens)
+//                         float* part, const float* alibi,
+//                         const ch_u32* key_lens)
 //     Decode (short s_q: flash-decoding), the prefill kernel's tiles and
 //     products with other owners: a block owns 16 query rows (query
 //     position, head of the group; padded) of one (batch, key/value head),
 //     so each key is read once for the whole group, and one split of the
 //     keys (a.split_keys of them); its waves share each key tile, 16 keys
 //     each. It writes each row's unnormalised partial output, running
-//     maximum and sum to `part`; the last split of a row group to finish
-//     (counted in `arrivals`, one zeroed u32 per row group and batch
-//     element, which it zeroes again) merges every split's partials into
-//     the normalised output `o`, so no second launch merges them. Grid
-//     (splits, h_k * row groups of 16, batch); block: ATTN_DECODE_WAVES(D)
-//     waves. With key_lens (one u32 per batch element, or null) sequence b
-//     has min(key_lens[b], s_k) keys: a KV cache of s_k positions filled to
-//     that length.
+//     maximum and sum to `part`. Grid (splits, h_k * row groups of 16,
+//     batch); block: ATTN_DECODE_WAVES(D) waves. With key_lens (one u32
+//     per batch element, or null) sequence b has min(key_lens[b], s_k)
+//     keys: a KV cache of s_k positions filled to that length.
+//
+//   flash_combine_d<D>_<T>(AttnArgs a, const float* part, T* o)
+//     Merges the splits of each row into the output. Grid (s_q * h_q,
+//     batch); block: D threads.
 //
 // Matrix instructions (one 16x16x16 product per wave, `Mma` below): MFMA on
 // CDNA (gfx908 for f16; gfx90a, gfx942 for f16 and bf16), WMMA on RDNA 3
@@ -674,69 +674,6 @@ __device__ __forceinline__ float attn_row_value(const float (&v)[M::C_N], int la
   return __shfl(v[0], M::c_at(lane, e).row, CANDLE_HIP_WAVE);
 }
 
-// ---------------------------------------------------------------------------
-// Merging a row's key splits (flash-decoding).
-
-// A softmax state over some splits: the maximum and the sum of exp2(score -
-// maximum), for wave_reduce.
-struct SplitState {
-  float m, l;
-};
-
-struct SplitMerge {
-  typedef SplitState State;
-  __device__ __forceinline__ static State identity() { return State{-__builtin_huge_valf(), 0.0f}; }
-  __device__ __forceinline__ static State combine(State a, State b) {
-    const float m = fmaxf(a.m, b.m);
-    return State{m, a.l * attn_exp2(a.m, m) + b.l * attn_exp2(b.m, m)};
-  }
-};
-
-// The normalised outputs of `rows` rows from their `splits` partials (each
-// D + 2 floats: the unnormalised output, the maximum, the sum; row r's at
-// row_part(r), its output at row_out(r)), by a block of WAVES full waves,
-// every row at once: each wave reduces the maxima and sums of some rows
-// with shuffles (into `s_stat`, shared memory of one state per row), then
-// each thread takes outputs (row, d) in turn, summing the splits with
-// their loads several at a time in flight.
-template <typename T, int D, int WAVES, class RowPart, class RowOut>
-__device__ __forceinline__ void merge_splits(int rows, int splits, const RowPart& row_part, const RowOut& row_out,
-                                             SplitState* s_stat) {
-  const int tid = (int)threadIdx.x, lane = tid % CANDLE_HIP_WAVE, wave = tid / CANDLE_HIP_WAVE;
-  for (int r = wave; r < rows; r += WAVES) {
-    const float* src = row_part(r);
-    SplitState st = SplitMerge::identity();
-    for (int s = lane; s < splits; s += CANDLE_HIP_WAVE)
-      st = SplitMerge::combine(st, SplitState{src[s * (D + 2) + D], src[s * (D + 2) + D + 1]});
-    st = wave_reduce<SplitMerge>(st);
-    if (lane == 0) s_stat[r] = st;
-  }
-  __syncthreads();
-  const int U = 8;
-  for (int idx = tid; idx < rows * D; idx += WAVES * CANDLE_HIP_WAVE) {
-    const int r = idx / D, d = idx % D;
-    const float* src = row_part(r);
-    const SplitState st = s_stat[r];
-    float acc[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc[u] = 0.0f;
-    int s = 0;
-    for (; s + U <= splits; s += U) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const float* split = src + (s + u) * (D + 2);
-        acc[u] += attn_exp2(split[D], st.m) * split[d];
-      }
-    }
-    for (; s < splits; ++s) acc[0] += attn_exp2(src[s * (D + 2) + D], st.m) * src[s * (D + 2) + d];
-#pragma unroll
-    for (int w = U / 2; w > 0; w /= 2)
-#pragma unroll
-      for (int u = 0; u < w; ++u) acc[u] += acc[u + w];
-    row_out(r)[d] = Num<T>::from_acc(st.l > 0.0f ? acc[0] / st.l : 0.0f);
-  }
-}
-
 // The block walks its key tiles, shared by its waves: S = Q·Kᵀ into
 // registers, the online softmax on those registers (row maxima and sums by
 // shuffles among the lanes of a row), then O += P·V with P taken from the
@@ -748,13 +685,12 @@ __device__ __forceinline__ void merge_splits(int rows, int splits, const RowPart
 // takes every key of a tile; the output is normalised. Decode (DECODE
 // true): the block owns 16 rows (query position, head of the group) of one
 // key/value head and the keys of one split, each wave takes 16 keys of a
-// tile for all 16 rows, the waves' states merge into the split's partial
-// results (`part`), and the split that finishes last merges the splits
-// (`merge_splits`).
+// tile for all 16 rows, and the waves' states merge into the split's
+// partial results (`part`, as flash_combine reads them).
 template <typename T, int D, bool DECODE>
 __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restrict__ q, const T* __restrict__ k,
-                                           const T* __restrict__ v, T* __restrict__ o, float* part,
-                                           ch_u32* arrivals, const float* __restrict__ alibi) {
+                                           const T* __restrict__ v, T* __restrict__ o, float* __restrict__ part,
+                                           const float* __restrict__ alibi) {
   typedef typename MmaOf<T>::type M;
   typedef AttnScores<M> SC;
   const int WAVES = DECODE ? ATTN_DECODE_WAVES(D) : ATTN_WAVES(D), C_N = M::C_N;
@@ -1090,36 +1026,59 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
       dst[D + 1] = sum;
     }
   }
-  // The split's partials are out (the fence makes them visible to the
-  // device before the count says so); the last split of this row group to
-  // arrive merges them all and re-arms the count for the next launch (every
-  // split has counted, and launches on a stream do not overlap).
-  __shared__ bool s_last;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    ch_u32* const count = arrivals + (ch_u64)b * gridDim.y + blockIdx.y;
-    s_last = atomicAdd(count, 1u) == gridDim.x - 1;
-    if (s_last) *count = 0;
-  }
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();  // the other splits' partials, not stale copies
-  __shared__ SplitState s_stat[DECODE ? ROWS : 1];
-  merge_splits<T, D, WAVES>(
-      (int)rows, (int)a.splits,
-      [&](int r) { return part + (((ch_u64)b * a.h_q + head(r)) * a.s_q + position(r)) * a.splits * (D + 2); },
-      [&](int r) { return o + (((ch_u64)b * a.s_q + position(r)) * a.h_q + head(r)) * D; }, s_stat);
 }
 
 // ---------------------------------------------------------------------------
 // Decode.
 
+// Splits per row at most (the host keeps to it): the merge holds each
+// split's weight in shared memory.
+#define CH_DECODE_MAX_SPLITS 256
+
+template <typename T, int D>
+__device__ __forceinline__ void flash_combine(const AttnArgs& a, const float* __restrict__ part, T* __restrict__ o) {
+  __shared__ float s_w[CH_DECODE_MAX_SPLITS];
+  __shared__ float s_red[D];
+  const ch_u32 hi = blockIdx.x, b = blockIdx.y;
+  const ch_u32 i = hi / a.h_q, h = hi % a.h_q;
+  const int d = (int)threadIdx.x;
+  const int splits = (int)a.splits;
+  const float* src = part + (((ch_u64)b * a.h_q + h) * a.s_q + i) * a.splits * (D + 2);
+  // The splits' maxima and sums in parallel, one split per thread.
+  float mx = -__builtin_huge_valf();
+  for (int s = d; s < splits; s += D) mx = fmaxf(mx, src[s * (D + 2) + D]);
+  s_red[d] = mx;
+  __syncthreads();
+  mx = -__builtin_huge_valf();
+  for (int t = 0; t < D; ++t) mx = fmaxf(mx, s_red[t]);
+  __syncthreads();
+  float sum = 0.0f;
+  for (int s = d; s < splits; s += D) {
+    const float w = attn_exp2(src[s * (D + 2) + D], mx);
+    s_w[s] = w;
+    sum += w * src[s * (D + 2) + D + 1];
+  }
+  s_red[d] = sum;
+  __syncthreads();
+  sum = 0.0f;
+  for (int t = 0; t < D; ++t) sum += s_red[t];
+  // Four independent sums: the loads of four splits are in flight at once.
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int s = 0;
+  for (; s + 4 <= splits; s += 4) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc[u] += s_w[s + u] * src[(s + u) * (D + 2) + d];
+  }
+  for (; s < splits; ++s) acc[0] += s_w[s] * src[s * (D + 2) + d];
+  const float out = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  o[(((ch_u64)b * a.s_q + i) * a.h_q + h) * D + d] = Num<T>::from_acc(sum > 0.0f ? out / sum : 0.0f);
+}
+
 #define FLASH_ATTN(NAME, D, TYPE)                                                                      \
   extern "C" __global__ void __launch_bounds__(ATTN_WAVES(D) * CANDLE_HIP_WAVE)                        \
       NAME##_##TYPE(AttnArgs a, const ch_##TYPE* q, const ch_##TYPE* k, const ch_##TYPE* v,          \
                     ch_##TYPE* o, const float* alibi) {                                                \
-    flash_attn<ch_##TYPE, D, false>(a, q, k, v, o, nullptr, nullptr, alibi);                           \
+    flash_attn<ch_##TYPE, D, false>(a, q, k, v, o, nullptr, alibi);                                    \
   }
 // `key_lens`, when not null, holds one u32 per batch element: the keys of
 // that sequence (a KV cache's filled length, read on the device so that a
@@ -1128,10 +1087,14 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
 #define FLASH_DECODE(NAME, D, TYPE)                                                                    \
   extern "C" __global__ void __launch_bounds__(ATTN_DECODE_WAVES(D) * CANDLE_HIP_WAVE)                  \
       NAME##_##TYPE(AttnArgs a, const ch_##TYPE* q, const ch_##TYPE* k, const ch_##TYPE* v,          \
-                    ch_##TYPE* o, float* part, ch_u32* arrivals, const float* alibi,                   \
-                    const ch_u32* key_lens) {                                                          \
+                    float* part, const float* alibi, const ch_u32* key_lens) {                         \
     if (key_lens != nullptr && key_lens[blockIdx.z] < a.s_k) a.s_k = key_lens[blockIdx.z];            \
-    flash_attn<ch_##TYPE, D, true>(a, q, k, v, o, part, arrivals, alibi);                              \
+    flash_attn<ch_##TYPE, D, true>(a, q, k, v, nullptr, part, alibi);                                  \
+  }
+#define FLASH_COMBINE(NAME, D, TYPE)                                                                   \
+  extern "C" __global__ void __launch_bounds__(256) NAME##_##TYPE(AttnArgs a, const float* part,      \
+                                                                  ch_##TYPE* o) {                      \
+    flash_combine<ch_##TYPE, D>(a, part, o);                                                           \
   }
 
 #define CH_HALVES(M, NAME, OP) CH_EACH(M, NAME, OP, f16) CH_EACH(M, NAME, OP, bf16)
@@ -1153,8 +1116,14 @@ CH_HALVES(FLASH_DECODE, flash_decode_d32, 32)
 CH_HALVES(FLASH_DECODE, flash_decode_d64, 64)
 CH_HALVES(FLASH_DECODE, flash_decode_d80, 80)
 CH_HALVES(FLASH_DECODE, flash_decode_d96, 96)
+CH_HALVES(FLASH_COMBINE, flash_combine_d32, 32)
+CH_HALVES(FLASH_COMBINE, flash_combine_d64, 64)
+CH_HALVES(FLASH_COMBINE, flash_combine_d80, 80)
+CH_HALVES(FLASH_COMBINE, flash_combine_d96, 96)
 #endif
 #if CH_PART(5)
 CH_HALVES(FLASH_DECODE, flash_decode_d128, 128)
 CH_HALVES(FLASH_DECODE, flash_decode_d256, 256)
+CH_HALVES(FLASH_COMBINE, flash_combine_d128, 128)
+CH_HALVES(FLASH_COMBINE, flash_combine_d256, 256)
 #endif

@@ -16,8 +16,7 @@
 //! in registers) and, for at most [`DECODE_MAX_QUERIES`] queries,
 //! flash-decoding with the same products (the keys split across blocks,
 //! each block's 16 rows being the query heads of one key/value head, so a
-//! key is read once for its whole group; the split that finishes last merges
-//! them, in the same launch).
+//! key is read once for its whole group; then a merge of the splits).
 //!
 //! Which matrix path ran where: `mma.sync` (NVIDIA sm_80+) on the NVIDIA test
 //! platform; MFMA (gfx908 f16, gfx90a/gfx942), WMMA (gfx11, gfx12) and the
@@ -49,8 +48,7 @@ const UNBOUNDED: i32 = 0x3fff_ffff;
 /// Keys of one decode split at the least: fewer would cost more in merging
 /// than they save in parallelism.
 const MIN_SPLIT_KEYS: usize = 64;
-/// Splits per row at the most: the partial results grow with them, and
-/// the merge (by the last split of each row group) reads them all.
+/// Splits per row at the most (`CH_DECODE_MAX_SPLITS` of `attention.hip`).
 const MAX_SPLITS: usize = 256;
 
 /// Which kernel computes the attention.
@@ -218,15 +216,39 @@ fn readable<'a>(
     Ok((copy.insert(dst), contiguous, op))
 }
 
-/// The prefill and decode kernel families of a head dim.
-fn families(d: usize) -> Option<[&'static Family; 2]> {
+/// The kernel family of a head dim.
+fn families(d: usize) -> Option<[&'static Family; 3]> {
     Some(match d {
-        32 => [&cat::FLASH_ATTN_D32, &cat::FLASH_DECODE_D32],
-        64 => [&cat::FLASH_ATTN_D64, &cat::FLASH_DECODE_D64],
-        80 => [&cat::FLASH_ATTN_D80, &cat::FLASH_DECODE_D80],
-        96 => [&cat::FLASH_ATTN_D96, &cat::FLASH_DECODE_D96],
-        128 => [&cat::FLASH_ATTN_D128, &cat::FLASH_DECODE_D128],
-        256 => [&cat::FLASH_ATTN_D256, &cat::FLASH_DECODE_D256],
+        32 => [
+            &cat::FLASH_ATTN_D32,
+            &cat::FLASH_DECODE_D32,
+            &cat::FLASH_COMBINE_D32,
+        ],
+        64 => [
+            &cat::FLASH_ATTN_D64,
+            &cat::FLASH_DECODE_D64,
+            &cat::FLASH_COMBINE_D64,
+        ],
+        80 => [
+            &cat::FLASH_ATTN_D80,
+            &cat::FLASH_DECODE_D80,
+            &cat::FLASH_COMBINE_D80,
+        ],
+        96 => [
+            &cat::FLASH_ATTN_D96,
+            &cat::FLASH_DECODE_D96,
+            &cat::FLASH_COMBINE_D96,
+        ],
+        128 => [
+            &cat::FLASH_ATTN_D128,
+            &cat::FLASH_DECODE_D128,
+            &cat::FLASH_COMBINE_D128,
+        ],
+        256 => [
+            &cat::FLASH_ATTN_D256,
+            &cat::FLASH_DECODE_D256,
+            &cat::FLASH_COMBINE_D256,
+        ],
         _ => return None,
     })
 }
@@ -315,7 +337,7 @@ pub fn flash_attn(
             format!("{h_k} key/value heads must divide {h_q} query heads"),
         ));
     }
-    let Some([prefill, decode]) = families(d) else {
+    let Some([prefill, decode, combine]) = families(d) else {
         return Err(invalid(
             OP,
             format!("head_dim {d} has no kernel (supported: {HEAD_DIMS:?})"),
@@ -412,8 +434,7 @@ pub fn flash_attn(
         return Ok(out);
     }
 
-    // Flash-decoding: partial results per key split, merged by the split of
-    // each row group that finishes last (counted in the device's arrivals).
+    // Flash-decoding: partial results per key split, then their merge.
     let per_kv = h_q / h_k;
     let row_groups = (s_q * per_kv).div_ceil(DECODE_ROWS);
     let blocks = size::product(OP, "the decode blocks", &[b, h_k, row_groups])?;
@@ -426,7 +447,6 @@ pub fn flash_attn(
     // SAFETY: the decode kernel writes the d + 2 floats of every (row,
     // split) before the merge reads them.
     let mut part = unsafe { device.alloc_storage(DType::F32, part_len) }?;
-    let arrivals = device.arrivals(blocks)?;
     let cfg = LaunchConfig {
         grid_dim: (
             args.splits,
@@ -441,30 +461,29 @@ pub fn flash_attn(
         shared_mem_bytes: 0,
     };
     let kernel = decode.kernel(OP, dtype)?;
-    let o = out.view_all_mut();
-    // SAFETY: flash_decode_d<D>_T takes (AttnArgs, const T* q, k, v, T* o,
-    // float* part, u32* arrivals, const float* alibi, const u32* key_lens);
-    // views as above, o holds b*s_q*h_q*d elements, part b*h_q*s_q*splits
-    // rows of d + 2 floats, arrivals at least b*h_k*row_groups zeroed
-    // counters that the kernel leaves zeroed (the device keeps them),
-    // key_lens b u32 or null; the grid covers (splits, h_k * row groups, b).
+    // SAFETY: flash_decode_d<D>_T takes (AttnArgs, const T* q, k, v, float*
+    // part, const float* alibi, const u32* key_lens); views as above, part
+    // holds b*h_q*s_q*splits rows of d + 2 floats, key_lens b u32 or null;
+    // the grid covers (splits, h_k * row groups, b).
     unsafe {
         launcher.launch(
             kernel,
             cfg,
-            &[
-                &args,
-                &qv,
-                &kv,
-                &vv,
-                &o,
-                &part.view_all_mut(),
-                &arrivals,
-                slopes,
-                lens,
-            ],
+            &[&args, &qv, &kv, &vv, &part.view_all_mut(), slopes, lens],
         )
     }?;
+    let pr = part.view_range(OP, 0, part_len)?;
+    let o = out.view_all_mut();
+    let cfg = LaunchConfig {
+        grid_dim: (u32_of("queries x heads", s_q * h_q)?, batch, 1),
+        block_dim: (u32_of("head_dim", d)?, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let kernel = combine.kernel(OP, dtype)?;
+    // SAFETY: flash_combine_d<D>_T takes (AttnArgs, const float* part, T*
+    // o); part as written above, o holds b*s_q*h_q*d elements; one block of
+    // d threads per (query, head) and batch.
+    unsafe { launcher.launch(kernel, cfg, &[&args, &pr, &o]) }?;
     Ok(out)
 }
 
@@ -526,6 +545,10 @@ mod tests {
         assert_eq!(src.define("CH_ATTN_UNBOUNDED"), Some("0x3fffffff"));
         assert_eq!(UNBOUNDED, 0x3fff_ffff);
         assert_eq!(
+            src.define("CH_DECODE_MAX_SPLITS"),
+            Some(MAX_SPLITS.to_string().as_str())
+        );
+        assert_eq!(
             src.define("CH_DECODE_ROWS"),
             Some(DECODE_ROWS.to_string().as_str())
         );
@@ -534,7 +557,8 @@ mod tests {
     #[test]
     fn every_head_dim_has_its_kernels() {
         for d in HEAD_DIMS {
-            for f in families(d).unwrap() {
+            let [p, dec, c] = families(d).unwrap();
+            for f in [p, dec, c] {
                 assert!(f.name.ends_with(&format!("_d{d}")), "{}", f.name);
             }
         }

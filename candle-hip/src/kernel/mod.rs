@@ -16,7 +16,6 @@
 //! Each op family plans its own launches next to its op code (`ops/`,
 //! `fused/`).
 
-pub(crate) mod arrivals;
 pub mod bundle;
 pub(crate) mod catalogue;
 pub(crate) mod grid;

@@ -193,12 +193,6 @@ static CUfunction function(CUmodule m, const char* name) {
   return f;
 }
 
-// Kernel `name` of `m`, or null when the module has none of that name.
-static CUfunction function_or_null(CUmodule m, const char* name) {
-  CUfunction f;
-  return cuModuleGetFunction(&f, m, name) == CUDA_SUCCESS ? f : nullptr;
-}
-
 static int registers(CUfunction f) {
   int r = 0;
   cuFuncGetAttribute(&r, CU_FUNC_ATTRIBUTE_NUM_REGS, f);
@@ -457,8 +451,8 @@ struct AttnArgs {
 static_assert(sizeof(AttnArgs) == 9 * 8 + 10 * 4, "AttnArgs layout");
 
 // Each variant's bf16 kernels <prefix>_d64_bf16 and <prefix>_d128_bf16 of
-// an attention.hip (null when only compiling or when the source has no such
-// kernel): [prefix][0 for d64, 1 for d128][variant].
+// an attention.hip (null when only compiling): [prefix][0 for d64, 1 for
+// d128][variant].
 typedef std::vector<std::vector<CUfunction>> ByDim;
 static std::vector<ByDim> attention_kernels(const std::vector<Variant>& variants,
                                             const std::vector<std::string>& prefixes) {
@@ -470,7 +464,7 @@ static std::vector<ByDim> attention_kernels(const std::vector<Variant>& variants
     for (size_t pi = 0; pi < prefixes.size(); ++pi)
       for (int di = 0; di < 2; ++di) {
         std::string name = prefixes[pi] + (di == 0 ? "_d64_bf16" : "_d128_bf16");
-        out[pi][di].push_back(m ? function_or_null(m, name.c_str()) : nullptr);
+        out[pi][di].push_back(m ? function(m, name.c_str()) : nullptr);
       }
   }
   return out;
@@ -483,8 +477,8 @@ static void attn_bench(const std::vector<Variant>& variants) {
   double rate = copy_rate();
   printf("copy rate %.0f GB/s, %d SMs\n", rate, g_sms);
   printf("flash_decode_d<D>_bf16 + merge, one query, 32 query / 8 key-value heads, a cache of `cache` "
-         "positions filled to `filled`: us per call (decode alone, where a second kernel merges; GB/s "
-         "of the K and V read, %% of the copy rate, splits)\n%-24s", "case");
+         "positions filled to `filled`: us per call (decode alone; GB/s of the K and V read, %% of "
+         "the copy rate, splits)\n%-24s", "case");
   for (auto& v : variants) printf(" | %-36s", v.heading(false).c_str());
   printf("\n");
   cudaStream_t s;
@@ -505,16 +499,13 @@ static void attn_bench(const std::vector<Variant>& variants) {
     const int copies = std::max(1, (int)(400e6 / (kv * 4)));  // >= 400 MB of K and V cycled
     uint16_t *k, *v, *q, *o;
     float* part;
-    uint32_t *lens, *arrivals;
+    uint32_t* lens;
     CHECK_CUDA(cudaMalloc(&k, kv * 2 * copies));
     CHECK_CUDA(cudaMalloc(&v, kv * 2 * copies));
     CHECK_CUDA(cudaMalloc(&q, (size_t)c.batch * hq * d * 2));
     CHECK_CUDA(cudaMalloc(&o, (size_t)c.batch * hq * d * 2));
     CHECK_CUDA(cudaMalloc(&part, (size_t)c.batch * hq * 256 * (d + 2) * 4));
     CHECK_CUDA(cudaMalloc(&lens, c.batch * 4));
-    // Zeroed arrival counters of a self-merging decode kernel (left zeroed).
-    CHECK_CUDA(cudaMalloc(&arrivals, (size_t)c.batch * hk * 16 * 4));
-    CHECK_CUDA(cudaMemset(arrivals, 0, (size_t)c.batch * hk * 16 * 4));
     std::vector<uint32_t> host_lens(c.batch, (uint32_t)filled);
     CHECK_CUDA(cudaMemcpy(lens, host_lens.data(), c.batch * 4, cudaMemcpyHostToDevice));
     fill(k, kv * copies, 11);
@@ -541,20 +532,14 @@ static void attn_bench(const std::vector<Variant>& variants) {
       const int split_keys = (c.keys + splits - 1) / splits;
       splits = (c.keys + split_keys - 1) / split_keys;
       a.split_keys = split_keys, a.splits = splits;
-      // Sources with flash_combine merge in a second launch; later ones
-      // merge in the decode kernel (its o and arrivals arguments).
-      const CUfunction combine = merge[di][vi];
       auto call = [&](int copy, bool with_merge) {
         uint16_t *kc = k + kv * copy, *vc = v + kv * copy;
         void* alibi = nullptr;
         void* key_lens = c.filled ? (void*)lens : nullptr;
         void* args[] = {&a, &q, &kc, &vc, &part, &alibi, &key_lens};
-        void* merging[] = {&a, &q, &kc, &vc, &o, &part, &arrivals, &alibi, &key_lens};
-        CHECK_CU(cuLaunchKernel(decode[di][vi], splits, hk * row_groups, c.batch, var.a, 1, 1, 0, s,
-                                combine ? args : merging, nullptr));
+        CHECK_CU(cuLaunchKernel(decode[di][vi], splits, hk * row_groups, c.batch, var.a, 1, 1, 0, s, args, nullptr));
         void* args2[] = {&a, &part, &o};
-        if (with_merge && combine)
-          CHECK_CU(cuLaunchKernel(combine, hq, c.batch, 1, d, 1, 1, 0, s, args2, nullptr));
+        if (with_merge) CHECK_CU(cuLaunchKernel(merge[di][vi], hq, c.batch, 1, d, 1, 1, 0, s, args2, nullptr));
       };
       double us = time_graph(s, [&] {
                     for (int i = 0; i < copies; ++i) call(i, true);
@@ -573,7 +558,7 @@ static void attn_bench(const std::vector<Variant>& variants) {
     }
     printf("\n");
     report_mismatches(outs);
-    cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(o), cudaFree(part), cudaFree(lens), cudaFree(arrivals);
+    cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(o), cudaFree(part), cudaFree(lens);
   }
   printf("registers (decode/merge, d128):");
   for (size_t vi = 0; vi < variants.size(); ++vi) printf(" %d/%d", registers(decode[1][vi]), registers(merge[1][vi]));

@@ -38,10 +38,10 @@
 //! On HIP the step also rotates its query and key heads and writes the keys and values
 //! into the caches in one launch (candle-hip's `rope_append`, into each layer's
 //! [`LayerCache`]), and SwiGLU's activation is one launch (`silu_mul`). A layer's step is
-//! then seven launches: the norm-and-qkv product, RoPE with the cache writes,
-//! flash-decoding (which merges its key splits in the same launch), the output
-//! projection with the residual, the norm-and-gate/up product, SwiGLU's activation, and
-//! the down projection with the residual.
+//! then eight launches: the norm-and-qkv product, RoPE with the cache writes,
+//! flash-decoding and its merge, the output projection with the residual, the
+//! norm-and-gate/up product, SwiGLU's activation, and the down projection with the
+//! residual.
 //!
 //! [`StaticLlama::load_gguf`] builds the same model from a `llama` GGUF file, computing as
 //! candle-transformers' `quantized_llama` does (interleaved RoPE): its matrices stay in
