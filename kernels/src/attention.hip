@@ -38,7 +38,7 @@
 //
 //   flash_combine_d<D>_<T>(AttnArgs a, const float* part, T* o)
 //     Merges the splits of each row into the output. Grid (s_q * h_q,
-//     batch); block: D threads rounded up to whole waves.
+//     batch); block: D threads.
 //
 // Matrix instructions (one 16x16x16 product per wave, `Mma` below): MFMA on
 // CDNA (gfx908 for f16; gfx90a, gfx942 for f16 and bf16), WMMA on RDNA 3
@@ -1031,59 +1031,47 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
 // ---------------------------------------------------------------------------
 // Decode.
 
-// A softmax state over some splits: the maximum and the sum of exp2(score -
-// maximum), for wave_reduce.
-struct SplitState {
-  float m, l;
-};
+// Splits per row at most (the host keeps to it): the merge holds each
+// split's weight in shared memory.
+#define CH_DECODE_MAX_SPLITS 256
 
-struct SplitMerge {
-  typedef SplitState State;
-  __device__ __forceinline__ static State identity() { return State{-__builtin_huge_valf(), 0.0f}; }
-  __device__ __forceinline__ static State combine(State a, State b) {
-    const float m = fmaxf(a.m, b.m);
-    return State{m, a.l * attn_exp2(a.m, m) + b.l * attn_exp2(b.m, m)};
-  }
-};
-
-// Splits whose loads one thread of the merge has in flight at once.
-#define CH_COMBINE_SPLITS_IN_FLIGHT 8
-
-// One row's output from its splits: every wave reduces the splits' maxima
-// and sums itself (shuffles, no barrier), then thread d sums column d of
-// the splits' outputs, weighted, CH_COMBINE_SPLITS_IN_FLIGHT splits a step.
-// The block is D threads rounded up to whole waves; those past D only
-// reduce.
 template <typename T, int D>
 __device__ __forceinline__ void flash_combine(const AttnArgs& a, const float* __restrict__ part, T* __restrict__ o) {
+  __shared__ float s_w[CH_DECODE_MAX_SPLITS];
+  __shared__ float s_red[D];
   const ch_u32 hi = blockIdx.x, b = blockIdx.y;
   const ch_u32 i = hi / a.h_q, h = hi % a.h_q;
-  const int d = (int)threadIdx.x, lane = d % CANDLE_HIP_WAVE;
+  const int d = (int)threadIdx.x;
   const int splits = (int)a.splits;
   const float* src = part + (((ch_u64)b * a.h_q + h) * a.s_q + i) * a.splits * (D + 2);
-  SplitState st = SplitMerge::identity();
-  for (int s = lane; s < splits; s += CANDLE_HIP_WAVE)
-    st = SplitMerge::combine(st, SplitState{src[s * (D + 2) + D], src[s * (D + 2) + D + 1]});
-  st = wave_reduce<SplitMerge>(st);
-  if (d >= D) return;
-  const int U = CH_COMBINE_SPLITS_IN_FLIGHT;
-  float acc[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u) acc[u] = 0.0f;
-  for (int s0 = 0; s0 < splits; s0 += U) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (s0 + u < splits) {
-        const float* split = src + (s0 + u) * (D + 2);
-        acc[u] += attn_exp2(split[D], st.m) * split[d];
-      }
-    }
+  // The splits' maxima and sums in parallel, one split per thread.
+  float mx = -__builtin_huge_valf();
+  for (int s = d; s < splits; s += D) mx = fmaxf(mx, src[s * (D + 2) + D]);
+  s_red[d] = mx;
+  __syncthreads();
+  mx = -__builtin_huge_valf();
+  for (int t = 0; t < D; ++t) mx = fmaxf(mx, s_red[t]);
+  __syncthreads();
+  float sum = 0.0f;
+  for (int s = d; s < splits; s += D) {
+    const float w = attn_exp2(src[s * (D + 2) + D], mx);
+    s_w[s] = w;
+    sum += w * src[s * (D + 2) + D + 1];
   }
+  s_red[d] = sum;
+  __syncthreads();
+  sum = 0.0f;
+  for (int t = 0; t < D; ++t) sum += s_red[t];
+  // Four independent sums: the loads of four splits are in flight at once.
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int s = 0;
+  for (; s + 4 <= splits; s += 4) {
 #pragma unroll
-  for (int w = U / 2; w > 0; w /= 2)
-#pragma unroll
-    for (int u = 0; u < w; ++u) acc[u] += acc[u + w];
-  o[(((ch_u64)b * a.s_q + i) * a.h_q + h) * D + d] = Num<T>::from_acc(st.l > 0.0f ? acc[0] / st.l : 0.0f);
+    for (int u = 0; u < 4; ++u) acc[u] += s_w[s + u] * src[(s + u) * (D + 2) + d];
+  }
+  for (; s < splits; ++s) acc[0] += s_w[s] * src[s * (D + 2) + d];
+  const float out = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  o[(((ch_u64)b * a.s_q + i) * a.h_q + h) * D + d] = Num<T>::from_acc(sum > 0.0f ? out / sum : 0.0f);
 }
 
 #define FLASH_ATTN(NAME, D, TYPE)                                                                      \

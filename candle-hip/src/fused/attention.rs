@@ -48,8 +48,7 @@ const UNBOUNDED: i32 = 0x3fff_ffff;
 /// Keys of one decode split at the least: fewer would cost more in merging
 /// than they save in parallelism.
 const MIN_SPLIT_KEYS: usize = 64;
-/// Splits per row at the most: the partial results grow with them, and
-/// the merge reads them all for every row.
+/// Splits per row at the most (`CH_DECODE_MAX_SPLITS` of `attention.hip`).
 const MAX_SPLITS: usize = 256;
 
 /// Which kernel computes the attention.
@@ -477,18 +476,13 @@ pub fn flash_attn(
     let o = out.view_all_mut();
     let cfg = LaunchConfig {
         grid_dim: (u32_of("queries x heads", s_q * h_q)?, batch, 1),
-        // Whole waves: each reduces the splits' statistics with shuffles.
-        block_dim: (
-            u32_of("head_dim", d.next_multiple_of(launcher.wave_size() as usize))?,
-            1,
-            1,
-        ),
+        block_dim: (u32_of("head_dim", d)?, 1, 1),
         shared_mem_bytes: 0,
     };
     let kernel = combine.kernel(OP, dtype)?;
     // SAFETY: flash_combine_d<D>_T takes (AttnArgs, const float* part, T*
     // o); part as written above, o holds b*s_q*h_q*d elements; one block of
-    // d threads rounded up to whole waves per (query, head) and batch.
+    // d threads per (query, head) and batch.
     unsafe { launcher.launch(kernel, cfg, &[&args, &pr, &o]) }?;
     Ok(out)
 }
@@ -550,6 +544,10 @@ mod tests {
         let src = candle_hip_kernels::ATTENTION;
         assert_eq!(src.define("CH_ATTN_UNBOUNDED"), Some("0x3fffffff"));
         assert_eq!(UNBOUNDED, 0x3fff_ffff);
+        assert_eq!(
+            src.define("CH_DECODE_MAX_SPLITS"),
+            Some(MAX_SPLITS.to_string().as_str())
+        );
         assert_eq!(
             src.define("CH_DECODE_ROWS"),
             Some(DECODE_ROWS.to_string().as_str())

@@ -539,7 +539,7 @@ static void attn_bench(const std::vector<Variant>& variants) {
         void* args[] = {&a, &q, &kc, &vc, &part, &alibi, &key_lens};
         CHECK_CU(cuLaunchKernel(decode[di][vi], splits, hk * row_groups, c.batch, var.a, 1, 1, 0, s, args, nullptr));
         void* args2[] = {&a, &part, &o};
-        if (with_merge) CHECK_CU(cuLaunchKernel(merge[di][vi], hq, c.batch, 1, (d + 31) / 32 * 32, 1, 1, 0, s, args2, nullptr));
+        if (with_merge) CHECK_CU(cuLaunchKernel(merge[di][vi], hq, c.batch, 1, d, 1, 1, 0, s, args2, nullptr));
       };
       double us = time_graph(s, [&] {
                     for (int i = 0; i < copies; ++i) call(i, true);
