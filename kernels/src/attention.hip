@@ -90,7 +90,9 @@ __device__ __forceinline__ ch_u16 attn_from_float(float v) {
 // ---------------------------------------------------------------------------
 // Fragments: C (16x16, f32) += A (16x16) · B (16x16) on one wave. Each
 // implementation places A_N elements of A, B_N of B and C_N of C in every
-// lane: element e of lane l is A[a_at(l, e)], and so on (row, col).
+// lane: element e of lane l is A[a_at(l, e)], and so on (row, col). The
+// portable product's A and B fragments are views of shared memory
+// (VIEWS): it places only C.
 //
 // How the prefill kernel keeps the scores of a 16x16 tile in registers is
 // told by five constants of each layout:
@@ -158,8 +160,8 @@ __device__ __forceinline__ void attn_gather(ch_u32 (&w)[W], const AttnView& v, i
 // The portable product, for targets without matrix instructions: both
 // operands stay in shared memory (a fragment is a view of its tile), lane l
 // owns C row l % 16, columns C_N·(l / 16) ... + C_N - 1, and k advances in
-// rolled steps of 4, which keeps the kernels small enough to compile
-// quickly (every step unrolled, the products were most of their code).
+// rolled steps of 4: unrolled, these products would be most of the
+// kernels' code and of their compile time.
 // A has unit stride along k, B along k or along n (every tile here); runs
 // of 4 elements are 8-byte aligned (tile rows and fragment origins are).
 template <typename T>
