@@ -521,9 +521,9 @@ fn open_candidate(
     }
 }
 
-/// Opens a shared library with every symbol resolved now (`RTLD_NOW` on
-/// Unix), so that a symbol missing from it or from one of its dependencies
-/// is a load error, not an abort at the first call that needs it.
+/// `target` opened with every symbol resolved now in a new link-map
+/// namespace (glibc's `dlmopen` with `LM_ID_NEWLM`), or `None` where that
+/// fails or the system has no `dlmopen`.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn dlmopen_new_namespace(target: &std::ffi::OsStr) -> Option<libloading::Library> {
     use std::ffi::{CString, c_char, c_int, c_long, c_void};
@@ -554,6 +554,8 @@ fn dlmopen_new_namespace(_target: &std::ffi::OsStr) -> Option<libloading::Librar
     None
 }
 
+/// The file of the loaded object holding `address` (glibc's `dladdr`), or
+/// `None` where none does or the system has no `dladdr`.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn file_holding(address: *const std::ffi::c_void) -> Option<PathBuf> {
     use std::ffi::{CStr, c_char, c_int, c_void};
@@ -591,6 +593,9 @@ fn file_holding(_address: *const std::ffi::c_void) -> Option<PathBuf> {
     None
 }
 
+/// Opens a shared library with every symbol resolved now (`RTLD_NOW` on
+/// Unix), so that a symbol missing from it or from one of its dependencies
+/// is a load error, not an abort at the first call that needs it.
 fn dlopen_now(target: &std::ffi::OsStr) -> Result<libloading::Library, libloading::Error> {
     // SAFETY: loading a library runs its initialisers. The ROCm libraries'
     // initialisers only set up internal state; this is the unavoidable
