@@ -99,6 +99,11 @@ pub(crate) const INTS: [DType; 5] = [DType::U8, DType::U32, DType::I16, DType::I
 /// scatter_add and index_add ([`ADD_ONLY_IDS`]).
 pub(crate) const WIDENED_IDS: [DType; 3] = [DType::U8, DType::I16, DType::I32];
 
+/// The index dtypes the tile forms of scatter, scatter_add and index_add
+/// do not take, converted to u32 first (`tile_ids_*`): every index dtype
+/// but u32.
+pub(crate) const TILE_CONVERTED_IDS: [DType; 4] = [DType::U8, DType::I16, DType::I32, DType::I64];
+
 /// The index dtypes candle's CPU backend takes for scatter_add and
 /// index_add only.
 pub(crate) const ADD_ONLY_IDS: [DType; 2] = [DType::I16, DType::I32];
@@ -290,7 +295,15 @@ mod tests {
             assert!(check(d, "op").is_ok());
             assert_eq!(check_numeric(d, "op").is_ok(), NUMERIC.contains(&d));
         }
-        for list in [&CORE[..], &FLOATS, &ANY_FLOAT, &INDEX, &INTS, &WIDENED_IDS] {
+        for list in [
+            &CORE[..],
+            &FLOATS,
+            &ANY_FLOAT,
+            &INDEX,
+            &INTS,
+            &WIDENED_IDS,
+            &TILE_CONVERTED_IDS,
+        ] {
             assert!(list.iter().all(|d| NUMERIC.contains(d)), "{list:?}");
         }
         assert!(FLOATS.iter().all(|d| ANY_FLOAT.contains(d)));
@@ -302,6 +315,12 @@ mod tests {
             WIDENED_IDS.iter().collect::<Vec<_>>()
         );
         assert!(ADD_ONLY_IDS.iter().all(|d| WIDENED_IDS.contains(d)));
+        assert_eq!(
+            INTS.iter()
+                .filter(|&&d| d != DType::U32)
+                .collect::<Vec<_>>(),
+            TILE_CONVERTED_IDS.iter().collect::<Vec<_>>()
+        );
         let err = check_numeric(DType::F4, "zeros").unwrap_err().to_string();
         assert!(err.contains("F4") && err.contains("zeros"), "{err}");
     }

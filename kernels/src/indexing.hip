@@ -1,7 +1,8 @@
 // Indexing kernels: index_select, gather, scatter, scatter_add, index_add,
 // named <op>_<value dtype>, e.g. index_select_bf16. The indices are u32 or
 // i64 (IndexInfo::wide_ids; the host widens u8, i16 and i32 ones to i64
-// first: widen_ids_* in cast.hip), one kernel serving both.
+// first: widen_ids_* in cast.hip), one kernel serving both; the tile forms
+// (below) read u32 indices only.
 //
 // Every tensor is viewed as [left, <dim>, right] around the indexed dimension
 // (the host checks contiguity where Candle requires it). An index equal to the
@@ -31,7 +32,10 @@
 //   CH_TILE_ROWS rows of CH_TILE_ROW_BYTES) in shared memory and walks the
 //   indices of the tile's columns in order, so that each update is a
 //   shared-memory round trip instead of a global one (see tile_walk). Used
-//   when the destination dimension needs few tiles.
+//   when the destination dimension needs few tiles. Its indices are u32
+//   only (NarrowIds; the host converts the others with tile_ids_* in
+//   cast.hip): its walk is unrolled, and a second index dtype would double
+//   the code of every load.
 
 #include "common.h"
 
@@ -54,14 +58,22 @@ struct IndexInfo {
 // dtype mapped to CH_NO_ID (i64's marker itself, no u32 value).
 #define CH_NO_ID 0x7fffffffffffffffull
 
+// u32 indices: ids[k] is index k as above.
+struct NarrowIds {
+  const ch_u32* p;
+  __device__ __forceinline__ ch_u64 operator[](ch_u64 k) const {
+    const ch_u32 id = p[k];
+    return id == 0xffffffffu ? CH_NO_ID : id;
+  }
+};
+
 // The indices of an op, of either dtype: ids[k] is index k as above.
 struct Ids {
   const void* p;
   bool wide;
   __device__ __forceinline__ ch_u64 operator[](ch_u64 k) const {
     if (wide) return (ch_u64) reinterpret_cast<const ch_i64*>(p)[k];
-    const ch_u32 id = reinterpret_cast<const ch_u32*>(p)[k];
-    return id == 0xffffffffu ? CH_NO_ID : id;
+    return NarrowIds{reinterpret_cast<const ch_u32*>(p)}[k];
   }
 };
 
@@ -465,7 +477,7 @@ struct TileLoads {
   Fault fault;
   ch_u64 dst_dim;
   bool check;
-  Ids ids;
+  NarrowIds ids;
   ch_u64 ik;
   const T* sp;
   ch_u64 next, n, s_step, i_step, g;
@@ -487,7 +499,7 @@ struct TileLoads {
 // s * right : s]; `col_ok`: whether the lane's column exists. Every lane
 // runs every step (the shuffles need the whole wave).
 template <bool Add, bool ColumnIds, typename T>
-__device__ __forceinline__ void tile_walk(const IndexInfo& info, const Ids ids, const T* src, T* tile, ch_u64 first,
+__device__ __forceinline__ void tile_walk(const IndexInfo& info, const NarrowIds ids, const T* src, T* tile, ch_u64 first,
                                           bool col_ok, ch_u64 p0, ch_u64 span) {
   typedef TileLanes<T> L;
   const int C = L::cols, G = L::groups, D = L::loads, B = CH_TILE_BATCH;
@@ -544,7 +556,7 @@ __device__ __forceinline__ void tile_walk(const IndexInfo& info, const Ids ids, 
 // ranges of a column tile adjacent so that their reads of ids and src meet
 // in the cache. blockDim.x == CANDLE_HIP_WAVE.
 template <bool Add, bool ColumnIds, typename T>
-__device__ __forceinline__ void tiles_body(const IndexInfo& info, const Ids ids, const T* src, T* dst) {
+__device__ __forceinline__ void tiles_body(const IndexInfo& info, const NarrowIds ids, const T* src, T* dst) {
   __shared__ ch_u64 words[CH_TILE_ROWS * CH_TILE_ROW_BYTES / sizeof(ch_u64)];
   T* tile = reinterpret_cast<T*>(words);
   const ch_u64 C = TileLanes<T>::cols;
@@ -571,22 +583,27 @@ __device__ __forceinline__ void tiles_body(const IndexInfo& info, const Ids ids,
 }
 
 // Kernel NAME_TY: (const IndexInfo info, const void* ids, const T* src,
-// T* dst) running BODY(info, ids, src, dst).
-#define CH_INDEXING_KERNEL(NAME, TY, BOUND, BODY)                                                          \
+// T* dst) running BODY(info, IDS, src, dst), IDS the indices' view (Ids,
+// NarrowIds) made of `ids` and `info`.
+#define CH_INDEXING_KERNEL(NAME, TY, BOUND, BODY, IDS)                                                     \
   extern "C" __global__ void __launch_bounds__(BOUND)                                                      \
       NAME##_##TY(const IndexInfo info, const void* ids, const ch_##TY* src, ch_##TY* dst) {               \
-    BODY(info, Ids{ids, info.wide_ids != 0}, src, dst);                                                    \
+    BODY(info, IDS, src, dst);                                                                             \
   }
+// The indices of every form but the tile form, u32 or i64.
+#define CH_ANY_IDS (Ids{ids, info.wide_ids != 0})
+// The tile form's u32 indices.
+#define CH_U32_IDS (NarrowIds{reinterpret_cast<const ch_u32*>(ids)})
 
-#define CH_READ_KERNEL(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CH_ELEM_BLOCK, NAME##_body)
-#define CH_SCATTER_SET(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CH_ELEM_BLOCK, scatter_body<false>)
-#define CH_SCATTER_ADD(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CH_ELEM_BLOCK, scatter_body<true>)
+#define CH_READ_KERNEL(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CH_ELEM_BLOCK, NAME##_body, CH_ANY_IDS)
+#define CH_SCATTER_SET(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CH_ELEM_BLOCK, scatter_body<false>, CH_ANY_IDS)
+#define CH_SCATTER_ADD(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CH_ELEM_BLOCK, scatter_body<true>, CH_ANY_IDS)
 // index_add_<T> walks columns, index_add_rows_<T> owns destination rows.
-#define CH_INDEX_ADD_KERNEL(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CH_ELEM_BLOCK, NAME##_body)
+#define CH_INDEX_ADD_KERNEL(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CH_ELEM_BLOCK, NAME##_body, CH_ANY_IDS)
 // *_tiles_<T>: the tile form (one wave per block).
-#define CH_SCATTER_SET_TILES(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CANDLE_HIP_WAVE, (tiles_body<false, true>))
-#define CH_SCATTER_ADD_TILES(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CANDLE_HIP_WAVE, (tiles_body<true, true>))
-#define CH_INDEX_ADD_TILES(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CANDLE_HIP_WAVE, (tiles_body<true, false>))
+#define CH_SCATTER_SET_TILES(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CANDLE_HIP_WAVE, (tiles_body<false, true>), CH_U32_IDS)
+#define CH_SCATTER_ADD_TILES(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CANDLE_HIP_WAVE, (tiles_body<true, true>), CH_U32_IDS)
+#define CH_INDEX_ADD_TILES(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CANDLE_HIP_WAVE, (tiles_body<true, false>), CH_U32_IDS)
 
 // Parts (each compiled per group of dtypes as a unit of its own): 1 reads,
 // 2 column walks, 3 to 5 one tile family each (the largest kernels).

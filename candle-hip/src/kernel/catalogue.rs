@@ -24,7 +24,7 @@ use candle_hip_kernels::{self as sources, Source};
 
 use crate::dtype::{
     self, ACTIVATIONS, ANY_FLOAT, CARRIERS, CORE, FLOATS, HALVES, INDEX, INTS, NUMERIC, RAW,
-    WIDENED_IDS,
+    TILE_CONVERTED_IDS, WIDENED_IDS,
 };
 use crate::error::Result;
 
@@ -54,6 +54,8 @@ pub(crate) enum Dtypes {
     Ints,
     /// u8, i16, i32 (indices widened to i64 before an indexing kernel).
     WidenedIds,
+    /// u8, i16, i32, i64 (indices converted to u32 before a tile form).
+    TileConvertedIds,
 }
 
 impl Dtypes {
@@ -70,6 +72,7 @@ impl Dtypes {
             Dtypes::Halves => &HALVES,
             Dtypes::Ints => &INTS,
             Dtypes::WidenedIds => &WIDENED_IDS,
+            Dtypes::TileConvertedIds => &TILE_CONVERTED_IDS,
         }
     }
 }
@@ -402,6 +405,7 @@ families! {
     CMP = "cmp" in BINARY: Numeric;
     CAST = "cast" in CAST: Numeric x Numeric;
     WIDEN_IDS = "widen_ids" in CAST: WidenedIds;
+    TILE_IDS = "tile_ids" in CAST: TileConvertedIds;
     WHERE = "where" in WHERE: Ints x Carriers carries Numeric;
     REDUCE_SUM = "reduce_sum" in REDUCE part 1: Numeric;
     REDUCE_MINMAX = "reduce_minmax" in REDUCE part 2: Numeric;
@@ -964,6 +968,7 @@ mod tests {
         assert_eq!(GATHER.kernels().len(), 4);
         assert_eq!(SCATTER_ADD.kernels().len(), 10);
         assert_eq!(WIDEN_IDS.kernels().len(), 3);
+        assert_eq!(TILE_IDS.kernels().len(), 4);
         assert_eq!(QMATVEC_FEW256.kernels().len(), 6);
         let mut names: Vec<String> = FAMILIES
             .iter()
@@ -977,7 +982,7 @@ mod tests {
         // What the sandbox check compiles for each AMD target (each kernel
         // more or fewer is compile time; see kernels/README.md).
         let total: usize = FAMILIES.iter().map(|f| f.kernels().len()).sum();
-        assert_eq!(total, 729);
+        assert_eq!(total, 733);
     }
 
     #[test]
@@ -1021,6 +1026,8 @@ mod tests {
             "index_add_tiles_f8e4m3",
             "widen_ids_i32",
             "widen_ids_u8",
+            "tile_ids_i64",
+            "tile_ids_u8",
             "rand_uniform_f8e4m3",
         ] {
             assert!(all.iter().any(|n| n == name), "{name}");

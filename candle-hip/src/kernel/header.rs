@@ -39,6 +39,9 @@ pub(crate) const TILE_ROW_BYTES: u64 = 32;
 /// `CH_TILE_ROWS` (indexing.hip): destination rows of one tile of the
 /// `*_tiles` kernels.
 pub(crate) const TILE_ROWS: u64 = 1024;
+/// `CH_TILE_ID_PAST` (cast.hip): the u32 index `tile_ids_*` writes for an
+/// index no tile form's destination reaches (negative or too large).
+pub(crate) const TILE_ID_PAST: u64 = 0xffff_fffe;
 /// `CH_SORT_RUN` (argsort.hip): positions of a row each thread of the
 /// in-shared-memory sort holds in registers.
 pub(crate) const SORT_RUN: usize = 4;
@@ -70,7 +73,7 @@ pub(crate) fn dtype_code(dtype: DType) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
-    use candle_hip_kernels::{ARGSORT, COMMON_HEADER, INDEXING, RANDOM, REDUCE, Source};
+    use candle_hip_kernels::{ARGSORT, CAST, COMMON_HEADER, INDEXING, RANDOM, REDUCE, Source};
 
     use super::*;
     use crate::kernel::info::ReduceMode;
@@ -97,6 +100,7 @@ mod tests {
             (INDEXING, "CH_OWNER_COLS", OWNER_COLS),
             (INDEXING, "CH_TILE_ROW_BYTES", TILE_ROW_BYTES),
             (INDEXING, "CH_TILE_ROWS", TILE_ROWS),
+            (CAST, "CH_TILE_ID_PAST", TILE_ID_PAST),
             (ARGSORT, "CH_SORT_RUN", SORT_RUN as u64),
             (RANDOM, "CH_RAND_PER_BLOCK", RAND_PER_BLOCK),
             (RANDOM, "CH_RAND_PER_BLOCK_F64", RAND_PER_BLOCK_F64),

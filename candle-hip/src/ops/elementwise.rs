@@ -217,6 +217,10 @@ pub(crate) fn cast(src: &HipStorage, layout: &Layout, dtype: DType) -> Result<Hi
     run("to_dtype", k, &[input(src, layout)], dtype, &[])
 }
 
+/// A contiguous copy of indices in the dtype a kernel reads, and its
+/// layout; `None` where the indices need no copy.
+pub(crate) type ConvertedIds = Option<(HipStorage, Layout)>;
+
 /// Indices the indexing kernels do not take (`dtype::WIDENED_IDS`) as a
 /// contiguous i64 copy, the "no index" marker (the dtype's maximum)
 /// becoming i64's: u8 indices always, i16 and i32 ones only for the ops
@@ -229,14 +233,42 @@ pub(crate) fn widen_ids(
     layout: &Layout,
     op: &'static str,
     adds: bool,
-) -> Result<Option<(HipStorage, Layout)>> {
+) -> Result<ConvertedIds> {
     let dtype = ids.dtype();
     if !dtype::WIDENED_IDS.contains(&dtype) || (!adds && dtype::ADD_ONLY_IDS.contains(&dtype)) {
         return Ok(None);
     }
-    let k = cat::WIDEN_IDS.kernel(op, ids.dtype())?;
-    let wide = run(op, k, &[input(ids, layout)], DType::I64, &[])?;
-    Ok(Some((wide, Layout::contiguous(layout.shape()))))
+    convert_ids(&cat::WIDEN_IDS, ids, layout, op, DType::I64).map(Some)
+}
+
+/// Indices as the tile forms of scatter, scatter_add and index_add read
+/// them: a contiguous u32 copy of every other index dtype
+/// (`dtype::TILE_CONVERTED_IDS`), the "no index" marker becoming u32's and
+/// values no tile form's destination reaches (negative or too large)
+/// becoming `header::TILE_ID_PAST`, still reported as past the
+/// destination. `None` for u32 indices, which need no copy.
+pub(crate) fn tile_ids(
+    ids: &HipStorage,
+    layout: &Layout,
+    op: &'static str,
+) -> Result<ConvertedIds> {
+    if ids.dtype() == DType::U32 {
+        return Ok(None);
+    }
+    convert_ids(&cat::TILE_IDS, ids, layout, op, DType::U32).map(Some)
+}
+
+/// A contiguous copy of `ids` in `dtype` by the index conversion `family`.
+fn convert_ids(
+    family: &'static Family,
+    ids: &HipStorage,
+    layout: &Layout,
+    op: &'static str,
+    dtype: DType,
+) -> Result<(HipStorage, Layout)> {
+    let k = family.kernel(op, ids.dtype())?;
+    let converted = run(op, k, &[input(ids, layout)], dtype, &[])?;
+    Ok((converted, Layout::contiguous(layout.shape())))
 }
 
 /// `pred != 0 ? on_true : on_false`.

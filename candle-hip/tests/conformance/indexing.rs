@@ -273,6 +273,8 @@ fn ids_with_edges(
             0 => max,
             1 if (size as u64) < max => (size as u64 + rng.below(1000) as u64).min(max - 1),
             2 if signed => (-1 - rng.below(5) as i64) as u64,
+            // Past u32: a conversion to u32 indices must not wrap it into range.
+            3 if dtype == DType::I64 => (1u64 << 32) + rng.below(5) as u64,
             _ => rng.below(distinct.min(size).min(max as usize).max(1)) as u64,
         };
         dev.push(id);

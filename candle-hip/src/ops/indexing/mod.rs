@@ -12,35 +12,63 @@ use candle_core::backend::BackendStorage;
 use candle_core::{DType, Layout};
 use hip_safe::LaunchConfig;
 
+use crate::dtype;
 use crate::error::{Result, invalid};
 use crate::kernel::catalogue::{self as cat, Kernel};
 use crate::kernel::grid::{per_pack, unrolled};
 use crate::kernel::info::{IndexInfo, split_at_dim, to_u64};
-use crate::ops::elementwise;
+use crate::ops::elementwise::{self, ConvertedIds};
 use crate::size;
 use crate::storage::HipStorage;
 use fault::Reporter;
 use plan::{INDEX_ADD, SCATTER, SCATTER_ADD, UpdateFamilies, Updates};
 
 /// The kernel and launch shape that apply the updates `info` describes
-/// from `ids` into a destination like `dst` (its dtype and device).
+/// into a destination like `dst` (its dtype and device), and the indices
+/// as that kernel reads them: `ids` itself, or a converted copy (see
+/// [`update_ids`]). Sets `info.wide_ids` for them.
 fn plan_updates(
     op: &'static str,
     families: &UpdateFamilies,
-    info: &IndexInfo,
+    info: &mut IndexInfo,
     ids: &HipStorage,
+    ids_l: &Layout,
+    adds: bool,
     dst: &HipStorage,
-) -> Result<(Kernel, LaunchConfig)> {
+) -> Result<(Kernel, LaunchConfig, ConvertedIds)> {
     let launcher = dst.device().kernels();
     let updates = Updates {
         info: *info,
         elem_bytes: dst.dtype().size_in_bytes(),
     };
     let (family, cfg) = families.choose(updates, launcher.wave_size(), launcher.compute_units());
-    Ok((
-        cat::indexing_kernel(family, op, ids.dtype(), dst.dtype())?,
-        cfg,
-    ))
+    let converted = update_ids(ids, ids_l, op, adds, family == families.tiles)?;
+    let ids = converted.as_ref().map_or(ids, |(w, _)| w);
+    info.wide_ids = wide_ids(ids);
+    let kernel = cat::indexing_kernel(family, op, ids.dtype(), dst.dtype())?;
+    Ok((kernel, cfg, converted))
+}
+
+/// Indices of an update op as its kernel reads them, `None` where that is
+/// `ids` as it is: the tile forms (`tiles`) read u32 ones only, so every
+/// other dtype gets a u32 copy ([`elementwise::tile_ids`]); the other forms
+/// read u32 and i64 ones, so u8 (and for the adding ops, `adds`, i16 and
+/// i32) get an i64 copy ([`elementwise::widen_ids`]). Dtypes candle's CPU
+/// backend refuses for `op` are refused before any copy.
+fn update_ids(
+    ids: &HipStorage,
+    ids_l: &Layout,
+    op: &'static str,
+    adds: bool,
+    tiles: bool,
+) -> Result<ConvertedIds> {
+    if !tiles {
+        return elementwise::widen_ids(ids, ids_l, op, adds);
+    }
+    if !adds && dtype::ADD_ONLY_IDS.contains(&ids.dtype()) {
+        return Err(candle_core::Error::UnsupportedDTypeForOp(ids.dtype(), op).bt());
+    }
+    elementwise::tile_ids(ids, ids_l, op)
 }
 
 /// `IndexInfo::wide_ids` for indices of `ids`' dtype: 1 for i64, 0 for u32
@@ -270,12 +298,18 @@ pub(crate) fn scatter(
         ids_dim: to_u64(ids_dim),
         ..IndexInfo::default()
     };
-    let wide = elementwise::widen_ids(ids, ids_l, op, mode == Scatter::Add)?;
-    let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
-    info.wide_ids = wide_ids(ids);
+    let (kernel, cfg, converted) = plan_updates(
+        op,
+        families,
+        &mut info,
+        ids,
+        ids_l,
+        mode == Scatter::Add,
+        dst,
+    )?;
+    let (ids, ids_l) = converted.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
     let device = dst.device().clone();
     device.faults().arm(&mut info, reporter);
-    let (kernel, cfg) = plan_updates(op, families, &info, ids, dst)?;
     if left * right == 0 || ids_dim == 0 {
         return Ok(());
     }
@@ -284,7 +318,7 @@ pub(crate) fn scatter(
     let dst_view = dst.view_mut(op, dst_l)?;
     // SAFETY: scatter*(const IndexInfo, const void* ids, const T* src, T*
     // dst), ids of the dtype info.wide_ids names (the kernel lookup took
-    // only u32 and i64):
+    // only u32 and i64; the tile forms get u32 ones, update_ids):
     // ids and src hold left * ids_dim * right elements, dst left * dst_dim *
     // right (the destination layout's reach); positions >= dst_dim are
     // skipped by the kernel. dst is a different storage (exclusive borrow),
@@ -337,12 +371,10 @@ pub(crate) fn index_add(
         ids_dim: to_u64(n_ids),
         ..IndexInfo::default()
     };
-    let wide = elementwise::widen_ids(ids, ids_l, OP, true)?;
-    let (ids, ids_l) = wide.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
-    info.wide_ids = wide_ids(ids);
+    let (kernel, cfg, converted) = plan_updates(OP, &INDEX_ADD, &mut info, ids, ids_l, true, dst)?;
+    let (ids, ids_l) = converted.as_ref().map_or((ids, ids_l), |(w, l)| (w, l));
     let device = dst.device();
     device.faults().arm(&mut info, Reporter::IndexAdd);
-    let (kernel, cfg) = plan_updates(OP, &INDEX_ADD, &info, ids, dst)?;
     let numel = size::numel(OP, dst_l.dims())?;
     // SAFETY: the copy below writes all numel elements.
     let mut out = unsafe { device.alloc_storage(dst.dtype(), numel) }?;
@@ -354,7 +386,8 @@ pub(crate) fn index_add(
     let src_view = src.view(OP, src_l)?;
     let out_view = out.view_all_mut();
     // SAFETY: index_add(_rows, _tiles)(const IndexInfo, const void* ids,
-    // const T* src, T* dst), ids of the dtype info.wide_ids names: ids holds
+    // const T* src, T* dst), ids of the dtype info.wide_ids names (u32 for
+    // the tile form, update_ids): ids holds
     // n_ids values, src left * src_dim * right,
     // dst left * dst_dim * right; positions >= dst_dim are skipped by the
     // kernel. dst is the new storage `out`, distinct from ids and src. The

@@ -6,7 +6,7 @@ use hip_safe::LaunchConfig;
 
 use crate::kernel::catalogue::{self as cat, Family};
 use crate::kernel::grid::{THREADS_PER_CU, linear};
-use crate::kernel::header::{ELEM_BLOCK, OWNER_COLS, TILE_ROW_BYTES, TILE_ROWS};
+use crate::kernel::header::{ELEM_BLOCK, OWNER_COLS, TILE_ID_PAST, TILE_ROW_BYTES, TILE_ROWS};
 use crate::kernel::info::IndexInfo;
 
 /// Threads per block for `columns` independent sequential walks (scatter,
@@ -128,6 +128,11 @@ pub(crate) fn index_add_rows(
 /// Most row ranges of the tile form: every range reads all indices and
 /// source values again.
 const MAX_TILE_RANGES: u64 = 4;
+
+// The tile forms read u32 indices (`tile_ids_*` converts the others): the
+// value standing for a negative or too large index must lie past every
+// destination they serve.
+const _: () = assert!(MAX_TILE_RANGES * TILE_ROWS < TILE_ID_PAST);
 
 /// The tile form loads and stores whole tiles: it takes at least one update
 /// per this many destination rows.
