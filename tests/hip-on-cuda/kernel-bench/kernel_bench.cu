@@ -35,7 +35,7 @@
 // 128, causal and not, 512 to 16k tokens) and Llama-3.2-1B's (32 query, 8
 // key/value heads of 64), in TFLOP/s (4·b·h·s²·d, halved when causal). qmv: quantized.rs's
 // mat-vec (activation rounding, then qmatvec, or qmatvec_few for up to 2
-// rows where the source has it) for q4_0, q8_0, q4k and q6k
+// rows where the source has it) for q4_0, q8_0, q4k, q5k and q6k
 // weights at the same decode shapes, per layer and for a whole token
 // against the bound (quantized weight bytes / the copy rate). dq (a
 // quantized.hip, A B C unused): dequantization to bf16 of each shape's
@@ -649,6 +649,7 @@ struct QType {
 static const QType kQTypes[] = {{"q4_0", 18, 32, 32, {0, -1}},
                                 {"q8_0", 34, 32, 32, {0, -1}},
                                 {"q4k", 144, 256, 256, {0, 2}},
+                                {"q5k", 176, 256, 256, {0, 2}},
                                 {"q6k", 210, 256, 256, {208, -1}}};
 
 // Launches quantized.rs `matvec`: quantize_act then qmatvec. Variant A: waves
