@@ -41,13 +41,13 @@
 // packs. Activation rounding: CH_QACT_PER_LANE values per thread, a group of
 // adjacent lanes per block. The product: one wave per CH_QMATVEC_OUTS
 // outputs j; its lanes take the sub-blocks of those rows in turn (adjacent
-// lanes read adjacent blocks; q4k's mat-vec for few rows takes them in
-// pairs that share their bytes, PairWalk), CH_QMATVEC_UNROLL at a time,
-// for up to CH_QMATVEC_ROWS (CH_QMATVEC_FEW_ROWS) rows of activations at a
-// time (each activation load serving every output of the wave), and the
-// wave sums its lanes. The host guarantees: w 16-byte aligned and followed by at least 4
-// readable bytes, k a multiple of the block size, q 16-byte aligned with
-// rows * k values, d and s rows * k / 32.
+// lanes read adjacent blocks; the q4k and q5k mat-vecs for few rows take
+// them in pairs that share their bytes, PairLoop), CH_QMATVEC_UNROLL at a
+// time, for up to CH_QMATVEC_ROWS (CH_QMATVEC_FEW_ROWS) rows of activations
+// at a time (each activation load serving every output of the wave), and
+// the wave sums its lanes. The host guarantees: w 16-byte aligned and
+// followed by at least 4 readable bytes, k a multiple of the block size, q
+// 16-byte aligned with rows * k values, d and s rows * k / 32.
 
 #include "common.h"
 
@@ -430,7 +430,7 @@ struct Q4K {
 #pragma unroll
     for (int p = 0; p < 8; ++p) w[p] = (w[p] >> shift) & 0x0f0f0f0fu;
   }
-  // PairWalk: the words sub-blocks 2j and 2j + 1 share (qs), and sub-block
+  // PairLoop: the words sub-blocks 2j and 2j + 1 share (qs), and sub-block
   // s's integers from them (as `ints`).
   static const int PAIR_WORDS = 8;
   __device__ __forceinline__ static void pair_words(const ch_u8* b, int j, ch_u32* words) {
@@ -473,7 +473,7 @@ struct Q5K {
 #pragma unroll
     for (int p = 0; p < 8; ++p) w[p] = ((w[p] >> shift) & 0x0f0f0f0fu) | (((qh[p] >> s) & 0x01010101u) << 4);
   }
-  // PairWalk: the words sub-blocks 2j and 2j + 1 share (qs, then qh), and
+  // PairLoop: the words sub-blocks 2j and 2j + 1 share (qs, then qh), and
   // sub-block s's integers from them (as `ints`).
   static const int PAIR_WORDS = 16;
   __device__ __forceinline__ static void pair_words(const ch_u8* b, int j, ch_u32* words) {
@@ -734,84 +734,42 @@ __device__ __forceinline__ void store_activation(void* y, ch_u32 y_dtype, ch_u64
   }
 }
 
-// The activations of the mat-vec's sub-block `sub` of row r of R rows
-// from r0 (those at or past `rows` are skipped), each applied to the O
-// outputs: acc[o][r] += Q's share for the integers ints(o) of the
-// sub-block in output o's row (block at row[o] + in_row, sub-block
-// in_block of it).
-template <typename Q, int O, int R, typename Ints>
-__device__ __forceinline__ void qmatvec_sub(const ch_u8* const (&row)[O], ch_u64 in_row, int in_block,
-                                            const signed char* __restrict__ q, const float* __restrict__ d,
-                                            const float* __restrict__ s, ch_u32 subs, ch_u32 sub, ch_u32 r0,
-                                            ch_u32 rows, Ints ints, float (&acc)[O][R]) {
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const ch_u64 rr = r0 + r;
-    if (rr < rows) {
-      const ch_u64 at = rr * subs + sub;
-      const QAct32 a = q_act32(q + 32 * at);
-      int x0, x1;
-      q_sums32(a, x0, x1);
-      const float dx = d[at], sx = s[at];
-#pragma unroll
-      for (int o = 0; o < O; ++o) {
-        ch_u32 wo[8];
-        ints(o, wo);
-        int i0, i1;
-        q_dot32(wo, a, i0, i1);
-        acc[o][r] += Q::combine(row[o] + in_row, in_block, i0, i1, x0, x1, dx, sx);
-      }
-    }
-  }
-}
-
-// The mat-vec's walk over a row's sub-blocks, one at a time: a lane takes
-// sub-blocks lane, lane + wave, ... in that order, CH_QMATVEC_UNROLL at a
-// time with every weight load of them issued first.
+// Whether q's mat-vec for few rows walks pairs of sub-blocks (PairLoop):
+// q4k and q5k, whose sub-blocks 2j and 2j + 1 are the low and high nibbles
+// of the same 32 bytes of qs (q5k: and read their high bits from the same
+// qh), so that a lane per sub-block loads each word twice.
 template <typename Q>
-struct SubWalk {
-  template <int O, int R>
-  __device__ __forceinline__ static void run(const ch_u8* const (&row)[O], const signed char* __restrict__ q,
-                                             const float* __restrict__ d, const float* __restrict__ s,
-                                             ch_u32 subs, ch_u32 r0, ch_u32 rows, ch_u32 lane, float (&acc)[O][R]) {
-    const int U = CH_QMATVEC_UNROLL, per_block = Q::QK / 32;
-    for (ch_u32 base = lane; base < subs; base += U * CANDLE_HIP_WAVE) {
-      ch_u32 wv[U][O][8];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const ch_u32 sub = base + u * CANDLE_HIP_WAVE;
-        if (sub < subs) {
-#pragma unroll
-          for (int o = 0; o < O; ++o)
-            Q::ints(row[o] + (ch_u64)(sub / per_block) * Q::BYTES, (int)(sub % per_block), wv[u][o]);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const ch_u32 sub = base + u * CANDLE_HIP_WAVE;
-        if (sub < subs) {
-          auto ints = [&](int o, ch_u32* w) {
-#pragma unroll
-            for (int e = 0; e < 8; ++e) w[e] = wv[u][o][e];
-          };
-          qmatvec_sub<Q>(row, (ch_u64)(sub / per_block) * Q::BYTES, (int)(sub % per_block), q, d, s, subs, sub,
-                         r0, rows, ints, acc);
-        }
-      }
-    }
-  }
+struct PairedFewRows {
+  static const bool value = false;
+};
+template <>
+struct PairedFewRows<Q4K> {
+  static const bool value = true;
+};
+template <>
+struct PairedFewRows<Q5K> {
+  static const bool value = true;
 };
 
-// The walk of q4k and q5k for one or two rows: a lane takes a pair of
-// sub-blocks (2j, 2j + 1 of a block), which are the low and high nibbles of
-// the same 32 bytes of qs (and read q5k's high bits from the same qh),
-// loaded once (Q::pair_words: 16-byte loads) and split where each is used
-// (Q::pair_ints); the pairs in turn as in SubWalk, one at a time. At batch
-// 1 this halves a sub-block's weight loads for about SubWalk's registers
-// (q4k on the NVIDIA test platform: 74 against 73); with more rows, whose
-// accumulators then compete with the kept words, it measured slower.
+// The mat-vec's walk over the pairs of sub-blocks of its O rows of the
+// weight (row[o]), for R rows of activations from r0: a lane takes pairs
+// lane, lane + wave, ... (pair p: sub-blocks 2p and 2p + 1), loads the
+// words they share once (Q::pair_words: 16-byte loads) and splits them
+// where each sub-block is used (Q::pair_ints). At batch 1 that halves a
+// sub-block's weight loads (the NVIDIA test platform: q4k in 72 registers
+// against 73, q5k in 121 against 78, both faster); with more rows, whose
+// accumulators then compete with the kept words, it measured slower, so
+// only the few-rows kernels take it. The primary template is for the types
+// that never do. (The sub-block's share, below, repeats qmatvec's: as one
+// helper for both, q5k's product measured 8 % slower.)
+template <typename Q, bool PAIRS>
+struct PairLoop {
+  template <int O, int R>
+  __device__ __forceinline__ static void run(const ch_u8* const (&)[O], const signed char*, const float*,
+                                             const float*, ch_u32, ch_u32, ch_u32, ch_u32, float (&)[O][R]) {}
+};
 template <typename Q>
-struct PairWalk {
+struct PairLoop<Q, true> {
   template <int O, int R>
   __device__ __forceinline__ static void run(const ch_u8* const (&row)[O], const signed char* __restrict__ q,
                                              const float* __restrict__ d, const float* __restrict__ s,
@@ -826,37 +784,41 @@ struct PairWalk {
       for (int o = 0; o < O; ++o) Q::pair_words(row[o] + in_row, j, words[o]);
 #pragma unroll
       for (int t = 0; t < 2; ++t) {
-        auto ints = [&](int o, ch_u32* w) { Q::pair_ints(words[o], 2 * j + t, w); };
-        qmatvec_sub<Q>(row, in_row, 2 * j + t, q, d, s, subs, 2 * pair + t, r0, rows, ints, acc);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const ch_u64 rr = r0 + r;
+          if (rr < rows) {
+            const ch_u64 at = rr * subs + 2 * pair + t;
+            const QAct32 a = q_act32(q + 32 * at);
+            int x0, x1;
+            q_sums32(a, x0, x1);
+            const float dx = d[at], sx = s[at];
+#pragma unroll
+            for (int o = 0; o < O; ++o) {
+              ch_u32 w[8];
+              Q::pair_ints(words[o], 2 * j + t, w);
+              int i0, i1;
+              q_dot32(w, a, i0, i1);
+              acc[o][r] += Q::combine(row[o] + in_row, 2 * j + t, i0, i1, x0, x1, dx, sx);
+            }
+          }
+        }
       }
     }
   }
 };
 
-// The walk each block type's mat-vec for few rows takes.
-template <typename Q>
-struct FewRowsWalk {
-  typedef SubWalk<Q> type;
-};
-template <>
-struct FewRowsWalk<Q4K> {
-  typedef PairWalk<Q4K> type;
-};
-template <>
-struct FewRowsWalk<Q5K> {
-  typedef PairWalk<Q5K> type;
-};
-
-template <typename Q, int R, typename Walk>
+template <typename Q, int R, bool PAIRS>
 __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signed char* __restrict__ q,
                                         const float* __restrict__ d, const float* __restrict__ s,
                                         void* __restrict__ y, ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows) {
-  const int O = CH_QMATVEC_OUTS;
+  const int U = CH_QMATVEC_UNROLL, O = CH_QMATVEC_OUTS;
   const ch_u32 lane = threadIdx.x % CANDLE_HIP_WAVE;
   const ch_u64 j0 = ((ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE) + threadIdx.x / CANDLE_HIP_WAVE) * O;
   // The whole wave leaves together: the reductions below stay converged.
   if (j0 >= n) return;
   const ch_u32 subs = k / 32;
+  const int per_block = Q::QK / 32;
   const ch_u64 row_bytes = (ch_u64)(k / Q::QK) * Q::BYTES;
   // Outputs past n (the last wave's) recompute output n - 1 and store nothing.
   const ch_u8* row[O];
@@ -868,7 +830,46 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
     for (int o = 0; o < O; ++o)
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[o][r] = 0.0f;
-    Walk::run(row, q, d, s, subs, r0, rows, lane, acc);
+    if (PAIRS) PairLoop<Q, PAIRS>::run(row, q, d, s, subs, r0, rows, lane, acc);
+    // Otherwise a lane takes sub-blocks lane, lane + wave, ... in that
+    // order, U at a time with every weight load of the U issued first.
+    for (ch_u32 base = lane; !PAIRS && base < subs; base += U * CANDLE_HIP_WAVE) {
+      ch_u32 wv[U][O][8];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const ch_u32 sub = base + u * CANDLE_HIP_WAVE;
+        if (sub < subs) {
+#pragma unroll
+          for (int o = 0; o < O; ++o)
+            Q::ints(row[o] + (ch_u64)(sub / per_block) * Q::BYTES, (int)(sub % per_block), wv[u][o]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const ch_u32 sub = base + u * CANDLE_HIP_WAVE;
+        if (sub < subs) {
+          const ch_u64 in_row = (ch_u64)(sub / per_block) * Q::BYTES;
+          const int in_block = (int)(sub % per_block);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const ch_u64 rr = r0 + r;
+            if (rr < rows) {
+              const ch_u64 at = rr * subs + sub;
+              const QAct32 a = q_act32(q + 32 * at);
+              int x0, x1;
+              q_sums32(a, x0, x1);
+              const float dx = d[at], sx = s[at];
+#pragma unroll
+              for (int o = 0; o < O; ++o) {
+                int i0, i1;
+                q_dot32(wv[u][o], a, i0, i1);
+                acc[o][r] += Q::combine(row[o] + in_row, in_block, i0, i1, x0, x1, dx, sx);
+              }
+            }
+          }
+        }
+      }
+    }
 #pragma unroll
     for (int o = 0; o < O; ++o)
 #pragma unroll
@@ -898,11 +899,11 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
     dequantize<Q, ch_##TYPE>(blocks, y, subs);                                                     \
   }
 
-#define QMATVEC(Q, NAME, KIND, R, WALK)                                                           \
+#define QMATVEC(Q, NAME, KIND, R, PAIRS)                                                          \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
       KIND##_##NAME(const ch_u8* w, const signed char* q, const float* d, const float* s, void* y, \
                     ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows) {                             \
-    qmatvec<Q, R, WALK>(w, q, d, s, y, y_dtype, n, k, rows);                                       \
+    qmatvec<Q, R, PAIRS>(w, q, d, s, y, y_dtype, n, k, rows);                                      \
   }
 
 #define QUANTIZE_ACT(Q, NAME, TYPE)                                                                \
@@ -924,8 +925,8 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
 #define QUANTIZE_ACT_ALL(Q, NAME)                                                    \
   CH_IF_f16(QUANTIZE_ACT(Q, NAME, f16)) CH_IF_bf16(QUANTIZE_ACT(Q, NAME, bf16)) \
       CH_IF_f32(QUANTIZE_ACT(Q, NAME, f32))
-#define QMATVEC_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec, CH_QMATVEC_ROWS, SubWalk<Q>)
-#define QMATVEC_FEW_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec_few, CH_QMATVEC_FEW_ROWS, FewRowsWalk<Q>::type)
+#define QMATVEC_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec, CH_QMATVEC_ROWS, false)
+#define QMATVEC_FEW_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec_few, CH_QMATVEC_FEW_ROWS, PairedFewRows<Q>::value)
 
 // Part 1: dequantization (prefill) and the rounding of the mat-vec's
 // activations, the small kernels; parts 2 and 3: the mat-vec of the blocks
