@@ -186,8 +186,10 @@ fn hip_matches_the_cpu_on_the_same_gguf_for_64_greedy_steps() {
 /// The tiny shape's GGUF file in each of `schemes`, decoded greedily through a captured
 /// graph (`Model::load_graph_decode`, f32 on `device`) against candle-transformers'
 /// `quantized_llama` on the CPU: the largest relative logit difference of any step, fed
-/// the CPU's tokens, and how many free-running tokens are the CPU's.
-fn graph_against_quantized_llama(device: &Device, schemes: &[&str]) -> Vec<(f32, usize)> {
+/// the CPU's tokens (printed with how many free-running tokens are the CPU's). With
+/// `near_ties`, also checks that the free-running tokens leave the CPU's only at a near
+/// tie (see `common::divergence`).
+fn graph_against_quantized_llama(device: &Device, schemes: &[&str], near_ties: bool) -> Vec<f32> {
     let mut results = Vec::new();
     for name in schemes {
         let scheme = Scheme::from_name(name).unwrap();
@@ -207,13 +209,21 @@ fn graph_against_quantized_llama(device: &Device, schemes: &[&str]) -> Vec<(f32,
         let same_run = same_prefix(&free.generated, &cpu.generated);
         let forced = teacher_forced(&mut graph, &prompt(), &cpu.generated);
         let worst = worst_step_difference(&forced, &cpu.logits);
+        let then = if near_ties {
+            format!(
+                ", then {}",
+                divergence(&cpu.logits, &forced, same_run, name)
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "{name} graph on {:?}: the first {same_run} of 64 tokens the CPU's; fed the CPU's \
-             tokens, largest relative logit difference {worst:.2e}; graph of {:?} nodes",
+            "{name} graph on {:?}: the first {same_run} of 64 tokens the CPU's{then}; fed the \
+             CPU's tokens, largest relative logit difference {worst:.2e}; graph of {:?} nodes",
             device.location(),
             graph.graph_nodes()
         );
-        results.push((worst, same_run));
+        results.push(worst);
         let _ = std::fs::remove_file(path);
     }
     results
@@ -225,12 +235,13 @@ fn graph_decoding_of_a_gguf_file_matches_quantized_llama_on_the_cpu() {
     // differs (grouped heads against repeated ones), at rounding level, which can still move
     // an activation that lies on an 8-bit rounding boundary by one step, as between HIP and
     // the CPU (see hip_matches_the_cpu_on_the_same_gguf_for_64_greedy_steps): the same bound,
-    // and here the same 64 tokens. q4km mixes block types within a layer's q, k and v; the
+    // and the CPU's tokens until a near tie. Which step that is depends on the host's CPU
+    // (the dense products' kernels are picked by its instruction set): all 64 tokens on one
+    // machine, 48 for q4k on another. q4km mixes block types within a layer's q, k and v; the
     // tiny shape's feed-forward rows (688 values) are no whole number of blocks, so its down
     // matrix is f16 (dense).
-    for (worst, same_run) in graph_against_quantized_llama(&Device::Cpu, &["q4_0", "q4k", "q4km"]) {
+    for worst in graph_against_quantized_llama(&Device::Cpu, &["q4_0", "q4k", "q4km"], true) {
         assert!(worst < 5e-2, "{worst}");
-        assert_eq!(same_run, 64);
     }
 }
 
@@ -241,7 +252,8 @@ fn hip_graph_decoding_of_a_gguf_file_matches_quantized_llama_on_the_cpu() {
     // Within the bound of hip_matches_the_cpu_on_the_same_gguf_for_64_greedy_steps: the
     // same products, whose float sums differ in order, move an activation on a rounding
     // boundary by one 8-bit step.
-    for (worst, _) in graph_against_quantized_llama(&hip, &["q4_0", "q8_0", "q4k", "q6k", "q4km"]) {
+    for worst in graph_against_quantized_llama(&hip, &["q4_0", "q8_0", "q4k", "q6k", "q4km"], false)
+    {
         assert!(worst < 5e-2, "{worst}");
     }
     // In bf16 the graph runs the fused attention: it generates, and a loaded graph model
