@@ -49,7 +49,7 @@ use std::sync::Arc;
 
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::custom_backend::{BoxedStorage, CustomStorage, FusedOp};
-use candle_core::quantized::GgmlDType;
+use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Layout, Result, Shape, Storage};
 use hip_safe::DeviceBuffer;
 
@@ -58,7 +58,7 @@ pub use attention::{FlashAttn, flash_attn, flash_attn_with_key_lens};
 pub use collective::AllReduce;
 pub use decode::{rope_append, silu_mul};
 pub use device::BridgeDevice;
-pub use linear::{FusedInput, fused_linear};
+pub use linear::{FusedInput, fused_linear, fused_quantized_linear};
 pub use quantized::{BridgeQStorage, NoQuantized, QuantizedBlocks};
 pub use storage::BridgeStorage;
 
@@ -245,6 +245,16 @@ pub fn as_hip_device(device: &Device) -> Option<&HipDevice> {
             .map(BridgeDevice::inner),
         _ => None,
     }
+}
+
+/// The HIP blocks of a quantized tensor, if it was loaded onto a device
+/// made by [`hip_device`].
+pub fn hip_quantized(tensor: &QTensor) -> Option<&QuantizedStorage> {
+    tensor
+        .custom_storage()?
+        .as_any()
+        .downcast_ref::<BridgeQStorage<Hip>>()
+        .map(BridgeQStorage::inner)
 }
 
 /// The HIP storage behind a custom storage (as handed to a custom op's

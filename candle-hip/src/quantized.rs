@@ -25,6 +25,12 @@
 //!   one, and bf16's 8 bits keep more of the activations than the CPU's
 //!   8-bit rounding of them.
 //!
+//! [`QuantizedStorage::fused_matvec`] is the mat-vec of one decode step
+//! with its neighbours folded in: the RMS norm or SwiGLU before the product
+//! rides on the activation rounding, the residual addition after it on the
+//! product's own store, so that a projection takes two launches where the
+//! separate ops take four.
+//!
 //! The plain GGML types (f32, f16, bf16) are stored as a storage of that
 //! dtype, dequantized by a cast.
 
@@ -33,6 +39,7 @@ use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Layout, Shape};
 
 use crate::error::{Result, hip, invalid};
+use crate::fused::{LinearInput, operand_vector};
 use crate::kernel::catalogue as cat;
 use crate::kernel::launch::to_u32;
 use crate::kernel::{grid, header};
@@ -229,7 +236,8 @@ impl QuantizedStorage {
             (&cast, Layout::contiguous((rows, k)))
         };
         let y = if matvec {
-            self.matvec(x, x_layout.start_offset(), n, k, rows, w_count)?
+            let x = (x, x_layout.start_offset());
+            self.matvec(x, (n, k), rows, LinearInput::Plain, None)?
         } else {
             let w = self.dequantize(w_count, compute)?;
             let w_t = Layout::contiguous((n, k)).transpose(0, 1)?;
@@ -243,20 +251,84 @@ impl QuantizedStorage {
         Ok((out, out_shape))
     }
 
+    /// Whether [`fused_matvec`](Self::fused_matvec) takes `x` (`x_l`) against
+    /// a weight of shape `w_shape`, `(n, k)`, held by these blocks: GGML
+    /// blocks (not a plain type), `x` contiguous of f32, f16 or bf16 with
+    /// one row of `k` values (`2k` for SwiGLU, `swiglu`). Otherwise compute
+    /// the same unfused.
+    pub fn fused_matvec_takes(
+        &self,
+        w_shape: &Shape,
+        dtype: DType,
+        x_l: &Layout,
+        swiglu: bool,
+    ) -> bool {
+        let Ok((n, k)) = w_shape.dims2() else {
+            return false;
+        };
+        let width = if swiglu { k.checked_mul(2) } else { Some(k) };
+        plain_dtype(self.dtype).is_none()
+            && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+            && n > 0
+            && k > 0
+            && x_l.is_contiguous()
+            && Some(x_l.shape().elem_count()) == width
+    }
+
+    /// One decode step's `x'·Wᵀ (+ residual)`, where this storage holds `W`
+    /// of shape `w_shape`, `(n, k)`, and `x'` is `x`, its RMS norm or the
+    /// SwiGLU of its halves (`input`, as [`crate::fused::fused_linear`]
+    /// takes it; the norm weight a contiguous vector of `k`): the rounding
+    /// of `x'` to 8 bits and the mat-vec, two launches. `x` is one row
+    /// ([`fused_matvec_takes`](Self::fused_matvec_takes)); `residual`
+    /// (optional) a contiguous vector of `n` in `x`'s dtype. Returns the `n`
+    /// outputs, contiguous, in `x`'s dtype: what `rms_norm` or `silu_mul`,
+    /// [`matmul_t`](Self::matmul_t) and the addition give one after the
+    /// other, up to the order of the norm's sum.
+    pub fn fused_matvec(
+        &self,
+        w_shape: &Shape,
+        x: &HipStorage,
+        x_l: &Layout,
+        input: LinearInput,
+        residual: Option<(&HipStorage, &Layout)>,
+    ) -> Result<HipStorage> {
+        const OP: &str = "fused_qmatvec";
+        let swiglu = matches!(input, LinearInput::SwiGlu);
+        if !self.fused_matvec_takes(w_shape, x.dtype(), x_l, swiglu) {
+            return Err(invalid(
+                OP,
+                format!(
+                    "no fused product of x {:?} ({:?}) and a {:?} weight of {:?} blocks: compute it \
+                     unfused",
+                    x_l.dims(),
+                    x.dtype(),
+                    w_shape.dims(),
+                    self.dtype
+                ),
+            ));
+        }
+        let (n, k) = w_shape.dims2()?;
+        self.data.check_device(x, OP)?;
+        self.matvec((x, x_l.start_offset()), (n, k), 1, input, residual)
+    }
+
     /// `quantize_act_*` then `qmatvec_*`: `rows` contiguous rows of `k`
-    /// values (f32, f16 or bf16) from element `x_start` of `x` on, times
-    /// `W`ᵀ, in `x`'s dtype.
+    /// values (f32, f16 or bf16) of `x` from its element `x.1` on (of `2k`
+    /// for SwiGLU; `rows` 1 unless `input` is plain), made `x'` by `input`,
+    /// times `W`ᵀ of shape `(n, k)`, plus `residual` (`rows * n` contiguous
+    /// values of `x`'s dtype), in `x`'s dtype.
     fn matvec(
         &self,
-        x: &HipStorage,
-        x_start: usize,
-        n: usize,
-        k: usize,
+        (x, x_start): (&HipStorage, usize),
+        (n, k): (usize, usize),
         rows: usize,
-        w_count: usize,
+        input: LinearInput,
+        residual: Option<(&HipStorage, &Layout)>,
     ) -> Result<HipStorage> {
         const OP: &str = "qmatmul";
         let block = self.dtype.block_size();
+        let w_count = size::mul(OP, "the weight", n, k)?;
         if !k.is_multiple_of(block) || w_count > self.capacity() {
             return Err(invalid(
                 OP,
@@ -265,6 +337,13 @@ impl QuantizedStorage {
                     self.dtype,
                     self.capacity()
                 ),
+            ));
+        }
+        let one_row = !matches!(input, LinearInput::Plain);
+        if one_row && rows != 1 {
+            return Err(invalid(
+                OP,
+                format!("the norm or SwiGLU of {rows} rows: the fused input takes one"),
             ));
         }
         let device = self.device();
@@ -277,7 +356,23 @@ impl QuantizedStorage {
         let mut d = unsafe { device.alloc_uninit(&Shape::from(scales), DType::F32) }?;
         let mut s = unsafe { device.alloc_uninit(&Shape::from(scales), DType::F32) }?;
         {
-            let xv = x.view_range(OP, x_start, count)?;
+            let x_count = if matches!(input, LinearInput::SwiGlu) {
+                size::mul(OP, "the input", count, 2)?
+            } else {
+                count
+            };
+            let xv = x.view_range(OP, x_start, x_count)?;
+            let (norm_w, eps) = match input {
+                LinearInput::RmsNorm { weight, eps } => {
+                    (Some(operand_vector(OP, x, weight, "norm weight", k)?), eps)
+                }
+                _ => (None, 0.0f32),
+            };
+            let null = 0u64;
+            let norm_arg: &dyn hip_safe::KernelArg = match &norm_w {
+                Some(view) => view,
+                None => &null,
+            };
             let (qv, dv, sv) = (
                 q.view_range_mut(OP, 0, count)?,
                 d.view_range_mut(OP, 0, scales)?,
@@ -285,12 +380,21 @@ impl QuantizedStorage {
             );
             let cfg = grid::grid_stride((count / ACT_PER_LANE) as u64, launcher.compute_units());
             let kernel = cat::QUANTIZE_ACT.quantized(OP, self.dtype, x.dtype())?;
-            let count = count as u64;
+            let (count, code) = (count as u64, input.code());
             // SAFETY: quantize_act_<q>_<dtype>(const T* x, i8* q, float* d,
-            // float* s, u64 count): x holds count values, q count bytes, d and s
-            // count / 32 f32 (checked views); count is whole blocks of the
-            // activation type (k is whole weight blocks, 32 or 256 values).
-            unsafe { launcher.launch(kernel, cfg, &[&xv, &qv, &dv, &sv, &count]) }?;
+            // float* s, u64 count, u32 input, const T* norm_w, float eps): x
+            // holds count values (2 * count for SwiGLU), q count bytes, d and
+            // s count / 32 f32, norm_w k = count values or null (checked
+            // views; the norm and SwiGLU take one row); count is whole
+            // blocks of the activation type (k is whole weight blocks, 32 or
+            // 256 values).
+            unsafe {
+                launcher.launch(
+                    kernel,
+                    cfg,
+                    &[&xv, &qv, &dv, &sv, &count, &code, norm_arg, &eps],
+                )
+            }?;
         }
         let out_count = size::mul(OP, "the product", rows, n)?;
         // SAFETY: the kernel writes every one of the rows * n values.
@@ -304,6 +408,14 @@ impl QuantizedStorage {
             s.view_range(OP, 0, scales)?,
         );
         let yv = y.view_range_mut(OP, 0, out_count)?;
+        let residual = residual
+            .map(|r| operand_vector(OP, x, r, "residual", out_count))
+            .transpose()?;
+        let null = 0u64;
+        let residual_arg: &dyn hip_safe::KernelArg = match &residual {
+            Some(view) => view,
+            None => &null,
+        };
         let (n32, k32) = (to_u32(OP, "n", n)?, to_u32(OP, "k", k)?);
         // One wave per MATVEC_OUTS_PER_WAVE outputs: n / outputs per block
         // stays far below the grid's limit for a 32-bit n.
@@ -316,17 +428,30 @@ impl QuantizedStorage {
         let y_dtype = header::dtype_code(x.dtype())
             .ok_or_else(|| candle_core::Error::UnsupportedDTypeForOp(x.dtype(), OP).bt())?;
         // SAFETY: qmatvec[_few]_<q>(const u8* w, const i8* q, const float* d,
-        // const float* s, void* y, u32 y_dtype, u32 n, u32 k, u32 rows): w
+        // const float* s, void* y, u32 y_dtype, u32 n, u32 k, u32 rows,
+        // const void* residual): w
         // (the start of a fresh allocation, so 16-byte aligned, Q_PAD bytes
         // after the blocks) holds n rows of k / QK blocks, q rows * k bytes
         // (fresh, so 16-byte aligned), d and s rows * k / 32 f32, y rows * n
         // values of y_dtype, x's dtype (checked views; the kernel lookup
-        // accepted it); one wave per MATVEC_OUTS_PER_WAVE outputs.
+        // accepted it), residual as many of that dtype or null; one wave
+        // per MATVEC_OUTS_PER_WAVE outputs.
         unsafe {
             launcher.launch(
                 kernel,
                 cfg,
-                &[&w, &qv, &dv, &sv, &yv, &y_dtype, &n32, &k32, &rows32],
+                &[
+                    &w,
+                    &qv,
+                    &dv,
+                    &sv,
+                    &yv,
+                    &y_dtype,
+                    &n32,
+                    &k32,
+                    &rows32,
+                    residual_arg,
+                ],
             )
         }?;
         Ok(y)

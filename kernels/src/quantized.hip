@@ -8,25 +8,34 @@
 //     y[i] = value i of the blocks, for i < subs * 32 (dtype f16, bf16, f32)
 //
 //   quantize_act_<q>_<dtype>(const T* x, signed char* q, float* d, float* s,
-//                            ch_u64 count)
-//     the activations x (count values, whole blocks; dtype f16, bf16, f32,
-//     widened to f32 exactly) rounded to 8 bits as
-//     candle's CPU `from_float` of q's vec-dot type does (q8_0 or q8_1: 32
-//     values per scale; q8k for the k-quants: 256): q[i] the integers, d[i /
-//     32] the scale of value i's block (as stored: f16-rounded for q8_0 and
-//     q8_1), s[i / 32] q8_1's scaled sum (unused otherwise)
+//                            ch_u64 count, ch_u32 input, const T* norm_w,
+//                            float eps)
+//     x' rounded to 8 bits as candle's CPU `from_float` of q's vec-dot type
+//     does (q8_0 or q8_1: 32 values per scale; q8k for the k-quants: 256),
+//     where x' (count values, whole blocks; dtype f16, bf16, f32, widened to
+//     f32 exactly) is x itself, its RMS norm (one row) or the SwiGLU of its
+//     halves, by `input` (CH_QACT_INPUT_* below; norm_w and eps are read
+//     for the norm only): q[i] the integers, d[i / 32] the scale of value
+//     i's block (as stored: f16-rounded for q8_0 and q8_1), s[i / 32] q8_1's
+//     scaled sum (unused otherwise)
 //
 //   qmatvec_<q>(const ch_u8* w, const signed char* q, const float* d,
 //               const float* s, void* y, ch_u32 y_dtype, ch_u32 n, ch_u32 k,
-//               ch_u32 rows)
+//               ch_u32 rows, const void* residual)
 //     y[r * n + j] = sum over the blocks of row j of W of candle's vec_dot of
 //     the block with row r's quantized activations, for r < rows and j < n
 //     (summed in f32, rounded once to y's dtype: y_dtype is CH_DTYPE_f16,
 //     CH_DTYPE_bf16 or CH_DTYPE_f32, an argument rather than a kernel per
-//     dtype since only the last store depends on it); row j of W is the
-//     k / QK blocks from byte j * (k / QK) * BYTES of w on. qmatvec_few_<q>:
-//     the same for any rows, made for at most CH_QMATVEC_FEW_ROWS (it reads
-//     the weight once per that many rows; qmatvec_ once per CH_QMATVEC_ROWS).
+//     dtype since only the last store depends on it), plus residual[r * n +
+//     j] (y's dtype) when residual is not null, the sum rounded again; row
+//     j of W is the k / QK blocks from byte j * (k / QK) * BYTES of w on.
+//     qmatvec_few_<q>: the same for any rows, made for at most
+//     CH_QMATVEC_FEW_ROWS (it reads the weight once per that many rows;
+//     qmatvec_ once per CH_QMATVEC_ROWS).
+//
+// With the input and the residual, a decode step's product against a
+// quantized weight takes two launches, its norm or activation and its
+// residual addition included, where separate kernels take four.
 //
 // Every block type is read through two functions: `sub` dequantizes 32
 // consecutive values (a sub-block) with the arithmetic of candle's CPU
@@ -588,12 +597,58 @@ __device__ __forceinline__ S q_group_reduce(S v, const F& combine) {
   return v;
 }
 
-// The values this thread rounds, as f32 (`t`: its index among the threads).
+// What quantize_act rounds, by `input` (as gemv.hip's CH_GEMV_INPUT_*):
+//   PLAIN     x itself (count values, any number of rows);
+//   RMS_NORM  x / sqrt(mean(x^2) + eps) * norm_w over one row of count
+//             values (as rms_norm_*);
+//   SWIGLU    silu(x[i]) * x[count + i] (x holds 2 * count values, gate
+//             then up; as silu_mul_*);
+// each value rounded to T as the separate kernel rounds it, so that the
+// rounding of the activations sees what it would after that kernel.
+#define CH_QACT_INPUT_PLAIN 0
+#define CH_QACT_INPUT_RMS_NORM 1
+#define CH_QACT_INPUT_SWIGLU 2
+
 template <typename T>
-__device__ __forceinline__ void q_act_load(const T* __restrict__ x, ch_u64 t, bool live, float (&v)[CH_QACT_PER_LANE]) {
-  const ch_u64 at = live ? t * CH_QACT_PER_LANE : 0;
+struct QActInput {
+  const T* __restrict__ x;
+  const T* __restrict__ norm_w;
+  ch_u64 count;
+  ch_u32 input;
+  // RMS_NORM: 1 / sqrt(mean(x^2) + eps), from q_act_rms_inv.
+  float inv;
+
+  // The values thread `t` rounds, as f32 (lanes past the end, !live, take
+  // the first ones).
+  __device__ __forceinline__ void load(ch_u64 t, bool live, float (&v)[CH_QACT_PER_LANE]) const {
+    const ch_u64 at = live ? t * CH_QACT_PER_LANE : 0;
 #pragma unroll
-  for (int e = 0; e < CH_QACT_PER_LANE; ++e) v[e] = Num<T>::to_f32(x[at + e]);
+    for (int e = 0; e < CH_QACT_PER_LANE; ++e) {
+      const float a = Num<T>::to_acc(x[at + e]);
+      if (input == CH_QACT_INPUT_RMS_NORM) {
+        v[e] = Num<T>::to_acc(Num<T>::from_acc(a * inv * Num<T>::to_acc(norm_w[at + e])));
+      } else if (input == CH_QACT_INPUT_SWIGLU) {
+        v[e] = Num<T>::to_acc(Num<T>::from_acc(a / (1.0f + ch_exp(-a)) * Num<T>::to_acc(x[count + at + e])));
+      } else {
+        v[e] = a;
+      }
+    }
+  }
+};
+
+// The RMS norm's 1 / sqrt(mean(x^2) + eps) over the count values of x, in
+// every thread of the block (each block computes it for itself: a row of a
+// decode step is a few thousand values).
+template <typename T>
+__device__ __forceinline__ float q_act_rms_inv(const T* __restrict__ x, ch_u64 count, float eps) {
+  __shared__ ch_u64 scratch[CH_ROW_SCRATCH_WORDS];
+  AccSum<float>::State ss = AccSum<float>::identity();
+  for (ch_u64 i = threadIdx.x; i < count; i += blockDim.x) {
+    const float v = Num<T>::to_acc(x[i]);
+    ss.v += v * v;
+  }
+  ss = block_allreduce<AccSum<float> >(ss, reinterpret_cast<AccSum<float>::State*>(scratch));
+  return 1.0f / ch_sqrt(ss.v / (float)count + eps);
 }
 
 // The signed bytes `q` of this thread, stored at its 8-byte-aligned place.
@@ -609,7 +664,7 @@ __device__ __forceinline__ void q_act_store(signed char* __restrict__ q, ch_u64 
 // q = round(x / d) (through 1 / d, half away from zero); q8_1 adds s =
 // f16(sum q) * d, rounded to f16.
 template <bool SUM, typename T>
-__device__ __forceinline__ void quantize_act_32(const T* __restrict__ x, signed char* __restrict__ q,
+__device__ __forceinline__ void quantize_act_32(const QActInput<T>& x, signed char* __restrict__ q,
                                                 float* __restrict__ d, float* __restrict__ s, ch_u64 count) {
   const int G = 32 / CH_QACT_PER_LANE;
   const ch_u64 items = count / CH_QACT_PER_LANE;
@@ -617,7 +672,7 @@ __device__ __forceinline__ void quantize_act_32(const T* __restrict__ x, signed 
     const ch_u64 t = first + threadIdx.x;
     const bool live = t < items;
     float v[CH_QACT_PER_LANE];
-    q_act_load(x, t, live, v);
+    x.load(t, live, v);
     float amax = 0.0f;
 #pragma unroll
     for (int e = 0; e < CH_QACT_PER_LANE; ++e) amax = fmaxf(amax, fabsf(v[e]));
@@ -652,7 +707,7 @@ struct QAbsMax {
 // magnitude `max` gives iscale = -127 / max, q = round(iscale * x) clamped to
 // [-128, 127], d = 1 / iscale (f32, repeated for each of the 8 sub-blocks).
 template <typename T>
-__device__ __forceinline__ void quantize_act_256(const T* __restrict__ x, signed char* __restrict__ q,
+__device__ __forceinline__ void quantize_act_256(const QActInput<T>& x, signed char* __restrict__ q,
                                                  float* __restrict__ d, ch_u64 count) {
   const int G = 256 / CH_QACT_PER_LANE;
   const ch_u64 items = count / CH_QACT_PER_LANE;
@@ -660,7 +715,7 @@ __device__ __forceinline__ void quantize_act_256(const T* __restrict__ x, signed
     const ch_u64 t = first + threadIdx.x;
     const bool live = t < items;
     float v[CH_QACT_PER_LANE];
-    q_act_load(x, t, live, v);
+    x.load(t, live, v);
     QAbsMax m = {0.0f, 0.0f, 0u};
 #pragma unroll
     for (int e = 0; e < CH_QACT_PER_LANE; ++e) {
@@ -720,17 +775,26 @@ __device__ __forceinline__ void q_sums32(const QAct32& a, int& x0, int& x1) {
   }
 }
 
-// y[i] = v rounded to y's dtype (CH_DTYPE_f16, CH_DTYPE_bf16 or CH_DTYPE_f32).
-__device__ __forceinline__ void store_activation(void* y, ch_u32 y_dtype, ch_u64 i, float v) {
+// y[i] = v rounded to T, plus residual[i] when residual is not null (that
+// sum rounded again: the separate addition's result).
+template <typename T>
+__device__ __forceinline__ void q_store(void* y, ch_u64 i, float v, const void* residual) {
+  T out = Num<T>::from_f32(v);
+  if (residual != nullptr) out = Num<T>::from_f32(Num<T>::to_f32(out) + Num<T>::to_f32(static_cast<const T*>(residual)[i]));
+  static_cast<T*>(y)[i] = out;
+}
+
+// q_store in y's dtype (CH_DTYPE_f16, CH_DTYPE_bf16 or CH_DTYPE_f32).
+__device__ __forceinline__ void store_activation(void* y, ch_u32 y_dtype, ch_u64 i, float v, const void* residual) {
   switch (y_dtype) {
     case CH_DTYPE_f16:
-      static_cast<ch_f16*>(y)[i] = Num<ch_f16>::from_f32(v);
+      q_store<ch_f16>(y, i, v, residual);
       break;
     case CH_DTYPE_bf16:
-      static_cast<ch_bf16*>(y)[i] = Num<ch_bf16>::from_f32(v);
+      q_store<ch_bf16>(y, i, v, residual);
       break;
     default:
-      static_cast<float*>(y)[i] = v;
+      q_store<float>(y, i, v, residual);
   }
 }
 
@@ -811,7 +875,8 @@ struct PairLoop<Q, true> {
 template <typename Q, int R, bool PAIRS>
 __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signed char* __restrict__ q,
                                         const float* __restrict__ d, const float* __restrict__ s,
-                                        void* __restrict__ y, ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows) {
+                                        void* __restrict__ y, ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows,
+                                        const void* __restrict__ residual) {
   const int U = CH_QMATVEC_UNROLL, O = CH_QMATVEC_OUTS;
   const ch_u32 lane = threadIdx.x % CANDLE_HIP_WAVE;
   const ch_u64 j0 = ((ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE) + threadIdx.x / CANDLE_HIP_WAVE) * O;
@@ -878,18 +943,25 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
           AccSum<float>::State st;
           st.v = acc[o][r];
           st = wave_reduce<AccSum<float> >(st);
-          if (lane == 0 && j0 + o < n) store_activation(y, y_dtype, (ch_u64)(r0 + r) * n + j0 + o, st.v);
+          if (lane == 0 && j0 + o < n) store_activation(y, y_dtype, (ch_u64)(r0 + r) * n + j0 + o, st.v, residual);
         }
       }
   }
 }
 
 template <int ACT, typename T>
-__device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* d, float* s, ch_u64 count) {
+__device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* d, float* s, ch_u64 count,
+                                             ch_u32 input, const T* norm_w, float eps) {
+  QActInput<T> in;
+  in.x = x;
+  in.norm_w = norm_w;
+  in.count = count;
+  in.input = input;
+  in.inv = input == CH_QACT_INPUT_RMS_NORM ? q_act_rms_inv(x, count, eps) : 0.0f;
   if (ACT == 2) {
-    quantize_act_256(x, q, d, count);
+    quantize_act_256(in, q, d, count);
   } else {
-    quantize_act_32<ACT == 1>(x, q, d, s, count);
+    quantize_act_32<ACT == 1>(in, q, d, s, count);
   }
 }
 
@@ -902,14 +974,15 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
 #define QMATVEC(Q, NAME, KIND, R, PAIRS)                                                          \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
       KIND##_##NAME(const ch_u8* w, const signed char* q, const float* d, const float* s, void* y, \
-                    ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows) {                             \
-    qmatvec<Q, R, PAIRS>(w, q, d, s, y, y_dtype, n, k, rows);                                      \
+                    ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows, const void* residual) {       \
+    qmatvec<Q, R, PAIRS>(w, q, d, s, y, y_dtype, n, k, rows, residual);                            \
   }
 
 #define QUANTIZE_ACT(Q, NAME, TYPE)                                                                \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
-      quantize_act_##NAME##_##TYPE(const ch_##TYPE* x, signed char* q, float* d, float* s, ch_u64 count) { \
-    quantize_act<Q::ACT, ch_##TYPE>(x, q, d, s, count);                                            \
+      quantize_act_##NAME##_##TYPE(const ch_##TYPE* x, signed char* q, float* d, float* s, ch_u64 count,  \
+                                   ch_u32 input, const ch_##TYPE* norm_w, float eps) {             \
+    quantize_act<Q::ACT, ch_##TYPE>(x, q, d, s, count, input, norm_w, eps);                        \
   }
 
 // Every GGML block type: M(block traits, name suffix); the blocks of 32

@@ -1,12 +1,18 @@
 //! [`fused_linear`]: one token's linear layer with the norm or activation
 //! before it and the residual addition after it in one launch
-//! ([`crate::fused::fused_linear`]), on HIP tensors.
+//! ([`crate::fused::fused_linear`]), on HIP tensors; [`fused_quantized_linear`]
+//! the same against a quantized weight, in two
+//! ([`QuantizedStorage::fused_matvec`]).
+
+use std::ops::Deref;
 
 use candle_core::custom_backend::{BoxedStorage, CustomStorage};
-use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
+use candle_core::quantized::QTensor;
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Storage, Tensor};
 
-use super::{boxed, hip_storage, on_hip};
+use super::{boxed, hip_quantized, hip_storage, on_hip};
 use crate::fused::{self, LinearInput};
+use crate::quantized::QuantizedStorage;
 
 /// What [`fused_linear`] multiplies the weight with.
 #[derive(Clone, Copy, Debug)]
@@ -66,13 +72,48 @@ impl CustomOp2 for FusedLinear {
     ) -> Result<(BoxedStorage, Shape)> {
         let name = self.name();
         let (x, w) = (hip_storage(x, name)?, hip_storage(w, name)?);
-        // The norm weight's storage stays borrowed while the kernel is queued.
-        let norm = match &self.input {
-            OwnedInput::RmsNorm { weight, .. } => Some(weight.storage_and_layout()),
-            _ => None,
-        };
-        let residual = self.residual.as_ref().map(|t| t.storage_and_layout());
-        let input = match (&self.input, &norm) {
+        // The operands' storages stay borrowed while the kernel is queued.
+        let operands = borrow_operands(&self.input, self.residual.as_ref());
+        let (input, residual) = operands.on_hip(name)?;
+        let out = fused::fused_linear(x, x_l, w, w_l, input, residual)?;
+        Ok((boxed(out), self.shape.clone()))
+    }
+}
+
+/// The storages of a fused product's norm weight and residual, borrowed
+/// from their tensors (`G`: the tensor's storage guard).
+struct Operands<'t, G> {
+    input: &'t OwnedInput,
+    norm: Option<(G, &'t Layout)>,
+    residual: Option<(G, &'t Layout)>,
+}
+
+/// Borrows the storages of `input`'s norm weight and of `residual`.
+fn borrow_operands<'t>(
+    input: &'t OwnedInput,
+    residual: Option<&'t Tensor>,
+) -> Operands<'t, impl Deref<Target = Storage> + 't> {
+    let norm = match input {
+        OwnedInput::RmsNorm { weight, .. } => Some(weight.storage_and_layout()),
+        _ => None,
+    };
+    let residual = residual.map(Tensor::storage_and_layout);
+    Operands {
+        input,
+        norm,
+        residual,
+    }
+}
+
+impl<G: Deref<Target = Storage>> Operands<'_, G> {
+    /// The input and the residual as the kernels take them (op `name`'s
+    /// error when one is not on a HIP device).
+    #[allow(clippy::type_complexity)]
+    fn on_hip(
+        &self,
+        name: &str,
+    ) -> Result<(LinearInput<'_>, Option<(&crate::HipStorage, &Layout)>)> {
+        let input = match (self.input, &self.norm) {
             (OwnedInput::RmsNorm { eps, .. }, Some((s, l))) => LinearInput::RmsNorm {
                 weight: on_hip(s, l, "norm weight", name)?,
                 eps: *eps,
@@ -80,13 +121,47 @@ impl CustomOp2 for FusedLinear {
             (OwnedInput::SwiGlu, _) => LinearInput::SwiGlu,
             _ => LinearInput::Plain,
         };
-        let residual = residual
+        let residual = self
+            .residual
             .as_ref()
             .map(|(s, l)| on_hip(s, l, "residual", name))
             .transpose()?;
-        let out = fused::fused_linear(x, x_l, w, w_l, input, residual)?;
-        Ok((boxed(out), self.shape.clone()))
+        Ok((input, residual))
     }
+}
+
+impl From<FusedInput<'_>> for OwnedInput {
+    fn from(input: FusedInput) -> Self {
+        match input {
+            FusedInput::Plain => OwnedInput::Plain,
+            FusedInput::RmsNorm { weight, eps } => OwnedInput::RmsNorm {
+                weight: weight.clone(),
+                eps,
+            },
+            FusedInput::SwiGlu => OwnedInput::SwiGlu,
+        }
+    }
+}
+
+/// The output shape of a fused product of `x` with `n` outputs (`x`'s dims
+/// with the last one `n`), checked against the residual's (`op` names the
+/// function in the error).
+fn output_shape(op: &str, x: &Tensor, n: usize, residual: Option<&Tensor>) -> Result<Shape> {
+    let mut dims = x.dims().to_vec();
+    if let Some(last) = dims.last_mut() {
+        *last = n;
+    }
+    let shape = Shape::from(dims);
+    if let Some(r) = residual
+        && r.shape() != &shape
+    {
+        candle_core::bail!(
+            "{op}: the residual is {:?}, the output {:?}",
+            r.dims(),
+            shape.dims()
+        );
+    }
+    Ok(shape)
 }
 
 /// One token's `x'·weightᵀ (+ residual)` in one launch, where `x'` is `x`,
@@ -114,31 +189,86 @@ pub fn fused_linear(
     {
         return Ok(None);
     }
-    let mut dims = x.dims().to_vec();
-    if let Some(last) = dims.last_mut() {
-        *last = weight.dim(0)?;
-    }
-    let shape = Shape::from(dims);
-    if let Some(r) = residual
-        && r.shape() != &shape
-    {
-        candle_core::bail!(
-            "fused_linear: the residual is {:?}, the output {:?}",
-            r.dims(),
-            shape.dims()
-        );
-    }
+    let shape = output_shape("fused_linear", x, weight.dim(0)?, residual)?;
     let op = FusedLinear {
-        input: match input {
-            FusedInput::Plain => OwnedInput::Plain,
-            FusedInput::RmsNorm { weight, eps } => OwnedInput::RmsNorm {
-                weight: weight.clone(),
-                eps,
-            },
-            FusedInput::SwiGlu => OwnedInput::SwiGlu,
-        },
+        input: input.into(),
         residual: residual.cloned(),
         shape,
     };
     x.apply_op2_no_bwd(weight, &op).map(Some)
+}
+
+/// The op behind [`fused_quantized_linear`]: `x'·Wᵀ (+ residual)` of `x`
+/// and the blocks of `W`.
+struct FusedQuantizedLinear<'w> {
+    blocks: &'w QuantizedStorage,
+    w_shape: &'w Shape,
+    input: OwnedInput,
+    residual: Option<Tensor>,
+    /// The output's shape.
+    shape: Shape,
+}
+
+impl CustomOp1 for FusedQuantizedLinear<'_> {
+    fn name(&self) -> &'static str {
+        "hip-fused-quantized-linear"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+        super::hip_only(self.name())
+    }
+
+    fn custom_fwd(&self, x: &dyn CustomStorage, x_l: &Layout) -> Result<(BoxedStorage, Shape)> {
+        let name = self.name();
+        let x = hip_storage(x, name)?;
+        let operands = borrow_operands(&self.input, self.residual.as_ref());
+        let (input, residual) = operands.on_hip(name)?;
+        let out = self
+            .blocks
+            .fused_matvec(self.w_shape, x, x_l, input, residual)?;
+        Ok((boxed(out), self.shape.clone()))
+    }
+}
+
+/// [`fused_linear`] against a quantized weight (a `QTensor` of GGML blocks
+/// on a HIP device, as `QMatMul` holds it): one token's `x'·weightᵀ (+
+/// residual)`, the norm or SwiGLU riding on the rounding of the activations
+/// and the residual on the product, two launches. What it computes equals
+/// `QMatMul::forward` of the separate ops' `x'` plus the residual, up to the
+/// order of the norm's sum.
+///
+/// `Ok(None)` when the fused kernels do not take the operands (not on a HIP
+/// device, a plain f32/f16/bf16 weight, more than one row:
+/// [`QuantizedStorage::fused_matvec_takes`]): compute it unfused. Errors: a
+/// residual of another shape, operands on different devices or of
+/// different dtypes.
+pub fn fused_quantized_linear(
+    x: &Tensor,
+    weight: &QTensor,
+    input: FusedInput,
+    residual: Option<&Tensor>,
+) -> Result<Option<Tensor>> {
+    let swiglu = matches!(input, FusedInput::SwiGlu);
+    let Some(blocks) = hip_quantized(weight) else {
+        return Ok(None);
+    };
+    if super::as_hip_device(x.device()).is_none()
+        || !blocks.fused_matvec_takes(weight.shape(), x.dtype(), x.layout(), swiglu)
+    {
+        return Ok(None);
+    }
+    let shape = output_shape(
+        "fused_quantized_linear",
+        x,
+        weight.shape().dims2()?.0,
+        residual,
+    )?;
+    let op = FusedQuantizedLinear {
+        blocks,
+        w_shape: weight.shape(),
+        input: input.into(),
+        residual: residual.cloned(),
+        shape,
+    };
+    x.apply_op1_no_bwd(&op).map(Some)
 }

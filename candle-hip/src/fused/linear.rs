@@ -54,8 +54,9 @@ pub enum LinearInput<'a> {
 }
 
 impl LinearInput<'_> {
-    /// `CH_GEMV_INPUT_*` of `gemv.hip`.
-    fn code(&self) -> u32 {
+    /// `CH_GEMV_INPUT_*` of `gemv.hip` (and `CH_QACT_INPUT_*` of
+    /// `quantized.hip`, the same codes).
+    pub(crate) fn code(&self) -> u32 {
         match self {
             LinearInput::Plain => 0,
             LinearInput::RmsNorm { .. } => 1,
@@ -99,25 +100,26 @@ pub fn fused_linear_plan(
 }
 
 /// `v` as a contiguous vector of `len` elements of `x`'s dtype on its device
-/// (`what` names it in errors).
-fn vector<'a>(
+/// (`what` names it in `op`'s errors).
+pub(crate) fn operand_vector<'a>(
+    op: &'static str,
     x: &HipStorage,
     (v, l): (&'a HipStorage, &Layout),
     what: &str,
     len: usize,
 ) -> Result<hip_safe::DeviceView<'a, u8>> {
-    x.check_device(v, OP)?;
-    x.check_dtype(v, OP)?;
+    x.check_device(v, op)?;
+    x.check_dtype(v, op)?;
     if !l.is_contiguous() || l.shape().elem_count() != len {
         return Err(invalid(
-            OP,
+            op,
             format!(
                 "the {what} must be contiguous with {len} elements, got {:?}",
                 l.dims()
             ),
         ));
     }
-    v.view(OP, l)
+    v.view(op, l)
 }
 
 /// `y = x'·Wᵀ (+ residual)` for one token: `x` (contiguous, `k` elements, or
@@ -153,10 +155,14 @@ pub fn fused_linear(
         ));
     };
     let (norm_w, eps) = match input {
-        LinearInput::RmsNorm { weight, eps } => (Some(vector(x, weight, "norm weight", k)?), eps),
+        LinearInput::RmsNorm { weight, eps } => {
+            (Some(operand_vector(OP, x, weight, "norm weight", k)?), eps)
+        }
         _ => (None, 0.0),
     };
-    let residual = residual.map(|r| vector(x, r, "residual", n)).transpose()?;
+    let residual = residual
+        .map(|r| operand_vector(OP, x, r, "residual", n))
+        .transpose()?;
     let wv = weight_rows(OP, w, w_l.start_offset(), (n, k, w_stride))?;
     if !(wv.device_ptr() as usize).is_multiple_of(VEC_BYTES) {
         return Err(invalid(

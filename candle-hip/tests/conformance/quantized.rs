@@ -384,3 +384,189 @@ fn bad_quantized_input_is_an_error() {
     .unwrap();
     assert!(q.matmul_t(&Shape::from((2, 64)), &xi, &l).is_err());
 }
+
+/// One fused product's case: the weight's type and shape, the input dtype
+/// and form, with or without the residual.
+struct FusedCase {
+    dtype: GgmlDType,
+    n: usize,
+    k: usize,
+    x_dtype: DType,
+    input: usize,
+    residual: bool,
+}
+
+/// `fused_matvec` against the same ops run one after the other on the
+/// device (`fused::rms_norm` or `fused::silu_mul`, `matmul_t`, the
+/// addition), which the tests above hold to candle's CPU: bit for bit. The
+/// activations are multiples of 1/4 in [-2, 2], whose squares sum exactly
+/// in any order, so the norm's sum (the one computation the fused kernel
+/// orders differently) is the same too.
+fn fused_against_separate(
+    dev: &candle_hip::HipDevice,
+    rng: &mut Rng,
+    c: &FusedCase,
+) -> candle_core::Result<std::result::Result<(), String>> {
+    use candle_hip::fused::{self, LinearInput};
+    let FusedCase { n, k, x_dtype, .. } = *c;
+    let up = |values: &[f64], dtype: DType| {
+        let len = values.len();
+        let t = Tensor::from_vec(values.to_vec(), len, &Device::Cpu)?.to_dtype(dtype)?;
+        candle_core::backend::BackendDevice::storage_from_cpu_storage(dev, &cpu_storage(&t)?)
+    };
+    let quarters = |rng: &mut Rng, len: usize| -> Vec<f64> {
+        (0..len)
+            .map(|_| (rng.below(17) as f64 - 8.0) / 4.0)
+            .collect()
+    };
+    let blocks = n * k / c.dtype.block_size();
+    let q = quantize(
+        &block_values(rng, c.dtype, blocks, x_dtype != DType::F16),
+        n,
+        k,
+        c.dtype,
+    );
+    let hip_q = load(dev, &q);
+    let width = if c.input == 2 { 2 * k } else { k };
+    let x = up(&quarters(rng, width), x_dtype)?;
+    let x_l = Layout::contiguous((1, width));
+    let norm_w = up(
+        &(0..k).map(|_| rng.uniform(0.5, 1.5)).collect::<Vec<_>>(),
+        x_dtype,
+    )?;
+    let residual = up(
+        &(0..n).map(|_| rng.uniform(-4.0, 4.0)).collect::<Vec<_>>(),
+        x_dtype,
+    )?;
+    let (vec_k, vec_n) = (Layout::contiguous(k), Layout::contiguous(n));
+    let eps = 1e-5;
+    let input = match c.input {
+        1 => LinearInput::RmsNorm {
+            weight: (&norm_w, &vec_k),
+            eps,
+        },
+        2 => LinearInput::SwiGlu,
+        _ => LinearInput::Plain,
+    };
+    let res = c.residual.then_some((&residual, &vec_n));
+    let w_shape = Shape::from((n, k));
+    let got = hip_q.fused_matvec(&w_shape, &x, &x_l, input, res)?;
+
+    let row = Layout::contiguous((1, k));
+    let x_prime = match c.input {
+        1 => fused::rms_norm(&x, &row, &norm_w, &vec_k, eps)?,
+        2 => {
+            let up_l = Layout::contiguous_with_offset((1, k), k);
+            fused::silu_mul(&x, &row, &x, &up_l)?
+        }
+        _ => x.try_clone(&row)?,
+    };
+    let (y, _) = hip_q.matmul_t(&w_shape, &x_prime, &row)?;
+    let want = if c.residual {
+        y.binary_impl::<candle_core::op::Add>(&residual, &vec_n, &vec_n)?
+    } else {
+        y
+    };
+    Ok(compare_bits(
+        &got.to_cpu_storage()?,
+        &want.to_cpu_storage()?,
+    ))
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn fused_quantized_products_equal_the_separate_ops() {
+    let (dev, mut t, mut rng) = start(0x5eed_0054);
+    for dtype in TYPES
+        .into_iter()
+        .filter(|d| !matches!(d, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16))
+    {
+        let bs = dtype.block_size().max(32);
+        for (n, k) in [(3, 2 * bs), (67, 2048.max(bs) + 2 * bs)] {
+            for x_dtype in [DType::F32, DType::F16, DType::BF16] {
+                for input in 0..3 {
+                    for residual in [false, true] {
+                        let c = FusedCase {
+                            dtype,
+                            n,
+                            k,
+                            x_dtype,
+                            input,
+                            residual,
+                        };
+                        let case = format!(
+                            "n {n} k {k} input {} residual {residual}",
+                            ["plain", "rms_norm", "swiglu"][input]
+                        );
+                        let op = format!("fused_qmatvec {dtype:?}");
+                        match fused_against_separate(&dev, &mut rng, &c) {
+                            Ok(outcome) => t.record(&op, x_dtype, || case.clone(), outcome),
+                            Err(e) => t.error(&op, x_dtype, case, e),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    t.finish("conformance fused_qmatvec");
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn fused_quantized_product_refuses_what_it_does_not_take() {
+    use candle_hip::fused::LinearInput;
+    let (dev, _, _) = start(0x5eed_0055);
+    let q = QuantizedStorage::from_blocks(&dev, GgmlDType::Q4_0, &[0u8; 18 * 4]).unwrap();
+    let x = candle_core::backend::BackendDevice::storage_from_cpu_storage(
+        &dev,
+        &CpuStorage::F32(vec![1.0; 128]),
+    )
+    .unwrap();
+    let w = Shape::from((2, 64));
+    let one = Layout::contiguous((1, 64));
+    // Two rows, a row of the wrong length, a SwiGLU input of one half.
+    let two = Layout::contiguous((2, 64));
+    assert!(
+        q.fused_matvec(&w, &x, &two, LinearInput::Plain, None)
+            .is_err()
+    );
+    let short = Layout::contiguous((1, 32));
+    assert!(
+        q.fused_matvec(&w, &x, &short, LinearInput::Plain, None)
+            .is_err()
+    );
+    assert!(
+        q.fused_matvec(&w, &x, &one, LinearInput::SwiGlu, None)
+            .is_err()
+    );
+    // A residual or norm weight of the wrong length or dtype.
+    let l3 = Layout::contiguous(3);
+    let r = &x;
+    assert!(
+        q.fused_matvec(&w, &x, &one, LinearInput::Plain, Some((r, &l3)))
+            .is_err()
+    );
+    let half = x.to_dtype(&Layout::contiguous(2), DType::F16).unwrap();
+    let l2 = Layout::contiguous(2);
+    assert!(
+        q.fused_matvec(&w, &x, &one, LinearInput::Plain, Some((&half, &l2)))
+            .is_err()
+    );
+    let norm = LinearInput::RmsNorm {
+        weight: (&x, &l3),
+        eps: 1e-5,
+    };
+    assert!(q.fused_matvec(&w, &x, &one, norm, None).is_err());
+    // A plain weight type has no fused product.
+    let p = QuantizedStorage::from_blocks(&dev, GgmlDType::F32, &[0u8; 4 * 128]).unwrap();
+    assert!(
+        p.fused_matvec(&w, &x, &one, LinearInput::Plain, None)
+            .is_err()
+    );
+    // What it takes works: zero blocks give the residual back.
+    let l2 = Layout::contiguous(2);
+    let y = q
+        .fused_matvec(&w, &x, &one, LinearInput::Plain, Some((&x, &l2)))
+        .unwrap();
+    assert_eq!(cpu_values(&y.to_cpu_storage().unwrap()), vec![1.0, 1.0]);
+}

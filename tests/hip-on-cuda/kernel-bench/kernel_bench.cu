@@ -35,7 +35,8 @@
 // 128, causal and not, 512 to 16k tokens) and Llama-3.2-1B's (32 query, 8
 // key/value heads of 64), in TFLOP/s (4·b·h·s²·d, halved when causal). qmv: quantized.rs's
 // mat-vec (activation rounding, then qmatvec, or qmatvec_few for up to 2
-// rows where the source has it) for q4_0, q8_0, q4k, q5k and q6k
+// rows where the source has it; with KERNEL_BENCH_QMV_STEP each with the
+// graph decode step's norm, SwiGLU and residual) for q4_0, q8_0, q4k, q5k and q6k
 // weights at the same decode shapes, per layer and for a whole token
 // against the bound (quantized weight bytes / the copy rate). dq (a
 // quantized.hip, A B C unused): dequantization to bf16 of each shape's
@@ -114,6 +115,8 @@ struct Variant {
 };
 
 static bool compile_only() { return getenv("KERNEL_BENCH_COMPILE_ONLY") != nullptr; }
+// qmv: each product with its decode-step input and residual (launch_qmv).
+static bool qmv_step() { return getenv("KERNEL_BENCH_QMV_STEP") != nullptr; }
 
 static Variant parse_variant(std::string arg, int a, int b, int c, int d = 1) {
   Variant v;
@@ -655,18 +658,22 @@ static const QType kQTypes[] = {{"q4_0", 18, 32, 32, {0, -1}},
 // Launches quantized.rs `matvec`: quantize_act then qmatvec. Variant A: waves
 // per block of the mat-vec (4); B: activations per quantize_act thread (8;
 // 0: one thread per activation block, the first kernel's rule); C: rows; D:
-// outputs per wave (2).
+// outputs per wave (2). `input` (CH_QACT_INPUT_*, with norm_w) and
+// `residual` (or null) as `fused_matvec` passes them; a source whose
+// kernels take fewer arguments ignores them.
 static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStream_t s, const QType& t, uint32_t n,
-                       uint32_t k, const uint8_t* w, float* x, int8_t* q, float* d, float* sums, float* y) {
+                       uint32_t k, const uint8_t* w, float* x, int8_t* q, float* d, float* sums, float* y,
+                       uint32_t input, const float* norm_w, const float* residual) {
   uint32_t rows = v.c;
   uint64_t count = (uint64_t)rows * k;
   uint64_t work = v.b ? count / v.b : count / t.act_block;
   uint32_t blocks = (uint32_t)std::min<uint64_t>((work + 255) / 256, (uint64_t)g_sms * 16);
-  void* act_args[] = {&x, &q, &d, &sums, &count};
+  float eps = 1e-5f;
+  void* act_args[] = {&x, &q, &d, &sums, &count, &input, &norm_w, &eps};
   CHECK_CU(cuLaunchKernel(act, std::max(blocks, 1u), 1, 1, 256, 1, 1, 0, s, act_args, nullptr));
   uint32_t waves = v.a, outs = waves * v.d;
   uint32_t y_dtype = 8;  // CH_DTYPE_f32
-  void* mv_args[] = {&w, &q, &d, &sums, &y, &y_dtype, &n, &k, &rows};
+  void* mv_args[] = {&w, &q, &d, &sums, &y, &y_dtype, &n, &k, &rows, &residual};
   CHECK_CU(cuLaunchKernel(mv, (n + outs - 1) / outs, 1, 1, waves * 32, 1, 1, 0, s, mv_args, nullptr));
 }
 
@@ -705,10 +712,12 @@ static void qmv_bench(const std::vector<Variant>& variants) {
     for (int i = 0; i < 4; ++i) values_in_layer += (size_t)products[i].n * products[i].k;
     const size_t head_values = (size_t)sh.vocab * sh.hidden;
     const size_t vec = (size_t)2 * sh.inter + sh.vocab;
-    float *x, *d, *sums, *y;
+    float *x, *d, *sums, *y, *res;
     int8_t* q;
     const int max_rows = 8;
     CHECK_CUDA(cudaMalloc(&x, vec * max_rows * 4));
+    CHECK_CUDA(cudaMalloc(&res, vec * max_rows * 4));
+    CHECK_CUDA(cudaMemset(res, 0, vec * max_rows * 4));
     CHECK_CUDA(cudaMalloc(&q, vec * max_rows));
     CHECK_CUDA(cudaMalloc(&d, vec * max_rows / 8));
     CHECK_CUDA(cudaMalloc(&sums, vec * max_rows / 8));
@@ -744,6 +753,16 @@ static void qmv_bench(const std::vector<Variant>& variants) {
       auto weights_of = [&](int product, int l) {
         return w + (product == 4 ? layer_bytes * sh.layers : layer_bytes * l + offset_in_layer[product]);
       };
+      // KERNEL_BENCH_QMV_STEP: each product as the graph decode step runs
+      // it (`fused_matvec`): the norm before qkv, gate/up and the head,
+      // SwiGLU before down, the residual after o and down.
+      auto launch = [&](size_t vi, int product, int l) {
+        static const uint32_t step_input[5] = {1, 0, 1, 2, 1};
+        const bool fused = qmv_step();
+        const float* residual = fused && (product == 1 || product == 3) ? res : nullptr;
+        launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, products[product].n, products[product].k,
+                   weights_of(product, l), x, q, d, sums, y, fused ? step_input[product] : 0, x, residual);
+      };
       printf("\n%s %s (%d layers, %.2f GB)\n%-10s %6s %6s", sh.name, t.name, sh.layers, total / 1e9, "product", "n",
              "k");
       for (auto& v : variants) printf(" | %-24s", v.heading(false).c_str());
@@ -754,9 +773,7 @@ static void qmv_bench(const std::vector<Variant>& variants) {
         const int count = pi == 4 ? 4 : sh.layers;
         for (size_t vi = 0; vi < variants.size(); ++vi) {
           double us = time_graph(s, [&] {
-                        for (int l = 0; l < count; ++l)
-                          launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, p.n, p.k, weights_of(pi, l), x, q,
-                                     d, sums, y);
+                        for (int l = 0; l < count; ++l) launch(vi, pi, l);
                       }) / count;
           double gbs = (double)p.n * p.k / t.qk * t.bytes / (us * 1e-6) / 1e9;
           printf(" | %7.2f us %5.0f %4.0f%%", us, gbs, 100 * gbs / rate);
@@ -768,11 +785,8 @@ static void qmv_bench(const std::vector<Variant>& variants) {
       for (size_t vi = 0; vi < variants.size(); ++vi) {
         double us = time_graph(s, [&] {
           for (int l = 0; l < sh.layers; ++l)
-            for (int pi = 0; pi < 4; ++pi)
-              launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, products[pi].n, products[pi].k,
-                         weights_of(pi, l), x, q, d, sums, y);
-          launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, products[4].n, products[4].k, weights_of(4, 0), x,
-                     q, d, sums, y);
+            for (int pi = 0; pi < 4; ++pi) launch(vi, pi, l);
+          launch(vi, 4, 0);
         }, 10);
         printf(" | %8.1f us %5.1f%% bound ", us, 100 * bound_us / us);
       }
@@ -786,7 +800,7 @@ static void qmv_bench(const std::vector<Variant>& variants) {
         std::vector<float> first(outs), got(outs);
         for (size_t vi = 0; vi < variants.size(); ++vi) {
           CHECK_CUDA(cudaMemset(y, 0, outs * 4));
-          launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, p.n, p.k, weights_of(pi, 0), x, q, d, sums, y);
+          launch(vi, pi, 0);
           CHECK_CUDA(cudaStreamSynchronize(s));
           const size_t used = (size_t)p.n * variants[vi].c;
           CHECK_CUDA(cudaMemcpy(vi == 0 ? first.data() : got.data(), y, used * 4, cudaMemcpyDeviceToHost));
@@ -798,7 +812,7 @@ static void qmv_bench(const std::vector<Variant>& variants) {
       }
       cudaFree(w);
     }
-    cudaFree(x), cudaFree(q), cudaFree(d), cudaFree(sums), cudaFree(y);
+    cudaFree(x), cudaFree(q), cudaFree(d), cudaFree(sums), cudaFree(y), cudaFree(res);
   }
 }
 

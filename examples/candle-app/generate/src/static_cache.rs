@@ -46,8 +46,11 @@
 //! [`StaticLlama::load_gguf`] builds the same model from a `llama` GGUF file, computing as
 //! candle-transformers' `quantized_llama` does (interleaved RoPE): its matrices stay in
 //! their GGML blocks and go through candle's `QMatMul` (on HIP, candle-hip's activation
-//! rounding and quantized mat-vec, two launches), with the norm and the residual addition
-//! launched on their own.
+//! rounding and quantized mat-vec, two launches). In the step on HIP the norm or SwiGLU's
+//! activation before a product rides on its activation rounding and the residual addition
+//! on its mat-vec (`fused_quantized_linear`), so a layer's step is eleven launches: each
+//! of the four products takes two, and RoPE with the cache writes, flash-decoding and its
+//! merge one each.
 //!
 //! Batch size 1 only.
 
@@ -56,7 +59,9 @@ use std::io::{Read, Seek};
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
 use candle_core::{D, DType, Device, IndexOp, Module, Tensor};
-use candle_hip::extension::{FusedInput, StepCache, fused_linear, rope_append, silu_mul};
+use candle_hip::extension::{
+    FusedInput, StepCache, fused_linear, fused_quantized_linear, rope_append, silu_mul,
+};
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 use candle_transformers::models::llama::Config;
 
@@ -561,27 +566,21 @@ impl StaticLlama {
     }
 
     /// The layers, the final norm and `lm_head` on the embedded tokens `x`
-    /// (`[1, tokens, hidden]`): the f32 logits of the last token, `[1, vocab]`.
+    /// (`[1, tokens, hidden]`): the f32 logits of the last token, `[1, vocab]`. The norm
+    /// of the last token only (a norm is per token), riding on `lm_head` ([`project`]).
     fn run(&self, mut x: Tensor, pass: &Pass) -> candle_core::Result<Tensor> {
         for (layer, cache) in self.layers.iter().zip(&self.caches) {
             x = self.layer(layer, cache, &x, pass)?;
         }
         let tokens = x.dim(1)?;
-        let last = self
-            .norm
-            .forward(&x)?
-            .i((.., tokens - 1, ..))?
-            .contiguous()?;
-        self.lm_head.forward(&last)?.to_dtype(DType::F32)
+        let last = x.i((.., tokens - 1, ..))?.contiguous()?;
+        project(&self.lm_head, &last, Input::Norm(&self.norm), None)?.to_dtype(DType::F32)
     }
 
     /// One decoder layer on `x` (`[1, tokens, hidden]`), as candle-transformers' `Block`:
     /// `x + attention(norm(x))`, then that plus `down(silu(gate) * up)` of its norm. Each
-    /// norm and each residual addition ride on a projection ([`project`]). The activation
-    /// runs as its own two kernels, once: staged into the down product it is recomputed by
-    /// every block of that product, which measured slower on the test platform (Nsight
-    /// Compute, 1B shape: 41 us per layer fused against 27 for silu, mul, product and
-    /// addition; `results/h100-2026-11-27-fused`).
+    /// norm, each residual addition and (against quantized weights) SwiGLU's activation
+    /// ride on a projection ([`project`]).
     fn layer(
         &self,
         layer: &Block,
@@ -591,12 +590,7 @@ impl StaticLlama {
     ) -> candle_core::Result<Tensor> {
         let x = self.attention(layer, cache, x, pass)?;
         let gate_up = project(&layer.gate_up, &x, Input::Norm(&layer.post_norm), None)?;
-        let inter = gate_up.dim(D::Minus1)? / 2;
-        let gated = silu_mul(
-            &gate_up.narrow(D::Minus1, 0, inter)?,
-            &gate_up.narrow(D::Minus1, inter, inter)?,
-        )?;
-        project(&layer.down, &gated, Input::Plain, Some(&x))
+        project(&layer.down, &gate_up, Input::SwiGlu, Some(&x))
     }
 
     /// `x` plus the self-attention of its norm (`x`: `[1, tokens, hidden]`): projections,
@@ -667,38 +661,67 @@ enum Input<'a> {
     Plain,
     /// Their RMS norm.
     Norm(&'a RmsNorm),
+    /// `silu(gate) * up` of their halves `[gate, up]` (a gate/up product's output).
+    SwiGlu,
 }
 
-/// `projection` applied to `input` of `x`, plus `residual` when given: one launch of
-/// candle-hip's fused one-token product where it takes the operands (a dense weight and a
-/// token on HIP), otherwise the norm, the product and the addition one after the other.
+/// `projection` applied to `input` of `x`, plus `residual` when given: on HIP, candle-hip's
+/// fused one-token products where they take the operands (one launch against a dense
+/// weight, two against GGML blocks), otherwise the norm or activation, the product and the
+/// addition one after the other.
+///
+/// Against a dense weight SwiGLU's activation runs as its own launch (`silu_mul`), then the
+/// product with the residual: staged into the dense product it is recomputed by every
+/// block of that product, which measured slower on the test platform (Nsight Compute, 1B
+/// shape: 41 us per layer fused against 27 for silu, mul, product and addition;
+/// `results/h100-2026-11-27-fused`). Against GGML blocks it rides on the activation
+/// rounding, which runs once per product.
 fn project(
     projection: &Projection,
     x: &Tensor,
     input: Input,
     residual: Option<&Tensor>,
 ) -> candle_core::Result<Tensor> {
-    if let Projection::Dense(linear) = projection {
-        let fused_input = match input {
-            Input::Plain => FusedInput::Plain,
-            Input::Norm(norm) => FusedInput::RmsNorm {
-                weight: norm.weight(),
-                eps: norm.eps() as f32,
-            },
-        };
-        if let Some(y) = fused_linear(x, linear.weight(), fused_input, residual)? {
-            return Ok(y);
+    let fused_input = match input {
+        Input::Plain => FusedInput::Plain,
+        Input::Norm(norm) => FusedInput::RmsNorm {
+            weight: norm.weight(),
+            eps: norm.eps() as f32,
+        },
+        Input::SwiGlu => FusedInput::SwiGlu,
+    };
+    let fused = match (projection, input) {
+        (Projection::Dense(_), Input::SwiGlu) => {
+            return project(projection, &swiglu(x)?, Input::Plain, residual);
         }
+        (Projection::Dense(linear), _) => fused_linear(x, linear.weight(), fused_input, residual)?,
+        (Projection::Quantized(QMatMul::QTensor(weight)), _) => {
+            fused_quantized_linear(x, weight, fused_input, residual)?
+        }
+        _ => None,
+    };
+    if let Some(y) = fused {
+        return Ok(y);
     }
     let x = match input {
         Input::Plain => x.clone(),
         Input::Norm(norm) => norm.forward(x)?,
+        Input::SwiGlu => swiglu(x)?,
     };
     let y = projection.forward(&x)?;
     match residual {
         Some(r) => y + r,
         None => Ok(y),
     }
+}
+
+/// `silu(gate) * up` of `x = [gate, up]` along its last dimension (one launch on HIP).
+fn swiglu(x: &Tensor) -> candle_core::Result<Tensor> {
+    let inter = x.dim(D::Minus1)? / 2;
+    silu_mul(
+        &x.narrow(D::Minus1, 0, inter)?,
+        &x.narrow(D::Minus1, inter, inter)?,
+    )
 }
 
 /// A projection's weight, `[outputs, inputs]`.

@@ -284,7 +284,8 @@ fn missing_fused_op_is_an_error() -> Result<()> {
 
 /// Quantized tensors on the device: quantization (on the host, with Candle's CPU quantizer)
 /// gives the CPU's blocks, dequantization the CPU's values and QMatMul the CPU's product up to
-/// the order of its float sums; a backend without quantized tensors says so.
+/// the order of its float sums; `custom_storage` hands the backend its blocks; a backend
+/// without quantized tensors says so.
 #[test]
 fn quantized_tensors_live_on_the_custom_device() -> Result<()> {
     let values: Vec<f32> = (0..8 * 64)
@@ -306,6 +307,16 @@ fn quantized_tensors_live_on_the_custom_device() -> Result<()> {
             .to_vec1::<f32>()?;
         let got = on_dev.dequantize(&dev())?.flatten_all()?.to_vec1::<f32>()?;
         assert_eq!(got, want, "{dtype:?}");
+        // The backend's own blocks are reachable (for its ops on quantized operands).
+        let blocks = on_dev
+            .custom_storage()
+            .expect("blocks of the custom device");
+        assert_eq!(blocks.dtype(), dtype);
+        assert_eq!(
+            blocks.storage_size_in_bytes(),
+            on_cpu.storage_size_in_bytes()
+        );
+        assert!(on_cpu.custom_storage().is_none());
         let x = Tensor::ones((1, 3, 64), DType::F32, &Device::Cpu)?;
         let want = QMatMul::from_qtensor(on_cpu)?
             .forward(&x)?
