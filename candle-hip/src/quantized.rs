@@ -94,6 +94,18 @@ fn plain_dtype(dtype: GgmlDType) -> Option<DType> {
     }
 }
 
+/// The block type the mat-vec rounds the activations to for weights of
+/// `block`: its vec-dot type in candle's CPU code (`Q::ACT` of
+/// `quantized.hip`), whose `quantize_act_*` kernel serves every weight type
+/// that rounds to it.
+fn activation_type(block: GgmlDType) -> GgmlDType {
+    match block {
+        GgmlDType::Q4_0 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => GgmlDType::Q8_0,
+        GgmlDType::Q4_1 | GgmlDType::Q5_1 | GgmlDType::Q8_1 => GgmlDType::Q8_1,
+        _ => GgmlDType::Q8K,
+    }
+}
+
 impl QuantizedStorage {
     /// Copies `data`, whole blocks of `dtype` in GGML's layout, to `device`.
     pub fn from_blocks(device: &HipDevice, dtype: GgmlDType, data: &[u8]) -> Result<Self> {
@@ -379,9 +391,10 @@ impl QuantizedStorage {
                 s.view_range_mut(OP, 0, scales)?,
             );
             let cfg = grid::grid_stride((count / ACT_PER_LANE) as u64, launcher.compute_units());
-            let kernel = cat::QUANTIZE_ACT.quantized(OP, self.dtype, x.dtype())?;
+            let act = activation_type(self.dtype);
+            let kernel = cat::QUANTIZE_ACT.quantized(OP, act, x.dtype())?;
             let (count, code) = (count as u64, input.code());
-            // SAFETY: quantize_act_<q>_<dtype>(const T* x, i8* q, float* d,
+            // SAFETY: quantize_act_<a>_<dtype>(const T* x, i8* q, float* d,
             // float* s, u64 count, u32 input, const T* norm_w, float eps): x
             // holds count values (2 * count for SwiGLU), q count bytes, d and
             // s count / 32 f32, norm_w k = count values or null (checked

@@ -7,11 +7,13 @@
 //   dequantize_<q>_<dtype>(const ch_u8* blocks, T* y, ch_u64 subs)
 //     y[i] = value i of the blocks, for i < subs * 32 (dtype f16, bf16, f32)
 //
-//   quantize_act_<q>_<dtype>(const T* x, signed char* q, float* d, float* s,
+//   quantize_act_<a>_<dtype>(const T* x, signed char* q, float* d, float* s,
 //                            ch_u64 count, ch_u32 input, const T* norm_w,
 //                            float eps)
-//     x' rounded to 8 bits as candle's CPU `from_float` of q's vec-dot type
-//     does (q8_0 or q8_1: 32 values per scale; q8k for the k-quants: 256),
+//     x' rounded to 8 bits as candle's CPU `from_float` of block type a
+//     does, a the vec-dot type of the weight's blocks (q8_0 for q4_0, q5_0
+//     and q8_0, q8_1 for q4_1, q5_1 and q8_1: 32 values per scale; q8k for
+//     the k-quants: 256; one kernel serves every weight type of its a),
 //     where x' (count values, whole blocks; dtype f16, bf16, f32, widened to
 //     f32 exactly) is x itself, its RMS norm (one row) or the SwiGLU of its
 //     halves, by `input` (CH_QACT_INPUT_* below; norm_w and eps are read
@@ -978,11 +980,11 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
     qmatvec<Q, R, PAIRS>(w, q, d, s, y, y_dtype, n, k, rows, residual);                            \
   }
 
-#define QUANTIZE_ACT(Q, NAME, TYPE)                                                                \
+#define QUANTIZE_ACT(ACT, NAME, TYPE)                                                              \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
       quantize_act_##NAME##_##TYPE(const ch_##TYPE* x, signed char* q, float* d, float* s, ch_u64 count,  \
                                    ch_u32 input, const ch_##TYPE* norm_w, float eps) {             \
-    quantize_act<Q::ACT, ch_##TYPE>(x, q, d, s, count, input, norm_w, eps);                        \
+    quantize_act<ACT, ch_##TYPE>(x, q, d, s, count, input, norm_w, eps);                           \
   }
 
 // Every GGML block type: M(block traits, name suffix); the blocks of 32
@@ -991,13 +993,15 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
   M(Q4_0, q4_0) M(Q4_1, q4_1) M(Q5_0, q5_0) M(Q5_1, q5_1) M(Q8_0, q8_0) M(Q8_1, q8_1)
 #define CH_EACH_BLOCK256(M) M(Q2K, q2k) M(Q3K, q3k) M(Q4K, q4k) M(Q5K, q5k) M(Q6K, q6k) M(Q8K, q8k)
 #define CH_EACH_BLOCK(M) CH_EACH_BLOCK32(M) CH_EACH_BLOCK256(M)
+// Every activation type: M(Q::ACT of the weights rounding to it, name).
+#define CH_EACH_ACT(M) M(0, q8_0) M(1, q8_1) M(2, q8k)
 
 // Each kernel of a block type in each activation dtype the program defines.
 #define DEQUANTIZE_ALL(Q, NAME) \
   CH_IF_f16(DEQUANTIZE(Q, NAME, f16)) CH_IF_bf16(DEQUANTIZE(Q, NAME, bf16)) CH_IF_f32(DEQUANTIZE(Q, NAME, f32))
-#define QUANTIZE_ACT_ALL(Q, NAME)                                                    \
-  CH_IF_f16(QUANTIZE_ACT(Q, NAME, f16)) CH_IF_bf16(QUANTIZE_ACT(Q, NAME, bf16)) \
-      CH_IF_f32(QUANTIZE_ACT(Q, NAME, f32))
+#define QUANTIZE_ACT_ALL(ACT, NAME)                                                    \
+  CH_IF_f16(QUANTIZE_ACT(ACT, NAME, f16)) CH_IF_bf16(QUANTIZE_ACT(ACT, NAME, bf16)) \
+      CH_IF_f32(QUANTIZE_ACT(ACT, NAME, f32))
 #define QMATVEC_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec, CH_QMATVEC_ROWS, false)
 #define QMATVEC_FEW_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec_few, CH_QMATVEC_FEW_ROWS, PairedFewRows<Q>::value)
 
@@ -1008,7 +1012,7 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
 // that a batch-1 decoder compiles only those.
 #if CH_PART(1)
 CH_EACH_BLOCK(DEQUANTIZE_ALL)
-CH_EACH_BLOCK(QUANTIZE_ACT_ALL)
+CH_EACH_ACT(QUANTIZE_ACT_ALL)
 #endif
 #if CH_PART(2)
 CH_EACH_BLOCK32(QMATVEC_ALL)

@@ -644,16 +644,19 @@ static void prefill_bench(const std::vector<Variant>& variants) {
 // of its f16 scales (set to a small value so that no product overflows).
 struct QType {
   const char* name;
+  // The activations' block type (quantize_act_<act>_*; sources before the
+  // rounding kernels were shared per activation type name them by `name`).
+  const char* act;
   uint32_t bytes, qk, act_block;
   int scales[2];
 };
 
 // The block types the qmv and dq modes time.
-static const QType kQTypes[] = {{"q4_0", 18, 32, 32, {0, -1}},
-                                {"q8_0", 34, 32, 32, {0, -1}},
-                                {"q4k", 144, 256, 256, {0, 2}},
-                                {"q5k", 176, 256, 256, {0, 2}},
-                                {"q6k", 210, 256, 256, {208, -1}}};
+static const QType kQTypes[] = {{"q4_0", "q8_0", 18, 32, 32, {0, -1}},
+                                {"q8_0", "q8_0", 34, 32, 32, {0, -1}},
+                                {"q4k", "q8k", 144, 256, 256, {0, 2}},
+                                {"q5k", "q8k", 176, 256, 256, {0, 2}},
+                                {"q6k", "q8k", 210, 256, 256, {208, -1}}};
 
 // Launches quantized.rs `matvec`: quantize_act then qmatvec. Variant A: waves
 // per block of the mat-vec (4); B: activations per quantize_act thread (8;
@@ -684,7 +687,10 @@ static void qmv_bench(const std::vector<Variant>& variants) {
     defs.push_back("-DCH_ONLY_DTYPES=(1<<CH_DTYPE_f32)");
     CUmodule m = compile(variants[vi].file, defs);
     for (const QType& t : kQTypes) {
-      act[vi].push_back(m ? function(m, (std::string("quantize_act_") + t.name + "_f32").c_str()) : nullptr);
+      CUfunction a = nullptr;
+      if (m && cuModuleGetFunction(&a, m, (std::string("quantize_act_") + t.act + "_f32").c_str()) != CUDA_SUCCESS)
+        a = function(m, (std::string("quantize_act_") + t.name + "_f32").c_str());
+      act[vi].push_back(a);
       // quantized.rs's choice: qmatvec_few_ for at most 2 rows.
       const std::string kind = variants[vi].c <= 2 ? "qmatvec_few_" : "qmatvec_";
       mv[vi].push_back(m ? function(m, (kind + t.name).c_str()) : nullptr);
