@@ -248,8 +248,7 @@ impl QuantizedStorage {
             (&cast, Layout::contiguous((rows, k)))
         };
         let y = if matvec {
-            let x = (x, x_layout.start_offset());
-            self.matvec(x, (n, k), rows, LinearInput::Plain, None)?
+            self.matvec((x, x_layout.start_offset()), (n, k), rows)?
         } else {
             let w = self.dequantize(w_count, compute)?;
             let w_t = Layout::contiguous((n, k)).transpose(0, 1)?;
@@ -275,16 +274,36 @@ impl QuantizedStorage {
         x_l: &Layout,
         swiglu: bool,
     ) -> bool {
-        let Ok((n, k)) = w_shape.dims2() else {
+        Self::fused_parts_take(&[(self, w_shape)], dtype, x_l, swiglu)
+    }
+
+    /// Whether [`fused_matvec_parts`](Self::fused_matvec_parts) takes `x`
+    /// against `parts`: each as [`fused_matvec_takes`](Self::fused_matvec_takes)
+    /// says, all with the same `k` and rounding their activations to the same
+    /// type (q4_0, q5_0, q8_0; q4_1, q5_1, q8_1; or the k-quants).
+    pub fn fused_parts_take(
+        parts: &[(&QuantizedStorage, &Shape)],
+        dtype: DType,
+        x_l: &Layout,
+        swiglu: bool,
+    ) -> bool {
+        let Some(&(first, first_shape)) = parts.first() else {
+            return false;
+        };
+        let Ok((_, k)) = first_shape.dims2() else {
             return false;
         };
         let width = if swiglu { k.checked_mul(2) } else { Some(k) };
-        plain_dtype(self.dtype).is_none()
-            && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
-            && n > 0
+        let part_takes = |(q, shape): &(&QuantizedStorage, &Shape)| {
+            plain_dtype(q.dtype).is_none()
+                && activation_type(q.dtype) == activation_type(first.dtype)
+                && matches!(shape.dims2(), Ok((n, kp)) if n > 0 && kp == k)
+        };
+        matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
             && k > 0
             && x_l.is_contiguous()
             && Some(x_l.shape().elem_count()) == width
+            && parts.iter().all(part_takes)
     }
 
     /// One decode step's `x'·Wᵀ (+ residual)`, where this storage holds `W`
@@ -305,40 +324,96 @@ impl QuantizedStorage {
         input: LinearInput,
         residual: Option<(&HipStorage, &Layout)>,
     ) -> Result<HipStorage> {
-        const OP: &str = "fused_qmatvec";
-        let swiglu = matches!(input, LinearInput::SwiGlu);
-        if !self.fused_matvec_takes(w_shape, x.dtype(), x_l, swiglu) {
-            return Err(invalid(
-                OP,
-                format!(
-                    "no fused product of x {:?} ({:?}) and a {:?} weight of {:?} blocks: compute it \
-                     unfused",
-                    x_l.dims(),
-                    x.dtype(),
-                    w_shape.dims(),
-                    self.dtype
-                ),
-            ));
-        }
-        let (n, k) = w_shape.dims2()?;
-        self.data.check_device(x, OP)?;
-        self.matvec((x, x_l.start_offset()), (n, k), 1, input, residual)
+        Self::fused_matvec_parts(&[(self, w_shape)], x, x_l, input, residual)
     }
 
-    /// `quantize_act_*` then `qmatvec_*`: `rows` contiguous rows of `k`
-    /// values (f32, f16 or bf16) of `x` from its element `x.1` on (of `2k`
-    /// for SwiGLU; `rows` 1 unless `input` is plain), made `x'` by `input`,
-    /// times `W`ᵀ of shape `(n, k)`, plus `residual` (`rows * n` contiguous
-    /// values of `x`'s dtype), in `x`'s dtype.
-    fn matvec(
-        &self,
-        (x, x_start): (&HipStorage, usize),
-        (n, k): (usize, usize),
-        rows: usize,
+    /// [`fused_matvec`](Self::fused_matvec) against weights stacked along
+    /// their outputs, held apart (the q, k and v matrices of a GGUF layer
+    /// whose block types differ, such as Q4_K_M's): `x'` is rounded once and
+    /// each part's mat-vec writes its slice of the `Σ n` outputs (and adds
+    /// its slice of `residual`), one launch per part and no concatenation.
+    /// The parts must round to one activation type
+    /// ([`fused_parts_take`](Self::fused_parts_take)).
+    pub fn fused_matvec_parts(
+        parts: &[(&QuantizedStorage, &Shape)],
+        x: &HipStorage,
+        x_l: &Layout,
         input: LinearInput,
         residual: Option<(&HipStorage, &Layout)>,
     ) -> Result<HipStorage> {
+        const OP: &str = "fused_qmatvec";
+        let swiglu = matches!(input, LinearInput::SwiGlu);
+        if !Self::fused_parts_take(parts, x.dtype(), x_l, swiglu) {
+            let weights: Vec<_> = parts.iter().map(|(q, s)| (s.dims(), q.dtype)).collect();
+            return Err(invalid(
+                OP,
+                format!(
+                    "no fused product of x {:?} ({:?}) and the weights {weights:?}: compute it \
+                     unfused",
+                    x_l.dims(),
+                    x.dtype(),
+                ),
+            ));
+        }
+        let mut widths = Vec::with_capacity(parts.len());
+        for (q, shape) in parts {
+            q.data.check_device(x, OP)?;
+            widths.push(shape.dims2()?);
+        }
+        let k = widths[0].1;
+        let n = widths
+            .iter()
+            .try_fold(0usize, |sum, &(n, _)| size::add(OP, "the outputs", sum, n))?;
+        let residual = residual
+            .map(|r| operand_vector(OP, x, r, "residual", n).map(|_| r))
+            .transpose()?;
+        let act = Rounded::of(parts[0].0, (x, x_l.start_offset()), k, 1, input)?;
+        // SAFETY: the parts' mat-vecs write every one of the n outputs.
+        let mut y = unsafe { x.device().alloc_uninit(&Shape::from(n), x.dtype()) }?;
+        let mut start = 0;
+        for (&(q, _), &(n_part, _)) in parts.iter().zip(&widths) {
+            let res = residual
+                .map(|(r, l)| r.view_range(OP, l.start_offset() + start, n_part))
+                .transpose()?;
+            q.launch_matvec(&act, n_part, (&mut y, start), res.as_ref())?;
+            start += n_part;
+        }
+        Ok(y)
+    }
+
+    /// `quantize_act_*` then `qmatvec_*`: `rows` contiguous rows of `k`
+    /// values (f32, f16 or bf16) of `x` from its element `x.1` on times `W`ᵀ
+    /// of shape `(n, k)`, in `x`'s dtype.
+    fn matvec(
+        &self,
+        x: (&HipStorage, usize),
+        (n, k): (usize, usize),
+        rows: usize,
+    ) -> Result<HipStorage> {
+        let act = Rounded::of(self, x, k, rows, LinearInput::Plain)?;
+        let out_count = size::mul("qmatmul", "the product", rows, n)?;
+        // SAFETY: the kernel writes every one of the rows * n values.
+        let mut y = unsafe {
+            self.device()
+                .alloc_uninit(&Shape::from(out_count), x.0.dtype())
+        }?;
+        self.launch_matvec(&act, n, (&mut y, 0), None)?;
+        Ok(y)
+    }
+
+    /// `qmatvec_*` of these blocks, `W` of shape `(n, act.k)`, with the
+    /// rounded activations `act`: the `act.rows * n` outputs (in the
+    /// activations' dtype) from element `y.1` of `y` on, plus `residual`
+    /// (as many values, or none).
+    fn launch_matvec(
+        &self,
+        act: &Rounded,
+        n: usize,
+        (y, y_start): (&mut HipStorage, usize),
+        residual: Option<&hip_safe::DeviceView<'_, u8>>,
+    ) -> Result<()> {
         const OP: &str = "qmatmul";
+        let (k, rows, dtype) = (act.k, act.rows, act.dtype);
         let block = self.dtype.block_size();
         let w_count = size::mul(OP, "the weight", n, k)?;
         if !k.is_multiple_of(block) || w_count > self.capacity() {
@@ -351,14 +426,110 @@ impl QuantizedStorage {
                 ),
             ));
         }
-        let one_row = !matches!(input, LinearInput::Plain);
-        if one_row && rows != 1 {
+        if activation_type(self.dtype) != act.block {
+            return Err(invalid(
+                OP,
+                format!(
+                    "{:?} weights take activations rounded to {:?}, not {:?}",
+                    self.dtype,
+                    activation_type(self.dtype),
+                    act.block
+                ),
+            ));
+        }
+        let launcher = self.device().kernels();
+        let out_count = size::mul(OP, "the product", rows, n)?;
+        let w = self
+            .data
+            .view_range(OP, 0, w_count / block * self.dtype.type_size())?;
+        let (qv, dv, sv) = act.views()?;
+        let yv = y.view_range_mut(OP, y_start, out_count)?;
+        let null = 0u64;
+        let residual_arg: &dyn hip_safe::KernelArg = match residual {
+            Some(view) => view,
+            None => &null,
+        };
+        let (n32, k32) = (to_u32(OP, "n", n)?, to_u32(OP, "k", k)?);
+        // One wave per MATVEC_OUTS_PER_WAVE outputs: n / outputs per block
+        // stays far below the grid's limit for a 32-bit n.
+        let waves_per_block = (MATVEC_BLOCK / launcher.wave_size().max(1)).max(1);
+        let outs_per_block = waves_per_block * MATVEC_OUTS_PER_WAVE;
+        let cfg = grid::linear(u64::from(n32.div_ceil(outs_per_block)), MATVEC_BLOCK);
+        let rows32 = to_u32(OP, "rows", rows)?;
+        let family = cat::qmatvec_family(self.dtype, rows <= MATVEC_FEW_ROWS);
+        let kernel = family.quantized(OP, self.dtype, dtype)?;
+        let y_dtype = header::dtype_code(dtype)
+            .ok_or_else(|| candle_core::Error::UnsupportedDTypeForOp(dtype, OP).bt())?;
+        // SAFETY: qmatvec[_few]_<q>(const u8* w, const i8* q, const float* d,
+        // const float* s, void* y, u32 y_dtype, u32 n, u32 k, u32 rows,
+        // const void* residual): w (the start of a fresh allocation, so
+        // 16-byte aligned, Q_PAD bytes after the blocks) holds n rows of k /
+        // QK blocks, q rows * k bytes (fresh, so 16-byte aligned), d and s
+        // rows * k / 32 f32, y rows * n values of y_dtype, the activations'
+        // dtype (checked views; the kernel lookup accepted it), residual as
+        // many of that dtype (the caller's checked view) or null; one wave
+        // per MATVEC_OUTS_PER_WAVE outputs.
+        unsafe {
+            launcher.launch(
+                kernel,
+                cfg,
+                &[
+                    &w,
+                    &qv,
+                    &dv,
+                    &sv,
+                    &yv,
+                    &y_dtype,
+                    &n32,
+                    &k32,
+                    &rows32,
+                    residual_arg,
+                ],
+            )
+        }
+    }
+}
+
+/// Activations rounded to 8 bits for the mat-vec (`quantize_act_*`): the
+/// integers, the scales and q8_1's sums of `rows` rows of `k` values.
+struct Rounded {
+    /// The activation type they are rounded to.
+    block: GgmlDType,
+    /// The dtype of the activations (and of the products' outputs).
+    dtype: DType,
+    rows: usize,
+    k: usize,
+    q: HipStorage,
+    d: HipStorage,
+    s: HipStorage,
+}
+
+impl Rounded {
+    /// `rows` contiguous rows of `k` values of `x` from its element `x.1`
+    /// on (of `2k` for SwiGLU; `rows` 1 unless `input` is plain), made `x'`
+    /// by `input` and rounded for the mat-vec of `weights`' blocks.
+    fn of(
+        weights: &QuantizedStorage,
+        (x, x_start): (&HipStorage, usize),
+        k: usize,
+        rows: usize,
+        input: LinearInput,
+    ) -> Result<Rounded> {
+        const OP: &str = "qmatmul";
+        let block = activation_type(weights.dtype);
+        if !k.is_multiple_of(weights.dtype.block_size()) {
+            return Err(invalid(
+                OP,
+                format!("{k} columns are not whole {:?} blocks", weights.dtype),
+            ));
+        }
+        if !matches!(input, LinearInput::Plain) && rows != 1 {
             return Err(invalid(
                 OP,
                 format!("the norm or SwiGLU of {rows} rows: the fused input takes one"),
             ));
         }
-        let device = self.device();
+        let device = weights.device();
         let launcher = device.kernels();
         let count = size::mul(OP, "the input", rows, k)?;
         let scales = count / SUB;
@@ -391,8 +562,7 @@ impl QuantizedStorage {
                 s.view_range_mut(OP, 0, scales)?,
             );
             let cfg = grid::grid_stride((count / ACT_PER_LANE) as u64, launcher.compute_units());
-            let act = activation_type(self.dtype);
-            let kernel = cat::QUANTIZE_ACT.quantized(OP, act, x.dtype())?;
+            let kernel = cat::QUANTIZE_ACT.quantized(OP, block, x.dtype())?;
             let (count, code) = (count as u64, input.code());
             // SAFETY: quantize_act_<a>_<dtype>(const T* x, i8* q, float* d,
             // float* s, u64 count, u32 input, const T* norm_w, float eps): x
@@ -409,65 +579,33 @@ impl QuantizedStorage {
                 )
             }?;
         }
-        let out_count = size::mul(OP, "the product", rows, n)?;
-        // SAFETY: the kernel writes every one of the rows * n values.
-        let mut y = unsafe { device.alloc_uninit(&Shape::from(out_count), x.dtype()) }?;
-        let w = self
-            .data
-            .view_range(OP, 0, w_count / block * self.dtype.type_size())?;
-        let (qv, dv, sv) = (
-            q.view_range(OP, 0, count)?,
-            d.view_range(OP, 0, scales)?,
-            s.view_range(OP, 0, scales)?,
-        );
-        let yv = y.view_range_mut(OP, 0, out_count)?;
-        let residual = residual
-            .map(|r| operand_vector(OP, x, r, "residual", out_count))
-            .transpose()?;
-        let null = 0u64;
-        let residual_arg: &dyn hip_safe::KernelArg = match &residual {
-            Some(view) => view,
-            None => &null,
-        };
-        let (n32, k32) = (to_u32(OP, "n", n)?, to_u32(OP, "k", k)?);
-        // One wave per MATVEC_OUTS_PER_WAVE outputs: n / outputs per block
-        // stays far below the grid's limit for a 32-bit n.
-        let waves_per_block = (MATVEC_BLOCK / launcher.wave_size().max(1)).max(1);
-        let outs_per_block = waves_per_block * MATVEC_OUTS_PER_WAVE;
-        let cfg = grid::linear(u64::from(n32.div_ceil(outs_per_block)), MATVEC_BLOCK);
-        let rows32 = to_u32(OP, "rows", rows)?;
-        let family = cat::qmatvec_family(self.dtype, rows <= MATVEC_FEW_ROWS);
-        let kernel = family.quantized(OP, self.dtype, x.dtype())?;
-        let y_dtype = header::dtype_code(x.dtype())
-            .ok_or_else(|| candle_core::Error::UnsupportedDTypeForOp(x.dtype(), OP).bt())?;
-        // SAFETY: qmatvec[_few]_<q>(const u8* w, const i8* q, const float* d,
-        // const float* s, void* y, u32 y_dtype, u32 n, u32 k, u32 rows,
-        // const void* residual): w
-        // (the start of a fresh allocation, so 16-byte aligned, Q_PAD bytes
-        // after the blocks) holds n rows of k / QK blocks, q rows * k bytes
-        // (fresh, so 16-byte aligned), d and s rows * k / 32 f32, y rows * n
-        // values of y_dtype, x's dtype (checked views; the kernel lookup
-        // accepted it), residual as many of that dtype or null; one wave
-        // per MATVEC_OUTS_PER_WAVE outputs.
-        unsafe {
-            launcher.launch(
-                kernel,
-                cfg,
-                &[
-                    &w,
-                    &qv,
-                    &dv,
-                    &sv,
-                    &yv,
-                    &y_dtype,
-                    &n32,
-                    &k32,
-                    &rows32,
-                    residual_arg,
-                ],
-            )
-        }?;
-        Ok(y)
+        Ok(Rounded {
+            block,
+            dtype: x.dtype(),
+            rows,
+            k,
+            q,
+            d,
+            s,
+        })
+    }
+
+    /// The integers, scales and sums as the mat-vec reads them.
+    #[allow(clippy::type_complexity)]
+    fn views(
+        &self,
+    ) -> Result<(
+        hip_safe::DeviceView<'_, u8>,
+        hip_safe::DeviceView<'_, u8>,
+        hip_safe::DeviceView<'_, u8>,
+    )> {
+        const OP: &str = "qmatmul";
+        let (count, scales) = (self.rows * self.k, self.rows * self.k / SUB);
+        Ok((
+            self.q.view_range(OP, 0, count)?,
+            self.d.view_range(OP, 0, scales)?,
+            self.s.view_range(OP, 0, scales)?,
+        ))
     }
 }
 

@@ -198,11 +198,10 @@ pub fn fused_linear(
     x.apply_op2_no_bwd(weight, &op).map(Some)
 }
 
-/// The op behind [`fused_quantized_linear`]: `x'·Wᵀ (+ residual)` of `x`
-/// and the blocks of `W`.
+/// The op behind [`fused_quantized_linear_parts`]: `x'·Wᵀ (+ residual)` of
+/// `x` and the blocks of the parts of `W`.
 struct FusedQuantizedLinear<'w> {
-    blocks: &'w QuantizedStorage,
-    w_shape: &'w Shape,
+    parts: Vec<(&'w QuantizedStorage, &'w Shape)>,
     input: OwnedInput,
     residual: Option<Tensor>,
     /// The output's shape.
@@ -223,9 +222,7 @@ impl CustomOp1 for FusedQuantizedLinear<'_> {
         let x = hip_storage(x, name)?;
         let operands = borrow_operands(&self.input, self.residual.as_ref());
         let (input, residual) = operands.on_hip(name)?;
-        let out = self
-            .blocks
-            .fused_matvec(self.w_shape, x, x_l, input, residual)?;
+        let out = QuantizedStorage::fused_matvec_parts(&self.parts, x, x_l, input, residual)?;
         Ok((boxed(out), self.shape.clone()))
     }
 }
@@ -248,24 +245,42 @@ pub fn fused_quantized_linear(
     input: FusedInput,
     residual: Option<&Tensor>,
 ) -> Result<Option<Tensor>> {
+    fused_quantized_linear_parts(x, &[weight], input, residual)
+}
+
+/// [`fused_quantized_linear`] against a weight stacked from `parts` along its
+/// outputs (each `(n_i, k)`; the output holds part 0's outputs, then part
+/// 1's, ...), as when a GGUF layer's q, k and v matrices have different block
+/// types: the activations are rounded once for all parts, one launch, then
+/// one mat-vec per part. `Ok(None)` also when the parts round their
+/// activations to different types
+/// ([`QuantizedStorage::fused_parts_take`]).
+pub fn fused_quantized_linear_parts(
+    x: &Tensor,
+    parts: &[&QTensor],
+    input: FusedInput,
+    residual: Option<&Tensor>,
+) -> Result<Option<Tensor>> {
     let swiglu = matches!(input, FusedInput::SwiGlu);
-    let Some(blocks) = hip_quantized(weight) else {
+    let Some(blocks) = parts
+        .iter()
+        .map(|w| hip_quantized(w).map(|q| (q, w.shape())))
+        .collect::<Option<Vec<_>>>()
+    else {
         return Ok(None);
     };
     if super::as_hip_device(x.device()).is_none()
-        || !blocks.fused_matvec_takes(weight.shape(), x.dtype(), x.layout(), swiglu)
+        || !QuantizedStorage::fused_parts_take(&blocks, x.dtype(), x.layout(), swiglu)
     {
         return Ok(None);
     }
-    let shape = output_shape(
-        "fused_quantized_linear",
-        x,
-        weight.shape().dims2()?.0,
-        residual,
-    )?;
+    let mut n = 0usize;
+    for (_, shape) in &blocks {
+        n += shape.dims2()?.0;
+    }
+    let shape = output_shape("fused_quantized_linear", x, n, residual)?;
     let op = FusedQuantizedLinear {
-        blocks,
-        w_shape: weight.shape(),
+        parts: blocks,
         input: input.into(),
         residual: residual.cloned(),
         shape,

@@ -511,6 +511,87 @@ fn fused_quantized_products_equal_the_separate_ops() {
     t.finish("conformance fused_qmatvec");
 }
 
+/// `fused_matvec_parts` of weights of two block types that round to one
+/// activation type, stacked along their outputs, against each part's
+/// separate product, concatenated, plus the residual: bit for bit (the
+/// activations as in `fused_against_separate`).
+#[test]
+#[ignore = "needs a HIP device"]
+fn fused_quantized_parts_equal_the_separate_products() {
+    use candle_hip::fused::{self, LinearInput};
+    let (dev, mut t, mut rng) = start(0x5eed_0056);
+    let pairs = [
+        (GgmlDType::Q4K, GgmlDType::Q6K),
+        (GgmlDType::Q4_0, GgmlDType::Q8_0),
+        (GgmlDType::Q4_1, GgmlDType::Q5_1),
+    ];
+    for (a, b) in pairs {
+        for x_dtype in [DType::F32, DType::BF16] {
+            let case = || format!("{a:?} (19 rows) + {b:?} (5 rows), k 512, norm, residual");
+            let op = "fused_qmatvec parts";
+            let outcome = (|| -> candle_core::Result<std::result::Result<(), String>> {
+                let k = 512;
+                let up = |values: Vec<f64>, dtype: DType| {
+                    let len = values.len();
+                    let t = Tensor::from_vec(values, len, &Device::Cpu)?.to_dtype(dtype)?;
+                    candle_core::backend::BackendDevice::storage_from_cpu_storage(
+                        &dev,
+                        &cpu_storage(&t)?,
+                    )
+                };
+                let weights: Vec<(QuantizedStorage, Shape)> = [(a, 19), (b, 5)]
+                    .into_iter()
+                    .map(|(dtype, n)| {
+                        let blocks = n * k / dtype.block_size();
+                        let values = block_values(&mut rng, dtype, blocks, true);
+                        (
+                            load(&dev, &quantize(&values, n, k, dtype)),
+                            Shape::from((n, k)),
+                        )
+                    })
+                    .collect();
+                let x = up(
+                    (0..k).map(|_| (rng.below(17) as f64 - 8.0) / 4.0).collect(),
+                    x_dtype,
+                )?;
+                let norm_w = up((0..k).map(|_| rng.uniform(0.5, 1.5)).collect(), x_dtype)?;
+                let residual = up((0..24).map(|_| rng.uniform(-4.0, 4.0)).collect(), x_dtype)?;
+                let (vec_k, row) = (Layout::contiguous(k), Layout::contiguous((1, k)));
+                let input = LinearInput::RmsNorm {
+                    weight: (&norm_w, &vec_k),
+                    eps: 1e-5,
+                };
+                let parts: Vec<_> = weights.iter().map(|(q, s)| (q, s)).collect();
+                let res_l = Layout::contiguous(24);
+                let got = QuantizedStorage::fused_matvec_parts(
+                    &parts,
+                    &x,
+                    &row,
+                    input,
+                    Some((&residual, &res_l)),
+                )?;
+                let normed = fused::rms_norm(&x, &row, &norm_w, &vec_k, 1e-5)?;
+                let mut want = Vec::new();
+                for (q, shape) in &weights {
+                    let (y, _) = q.matmul_t(shape, &normed, &row)?;
+                    want.extend(cpu_values(&y.to_cpu_storage()?));
+                }
+                let want = up(want, x_dtype)?;
+                let want = want.binary_impl::<candle_core::op::Add>(&residual, &res_l, &res_l)?;
+                Ok(compare_bits(
+                    &got.to_cpu_storage()?,
+                    &want.to_cpu_storage()?,
+                ))
+            })();
+            match outcome {
+                Ok(o) => t.record(op, x_dtype, case, o),
+                Err(e) => t.error(op, x_dtype, case(), e),
+            }
+        }
+    }
+    t.finish("conformance fused_qmatvec parts");
+}
+
 #[test]
 #[ignore = "needs a HIP device"]
 fn fused_quantized_product_refuses_what_it_does_not_take() {
@@ -561,6 +642,20 @@ fn fused_quantized_product_refuses_what_it_does_not_take() {
     let p = QuantizedStorage::from_blocks(&dev, GgmlDType::F32, &[0u8; 4 * 128]).unwrap();
     assert!(
         p.fused_matvec(&w, &x, &one, LinearInput::Plain, None)
+            .is_err()
+    );
+    // Parts that round their activations to different types.
+    let k = QuantizedStorage::from_blocks(&dev, GgmlDType::Q4K, &[0u8; 144]).unwrap();
+    let (w32, w256) = (Shape::from((2, 256)), Shape::from((1, 256)));
+    let x256 = Layout::contiguous((1, 256));
+    let parts = [(&q, &w32), (&k, &w256)];
+    let x_long = candle_core::backend::BackendDevice::storage_from_cpu_storage(
+        &dev,
+        &CpuStorage::F32(vec![1.0; 256]),
+    )
+    .unwrap();
+    assert!(
+        QuantizedStorage::fused_matvec_parts(&parts, &x_long, &x256, LinearInput::Plain, None)
             .is_err()
     );
     // What it takes works: zero blocks give the residual back.

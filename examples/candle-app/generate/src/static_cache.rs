@@ -50,7 +50,9 @@
 //! activation before a product rides on its activation rounding and the residual addition
 //! on its mat-vec (`fused_quantized_linear`), so a layer's step is eleven launches: each
 //! of the four products takes two, and RoPE with the cache writes, flash-decoding and its
-//! merge one each.
+//! merge one each. Where q, k and v have different block types (Q4_K_M's Q6_K values) the
+//! three share one activation rounding and write their slices of one output
+//! (`fused_quantized_linear_parts`): one launch more than a stacked product.
 //!
 //! Batch size 1 only.
 
@@ -60,7 +62,8 @@ use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
 use candle_core::{D, DType, Device, IndexOp, Module, Tensor};
 use candle_hip::extension::{
-    FusedInput, StepCache, fused_linear, fused_quantized_linear, rope_append, silu_mul,
+    FusedInput, StepCache, fused_linear, fused_quantized_linear, fused_quantized_linear_parts,
+    rope_append, silu_mul,
 };
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 use candle_transformers::models::llama::Config;
@@ -698,6 +701,10 @@ fn project(
         (Projection::Quantized(QMatMul::QTensor(weight)), _) => {
             fused_quantized_linear(x, weight, fused_input, residual)?
         }
+        (Projection::Parts(parts), _) => match quantized_parts(parts) {
+            Some(weights) => fused_quantized_linear_parts(x, &weights, fused_input, residual)?,
+            None => None,
+        },
         _ => None,
     };
     if let Some(y) = fused {
@@ -713,6 +720,17 @@ fn project(
         Some(r) => y + r,
         None => Ok(y),
     }
+}
+
+/// The GGML blocks of every part, or `None` when a part is dense.
+fn quantized_parts(parts: &[Projection]) -> Option<Vec<&QTensor>> {
+    parts
+        .iter()
+        .map(|p| match p {
+            Projection::Quantized(QMatMul::QTensor(weight)) => Some(weight.as_ref()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// `silu(gate) * up` of `x = [gate, up]` along its last dimension (one launch on HIP).
