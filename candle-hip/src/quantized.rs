@@ -265,7 +265,8 @@ impl QuantizedStorage {
     /// Whether [`fused_matvec`](Self::fused_matvec) takes `x` (`x_l`) against
     /// a weight of shape `w_shape`, `(n, k)`, held by these blocks: GGML
     /// blocks (not a plain type), `x` contiguous of f32, f16 or bf16 with
-    /// one row of `k` values (`2k` for SwiGLU, `swiglu`). Otherwise compute
+    /// one row (its last dimension) of `k` values (`2k` for SwiGLU,
+    /// `swiglu`). Otherwise compute
     /// the same unfused.
     pub fn fused_matvec_takes(
         &self,
@@ -299,9 +300,11 @@ impl QuantizedStorage {
                 && activation_type(q.dtype) == activation_type(first.dtype)
                 && matches!(shape.dims2(), Ok((n, kp)) if n > 0 && kp == k)
         };
+        // One row: the last dimension holds every element.
         matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
             && k > 0
             && x_l.is_contiguous()
+            && x_l.dims().last().copied() == width
             && Some(x_l.shape().elem_count()) == width
             && parts.iter().all(part_takes)
     }

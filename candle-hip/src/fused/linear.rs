@@ -68,8 +68,9 @@ impl LinearInput<'_> {
 /// The weight's outputs, columns and row stride when the fused kernel takes
 /// `x` (contiguous, of `dtype`) against the weight of layout `w_l`: a float
 /// dtype, a rank-2 `(n, k)` weight with unit-stride rows, `k` and the row
-/// stride whole 16-byte packs, the weight's start on a pack, `x` of `k`
-/// elements (`2k` for [`LinearInput::SwiGlu`], `swiglu`) and `k` elements
+/// stride whole 16-byte packs, the weight's start on a pack, `x` one row
+/// (its last dimension) of `k` elements (`2k` for [`LinearInput::SwiGlu`],
+/// `swiglu`) and `k` elements
 /// of `x'` within [`MAX_STAGED_BYTES`]. `None` when it does not: compute
 /// the same unfused.
 pub fn fused_linear_plan(
@@ -87,6 +88,7 @@ pub fn fused_linear_plan(
     let pack = per_pack(dtype.size_in_bytes());
     let packed = |v: usize| v.is_multiple_of(pack);
     let fits = k.checked_mul(dtype.size_in_bytes())? <= MAX_STAGED_BYTES;
+    let width = k.checked_mul(if swiglu { 2 } else { 1 });
     let usable = n > 0
         && k > 0
         && packed(k)
@@ -95,7 +97,8 @@ pub fn fused_linear_plan(
         && packed(w_l.start_offset())
         && fits
         && x_l.is_contiguous()
-        && Some(x_l.shape().elem_count()) == k.checked_mul(if swiglu { 2 } else { 1 });
+        && x_l.dims().last().copied() == width
+        && Some(x_l.shape().elem_count()) == width;
     usable.then_some((n, k, w_stride))
 }
 

@@ -673,8 +673,9 @@ fn fused_linear_matches_a_host_reference() {
             }
         }
     }
-    // Rows the shared memory cannot stage, and a transposed weight, are left
-    // to the unfused ops: the plan says so and the op refuses them.
+    // Rows the shared memory cannot stage, a transposed weight, and an input
+    // of more than one row are left to the unfused ops: the plan says so and
+    // the op refuses them.
     let long = Layout::contiguous((4, 32 * 1024));
     assert_eq!(
         fused::fused_linear_plan(DType::F16, &Layout::contiguous(32 * 1024), &long, false),
@@ -683,6 +684,19 @@ fn fused_linear_matches_a_host_reference() {
     let transposed = Layout::contiguous((64, 16)).transpose(0, 1).unwrap();
     assert_eq!(
         fused::fused_linear_plan(DType::F32, &Layout::contiguous(64), &transposed, false),
+        None
+    );
+    // k elements as two rows (the output would claim two rows of n).
+    let w = Layout::contiguous((16, 64));
+    assert!(
+        fused::fused_linear_plan(DType::F32, &Layout::contiguous((1, 64)), &w, false).is_some()
+    );
+    assert_eq!(
+        fused::fused_linear_plan(DType::F32, &Layout::contiguous((2, 32)), &w, false),
+        None
+    );
+    assert_eq!(
+        fused::fused_linear_plan(DType::F32, &Layout::contiguous((2, 64)), &w, true),
         None
     );
     let x_l = Layout::contiguous(64);

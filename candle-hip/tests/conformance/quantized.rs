@@ -620,6 +620,14 @@ fn fused_quantized_product_refuses_what_it_does_not_take() {
         q.fused_matvec(&w, &x, &one, LinearInput::SwiGlu, None)
             .is_err()
     );
+    // k values (2k for SwiGLU) as two rows: the output would claim two rows.
+    let split = Layout::contiguous((2, 32));
+    assert!(!q.fused_matvec_takes(&w, DType::F32, &split, false));
+    assert!(
+        q.fused_matvec(&w, &x, &split, LinearInput::Plain, None)
+            .is_err()
+    );
+    assert!(!q.fused_matvec_takes(&w, DType::F32, &two, true));
     // A residual or norm weight of the wrong length or dtype.
     let l3 = Layout::contiguous(3);
     let r = &x;
