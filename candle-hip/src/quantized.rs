@@ -39,9 +39,9 @@ use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Layout, Shape};
 
 use crate::error::{Result, hip, invalid};
-use crate::fused::{LinearInput, operand_vector};
+use crate::fused::{LinearInput, is_one_row, operand_vector};
 use crate::kernel::catalogue as cat;
-use crate::kernel::launch::to_u32;
+use crate::kernel::launch::{to_u32, view_or_null};
 use crate::kernel::{grid, header};
 use crate::ops::copy::Dense;
 use crate::{HipDevice, HipStorage, size};
@@ -294,18 +294,14 @@ impl QuantizedStorage {
         let Ok((_, k)) = first_shape.dims2() else {
             return false;
         };
-        let width = if swiglu { k.checked_mul(2) } else { Some(k) };
         let part_takes = |(q, shape): &(&QuantizedStorage, &Shape)| {
             plain_dtype(q.dtype).is_none()
                 && activation_type(q.dtype) == activation_type(first.dtype)
                 && matches!(shape.dims2(), Ok((n, kp)) if n > 0 && kp == k)
         };
-        // One row: the last dimension holds every element.
         matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
             && k > 0
-            && x_l.is_contiguous()
-            && x_l.dims().last().copied() == width
-            && Some(x_l.shape().elem_count()) == width
+            && is_one_row(x_l, k, swiglu)
             && parts.iter().all(part_takes)
     }
 
@@ -447,11 +443,7 @@ impl QuantizedStorage {
             .view_range(OP, 0, w_count / block * self.dtype.type_size())?;
         let (qv, dv, sv) = act.views()?;
         let yv = y.view_range_mut(OP, y_start, out_count)?;
-        let null = 0u64;
-        let residual_arg: &dyn hip_safe::KernelArg = match residual {
-            Some(view) => view,
-            None => &null,
-        };
+        let residual_arg = view_or_null(residual);
         let (n32, k32) = (to_u32(OP, "n", n)?, to_u32(OP, "k", k)?);
         // One wave per MATVEC_OUTS_PER_WAVE outputs: n / outputs per block
         // stays far below the grid's limit for a 32-bit n.
@@ -554,11 +546,7 @@ impl Rounded {
                 }
                 _ => (None, 0.0f32),
             };
-            let null = 0u64;
-            let norm_arg: &dyn hip_safe::KernelArg = match &norm_w {
-                Some(view) => view,
-                None => &null,
-            };
+            let norm_arg = view_or_null(norm_w.as_ref());
             let (qv, dv, sv) = (
                 q.view_range_mut(OP, 0, count)?,
                 d.view_range_mut(OP, 0, scales)?,

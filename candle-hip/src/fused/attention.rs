@@ -31,7 +31,7 @@ use hip_safe::{DevicePtr, DeviceRepr, LaunchConfig};
 
 use crate::error::{Result, invalid};
 use crate::kernel::catalogue::{self as cat, Family};
-use crate::kernel::launch::to_u32;
+use crate::kernel::launch::{to_u32, view_or_null};
 use crate::size;
 use crate::storage::HipStorage;
 
@@ -386,15 +386,10 @@ pub fn flash_attn(
         splits: 0,
     };
     let (qv, kv, vv) = (q.view(OP, &q_l)?, k.view(OP, &k_l)?, v.view(OP, &v_l)?);
-    let null = 0u64;
-    let slopes: &dyn hip_safe::KernelArg = match &alibi {
-        Some(view) => view,
-        None => &null,
-    };
-    let lens: &dyn hip_safe::KernelArg = match &key_lens {
-        Some(view) => view,
-        None => &null,
-    };
+    let (slopes, lens) = (
+        view_or_null(alibi.as_ref()),
+        view_or_null(key_lens.as_ref()),
+    );
     let launcher = device.kernels();
     let batch = u32_of("batch", b)?;
     let use_decode = match params.kernel {

@@ -17,7 +17,7 @@ use crate::error::{Result, invalid};
 use crate::kernel::catalogue as cat;
 use crate::kernel::grid::per_pack;
 use crate::kernel::header::VEC_BYTES;
-use crate::kernel::launch::to_u32;
+use crate::kernel::launch::{to_u32, view_or_null};
 use crate::ops::gemv::{launch_config, split, weight_rows};
 use crate::size;
 use crate::storage::HipStorage;
@@ -88,7 +88,6 @@ pub fn fused_linear_plan(
     let pack = per_pack(dtype.size_in_bytes());
     let packed = |v: usize| v.is_multiple_of(pack);
     let fits = k.checked_mul(dtype.size_in_bytes())? <= MAX_STAGED_BYTES;
-    let width = k.checked_mul(if swiglu { 2 } else { 1 });
     let usable = n > 0
         && k > 0
         && packed(k)
@@ -96,10 +95,17 @@ pub fn fused_linear_plan(
         && w_stride >= k
         && packed(w_l.start_offset())
         && fits
-        && x_l.is_contiguous()
-        && x_l.dims().last().copied() == width
-        && Some(x_l.shape().elem_count()) == width;
+        && is_one_row(x_l, k, swiglu);
     usable.then_some((n, k, w_stride))
+}
+
+/// Whether `x_l` is one contiguous row, its last dimension, of `k` elements
+/// (`2k` for SwiGLU, `swiglu`): the input of the fused one-token products.
+pub(crate) fn is_one_row(x_l: &Layout, k: usize, swiglu: bool) -> bool {
+    let width = k.checked_mul(if swiglu { 2 } else { 1 });
+    x_l.is_contiguous()
+        && x_l.dims().last().copied() == width
+        && Some(x_l.shape().elem_count()) == width
 }
 
 /// `v` as a contiguous vector of `len` elements of `x`'s dtype on its device
@@ -198,15 +204,10 @@ pub fn fused_linear(
         size::mul(OP, "the staged input", k, dtype.size_in_bytes())?.next_multiple_of(VEC_BYTES)
     };
     cfg.shared_mem_bytes = to_u32(OP, "the staged input", staged)?;
-    let null = 0u64;
-    let norm_arg: &dyn hip_safe::KernelArg = match &norm_w {
-        Some(view) => view,
-        None => &null,
-    };
-    let residual_arg: &dyn hip_safe::KernelArg = match &residual {
-        Some(view) => view,
-        None => &null,
-    };
+    let (norm_arg, residual_arg) = (
+        view_or_null(norm_w.as_ref()),
+        view_or_null(residual.as_ref()),
+    );
     let (n32, k32) = (to_u32(OP, "n", n)?, to_u32(OP, "k", k)?);
     let (split32, code) = (to_u32(OP, "the waves per output", split)?, input.code());
     let w_stride = w_stride as u64;

@@ -2,7 +2,7 @@
 //! stream, and every kernel of the backend starts through
 //! [`Launcher::launch`], with hip-safe's [`KernelArg`] arguments.
 
-use hip_safe::{Device, KernelArg, LaunchConfig, Stream};
+use hip_safe::{Device, DeviceView, KernelArg, LaunchConfig, Stream};
 
 use crate::error::{Result, hip, invalid};
 use crate::kernel::catalogue::Kernel;
@@ -68,6 +68,19 @@ impl Launcher {
         }
         // SAFETY: forwarded to the caller.
         unsafe { builder.launch(cfg) }.map_err(hip)
+    }
+}
+
+/// The null device pointer an absent optional operand passes.
+static NULL_POINTER: u64 = 0;
+
+/// `view` as a kernel's pointer argument, or a null pointer when there is
+/// none (the kernels' optional operands: a residual, a norm weight, ALiBi
+/// slopes, key lengths).
+pub(crate) fn view_or_null<'a>(view: Option<&'a DeviceView<'_, u8>>) -> &'a dyn KernelArg {
+    match view {
+        Some(view) => view,
+        None => &NULL_POINTER,
     }
 }
 
