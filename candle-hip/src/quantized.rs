@@ -8,14 +8,12 @@
 //! bit for bit as candle's CPU `dequantize` computes them, and
 //! [`QuantizedStorage::matmul_t`] is `QMatMul`'s product `x · Wᵀ`:
 //! - up to [`MATVEC_MAX_ROWS`] rows of `x` (decoding, short prompts): as
-//!   candle's CPU backend computes it. The activations are rounded to 8
-//!   bits with the CPU's arithmetic for the weight's vec-dot type (q8_0,
-//!   q8_1 or q8k), and the mat-vec takes the integer dot products of each
-//!   block with them and scales them as the CPU's `vec_dot` does (one wave
-//!   per two outputs). Up to two rows, `qmatvec_few_*` does both in one
-//!   launch, each block rounding into its shared memory; more rows (or rows
-//!   too long for the shared memory) take `quantize_act_*`, then
-//!   `qmatvec_*`, which reads each block of `W` once per 8 rows. Only the order of the float sums differs, so a model gives the
+//!   candle's CPU backend computes it. `quantize_act_*` rounds the
+//!   activations to 8 bits with the CPU's arithmetic for the weight's
+//!   vec-dot type (q8_0, q8_1 or q8k), and `qmatvec_*` takes the integer dot
+//!   products of each block with them and scales them as the CPU's `vec_dot`
+//!   does (one wave per two outputs, each block of `W` read once per 8
+//!   rows). Only the order of the float sums differs, so a model gives the
 //!   CPU's tokens up to near ties.
 //!   f16 and bf16 activations are read and the product written in their
 //!   dtype, as if cast to f32 around the CPU's product;
@@ -30,7 +28,7 @@
 //! [`QuantizedStorage::fused_matvec`] is the mat-vec of one decode step
 //! with its neighbours folded in: the RMS norm or SwiGLU before the product
 //! rides on the activation rounding, the residual addition after it on the
-//! product's own store, so that a projection takes one launch where the
+//! product's own store, so that a projection takes two launches where the
 //! separate ops take four.
 //!
 //! The plain GGML types (f32, f16, bf16) are stored as a storage of that
@@ -41,7 +39,7 @@ use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Layout, Shape};
 
 use crate::error::{Result, hip, invalid};
-use crate::fused::{LinearInput, MAX_STAGED_BYTES, is_one_row, operand_vector};
+use crate::fused::{LinearInput, is_one_row, operand_vector};
 use crate::kernel::catalogue as cat;
 use crate::kernel::launch::{to_u32, view_or_null};
 use crate::kernel::{grid, header};
@@ -59,14 +57,8 @@ const SUB: usize = 32;
 const ACT_PER_LANE: usize = 8;
 
 /// Rows up to which the mat-vec takes `qmatvec_few_*`, whose fewer
-/// accumulators let more waves share a compute unit and whose blocks round
-/// the activations themselves, in the product's one launch
-/// (`CH_QMATVEC_FEW_ROWS`).
+/// accumulators let more waves share a compute unit (`CH_QMATVEC_FEW_ROWS`).
 const MATVEC_FEW_ROWS: usize = 2;
-
-/// Blocks per compute unit of `qmatvec_few_*`: each rounds the activations
-/// once and loops over its share of the outputs.
-const FEW_BLOCKS_PER_CU: u32 = 8;
 
 /// Outputs each wave of `qmatvec_*` computes (`CH_QMATVEC_OUTS`).
 const MATVEC_OUTS_PER_WAVE: u32 = 2;
@@ -317,8 +309,7 @@ impl QuantizedStorage {
     /// of shape `w_shape`, `(n, k)`, and `x'` is `x`, its RMS norm or the
     /// SwiGLU of its halves (`input`, as [`crate::fused::fused_linear`]
     /// takes it; the norm weight a contiguous vector of `k`): the rounding
-    /// of `x'` to 8 bits and the mat-vec, one launch (two where `k` is too
-    /// long for a block's shared memory). `x` is one row
+    /// of `x'` to 8 bits and the mat-vec, two launches. `x` is one row
     /// ([`fused_matvec_takes`](Self::fused_matvec_takes)); `residual`
     /// (optional) a contiguous vector of `n` in `x`'s dtype. Returns the `n`
     /// outputs, contiguous, in `x`'s dtype: what `rms_norm` or `silu_mul`,
@@ -337,10 +328,9 @@ impl QuantizedStorage {
 
     /// [`fused_matvec`](Self::fused_matvec) against weights stacked along
     /// their outputs, held apart (the q, k and v matrices of a GGUF layer
-    /// whose block types differ, such as Q4_K_M's): each part's mat-vec
-    /// writes its slice of the `Σ n` outputs (and adds its slice of
-    /// `residual`), one launch per part and no concatenation (where `k` is
-    /// too long for one launch, `x'` is rounded once for all parts first).
+    /// whose block types differ, such as Q4_K_M's): `x'` is rounded once and
+    /// each part's mat-vec writes its slice of the `Σ n` outputs (and adds
+    /// its slice of `residual`), one launch per part and no concatenation.
     /// The parts must round to one activation type
     /// ([`fused_parts_take`](Self::fused_parts_take)).
     pub fn fused_matvec_parts(
@@ -376,158 +366,41 @@ impl QuantizedStorage {
         let residual = residual
             .map(|r| operand_vector(OP, x, r, "residual", n).map(|_| r))
             .transpose()?;
-        let x = (x, x_l.start_offset());
-        let act = if few_rows_fit(k, 1) {
-            None
-        } else {
-            Some(Rounded::of(parts[0].0, x, k, 1, input)?)
-        };
+        let act = Rounded::of(parts[0].0, (x, x_l.start_offset()), k, 1, input)?;
         // SAFETY: the parts' mat-vecs write every one of the n outputs.
-        let mut y = unsafe { x.0.device().alloc_uninit(&Shape::from(n), x.0.dtype()) }?;
+        let mut y = unsafe { x.device().alloc_uninit(&Shape::from(n), x.dtype()) }?;
         let mut start = 0;
         for (&(q, _), &(n_part, _)) in parts.iter().zip(&widths) {
             let res = residual
                 .map(|(r, l)| r.view_range(OP, l.start_offset() + start, n_part))
                 .transpose()?;
-            let y = (&mut y, start);
-            match &act {
-                Some(act) => q.launch_matvec(act, n_part, y, res.as_ref())?,
-                None => q.launch_few_rows(x, input, (n_part, k), 1, y, res.as_ref())?,
-            }
+            q.launch_matvec(&act, n_part, (&mut y, start), res.as_ref())?;
             start += n_part;
         }
         Ok(y)
     }
 
-    /// `rows` contiguous rows of `k` values (f32, f16 or bf16) of `x` from
-    /// its element `x.1` on times `W`ᵀ of shape `(n, k)`, in `x`'s dtype:
-    /// `qmatvec_few_*` where the rows fit it, else `quantize_act_*` then
-    /// `qmatvec_*`.
+    /// `quantize_act_*` then `qmatvec_*`: `rows` contiguous rows of `k`
+    /// values (f32, f16 or bf16) of `x` from its element `x.1` on times `W`ᵀ
+    /// of shape `(n, k)`, in `x`'s dtype.
     fn matvec(
         &self,
         x: (&HipStorage, usize),
         (n, k): (usize, usize),
         rows: usize,
     ) -> Result<HipStorage> {
+        let act = Rounded::of(self, x, k, rows, LinearInput::Plain)?;
         let out_count = size::mul("qmatmul", "the product", rows, n)?;
         // SAFETY: the kernel writes every one of the rows * n values.
         let mut y = unsafe {
             self.device()
                 .alloc_uninit(&Shape::from(out_count), x.0.dtype())
         }?;
-        if few_rows_fit(k, rows) {
-            self.launch_few_rows(x, LinearInput::Plain, (n, k), rows, (&mut y, 0), None)?;
-        } else {
-            let act = Rounded::of(self, x, k, rows, LinearInput::Plain)?;
-            self.launch_matvec(&act, n, (&mut y, 0), None)?;
-        }
+        self.launch_matvec(&act, n, (&mut y, 0), None)?;
         Ok(y)
     }
 
-    /// The first `n` rows of `k` values of `W` as the mat-vec reads them:
-    /// whole blocks, within the storage.
-    fn weight_rows(
-        &self,
-        op: &'static str,
-        n: usize,
-        k: usize,
-    ) -> Result<hip_safe::DeviceView<'_, u8>> {
-        let block = self.dtype.block_size();
-        let w_count = size::mul(op, "the weight", n, k)?;
-        if !k.is_multiple_of(block) || w_count > self.capacity() {
-            return Err(invalid(
-                op,
-                format!(
-                    "a ({n}, {k}) weight of {:?} blocks of {block}: the storage holds {} values",
-                    self.dtype,
-                    self.capacity()
-                ),
-            ));
-        }
-        self.data
-            .view_range(op, 0, w_count / block * self.dtype.type_size())
-    }
-
-    /// `qmatvec_few_*` of these blocks, `W` of shape `(n, k)`: `x'` of
-    /// `rows` rows of `k` values of `x` from its element `x.1` on (`input`,
-    /// as [`Rounded::of`] takes it; rows that [`few_rows_fit`]) rounded in
-    /// each block, then multiplied, in one launch; the `rows * n` outputs
-    /// (in `x`'s dtype) from element `y.1` of `y` on, plus `residual` (as
-    /// many values, or none).
-    fn launch_few_rows(
-        &self,
-        (x, x_start): (&HipStorage, usize),
-        input: LinearInput,
-        (n, k): (usize, usize),
-        rows: usize,
-        (y, y_start): (&mut HipStorage, usize),
-        residual: Option<&hip_safe::DeviceView<'_, u8>>,
-    ) -> Result<()> {
-        const OP: &str = "qmatmul";
-        let w = self.weight_rows(OP, n, k)?;
-        let (x_count, norm_w, eps) = input_operands(OP, x, input, k, rows)?;
-        let xv = x.view_range(OP, x_start, x_count)?;
-        let dtype = x.dtype();
-        let out_count = size::mul(OP, "the product", rows, n)?;
-        let yv = y.view_range_mut(OP, y_start, out_count)?;
-        let launcher = self.device().kernels();
-        let waves_per_block = (MATVEC_BLOCK / launcher.wave_size().max(1)).max(1);
-        let outs_per_block = waves_per_block * MATVEC_OUTS_PER_WAVE;
-        let (n32, k32, rows32) = (
-            to_u32(OP, "n", n)?,
-            to_u32(OP, "k", k)?,
-            to_u32(OP, "rows", rows)?,
-        );
-        let resident = launcher
-            .compute_units()
-            .max(1)
-            .saturating_mul(FEW_BLOCKS_PER_CU);
-        let mut cfg = grid::linear(
-            u64::from(n32.div_ceil(outs_per_block).min(resident)),
-            MATVEC_BLOCK,
-        );
-        cfg.shared_mem_bytes = to_u32(OP, "the rounded input", few_rows_staged(k, rows))?;
-        let kernel = cat::qmatvec_family(self.dtype, true).quantized(OP, self.dtype, dtype)?;
-        let code = header::dtype_code(dtype)
-            .ok_or_else(|| candle_core::Error::UnsupportedDTypeForOp(dtype, OP).bt())?;
-        let (input_code, norm_arg, residual_arg) = (
-            input.code(),
-            view_or_null(norm_w.as_ref()),
-            view_or_null(residual),
-        );
-        // SAFETY: qmatvec_few_<q>(const u8* w, const void* x, u32 dtype,
-        // u32 input, const void* norm_w, float eps, void* y, u32 n, u32 k,
-        // u32 rows, const void* residual): w (the start of a fresh
-        // allocation, so 16-byte aligned, Q_PAD bytes after the blocks)
-        // holds n rows of k / QK blocks, x rows * k values of dtype (2k for
-        // SwiGLU, which like the norm takes one row), norm_w k of them or
-        // null, y rows * n, residual as many or null (checked views; the
-        // kernel lookup accepted the dtype); k is whole blocks of the
-        // weight, so of the activation type; the dynamic shared memory holds
-        // rows * k * 5 / 4 bytes (at most MAX_STAGED_BYTES), and the blocks
-        // loop over the groups of outputs the grid does not cover.
-        unsafe {
-            launcher.launch(
-                kernel,
-                cfg,
-                &[
-                    &w,
-                    &xv,
-                    &code,
-                    &input_code,
-                    norm_arg,
-                    &eps,
-                    &yv,
-                    &n32,
-                    &k32,
-                    &rows32,
-                    residual_arg,
-                ],
-            )
-        }
-    }
-
-    /// `qmatvec_<q>` of these blocks, `W` of shape `(n, act.k)`, with the
+    /// `qmatvec_*` of these blocks, `W` of shape `(n, act.k)`, with the
     /// rounded activations `act`: the `act.rows * n` outputs (in the
     /// activations' dtype) from element `y.1` of `y` on, plus `residual`
     /// (as many values, or none).
@@ -540,7 +413,18 @@ impl QuantizedStorage {
     ) -> Result<()> {
         const OP: &str = "qmatmul";
         let (k, rows, dtype) = (act.k, act.rows, act.dtype);
-        let w = self.weight_rows(OP, n, k)?;
+        let block = self.dtype.block_size();
+        let w_count = size::mul(OP, "the weight", n, k)?;
+        if !k.is_multiple_of(block) || w_count > self.capacity() {
+            return Err(invalid(
+                OP,
+                format!(
+                    "a ({n}, {k}) weight of {:?} blocks of {block}: the storage holds {} values",
+                    self.dtype,
+                    self.capacity()
+                ),
+            ));
+        }
         if activation_type(self.dtype) != act.block {
             return Err(invalid(
                 OP,
@@ -554,6 +438,9 @@ impl QuantizedStorage {
         }
         let launcher = self.device().kernels();
         let out_count = size::mul(OP, "the product", rows, n)?;
+        let w = self
+            .data
+            .view_range(OP, 0, w_count / block * self.dtype.type_size())?;
         let (qv, dv, sv) = act.views()?;
         let yv = y.view_range_mut(OP, y_start, out_count)?;
         let residual_arg = view_or_null(residual);
@@ -564,10 +451,11 @@ impl QuantizedStorage {
         let outs_per_block = waves_per_block * MATVEC_OUTS_PER_WAVE;
         let cfg = grid::linear(u64::from(n32.div_ceil(outs_per_block)), MATVEC_BLOCK);
         let rows32 = to_u32(OP, "rows", rows)?;
-        let kernel = cat::qmatvec_family(self.dtype, false).quantized(OP, self.dtype, dtype)?;
+        let family = cat::qmatvec_family(self.dtype, rows <= MATVEC_FEW_ROWS);
+        let kernel = family.quantized(OP, self.dtype, dtype)?;
         let y_dtype = header::dtype_code(dtype)
             .ok_or_else(|| candle_core::Error::UnsupportedDTypeForOp(dtype, OP).bt())?;
-        // SAFETY: qmatvec_<q>(const u8* w, const i8* q, const float* d,
+        // SAFETY: qmatvec[_few]_<q>(const u8* w, const i8* q, const float* d,
         // const float* s, void* y, u32 y_dtype, u32 n, u32 k, u32 rows,
         // const void* residual): w (the start of a fresh allocation, so
         // 16-byte aligned, Q_PAD bytes after the blocks) holds n rows of k /
@@ -595,47 +483,6 @@ impl QuantizedStorage {
             )
         }
     }
-}
-
-/// The bytes of shared memory `qmatvec_few_*` rounds `rows` rows of `k`
-/// activations into: the integers, then a scale and a sum per 32.
-fn few_rows_staged(k: usize, rows: usize) -> usize {
-    rows.saturating_mul(k).saturating_mul(5) / 4
-}
-
-/// Whether `qmatvec_few_*` takes `rows` rows of `k` activations: at most
-/// [`MATVEC_FEW_ROWS`], rounded within [`MAX_STAGED_BYTES`] of shared
-/// memory.
-fn few_rows_fit(k: usize, rows: usize) -> bool {
-    rows <= MATVEC_FEW_ROWS && few_rows_staged(k, rows) <= MAX_STAGED_BYTES
-}
-
-/// What the rounding of `x'` (`rows` rows of `k` values of `x`; `input` as
-/// [`Rounded::of`] takes it) reads: the values of `x` (`2k` for SwiGLU), the
-/// norm's weight (or none) and epsilon. The norm and SwiGLU take one row.
-fn input_operands<'a>(
-    op: &'static str,
-    x: &HipStorage,
-    input: LinearInput<'a>,
-    k: usize,
-    rows: usize,
-) -> Result<(usize, Option<hip_safe::DeviceView<'a, u8>>, f32)> {
-    if !matches!(input, LinearInput::Plain) && rows != 1 {
-        return Err(invalid(
-            op,
-            format!("the norm or SwiGLU of {rows} rows: the fused input takes one"),
-        ));
-    }
-    let count = size::mul(op, "the input", rows, k)?;
-    Ok(match input {
-        LinearInput::Plain => (count, None, 0.0),
-        LinearInput::RmsNorm { weight, eps } => (
-            count,
-            Some(operand_vector(op, x, weight, "norm weight", k)?),
-            eps,
-        ),
-        LinearInput::SwiGlu => (size::mul(op, "the input", count, 2)?, None, 0.0),
-    })
 }
 
 /// Activations rounded to 8 bits for the mat-vec (`quantize_act_*`): the
@@ -671,6 +518,12 @@ impl Rounded {
                 format!("{k} columns are not whole {:?} blocks", weights.dtype),
             ));
         }
+        if !matches!(input, LinearInput::Plain) && rows != 1 {
+            return Err(invalid(
+                OP,
+                format!("the norm or SwiGLU of {rows} rows: the fused input takes one"),
+            ));
+        }
         let device = weights.device();
         let launcher = device.kernels();
         let count = size::mul(OP, "the input", rows, k)?;
@@ -681,8 +534,18 @@ impl Rounded {
         let mut d = unsafe { device.alloc_uninit(&Shape::from(scales), DType::F32) }?;
         let mut s = unsafe { device.alloc_uninit(&Shape::from(scales), DType::F32) }?;
         {
-            let (x_count, norm_w, eps) = input_operands(OP, x, input, k, rows)?;
+            let x_count = if matches!(input, LinearInput::SwiGlu) {
+                size::mul(OP, "the input", count, 2)?
+            } else {
+                count
+            };
             let xv = x.view_range(OP, x_start, x_count)?;
+            let (norm_w, eps) = match input {
+                LinearInput::RmsNorm { weight, eps } => {
+                    (Some(operand_vector(OP, x, weight, "norm weight", k)?), eps)
+                }
+                _ => (None, 0.0f32),
+            };
             let norm_arg = view_or_null(norm_w.as_ref());
             let (qv, dv, sv) = (
                 q.view_range_mut(OP, 0, count)?,

@@ -31,19 +31,12 @@
 //     dtype since only the last store depends on it), plus residual[r * n +
 //     j] (y's dtype) when residual is not null, the sum rounded again; row
 //     j of W is the k / QK blocks from byte j * (k / QK) * BYTES of w on.
-//     It reads the weight once per CH_QMATVEC_ROWS rows.
-//
-//   qmatvec_few_<q>(const ch_u8* w, const void* x, ch_u32 dtype,
-//                   ch_u32 input, const void* norm_w, float eps, void* y,
-//                   ch_u32 n, ch_u32 k, ch_u32 rows, const void* residual)
-//     the same product for at most CH_QMATVEC_FEW_ROWS rows in one launch:
-//     each block rounds x' (rows * k values of x, or for one row its norm
-//     or SwiGLU, as quantize_act_<a> does) into its shared memory itself;
-//     x, norm_w, y and residual are of `dtype`, and the launch gives rows *
-//     k * 5 / 4 bytes of dynamic shared memory.
+//     qmatvec_few_<q>: the same for any rows, made for at most
+//     CH_QMATVEC_FEW_ROWS (it reads the weight once per that many rows;
+//     qmatvec_ once per CH_QMATVEC_ROWS).
 //
 // With the input and the residual, a decode step's product against a
-// quantized weight takes one launch, its norm or activation and its
+// quantized weight takes two launches, its norm or activation and its
 // residual addition included, where separate kernels take four.
 //
 // Every block type is read through two functions: `sub` dequantizes 32
@@ -593,10 +586,9 @@ __device__ __forceinline__ float q_round_half(float v) { return Num<ch_f16>::to_
 // Activation rounding: each thread rounds CH_QACT_PER_LANE consecutive
 // values, so a block of 32 (q8_0, q8_1) is rounded by 4 adjacent lanes and a
 // block of 256 (q8k) by 32, which combine their maxima and sums with
-// shuffles that stay inside the group. The threads step a whole block at a
-// time (the grid's, or one block's alone for qmatvec_few), so the lanes of a
-// wave stay converged through the shuffles; lanes past the end compute on
-// the first values and store nothing.
+// shuffles that stay inside the group. The grid steps a block of threads at
+// a time, so the lanes of a wave stay converged through the shuffles; lanes
+// past the end compute on the first values and store nothing.
 #define CH_QACT_PER_LANE 8
 
 // `v` combined over the G adjacent lanes of this lane's aligned group.
@@ -675,11 +667,10 @@ __device__ __forceinline__ void q_act_store(signed char* __restrict__ q, ch_u64 
 // f16(sum q) * d, rounded to f16.
 template <bool SUM, typename T>
 __device__ __forceinline__ void quantize_act_32(const QActInput<T>& x, signed char* __restrict__ q,
-                                                float* __restrict__ d, float* __restrict__ s, ch_u64 count,
-                                                ch_u64 start, ch_u64 step) {
+                                                float* __restrict__ d, float* __restrict__ s, ch_u64 count) {
   const int G = 32 / CH_QACT_PER_LANE;
   const ch_u64 items = count / CH_QACT_PER_LANE;
-  for (ch_u64 first = start; first < items; first += step) {
+  for (ch_u64 first = (ch_u64)blockIdx.x * blockDim.x; first < items; first += global_threads()) {
     const ch_u64 t = first + threadIdx.x;
     const bool live = t < items;
     float v[CH_QACT_PER_LANE];
@@ -719,10 +710,10 @@ struct QAbsMax {
 // [-128, 127], d = 1 / iscale (f32, repeated for each of the 8 sub-blocks).
 template <typename T>
 __device__ __forceinline__ void quantize_act_256(const QActInput<T>& x, signed char* __restrict__ q,
-                                                 float* __restrict__ d, ch_u64 count, ch_u64 start, ch_u64 step) {
+                                                 float* __restrict__ d, ch_u64 count) {
   const int G = 256 / CH_QACT_PER_LANE;
   const ch_u64 items = count / CH_QACT_PER_LANE;
-  for (ch_u64 first = start; first < items; first += step) {
+  for (ch_u64 first = (ch_u64)blockIdx.x * blockDim.x; first < items; first += global_threads()) {
     const ch_u64 t = first + threadIdx.x;
     const bool live = t < items;
     float v[CH_QACT_PER_LANE];
@@ -883,20 +874,16 @@ struct PairLoop<Q, true> {
   }
 };
 
-// The outputs of output group `group` (blockIdx.x, or a block's turn of a
-// loop over the groups): wave w of the block takes outputs (group * waves +
-// w) * CH_QMATVEC_OUTS on. Returns false when they lie past n, as do every
-// later group's.
 template <typename Q, int R, bool PAIRS>
-__device__ __forceinline__ bool qmatvec(const ch_u8* __restrict__ w, const signed char* __restrict__ q,
+__device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signed char* __restrict__ q,
                                         const float* __restrict__ d, const float* __restrict__ s,
                                         void* __restrict__ y, ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows,
-                                        const void* __restrict__ residual, ch_u64 group) {
+                                        const void* __restrict__ residual) {
   const int U = CH_QMATVEC_UNROLL, O = CH_QMATVEC_OUTS;
   const ch_u32 lane = threadIdx.x % CANDLE_HIP_WAVE;
-  const ch_u64 j0 = (group * (blockDim.x / CANDLE_HIP_WAVE) + threadIdx.x / CANDLE_HIP_WAVE) * O;
+  const ch_u64 j0 = ((ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE) + threadIdx.x / CANDLE_HIP_WAVE) * O;
   // The whole wave leaves together: the reductions below stay converged.
-  if (j0 >= n) return false;
+  if (j0 >= n) return;
   const ch_u32 subs = k / 32;
   const int per_block = Q::QK / 32;
   const ch_u64 row_bytes = (ch_u64)(k / Q::QK) * Q::BYTES;
@@ -962,16 +949,11 @@ __device__ __forceinline__ bool qmatvec(const ch_u8* __restrict__ w, const signe
         }
       }
   }
-  return true;
 }
 
-// Rounds x' (count values; input, norm_w and eps as quantize_act_* takes
-// them) into q, d and s, the threads taking items start, start + step, ...
-// (every thread of the block takes part: the norm is a block reduction).
 template <int ACT, typename T>
 __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* d, float* s, ch_u64 count,
-                                             ch_u32 input, const T* norm_w, float eps, ch_u64 start,
-                                             ch_u64 step) {
+                                             ch_u32 input, const T* norm_w, float eps) {
   QActInput<T> in;
   in.x = x;
   in.norm_w = norm_w;
@@ -979,47 +961,9 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
   in.input = input;
   in.inv = input == CH_QACT_INPUT_RMS_NORM ? q_act_rms_inv(x, count, eps) : 0.0f;
   if (ACT == 2) {
-    quantize_act_256(in, q, d, count, start, step);
+    quantize_act_256(in, q, d, count);
   } else {
-    quantize_act_32<ACT == 1>(in, q, d, s, count, start, step);
-  }
-}
-
-// The mat-vec for few rows in one launch: every block rounds all rows * k
-// values of x' into its shared memory (q, then d, then s: rows * k * 5 / 4
-// bytes, the launch's dynamic shared memory) as quantize_act_* rounds them,
-// then multiplies as qmatvec_ does, taking output groups blockIdx.x,
-// blockIdx.x + gridDim.x, ... (a grid of a few blocks per compute unit rounds
-// x' a few times per unit, not once per handful of outputs). x, norm_w, y
-// and residual are of `dtype` (CH_DTYPE_f16, CH_DTYPE_bf16 or CH_DTYPE_f32).
-template <typename Q>
-__device__ __forceinline__ void qmatvec_few(const ch_u8* __restrict__ w, const void* __restrict__ x, ch_u32 dtype,
-                                            ch_u32 input, const void* __restrict__ norm_w, float eps,
-                                            void* __restrict__ y, ch_u32 n, ch_u32 k, ch_u32 rows,
-                                            const void* __restrict__ residual) {
-  extern __shared__ Pack<ch_u32, 4> ch_qmatvec_act[];
-  const ch_u64 count = (ch_u64)rows * k;
-  signed char* q = reinterpret_cast<signed char*>(ch_qmatvec_act);
-  float* d = reinterpret_cast<float*>(q + count);
-  float* s = d + count / 32;
-  switch (dtype) {
-    case CH_DTYPE_f16:
-      quantize_act<Q::ACT>(static_cast<const ch_f16*>(x), q, d, s, count, input,
-                           static_cast<const ch_f16*>(norm_w), eps, 0, blockDim.x);
-      break;
-    case CH_DTYPE_bf16:
-      quantize_act<Q::ACT>(static_cast<const ch_bf16*>(x), q, d, s, count, input,
-                           static_cast<const ch_bf16*>(norm_w), eps, 0, blockDim.x);
-      break;
-    default:
-      quantize_act<Q::ACT>(static_cast<const float*>(x), q, d, s, count, input, static_cast<const float*>(norm_w),
-                           eps, 0, blockDim.x);
-  }
-  __syncthreads();
-  for (ch_u64 group = blockIdx.x;; group += gridDim.x) {
-    if (!qmatvec<Q, CH_QMATVEC_FEW_ROWS, PairedFewRows<Q>::value>(w, q, d, s, y, dtype, n, k, rows, residual,
-                                                                  group))
-      return;
+    quantize_act_32<ACT == 1>(in, q, d, s, count);
   }
 }
 
@@ -1029,27 +973,18 @@ __device__ __forceinline__ void qmatvec_few(const ch_u8* __restrict__ w, const v
     dequantize<Q, ch_##TYPE>(blocks, y, subs);                                                     \
   }
 
-#define QMATVEC(Q, NAME)                                                                           \
+#define QMATVEC(Q, NAME, KIND, R, PAIRS)                                                          \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
-      qmatvec_##NAME(const ch_u8* w, const signed char* q, const float* d, const float* s, void* y, \
-                     ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows, const void* residual) {      \
-    qmatvec<Q, CH_QMATVEC_ROWS, false>(w, q, d, s, y, y_dtype, n, k, rows, residual, blockIdx.x);  \
-  }
-
-#define QMATVEC_FEW(Q, NAME)                                                                       \
-  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
-      qmatvec_few_##NAME(const ch_u8* w, const void* x, ch_u32 dtype, ch_u32 input,                \
-                         const void* norm_w, float eps, void* y, ch_u32 n, ch_u32 k, ch_u32 rows,  \
-                         const void* residual) {                                                   \
-    qmatvec_few<Q>(w, x, dtype, input, norm_w, eps, y, n, k, rows, residual);                      \
+      KIND##_##NAME(const ch_u8* w, const signed char* q, const float* d, const float* s, void* y, \
+                    ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows, const void* residual) {       \
+    qmatvec<Q, R, PAIRS>(w, q, d, s, y, y_dtype, n, k, rows, residual);                            \
   }
 
 #define QUANTIZE_ACT(ACT, NAME, TYPE)                                                              \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
       quantize_act_##NAME##_##TYPE(const ch_##TYPE* x, signed char* q, float* d, float* s, ch_u64 count,  \
                                    ch_u32 input, const ch_##TYPE* norm_w, float eps) {             \
-    quantize_act<ACT, ch_##TYPE>(x, q, d, s, count, input, norm_w, eps, (ch_u64)blockIdx.x * blockDim.x,  \
-                                 global_threads());                                               \
+    quantize_act<ACT, ch_##TYPE>(x, q, d, s, count, input, norm_w, eps);                           \
   }
 
 // Every GGML block type: M(block traits, name suffix); the blocks of 32
@@ -1067,7 +1002,8 @@ __device__ __forceinline__ void qmatvec_few(const ch_u8* __restrict__ w, const v
 #define QUANTIZE_ACT_ALL(ACT, NAME)                                                    \
   CH_IF_f16(QUANTIZE_ACT(ACT, NAME, f16)) CH_IF_bf16(QUANTIZE_ACT(ACT, NAME, bf16)) \
       CH_IF_f32(QUANTIZE_ACT(ACT, NAME, f32))
-
+#define QMATVEC_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec, CH_QMATVEC_ROWS, false)
+#define QMATVEC_FEW_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec_few, CH_QMATVEC_FEW_ROWS, PairedFewRows<Q>::value)
 
 // Part 1: dequantization (prefill) and the rounding of the mat-vec's
 // activations, the small kernels; parts 2 and 3: the mat-vec of the blocks
@@ -1079,14 +1015,14 @@ CH_EACH_BLOCK(DEQUANTIZE_ALL)
 CH_EACH_ACT(QUANTIZE_ACT_ALL)
 #endif
 #if CH_PART(2)
-CH_EACH_BLOCK32(QMATVEC)
+CH_EACH_BLOCK32(QMATVEC_ALL)
 #endif
 #if CH_PART(3)
-CH_EACH_BLOCK256(QMATVEC)
+CH_EACH_BLOCK256(QMATVEC_ALL)
 #endif
 #if CH_PART(4)
-CH_EACH_BLOCK32(QMATVEC_FEW)
+CH_EACH_BLOCK32(QMATVEC_FEW_ALL)
 #endif
 #if CH_PART(5)
-CH_EACH_BLOCK256(QMATVEC_FEW)
+CH_EACH_BLOCK256(QMATVEC_FEW_ALL)
 #endif

@@ -230,8 +230,7 @@ impl CustomOp1 for FusedQuantizedLinear<'_> {
 /// [`fused_linear`] against a quantized weight (a `QTensor` of GGML blocks
 /// on a HIP device, as `QMatMul` holds it): one token's `x'·weightᵀ (+
 /// residual)`, the norm or SwiGLU riding on the rounding of the activations
-/// and the residual on the product, one launch (two where the rows are too
-/// long for a block's shared memory). What it computes equals
+/// and the residual on the product, two launches. What it computes equals
 /// `QMatMul::forward` of the separate ops' `x'` plus the residual, up to the
 /// order of the norm's sum.
 ///

@@ -24,8 +24,8 @@
 //!   both operands and the result rounded to bf16 (2^-9 relative each) on
 //!   top of the f32 accumulation. Shapes cover 1 to 9 rows (one pass of the
 //!   kernel and two), 33 rows (dequantize + GEMM), k of two blocks or not a multiple of the
-//!   waves' stride or too long for the one-launch kernel's shared memory, n that does not
-//!   fill the last block of waves, and offset or transposed inputs in f32, f16 and bf16.
+//!   waves' stride, n that does not fill the last block of waves, and offset
+//!   or transposed inputs in f32, f16 and bf16.
 
 use candle_core::backend::BackendStorage;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
@@ -256,16 +256,14 @@ fn quantized_matmul_within_the_block_bounds() {
     let (dev, mut t, mut rng) = start(0x5eed_0052);
     for dtype in TYPES {
         let bs = dtype.block_size().max(32);
-        // k: two blocks, a few, more than a wave's stride of sub-blocks,
-        // rows long enough for several waves per output, and rows of which
-        // two exceed the one-launch kernel's shared memory (even block
-        // counts: candle's CPU dot products require them).
+        // k: two blocks, a few, more than a wave's stride of sub-blocks, and
+        // rows long enough for several waves per output (even block counts:
+        // candle's CPU dot products require them).
         for (n, k) in [
             (1, 2 * bs),
             (7, 4 * bs),
             (67, 2048.max(bs) + 2 * bs),
             (5, 8192 + 2 * bs),
-            (3, 18 * 1024),
         ] {
             for rows in [1, 2, 5, 8, 9, 33] {
                 for (x_dtype, arrange) in [
@@ -484,9 +482,7 @@ fn fused_quantized_products_equal_the_separate_ops() {
         .filter(|d| !matches!(d, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16))
     {
         let bs = dtype.block_size().max(32);
-        // The last k is too long for the one-launch kernel's shared memory:
-        // the rounding and the product then take a launch each.
-        for (n, k) in [(3, 2 * bs), (67, 2048.max(bs) + 2 * bs), (3, 36 * 1024)] {
+        for (n, k) in [(3, 2 * bs), (67, 2048.max(bs) + 2 * bs)] {
             for x_dtype in [DType::F32, DType::F16, DType::BF16] {
                 for input in 0..3 {
                     for residual in [false, true] {

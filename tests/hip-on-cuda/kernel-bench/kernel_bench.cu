@@ -10,17 +10,14 @@
 //   ./kernel_bench <headers dir> <kernels dir> qmv VARIANT...
 //   ./kernel_bench <headers dir> <kernels dir> dq VARIANT...
 //
-// VARIANT: path/to/source.hip[:NAME=VALUE,...][@A,B[,C[,D[,E]]]]: a gemv.hip or
+// VARIANT: path/to/source.hip[:NAME=VALUE,...][@A,B[,C[,D]]]: a gemv.hip or
 // attention.hip (a copy with changes, or the repository's), compiled with
 // the given -D definitions. gemv: A waves per block (8), B blocks per
 // compute unit (4), C the waves per output (0: the host's rule). attn: A
 // threads per block (128), B blocks per compute unit (3), C query rows per
 // block (16); prefill: A waves per block (4; B, C unused); qmv (a quantized.hip): A waves per block of the mat-vec (4), B
 // activations per thread of their rounding (8; 0: one activation block per
-// thread) or, for the one-launch kernel, its blocks per SM (8), C rows of
-// activations (1), D outputs per wave (2), E 1 where qmatvec_few_ rounds
-// its own activations in one launch (the repository's source), 0 for
-// sources before that (quantize_act, then qmatvec_few_). A source that
+// thread), C rows of activations (1), D outputs per wave (2). A source that
 // takes other values than its defaults must define them from the -D options.
 //
 // gemv: gemv_fused_bf16 at the Llama-3.2-1B and Llama-3.1-8B decode shapes
@@ -106,16 +103,14 @@ static std::string read_file(const std::string& path) {
 struct Variant {
   std::string file, label;
   std::vector<std::string> defines;
-  int a = 0, b = 0, c = 0, d = 1, e = 1;
+  int a = 0, b = 0, c = 0, d = 1;
 
   // The column heading: the file's name and A,B,C (C left out when 0 and
-  // `c_optional`, gemv's "the host's rule"), then D unless it and E are 1,
-  // then E unless it is 1.
+  // `c_optional`, gemv's "the host's rule"), then D unless it is 1.
   std::string heading(bool c_optional) const {
     std::string h = label + "@" + std::to_string(a) + "," + std::to_string(b);
     h = c_optional && c == 0 ? h : h + "," + std::to_string(c);
-    h = d == 1 && e == 1 ? h : h + "," + std::to_string(d);
-    return e == 1 ? h : h + "," + std::to_string(e);
+    return d == 1 ? h : h + "," + std::to_string(d);
   }
 };
 
@@ -129,7 +124,7 @@ static Variant parse_variant(std::string arg, int a, int b, int c, int d = 1) {
   v.label = arg.substr(arg.rfind('/') + 1);
   size_t at = arg.find('@');
   if (at != std::string::npos) {
-    sscanf(arg.c_str() + at + 1, "%d,%d,%d,%d,%d", &v.a, &v.b, &v.c, &v.d, &v.e);
+    sscanf(arg.c_str() + at + 1, "%d,%d,%d,%d", &v.a, &v.b, &v.c, &v.d);
     arg = arg.substr(0, at);
   }
   size_t colon = arg.find(':');
@@ -663,12 +658,10 @@ static const QType kQTypes[] = {{"q4_0", "q8_0", 18, 32, 32, {0, -1}},
                                 {"q5k", "q8k", 176, 256, 256, {0, 2}},
                                 {"q6k", "q8k", 210, 256, 256, {208, -1}}};
 
-// Launches quantized.rs `matvec`: quantize_act then qmatvec, or for at most
-// 2 rows of a variant with E = 1 qmatvec_few alone (`launch_few_rows`).
-// Variant A: waves per block of the mat-vec (4); B: activations per
-// quantize_act thread (8; 0: one thread per activation block, the first
-// kernel's rule), or blocks per SM of qmatvec_few (8); C: rows; D: outputs
-// per wave (2). `input` (CH_QACT_INPUT_*, with norm_w) and
+// Launches quantized.rs `matvec`: quantize_act then qmatvec. Variant A: waves
+// per block of the mat-vec (4); B: activations per quantize_act thread (8;
+// 0: one thread per activation block, the first kernel's rule); C: rows; D:
+// outputs per wave (2). `input` (CH_QACT_INPUT_*, with norm_w) and
 // `residual` (or null) as `fused_matvec` passes them; a source whose
 // kernels take fewer arguments ignores them.
 static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStream_t s, const QType& t, uint32_t n,
@@ -676,16 +669,6 @@ static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStre
                        uint32_t input, const float* norm_w, const float* residual) {
   uint32_t rows = v.c;
   uint64_t count = (uint64_t)rows * k;
-  if (v.e == 1 && rows <= 2) {
-    // quantized.rs `launch_few_rows`: a grid of at most B blocks per SM,
-    // each rounding x' into rows * k * 5 / 4 bytes of shared memory.
-    uint32_t outs = v.a * v.d, dtype = 8;  // CH_DTYPE_f32
-    uint32_t groups = (n + outs - 1) / outs, blocks = std::min<uint32_t>(groups, g_sms * v.b);
-    float eps = 1e-5f;
-    void* args[] = {&w, &x, &dtype, &input, &norm_w, &eps, &y, &n, &k, &rows, &residual};
-    CHECK_CU(cuLaunchKernel(mv, blocks, 1, 1, v.a * 32, 1, 1, (unsigned)(count * 5 / 4), s, args, nullptr));
-    return;
-  }
   uint64_t work = v.b ? count / v.b : count / t.act_block;
   uint32_t blocks = (uint32_t)std::min<uint64_t>((work + 255) / 256, (uint64_t)g_sms * 16);
   float eps = 1e-5f;

@@ -45,14 +45,14 @@
 //!
 //! [`StaticLlama::load_gguf`] builds the same model from a `llama` GGUF file, computing as
 //! candle-transformers' `quantized_llama` does (interleaved RoPE): its matrices stay in
-//! their GGML blocks and go through candle's `QMatMul` (on HIP, candle-hip's quantized
-//! mat-vec, which for one or two rows rounds the activations in its own launch). In the
-//! step on HIP the norm or SwiGLU's activation before a product rides on that rounding
-//! and the residual addition on the product's store (`fused_quantized_linear`), so a
-//! layer's step is seven launches: one for each of the four products, and RoPE with the
-//! cache writes, flash-decoding and its merge one each. Where q, k and v have different
-//! block types (Q4_K_M's Q6_K values) each part writes its slice of one output
-//! (`fused_quantized_linear_parts`): one launch per part instead of a stacked product's one.
+//! their GGML blocks and go through candle's `QMatMul` (on HIP, candle-hip's activation
+//! rounding and quantized mat-vec, two launches). In the step on HIP the norm or SwiGLU's
+//! activation before a product rides on its activation rounding and the residual addition
+//! on its mat-vec (`fused_quantized_linear`), so a layer's step is eleven launches: each
+//! of the four products takes two, and RoPE with the cache writes, flash-decoding and its
+//! merge one each. Where q, k and v have different block types (Q4_K_M's Q6_K values) the
+//! three share one activation rounding and write their slices of one output
+//! (`fused_quantized_linear_parts`): one launch more than a stacked product.
 //!
 //! Batch size 1 only.
 
