@@ -135,6 +135,42 @@ __device__ __forceinline__ void q_scale_min_k4(int j, const ch_u8* q, int& sc, i
   }
 }
 
+// The 16 bytes a q4k block starts with (d, dmin, then the 12 packed bytes
+// of its eight 6-bit scales and mins) as the words of one 16-byte load
+// (blocks of 144 bytes from a 16-byte aligned row start).
+struct QHeadK4 {
+  ch_u32 w[4];
+};
+
+__device__ __forceinline__ QHeadK4 q_head_k4(const ch_u8* b) {
+  const Pack<ch_u32, 4> v = *reinterpret_cast<const Pack<ch_u32, 4>*>(b);
+  QHeadK4 h;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) h.w[e] = v.v[e];
+  return h;
+}
+
+// q_scale_min_k4 of sub-block j from a head: the bytes q[j % 4], q[4 + j %
+// 4] and q[8 + j % 4] of the packed scales sit at the same place of words
+// 1, 2 and 3.
+__device__ __forceinline__ void q_scale_min_head_k4(int j, const QHeadK4& h, int& sc, int& m) {
+  const int shift = 8 * (j % 4);
+  const int a = (int)((h.w[1] >> shift) & 0xffu), b = (int)((h.w[2] >> shift) & 0xffu),
+            c = (int)((h.w[3] >> shift) & 0xffu);
+  if (j < 4) {
+    sc = a & 63;
+    m = b & 63;
+  } else {
+    sc = (c & 0xf) | ((a >> 6) << 4);
+    m = (c >> 4) | ((b >> 6) << 4);
+  }
+}
+
+// A block's f16 field as f32 from its bits (as q_scale converts it).
+__device__ __forceinline__ float q_scale_bits(ch_u32 bits) {
+  return Num<ch_f16>::to_f32(__ushort_as_half((unsigned short)bits));
+}
+
 // The 6-bit scale j (< 16) of the 12 packed bytes of a q3k block.
 __device__ __forceinline__ int q_scale_k3(int j, const ch_u8* q) {
   const int g = j / 4, k = j % 4;
@@ -442,7 +478,9 @@ struct Q4K {
     for (int p = 0; p < 8; ++p) w[p] = (w[p] >> shift) & 0x0f0f0f0fu;
   }
   // PairLoop: the words sub-blocks 2j and 2j + 1 share (qs), and sub-block
-  // s's integers from them (as `ints`).
+  // s's integers from them (as `ints`); the block's head, loaded once for
+  // both, and sub-block s's share from it (as `combine`: the same integers
+  // and products).
   static const int PAIR_WORDS = 8;
   __device__ __forceinline__ static void pair_words(const ch_u8* b, int j, ch_u32* words) {
     q_words<8, BYTES>(b + 16 + 32 * j, words);
@@ -450,6 +488,15 @@ struct Q4K {
   __device__ __forceinline__ static void pair_ints(const ch_u32* words, int s, ch_u32* w) {
 #pragma unroll
     for (int p = 0; p < 8; ++p) w[p] = (words[p] >> (4 * (s % 2))) & 0x0f0f0f0fu;
+  }
+  typedef QHeadK4 PairHead;
+  __device__ __forceinline__ static PairHead pair_head(const ch_u8* b) { return q_head_k4(b); }
+  __device__ __forceinline__ static float pair_combine(const ch_u8*, const PairHead& h, int s, int i0, int i1,
+                                                       int x0, int x1, float dx, float) {
+    int sc, m;
+    q_scale_min_head_k4(s, h, sc, m);
+    const float d = q_mul(q_scale_bits(h.w[0] & 0xffffu), dx), dmin = q_mul(q_scale_bits(h.w[0] >> 16), dx);
+    return q_mul(d, (float)(sc * (i0 + i1))) - q_mul(dmin, (float)(m * (x0 + x1)));
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     int sc, m;
@@ -495,6 +542,15 @@ struct Q5K {
 #pragma unroll
     for (int p = 0; p < 8; ++p)
       w[p] = ((words[p] >> (4 * (s % 2))) & 0x0f0f0f0fu) | (((words[8 + p] >> s) & 0x01010101u) << 4);
+  }
+  // No head held for the pair: its scales are read per sub-block, as
+  // `combine` reads them (q4k's 16-byte head load measured 4 % slower for
+  // q5k's products on the NVIDIA test platform).
+  struct PairHead {};
+  __device__ __forceinline__ static PairHead pair_head(const ch_u8*) { return PairHead(); }
+  __device__ __forceinline__ static float pair_combine(const ch_u8* b, const PairHead&, int s, int i0, int i1,
+                                                       int x0, int x1, float dx, float sx) {
+    return combine(b, s, i0, i1, x0, x1, dx, sx);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     int sc, m;
@@ -821,9 +877,11 @@ struct PairedFewRows<Q5K> {
 // weight (row[o]), for R rows of activations from r0: a lane takes pairs
 // lane, lane + wave, ... (pair p: sub-blocks 2p and 2p + 1), loads the
 // words they share once (Q::pair_words: 16-byte loads) and splits them
-// where each sub-block is used (Q::pair_ints). At batch 1 that halves a
-// sub-block's weight loads (the NVIDIA test platform: q4k in 72 registers
-// against 73, q5k in 121 against 78, both faster); with more rows, whose
+// where each sub-block is used (Q::pair_ints), and holds what the pair's
+// shares need of the block's head (Q::pair_head; q4k: its 16 bytes in one
+// load, where `combine` made a few narrow loads per sub-block). At batch 1
+// that halves a sub-block's weight loads (the NVIDIA test platform: q4k in
+// 72 registers against 73, q5k in 121 against 78, both faster); with more rows, whose
 // accumulators then compete with the kept words, it measured slower, so
 // only the few-rows kernels take it. The primary template is for the types
 // that never do. (The sub-block's share, below, repeats qmatvec's: as one
@@ -846,8 +904,12 @@ struct PairLoop<Q, true> {
       const ch_u64 in_row = (ch_u64)(pair / pairs_per_block) * Q::BYTES;
       const int j = (int)(pair % pairs_per_block);
       ch_u32 words[O][Q::PAIR_WORDS];
+      typename Q::PairHead head[O];
 #pragma unroll
-      for (int o = 0; o < O; ++o) Q::pair_words(row[o] + in_row, j, words[o]);
+      for (int o = 0; o < O; ++o) {
+        Q::pair_words(row[o] + in_row, j, words[o]);
+        head[o] = Q::pair_head(row[o] + in_row);
+      }
 #pragma unroll
       for (int t = 0; t < 2; ++t) {
 #pragma unroll
@@ -865,7 +927,7 @@ struct PairLoop<Q, true> {
               Q::pair_ints(words[o], 2 * j + t, w);
               int i0, i1;
               q_dot32(w, a, i0, i1);
-              acc[o][r] += Q::combine(row[o] + in_row, 2 * j + t, i0, i1, x0, x1, dx, sx);
+              acc[o][r] += Q::pair_combine(row[o] + in_row, head[o], 2 * j + t, i0, i1, x0, x1, dx, sx);
             }
           }
         }
