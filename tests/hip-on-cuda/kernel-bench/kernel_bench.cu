@@ -47,7 +47,8 @@
 // `decode_splits` and quantized.rs's `matvec` (and the prefill grid, 16
 // query rows per wave); change them here when they change there.
 // KERNEL_BENCH_SHAPE=<name> times only that shape (gemv, qmv) or case
-// (attn, prefill: its name as printed); KERNEL_BENCH_COMPILE_ONLY=1 only compiles
+// (attn, prefill: its name as printed), KERNEL_BENCH_QTYPE=<name> only that
+// block type (qmv, dq: q4_0, q8_0, q4k, q5k, q6k); KERNEL_BENCH_COMPILE_ONLY=1 only compiles
 // (no GPU needed); KERNEL_BENCH_PTXAS=1 prints ptxas's registers and spills
 // per kernel; KERNEL_BENCH_CUBIN=<file> writes the last compiled variant's
 // code object there (for `cuobjdump -sass`).
@@ -294,6 +295,13 @@ static const DecodeShape kDecodeShapes[] = {{"llama-3.2-1b", 16, 2048, 8192, 204
 // Whether KERNEL_BENCH_SHAPE (unset: every shape) names the shape.
 static bool selected(const char* name) {
   const char* only = getenv("KERNEL_BENCH_SHAPE");
+  return only == nullptr || strcmp(only, name) == 0;
+}
+
+// Whether KERNEL_BENCH_QTYPE (unset: every type) names the block type (qmv,
+// dq).
+static bool qtype_selected(const char* name) {
+  const char* only = getenv("KERNEL_BENCH_QTYPE");
   return only == nullptr || strcmp(only, name) == 0;
 }
 
@@ -734,6 +742,7 @@ static void qmv_bench(const std::vector<Variant>& variants) {
       CHECK_CUDA(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
     }
     for (size_t ti = 0; ti < sizeof(kQTypes) / sizeof(kQTypes[0]); ++ti) {
+      if (!qtype_selected(kQTypes[ti].name)) continue;
       const QType& t = kQTypes[ti];
       const size_t layer_bytes = values_in_layer / t.qk * t.bytes, head_bytes = head_values / t.qk * t.bytes;
       const size_t total = layer_bytes * sh.layers + head_bytes;
@@ -852,6 +861,7 @@ static void dq_bench(const std::vector<Variant>& variants) {
     uint16_t* y;
     CHECK_CUDA(cudaMalloc(&y, values * 2));
     for (size_t ti = 0; ti < sizeof(kQTypes) / sizeof(kQTypes[0]); ++ti) {
+      if (!qtype_selected(kQTypes[ti].name)) continue;
       const QType& t = kQTypes[ti];
       const size_t bytes = values / t.qk * t.bytes;
       uint8_t* w;
