@@ -171,6 +171,14 @@ __device__ __forceinline__ float q_scale_bits(ch_u32 bits) {
   return Num<ch_f16>::to_f32(__ushort_as_half((unsigned short)bits));
 }
 
+// The share of candle's vec_dot of a q4k or q5k sub-block with scale sc and
+// min m, in a block of scales d and dmin: from the integer dot products of
+// its halves (i0, i1), the activations' sums (x0, x1) and scale (dx).
+__device__ __forceinline__ float q_share_k4(float d, float dmin, int sc, int m, int i0, int i1, int x0, int x1,
+                                            float dx) {
+  return q_mul(q_mul(d, dx), (float)(sc * (i0 + i1))) - q_mul(q_mul(dmin, dx), (float)(m * (x0 + x1)));
+}
+
 // The 6-bit scale j (< 16) of the 12 packed bytes of a q3k block.
 __device__ __forceinline__ int q_scale_k3(int j, const ch_u8* q) {
   const int g = j / 4, k = j % 4;
@@ -495,14 +503,12 @@ struct Q4K {
                                                        int x0, int x1, float dx, float) {
     int sc, m;
     q_scale_min_head_k4(s, h, sc, m);
-    const float d = q_mul(q_scale_bits(h.w[0] & 0xffffu), dx), dmin = q_mul(q_scale_bits(h.w[0] >> 16), dx);
-    return q_mul(d, (float)(sc * (i0 + i1))) - q_mul(dmin, (float)(m * (x0 + x1)));
+    return q_share_k4(q_scale_bits(h.w[0] & 0xffffu), q_scale_bits(h.w[0] >> 16), sc, m, i0, i1, x0, x1, dx);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     int sc, m;
     q_scale_min_k4(s, b + 4, sc, m);
-    const float d = q_mul(q_scale(b), dx), dmin = q_mul(q_scale(b + 2), dx);
-    return q_mul(d, (float)(sc * (i0 + i1))) - q_mul(dmin, (float)(m * (x0 + x1)));
+    return q_share_k4(q_scale(b), q_scale(b + 2), sc, m, i0, i1, x0, x1, dx);
   }
 };
 
@@ -555,8 +561,7 @@ struct Q5K {
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     int sc, m;
     q_scale_min_k4(s, b + 4, sc, m);
-    const float d = q_mul(q_scale(b), dx), dmin = q_mul(q_scale(b + 2), dx);
-    return q_mul(d, (float)(sc * (i0 + i1))) - q_mul(dmin, (float)(m * (x0 + x1)));
+    return q_share_k4(q_scale(b), q_scale(b + 2), sc, m, i0, i1, x0, x1, dx);
   }
 };
 
