@@ -5,6 +5,7 @@
 //! `--ignored sandbox_`; the `real_runtime_*` test also runs against the
 //! host's ROCm 5 runtime. Elsewhere they are ignored.
 
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
 use hip_safe::{Error, Program, RtcError};
@@ -21,6 +22,25 @@ extern "C" __global__ void saxpy(float a, const float* x, float* y, unsigned n) 
 /// A code object from hipRTC: an ELF file or a clang offload bundle.
 fn looks_like_code_object(code: &[u8]) -> bool {
     code.starts_with(b"\x7fELF") || code.starts_with(b"__CLANG_OFFLOAD_BUNDLE__")
+}
+
+/// The sandbox's compiler, shared by this file's tests: the harness runs
+/// tests side by side, and a timed test must not share the cores with
+/// another test's compiles.
+static COMPILER: RwLock<()> = RwLock::new(());
+
+/// A share of the compiler for an untimed test (others may compile too).
+fn compiler_shared() -> RwLockReadGuard<'static, ()> {
+    COMPILER
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The compiler alone, for a test whose assertion is a timing.
+fn compiler_exclusive() -> RwLockWriteGuard<'static, ()> {
+    COMPILER
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn temp_cache_dir(name: &str) -> std::path::PathBuf {
@@ -113,6 +133,7 @@ fn sandbox_is_available_is_false_and_fast() {
 #[test]
 #[ignore = "needs the ROCm sandbox"]
 fn sandbox_program_compiles_for_every_test_arch() {
+    let _compiler = compiler_shared();
     for arch in ["gfx90a", "gfx942", "gfx1100", "gfx1201"] {
         let start = Instant::now();
         let code = Program::new(TEST_KERNEL, "saxpy.hip")
@@ -132,6 +153,7 @@ fn sandbox_program_compiles_for_every_test_arch() {
 #[test]
 #[ignore = "needs the ROCm sandbox"]
 fn sandbox_program_rejects_unknown_arch_without_aborting() {
+    let _compiler = compiler_shared();
     let err = Program::new(TEST_KERNEL, "saxpy.hip")
         .without_cache()
         .compile_for_arch("gfx9999")
@@ -150,6 +172,7 @@ fn sandbox_program_rejects_unknown_arch_without_aborting() {
 #[test]
 #[ignore = "needs the ROCm sandbox"]
 fn sandbox_compile_errors_carry_the_log() {
+    let _compiler = compiler_shared();
     let broken = "extern \"C\" __global__ void k(float* x) { x[0] = undefined_name; }";
     let err = Program::new(broken, "broken.hip")
         .without_cache()
@@ -168,6 +191,7 @@ fn sandbox_compile_errors_carry_the_log() {
 #[test]
 #[ignore = "needs the ROCm sandbox"]
 fn sandbox_cache_cold_vs_warm() {
+    let _compiler = compiler_exclusive();
     let dir = temp_cache_dir("cache");
     let program = Program::new(TEST_KERNEL, "saxpy.hip").cache_dir(&dir);
     let start = Instant::now();
@@ -185,6 +209,7 @@ fn sandbox_cache_cold_vs_warm() {
 #[test]
 #[ignore = "needs the ROCm sandbox"]
 fn sandbox_every_listed_arch_really_compiles() {
+    let _compiler = compiler_shared();
     let archs = Program::supported_archs();
     assert!(archs.contains(&"gfx1201"), "{archs:?}");
     for arch in archs {
@@ -199,6 +224,7 @@ fn sandbox_every_listed_arch_really_compiles() {
 #[test]
 #[ignore = "needs the ROCm sandbox"]
 fn sandbox_concurrent_compiles_run_side_by_side() {
+    let _compiler = compiler_exclusive();
     // hipRTC compiles one program at a time per copy of it; a compile that
     // starts while another runs takes a copy of its own. Each compile gets
     // kernels of its own names, so that no compiler cache answers for it.
