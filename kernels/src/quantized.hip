@@ -138,25 +138,17 @@ __device__ __forceinline__ void q_scale_min_k4(int j, const ch_u8* q, int& sc, i
 // The 16 bytes a q4k block starts with (d, dmin, then the 12 packed bytes
 // of its eight 6-bit scales and mins) as the words of one 16-byte load
 // (blocks of 144 bytes from a 16-byte aligned row start).
-struct QHeadK4 {
-  ch_u32 w[4];
-};
+typedef Pack<ch_u32, 4> QHeadK4;
 
-__device__ __forceinline__ QHeadK4 q_head_k4(const ch_u8* b) {
-  const Pack<ch_u32, 4> v = *reinterpret_cast<const Pack<ch_u32, 4>*>(b);
-  QHeadK4 h;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) h.w[e] = v.v[e];
-  return h;
-}
+__device__ __forceinline__ QHeadK4 q_head_k4(const ch_u8* b) { return *reinterpret_cast<const QHeadK4*>(b); }
 
 // q_scale_min_k4 of sub-block j from a head: the bytes q[j % 4], q[4 + j %
 // 4] and q[8 + j % 4] of the packed scales sit at the same place of words
 // 1, 2 and 3.
 __device__ __forceinline__ void q_scale_min_head_k4(int j, const QHeadK4& h, int& sc, int& m) {
   const int shift = 8 * (j % 4);
-  const int a = (int)((h.w[1] >> shift) & 0xffu), b = (int)((h.w[2] >> shift) & 0xffu),
-            c = (int)((h.w[3] >> shift) & 0xffu);
+  const int a = (int)((h.v[1] >> shift) & 0xffu), b = (int)((h.v[2] >> shift) & 0xffu),
+            c = (int)((h.v[3] >> shift) & 0xffu);
   if (j < 4) {
     sc = a & 63;
     m = b & 63;
@@ -503,7 +495,7 @@ struct Q4K {
                                                        int x0, int x1, float dx, float) {
     int sc, m;
     q_scale_min_head_k4(s, h, sc, m);
-    return q_share_k4(q_scale_bits(h.w[0] & 0xffffu), q_scale_bits(h.w[0] >> 16), sc, m, i0, i1, x0, x1, dx);
+    return q_share_k4(q_scale_bits(h.v[0] & 0xffffu), q_scale_bits(h.v[0] >> 16), sc, m, i0, i1, x0, x1, dx);
   }
   __device__ __forceinline__ static float combine(const ch_u8* b, int s, int i0, int i1, int x0, int x1, float dx, float) {
     int sc, m;
