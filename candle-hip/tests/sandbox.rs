@@ -41,6 +41,29 @@ fn targets_of(unit: Unit, all_targets: bool) -> Vec<usize> {
         .collect()
 }
 
+/// The target selection names real targets and sources: every unit is
+/// checked at both wave sizes, the target-specific ones on every target.
+#[test]
+fn every_unit_is_checked_at_both_wave_sizes() {
+    for unit in Unit::all() {
+        let waves: Vec<u32> = targets_of(unit, false)
+            .iter()
+            .map(|&t| TARGETS[t].1)
+            .collect();
+        assert!(
+            waves.contains(&64) && waves.contains(&32),
+            "{unit}: {waves:?}"
+        );
+    }
+    for file in TARGET_SPECIFIC_SOURCES {
+        let unit = Unit::all()
+            .into_iter()
+            .find(|u| u.source().file_name() == file)
+            .unwrap_or_else(|| panic!("no unit of {file}"));
+        assert_eq!(targets_of(unit, false).len(), TARGETS.len(), "{file}");
+    }
+}
+
 /// Whether `name` is a symbol of the code object (a NUL-terminated string
 /// in its string table).
 fn has_symbol(code: &[u8], name: &str) -> bool {
