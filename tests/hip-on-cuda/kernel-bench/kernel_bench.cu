@@ -292,18 +292,17 @@ struct DecodeShape {
 static const DecodeShape kDecodeShapes[] = {{"llama-3.2-1b", 16, 2048, 8192, 2048, 512, 128256},
                                             {"llama-3.1-8b", 32, 4096, 14336, 4096, 1024, 128256}};
 
-// Whether KERNEL_BENCH_SHAPE (unset: every shape) names the shape.
-static bool selected(const char* name) {
-  const char* only = getenv("KERNEL_BENCH_SHAPE");
+// Whether the environment variable `var` (unset: everything) names `name`.
+static bool env_selects(const char* var, const char* name) {
+  const char* only = getenv(var);
   return only == nullptr || strcmp(only, name) == 0;
 }
 
-// Whether KERNEL_BENCH_QTYPE (unset: every type) names the block type (qmv,
-// dq).
-static bool qtype_selected(const char* name) {
-  const char* only = getenv("KERNEL_BENCH_QTYPE");
-  return only == nullptr || strcmp(only, name) == 0;
-}
+// Whether KERNEL_BENCH_SHAPE names the shape or case.
+static bool selected(const char* name) { return env_selects("KERNEL_BENCH_SHAPE", name); }
+
+// Whether KERNEL_BENCH_QTYPE names the block type (qmv, dq).
+static bool qtype_selected(const char* name) { return env_selects("KERNEL_BENCH_QTYPE", name); }
 
 // ---------------------------------------------------------------------------
 // gemv_fused
