@@ -542,6 +542,8 @@ impl Rounded {
             let xv = x.view_range(OP, x_start, x_count)?;
             let (norm_w, eps) = match input {
                 LinearInput::RmsNorm { weight, eps } => {
+                    // The kernel's norm walks its one row with a u32 count.
+                    to_u32(OP, "k", k)?;
                     (Some(operand_vector(OP, x, weight, "norm weight", k)?), eps)
                 }
                 _ => (None, 0.0f32),

@@ -691,17 +691,37 @@ struct QActInput {
   }
 };
 
+// The sum of x's squares over one row of `count` values, as this thread
+// sees it (for row_of_block: the row is x whichever block runs it).
+template <typename T>
+struct QActSquares {
+  const T* __restrict__ x;
+  ch_u32 count;
+  float sum;
+
+  template <int V, bool CACHED>
+  __device__ __forceinline__ void row(ch_u64) {
+    RowView<T, V, CACHED> view(x, count / V);
+    AccSum<float>::State ss = AccSum<float>::identity();
+    view.visit([&](float (&v)[V], ch_u32) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) ss.v += v[e] * v[e];
+    });
+    sum = ss.v;
+  }
+};
+
 // The RMS norm's 1 / sqrt(mean(x^2) + eps) over the count values of x, in
 // every thread of the block (each block computes it for itself: a row of a
-// decode step is a few thousand values).
+// decode step is a few thousand values, read in 16-byte packs where x is
+// aligned to them, every thread's loads in flight at once).
 template <typename T>
-__device__ __forceinline__ float q_act_rms_inv(const T* __restrict__ x, ch_u64 count, float eps) {
+__device__ __forceinline__ float q_act_rms_inv(const T* __restrict__ x, ch_u32 count, float eps) {
   __shared__ ch_u64 scratch[CH_ROW_SCRATCH_WORDS];
-  AccSum<float>::State ss = AccSum<float>::identity();
-  for (ch_u64 i = threadIdx.x; i < count; i += blockDim.x) {
-    const float v = Num<T>::to_acc(x[i]);
-    ss.v += v * v;
-  }
+  const int V = CH_VEC_BYTES / (int)sizeof(T);
+  QActSquares<T> body{x, count, 0.0f};
+  row_of_block<T>(count, rows_vectorizable<V>(count, x, x, x, x), body);
+  AccSum<float>::State ss = {body.sum};
   ss = block_allreduce<AccSum<float> >(ss, reinterpret_cast<AccSum<float>::State*>(scratch));
   return 1.0f / ch_sqrt(ss.v / (float)count + eps);
 }
@@ -1018,7 +1038,8 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
   in.norm_w = norm_w;
   in.count = count;
   in.input = input;
-  in.inv = input == CH_QACT_INPUT_RMS_NORM ? q_act_rms_inv(x, count, eps) : 0.0f;
+  // The norm takes one row: count is k, which the host checks fits 32 bits.
+  in.inv = input == CH_QACT_INPUT_RMS_NORM ? q_act_rms_inv(x, (ch_u32)count, eps) : 0.0f;
   if (ACT == 2) {
     quantize_act_256(in, q, d, count);
   } else {
