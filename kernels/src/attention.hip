@@ -593,6 +593,14 @@ __device__ __forceinline__ ch_u32 attn_pack<ch_f16>(float lo, float hi) {
 #define ATTN_DECODE_TILE 32
 #endif
 #define ATTN_DECODE_WAVES(D) ((D) > 128 ? 1 : ATTN_DECODE_TILE / 16)
+// Whether a decode tile's K and V loads are all issued before its stores
+// (`copy` with two sources): not on RDNA 4, whose head-dim-128 decode
+// kernel then spills registers.
+#if defined(__gfx1200__) || defined(__gfx1201__)
+#define ATTN_DECODE_KV_AT_ONCE 0
+#else
+#define ATTN_DECODE_KV_AT_ONCE 1
+#endif
 
 // The score products of product M in its orientation (M::S_T): the query
 // fragment's type and load, one product with a key fragment, and where a
@@ -772,27 +780,53 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
   };
   // Copies rows 0 .. n - 1 of `src` (row step `step`, elements) into a tile
   // of `tile_rows` rows (zeros below n), pack p = row · PPR + column / PACK
-  // by thread p % THREADS. Where THREADS is a multiple of PPR and divides
-  // the tile's packs, a thread's packs share a column and its rows are a
-  // fixed step apart: one pointer per thread, moved by that step, all loads
-  // issued together. Not for head dim 256, whose registers (the output
-  // takes twice as many) would spill on RDNA.
+  // by thread p % THREADS; with `src2`, the same rows of `src2` (row step
+  // `step2`) into `dst2` as well. Where THREADS is a multiple of PPR and
+  // divides the tile's packs, a thread's packs share a column and its rows
+  // are a fixed step apart: one pointer per source and thread, moved by
+  // that step, every load of both sources issued before the first store
+  // (a decode block then has a whole K and V tile in flight, which the
+  // host pays for in blocks per unit: fused/attention.rs). Not for head
+  // dim 256, whose registers (the output takes twice as many) would spill
+  // on RDNA.
   const int THREADS = WAVES * CANDLE_HIP_WAVE, PPR = D / PACK;
-  auto copy = [&](ch_u16* dst, int tile_rows, const ch_u16* src, ch_u64 step, ch_i64 n, bool transposed) {
+  const int MAX_STEPS = (BC > ROWS ? BC : ROWS) / (THREADS / PPR > 0 ? THREADS / PPR : 1);
+  auto copy_spread = [&](ch_u16* dst, int tile_rows, const ch_u16* src, ch_u64 step, ch_i64 n, bool transposed) {
+    for (int p = tid; p < tile_rows * PPR; p += THREADS) {
+      const int row = p / PPR, col = (p % PPR) * PACK;
+      write_pack(dst, row, col, read_pack(src + (ch_u64)row * step + col, row < n), transposed);
+    }
+  };
+  auto copy = [&](ch_u16* dst, int tile_rows, const ch_u16* src, ch_u64 step, ch_i64 n, bool transposed,
+                  ch_u16* dst2 = nullptr, const ch_u16* src2 = nullptr, ch_u64 step2 = 0) {
     if (D <= 128 && THREADS % PPR == 0 && tile_rows % (THREADS / PPR) == 0) {
       const int RSTEP = THREADS / PPR, row0 = tid / PPR, col = (tid % PPR) * PACK;
       const ch_u16* from = src + (ch_u64)row0 * step + col;
       const ch_u64 jump = (ch_u64)RSTEP * step;
+      if (src2 == nullptr) {
 #pragma unroll
-      for (int i = 0; i < tile_rows / RSTEP; ++i, from += jump) {
-        const int row = row0 + i * RSTEP;
-        write_pack(dst, row, col, read_pack(from, row < n), transposed);
+        for (int i = 0; i < tile_rows / RSTEP; ++i, from += jump) {
+          const int row = row0 + i * RSTEP;
+          write_pack(dst, row, col, read_pack(from, row < n), transposed);
+        }
+        return;
+      }
+      const ch_u16* from2 = src2 + (ch_u64)row0 * step2 + col;
+      const ch_u64 jump2 = (ch_u64)RSTEP * step2;
+      Words first[MAX_STEPS], second[MAX_STEPS];
+#pragma unroll
+      for (int i = 0; i < tile_rows / RSTEP; ++i, from += jump, from2 += jump2) {
+        first[i] = read_pack(from, row0 + i * RSTEP < n);
+        second[i] = read_pack(from2, row0 + i * RSTEP < n);
+      }
+#pragma unroll
+      for (int i = 0; i < tile_rows / RSTEP; ++i) {
+        write_pack(dst, row0 + i * RSTEP, col, first[i], transposed);
+        write_pack(dst2, row0 + i * RSTEP, col, second[i], false);
       }
     } else {
-      for (int p = tid; p < tile_rows * PPR; p += THREADS) {
-        const int row = p / PPR, col = (p % PPR) * PACK;
-        write_pack(dst, row, col, read_pack(src + (ch_u64)row * step + col, row < n), transposed);
-      }
+      copy_spread(dst, tile_rows, src, step, n, transposed);
+      if (src2 != nullptr) copy_spread(dst2, tile_rows, src2, step2, n, false);
     }
   };
 
@@ -846,13 +880,19 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     for (int t = 0; t < D / 16; ++t) acc[t][e] = 0.0f;
   }
 
-  // K and V tiles go straight to shared memory. (Loading the next tile into
-  // registers during the current one's products measured slower on the
-  // NVIDIA test platform: the registers cost occupancy.)
+  // K and V tiles go straight to shared memory; decode loads both at once
+  // (V is row-major there). (Loading the next tile into registers during
+  // the current one's products measured slower on the NVIDIA test platform:
+  // the registers cost occupancy.)
   auto copy_tile = [&](ch_i64 j0) {
     const ch_i64 n = j_end - j0 < BC ? j_end - j0 : BC;
-    copy(sk, BC, kb + (ch_u64)j0 * a.k_stride[1], a.k_stride[1], n, false);
-    copy(sv, BC, vb + (ch_u64)j0 * a.v_stride[1], a.v_stride[1], n, VT);
+    const ch_u16 *kt = kb + (ch_u64)j0 * a.k_stride[1], *vt = vb + (ch_u64)j0 * a.v_stride[1];
+    if (DECODE && !VT && ATTN_DECODE_KV_AT_ONCE) {
+      copy(sk, BC, kt, a.k_stride[1], n, false, sv, vt, a.v_stride[1]);
+    } else {
+      copy(sk, BC, kt, a.k_stride[1], n, false);
+      copy(sv, BC, vt, a.v_stride[1], n, VT);
+    }
   };
 
   ch_u16* const wave_p = sp + wave * 16 * PLD;

@@ -279,17 +279,30 @@ fn decode_waves(d: usize, arch: &str) -> u32 {
 /// Query rows per decode block (`CH_DECODE_ROWS` of `attention.hip`).
 const DECODE_ROWS: usize = 16;
 
-/// Decode blocks per compute unit that the splits aim at: three of four
-/// waves each fit a unit's registers (168 a lane on the test platform),
-/// and three measured faster there than four or eight; on AMD three of two
-/// waves fit a CDNA unit's 64 KiB of shared memory.
+/// Decode blocks per compute unit that the splits aim at, at most: three
+/// measured faster than four or eight on the test platform, and on AMD
+/// three blocks of two waves fit a CDNA unit's 64 KiB of shared memory.
 const DECODE_BLOCKS_PER_UNIT: usize = 3;
 
-/// Key splits for decoding: about [`DECODE_BLOCKS_PER_UNIT`] blocks per
-/// compute unit, each split at least [`MIN_SPLIT_KEYS`] keys, at most
-/// [`MAX_SPLITS`] splits.
-fn decode_splits(s_k: usize, blocks: usize, compute_units: usize) -> usize {
-    let wanted = (DECODE_BLOCKS_PER_UNIT * compute_units) / blocks.max(1);
+/// 32-bit registers of an NVIDIA streaming multiprocessor (every
+/// architecture the test platform runs).
+const NVIDIA_REGISTERS_PER_UNIT: usize = 65536;
+
+/// Decode blocks per compute unit on the test platform, for a kernel of
+/// `registers` registers a lane in blocks of `threads`: as many as a unit's
+/// registers hold, up to [`DECODE_BLOCKS_PER_UNIT`]. (Head dim 128 loads a
+/// whole K and V tile at once, 220 registers a lane: two blocks, which
+/// measured faster than three blocks of a kernel loading less at once.) AMD
+/// targets take [`DECODE_BLOCKS_PER_UNIT`].
+fn nvidia_decode_blocks_per_unit(registers: u32, threads: u32) -> usize {
+    let per_block = (registers as usize).max(1) * (threads as usize).max(1);
+    (NVIDIA_REGISTERS_PER_UNIT / per_block).clamp(1, DECODE_BLOCKS_PER_UNIT)
+}
+
+/// Key splits for decoding: about `per_unit` blocks per compute unit, each
+/// split at least [`MIN_SPLIT_KEYS`] keys, at most [`MAX_SPLITS`] splits.
+fn decode_splits(s_k: usize, blocks: usize, per_unit: usize, compute_units: usize) -> usize {
+    let wanted = (per_unit * compute_units) / blocks.max(1);
     wanted.clamp(1, s_k.div_ceil(MIN_SPLIT_KEYS).clamp(1, MAX_SPLITS))
 }
 
@@ -433,7 +446,15 @@ pub fn flash_attn(
     let per_kv = h_q / h_k;
     let row_groups = (s_q * per_kv).div_ceil(DECODE_ROWS);
     let blocks = size::product(OP, "the decode blocks", &[b, h_k, row_groups])?;
-    let splits = decode_splits(s_k, blocks, launcher.compute_units() as usize);
+    let kernel = decode.kernel(OP, dtype)?;
+    let arch = launcher.device().arch();
+    let threads = decode_waves(d, arch) * launcher.wave_size();
+    let per_unit = if arch.starts_with("sm_") {
+        nvidia_decode_blocks_per_unit(launcher.registers(kernel)?, threads)
+    } else {
+        DECODE_BLOCKS_PER_UNIT
+    };
+    let splits = decode_splits(s_k, blocks, per_unit, launcher.compute_units() as usize);
     let split_keys = s_k.div_ceil(splits).max(1);
     let splits = s_k.div_ceil(split_keys).max(1);
     args.split_keys = u32_of("split_keys", split_keys)?;
@@ -448,14 +469,9 @@ pub fn flash_attn(
             u32_of("decode row groups", h_k * row_groups)?,
             batch,
         ),
-        block_dim: (
-            decode_waves(d, launcher.device().arch()) * launcher.wave_size(),
-            1,
-            1,
-        ),
+        block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     };
-    let kernel = decode.kernel(OP, dtype)?;
     // SAFETY: flash_decode_d<D>_T takes (AttnArgs, const T* q, k, v, float*
     // part, const float* alibi, const u32* key_lens); views as above, part
     // holds b*h_q*s_q*splits rows of d + 2 floats, key_lens b u32 or null;
@@ -517,21 +533,28 @@ mod tests {
         assert_eq!(window(Some(usize::MAX)), UNBOUNDED);
         // One block per (batch, kv head): 32 kv heads on 100 compute units
         // take 9 splits (288 blocks), not 10 (320, over 3 per unit).
-        assert_eq!(decode_splits(4096, 32, 100), 9);
+        assert_eq!(decode_splits(4096, 32, 3, 100), 9);
         // Batch 8 of 8 kv heads on 132 units: 6 splits, 384 blocks.
-        assert_eq!(decode_splits(4096, 64, 132), 6);
+        assert_eq!(decode_splits(4096, 64, 3, 132), 6);
+        // Two blocks a unit: 4 splits, 256 blocks.
+        assert_eq!(decode_splits(4096, 64, 2, 132), 4);
+        // Blocks a unit on the test platform: as its registers allow, at most 3.
+        assert_eq!(nvidia_decode_blocks_per_unit(220, 128), 2);
+        assert_eq!(nvidia_decode_blocks_per_unit(128, 128), 3);
+        assert_eq!(nvidia_decode_blocks_per_unit(255, 1024), 1);
+        assert_eq!(nvidia_decode_blocks_per_unit(0, 128), 3);
         // Decode blocks: 64-key tiles on the test platform, 32 on AMD.
         assert_eq!(decode_waves(128, "sm_90"), 4);
         assert_eq!(decode_waves(128, "gfx942"), 2);
         assert_eq!(decode_waves(64, "gfx1100"), 2);
         assert_eq!(decode_waves(256, "sm_90"), 1);
         // Short caches are not split below MIN_SPLIT_KEYS keys.
-        assert_eq!(decode_splits(60, 1, 100), 1);
-        assert_eq!(decode_splits(300, 1, 100), 5);
+        assert_eq!(decode_splits(60, 1, 3, 100), 1);
+        assert_eq!(decode_splits(300, 1, 3, 100), 5);
         // Enough blocks already.
-        assert_eq!(decode_splits(4096, 1000, 100), 1);
+        assert_eq!(decode_splits(4096, 1000, 3, 100), 1);
         // A long cache on a large device: at most MAX_SPLITS.
-        assert_eq!(decode_splits(1 << 20, 1, 1000), MAX_SPLITS);
+        assert_eq!(decode_splits(1 << 20, 1, 3, 1000), MAX_SPLITS);
     }
 
     #[test]

@@ -49,6 +49,11 @@ impl Launcher {
         self.registry.load_all()
     }
 
+    /// The registers a lane of `kernel` uses (loading its module first).
+    pub(crate) fn registers(&self, kernel: Kernel) -> Result<u32> {
+        self.registry.function(kernel)?.num_registers().map_err(hip)
+    }
+
     /// Launches `kernel` on the stream with `args` in order.
     ///
     /// # Safety
