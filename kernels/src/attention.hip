@@ -567,6 +567,60 @@ __device__ __forceinline__ ch_u32 attn_pack<ch_f16>(float lo, float hi) {
 }
 #endif
 
+// ---------------------------------------------------------------------------
+// Tile copies: 16 bytes from global to shared memory.
+
+// Whether the prefill kernel's copies run asynchronously: `cp.async` on
+// the NVIDIA test platform (sm_80 and newer) moves the bytes without
+// passing them through registers, so a block has a tile in flight while it
+// computes at no cost in occupancy. Elsewhere a copy is a load and a
+// store, complete when it returns. -DATTN_ASYNC=0 turns it off (the kernel
+// bench compares).
+#ifndef ATTN_ASYNC
+#if defined(CH_ATTN_MMA_NV)
+#define ATTN_ASYNC 1
+#else
+#define ATTN_ASYNC 0
+#endif
+#endif
+
+// Eight elements as words (zeroing them costs a move a word, not byte
+// permutes): the 16 bytes at `src`, or zeros when !valid.
+typedef Pack<ch_u32, 4> AttnWords;
+__device__ __forceinline__ AttnWords attn_read16(const ch_u16* src, bool valid) {
+  AttnWords w;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) w.v[i] = 0;
+  if (valid) w = *reinterpret_cast<const AttnWords*>(src);
+  return w;
+}
+
+// Copies 16 bytes from `src` to `dst` in shared memory (both 16-byte
+// aligned), or zeros when !valid (`src` is then not read); asynchronously
+// where ASYNC and the target has it (ATTN_ASYNC).
+template <bool ASYNC>
+__device__ __forceinline__ void attn_copy16(ch_u16* dst, const ch_u16* src, bool valid) {
+#if ATTN_ASYNC
+  if (ASYNC) {
+    // SAFETY: a source size of 0 reads nothing and fills the 16 bytes with
+    // zeros (PTX ISA, "cp.async"); `dst` is a shared-memory address.
+    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+    return;
+  }
+#endif
+  *reinterpret_cast<AttnWords*>(dst) = attn_read16(src, valid);
+}
+
+// Waits for this thread's asynchronous copies (a barrier then makes every
+// thread's visible to the block).
+__device__ __forceinline__ void attn_copy_wait() {
+#if ATTN_ASYNC
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
 // Waves per block and keys per tile by head dimension: shared memory stays
 // within 48 KiB (a K and a V tile, and the Q tile where its fragments do
 // not stay in registers). The NVIDIA test platform takes 64 keys per tile
@@ -758,24 +812,27 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     return info;
   };
 
-  // Tiles move in packs of PACK elements, as words (zeroing one costs a
-  // move a word, not byte permutes): the pack at `src`, or zeros.
-  typedef Pack<ch_u32, PACK / 2> Words;
-  auto read_pack = [&](const ch_u16* src, bool valid) {
-    Words val;
-#pragma unroll
-    for (int i = 0; i < PACK / 2; ++i) val.v[i] = 0;
-    if (valid) val = *reinterpret_cast<const Words*>(src);
-    return val;
-  };
-  // Stores a pack at (row, col) of a padded tile: row-major (row step LD),
-  // or transposed (spread down a column of row step VLD).
-  auto write_pack = [&](ch_u16* dst, int row, int col, const Words& val, bool transposed) {
+  // Tiles move in packs of PACK elements (attn_copy16), asynchronously in
+  // prefill where the target allows: decode measured faster with its
+  // copies' loads in registers (below) than with asynchronous copies and
+  // the blocks the registers they free allow. A pack at (row, col) of a
+  // padded tile: row-major (row step LD), or transposed (spread down a
+  // column of row step VLD, through registers).
+  static_assert(PACK * sizeof(ch_u16) == sizeof(AttnWords), "a pack is 16 bytes");
+  const bool ASYNC = !DECODE && ATTN_ASYNC;
+  auto store_pack = [&](ch_u16* dst, int row, int col, const AttnWords& val, bool transposed) {
     if (transposed) {
 #pragma unroll
       for (int e = 0; e < PACK; ++e) dst[(col + e) * VLD + row] = attn_half(val.v, e);
     } else {
-      *reinterpret_cast<Words*>(dst + row * LD + col) = val;
+      *reinterpret_cast<AttnWords*>(dst + row * LD + col) = val;
+    }
+  };
+  auto move_pack = [&](ch_u16* dst, int row, int col, const ch_u16* src, bool valid, bool transposed) {
+    if (transposed) {
+      store_pack(dst, row, col, attn_read16(src, valid), true);
+    } else {
+      attn_copy16<ASYNC>(dst + row * LD + col, src, valid);
     }
   };
   // Copies rows 0 .. n - 1 of `src` (row step `step`, elements) into a tile
@@ -784,17 +841,17 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
   // `step2`) into `dst2` as well. Where THREADS is a multiple of PPR and
   // divides the tile's packs, a thread's packs share a column and its rows
   // are a fixed step apart: one pointer per source and thread, moved by
-  // that step, every load of both sources issued before the first store
-  // (a decode block then has a whole K and V tile in flight, which the
-  // host pays for in blocks per unit: fused/attention.rs). Not for head
-  // dim 256, whose registers (the output takes twice as many) would spill
-  // on RDNA.
+  // that step. With both sources (decode, synchronous), every load of
+  // both is issued before the first store (a decode block then has a whole
+  // K and V tile in flight, which the host pays for in blocks per unit:
+  // fused/attention.rs); not for head dim 256, whose registers (the output
+  // takes twice as many) would spill on RDNA.
   const int THREADS = WAVES * CANDLE_HIP_WAVE, PPR = D / PACK;
   const int MAX_STEPS = (BC > ROWS ? BC : ROWS) / (THREADS / PPR > 0 ? THREADS / PPR : 1);
   auto copy_spread = [&](ch_u16* dst, int tile_rows, const ch_u16* src, ch_u64 step, ch_i64 n, bool transposed) {
     for (int p = tid; p < tile_rows * PPR; p += THREADS) {
       const int row = p / PPR, col = (p % PPR) * PACK;
-      write_pack(dst, row, col, read_pack(src + (ch_u64)row * step + col, row < n), transposed);
+      move_pack(dst, row, col, src + (ch_u64)row * step + col, row < n, transposed);
     }
   };
   auto copy = [&](ch_u16* dst, int tile_rows, const ch_u16* src, ch_u64 step, ch_i64 n, bool transposed,
@@ -807,22 +864,22 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
 #pragma unroll
         for (int i = 0; i < tile_rows / RSTEP; ++i, from += jump) {
           const int row = row0 + i * RSTEP;
-          write_pack(dst, row, col, read_pack(from, row < n), transposed);
+          move_pack(dst, row, col, from, row < n, transposed);
         }
         return;
       }
       const ch_u16* from2 = src2 + (ch_u64)row0 * step2 + col;
       const ch_u64 jump2 = (ch_u64)RSTEP * step2;
-      Words first[MAX_STEPS], second[MAX_STEPS];
+      AttnWords first[MAX_STEPS], second[MAX_STEPS];
 #pragma unroll
       for (int i = 0; i < tile_rows / RSTEP; ++i, from += jump, from2 += jump2) {
-        first[i] = read_pack(from, row0 + i * RSTEP < n);
-        second[i] = read_pack(from2, row0 + i * RSTEP < n);
+        first[i] = attn_read16(from, row0 + i * RSTEP < n);
+        second[i] = attn_read16(from2, row0 + i * RSTEP < n);
       }
 #pragma unroll
       for (int i = 0; i < tile_rows / RSTEP; ++i) {
-        write_pack(dst, row0 + i * RSTEP, col, first[i], transposed);
-        write_pack(dst2, row0 + i * RSTEP, col, second[i], false);
+        store_pack(dst, row0 + i * RSTEP, col, first[i], transposed);
+        store_pack(dst2, row0 + i * RSTEP, col, second[i], false);
       }
     } else {
       copy_spread(dst, tile_rows, src, step, n, transposed);
@@ -837,7 +894,7 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     for (int p = tid; p < ROWS * PPR; p += THREADS) {
       const int r = p / PPR, col = (p % PPR) * PACK;
       const ch_u16* src = qb + (ch_u64)position(r) * a.q_stride[1] + (ch_u64)head(r) * a.q_stride[2] + col;
-      write_pack(q_tile, r, col, read_pack(src, r < rows), false);
+      move_pack(q_tile, r, col, src, r < rows, false);
     }
   } else {
     copy(q_tile, ROWS, qb + (ch_u64)head(0) * a.q_stride[2] + (ch_u64)i0 * a.q_stride[1], a.q_stride[1], rows,
@@ -846,6 +903,7 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
   // Decode: the rows' masks in shared memory, sparing registers.
   __shared__ AttnRow s_rows[DECODE ? ROWS : 1];
   if (DECODE && tid < ROWS) s_rows[tid] = row_info(tid);
+  if (ASYNC) attn_copy_wait();
   __syncthreads();
   auto row_at = [&](int r) { return DECODE ? s_rows[r] : row_info(r); };
   // The wave's first row and first key of a tile.
@@ -880,26 +938,43 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     for (int t = 0; t < D / 16; ++t) acc[t][e] = 0.0f;
   }
 
-  // K and V tiles go straight to shared memory; decode loads both at once
-  // (V is row-major there). (Loading the next tile into registers during
-  // the current one's products measured slower on the NVIDIA test platform:
-  // the registers cost occupancy.)
+  // K and V tiles go straight to shared memory. With asynchronous copies
+  // the tiles are pipelined: a tile's V copies while its scores are
+  // computed and the next tile's K while P·V is (the same memory and
+  // barriers; with synchronous copies this order measured slower on the
+  // NVIDIA test platform). Else both copy before the tile's products,
+  // decode issuing both copies' loads together (V is row-major there).
+  // (Loading the next tile into registers during the current one's
+  // products measured slower on the NVIDIA test platform: the registers
+  // cost occupancy.)
+  auto tile_keys = [&](ch_i64 j0) { return j_end - j0 < BC ? j_end - j0 : (ch_i64)BC; };
+  auto copy_k = [&](ch_i64 j0) { copy(sk, BC, kb + (ch_u64)j0 * a.k_stride[1], a.k_stride[1], tile_keys(j0), false); };
+  auto copy_v = [&](ch_i64 j0) { copy(sv, BC, vb + (ch_u64)j0 * a.v_stride[1], a.v_stride[1], tile_keys(j0), VT); };
   auto copy_tile = [&](ch_i64 j0) {
-    const ch_i64 n = j_end - j0 < BC ? j_end - j0 : BC;
-    const ch_u16 *kt = kb + (ch_u64)j0 * a.k_stride[1], *vt = vb + (ch_u64)j0 * a.v_stride[1];
     if (DECODE && !VT && ATTN_DECODE_KV_AT_ONCE) {
-      copy(sk, BC, kt, a.k_stride[1], n, false, sv, vt, a.v_stride[1]);
+      copy(sk, BC, kb + (ch_u64)j0 * a.k_stride[1], a.k_stride[1], tile_keys(j0), false, sv,
+           vb + (ch_u64)j0 * a.v_stride[1], a.v_stride[1]);
     } else {
-      copy(sk, BC, kt, a.k_stride[1], n, false);
-      copy(sv, BC, vt, a.v_stride[1], n, VT);
+      copy_k(j0);
+      copy_v(j0);
     }
   };
+  if (ASYNC && j_begin < j_end) {
+    __syncthreads();  // Q is consumed
+    copy_k(j_begin);
+  }
 
   ch_u16* const wave_p = sp + wave * 16 * PLD;
   for (ch_i64 j0 = j_begin; j0 < j_end; j0 += BC) {
-    __syncthreads();  // the previous tile (or Q) is consumed
-    copy_tile(j0);
-    __syncthreads();
+    if (ASYNC) {
+      attn_copy_wait();
+      __syncthreads();  // K in place; the previous tile's V is consumed
+      copy_v(j0);
+    } else {
+      __syncthreads();  // the previous tile (or Q) is consumed
+      copy_tile(j0);
+      __syncthreads();
+    }
 
     // S = Q·Kᵀ (or Sᵀ) for the wave's 16 rows and KW keys.
     const ch_u16* const wave_k = sk + wave_key * LD;
@@ -969,6 +1044,12 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     attn_in_lane<M, SC, false>(sums, lane_sum);
 #pragma unroll
     for (int e = 0; e < C_N; ++e) l[e] = l[e] * alpha[e] + lane_sum[e];
+
+    if (ASYNC) {
+      attn_copy_wait();
+      __syncthreads();  // V in place; K is consumed
+      if (j0 + BC < j_end) copy_k(j0 + BC);
+    }
 
     // O = O·alpha + P·V.
 #pragma unroll
