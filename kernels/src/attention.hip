@@ -18,9 +18,10 @@
 //                       T* o, const float* alibi)
 //     Prefill (any s_q). A block owns 16 query rows per wave of one
 //     (batch, head) and walks the visible key tiles: S = Q·Kᵀ with matrix
-//     instructions, the online softmax on the scores in registers, O += P·V.
-//     Grid (ceil(s_q / rows per block), h_q, batch); block: ATTN_WAVES(D)
-//     waves.
+//     instructions, the online softmax on the scores in registers, O += P·V;
+//     where copies to shared memory can be asynchronous (ATTN_ASYNC), the
+//     next tile's loads overlap the current tile's products. Grid
+//     (ceil(s_q / rows per block), h_q, batch); block: ATTN_WAVES(D) waves.
 //
 //   flash_decode_d<D>_<T>(AttnArgs a, const T* q, const T* k, const T* v,
 //                         float* part, const float* alibi,
@@ -1022,28 +1023,41 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
       for (int t = 1; t < KW / 16; ++t) tile_max[e] = fmaxf(tile_max[e], s[t][e]);
       tile_max[e] *= unit;  // unit > 0 (plain)
     }
-    float lane_max[C_N], row_max[C_N], alpha[C_N], sums[C_N], lane_sum[C_N];
+    float lane_max[C_N], row_max[C_N], m_sub[C_N], alpha[C_N], sums[C_N], lane_sum[C_N];
     attn_in_lane<M, SC, true>(tile_max, lane_max);
     attn_across_lanes<M, SC, true>(lane_max, row_max);
+    // A query's statistics are computed at its first element and copied to
+    // its others, so that the compiler keeps one register per query for
+    // each across the tiles, not one per element.
 #pragma unroll
     for (int e = 0; e < C_N; ++e) {
-      const float m_new = fmaxf(m[e], row_max[e]);
-      // A query that has seen no key yet keeps -inf; 0 is subtracted then,
-      // so that every exponential is exp2(-inf) = 0.
-      const float m_sub = m_new == -__builtin_huge_valf() ? 0.0f : m_new;
-      alpha[e] = attn_exp2_ftz(m[e] - m_sub);
-      m[e] = m_new;
+      const int first = attn_first_of_query<SC>(e);  // a constant once unrolled
+      if (first != e) {
+        m_sub[e] = m_sub[first];
+        alpha[e] = alpha[first];
+        m[e] = m[first];
+      } else {
+        const float m_new = fmaxf(m[e], row_max[e]);
+        // A query that has seen no key yet keeps -inf; 0 is subtracted
+        // then, so that every exponential is exp2(-inf) = 0.
+        m_sub[e] = m_new == -__builtin_huge_valf() ? 0.0f : m_new;
+        alpha[e] = attn_exp2_ftz(m[e] - m_sub[e]);
+        m[e] = m_new;
+      }
       sums[e] = 0.0f;
 #pragma unroll
       for (int t = 0; t < KW / 16; ++t) {
-        s[t][e] = attn_exp2_ftz(fmaf(s[t][e], unit, -m_sub));
+        s[t][e] = attn_exp2_ftz(fmaf(s[t][e], unit, -m_sub[e]));
         sums[e] += s[t][e];
       }
     }
-    // The lane's part of each query's sum, the same in all its elements.
+    // The lane's part of each query's sum.
     attn_in_lane<M, SC, false>(sums, lane_sum);
 #pragma unroll
-    for (int e = 0; e < C_N; ++e) l[e] = l[e] * alpha[e] + lane_sum[e];
+    for (int e = 0; e < C_N; ++e) {
+      const int first = attn_first_of_query<SC>(e);
+      l[e] = first != e ? l[first] : l[e] * alpha[e] + lane_sum[e];
+    }
 
     if (ASYNC) {
       attn_copy_wait();
