@@ -949,12 +949,13 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
   // products measured slower on the NVIDIA test platform: the registers
   // cost occupancy.)
   auto tile_keys = [&](ch_i64 j0) { return j_end - j0 < BC ? j_end - j0 : (ch_i64)BC; };
-  auto copy_k = [&](ch_i64 j0) { copy(sk, BC, kb + (ch_u64)j0 * a.k_stride[1], a.k_stride[1], tile_keys(j0), false); };
-  auto copy_v = [&](ch_i64 j0) { copy(sv, BC, vb + (ch_u64)j0 * a.v_stride[1], a.v_stride[1], tile_keys(j0), VT); };
+  auto k_tile = [&](ch_i64 j0) { return kb + (ch_u64)j0 * a.k_stride[1]; };
+  auto v_tile = [&](ch_i64 j0) { return vb + (ch_u64)j0 * a.v_stride[1]; };
+  auto copy_k = [&](ch_i64 j0) { copy(sk, BC, k_tile(j0), a.k_stride[1], tile_keys(j0), false); };
+  auto copy_v = [&](ch_i64 j0) { copy(sv, BC, v_tile(j0), a.v_stride[1], tile_keys(j0), VT); };
   auto copy_tile = [&](ch_i64 j0) {
     if (DECODE && !VT && ATTN_DECODE_KV_AT_ONCE) {
-      copy(sk, BC, kb + (ch_u64)j0 * a.k_stride[1], a.k_stride[1], tile_keys(j0), false, sv,
-           vb + (ch_u64)j0 * a.v_stride[1], a.v_stride[1]);
+      copy(sk, BC, k_tile(j0), a.k_stride[1], tile_keys(j0), false, sv, v_tile(j0), a.v_stride[1]);
     } else {
       copy_k(j0);
       copy_v(j0);

@@ -51,7 +51,7 @@ impl Launcher {
 
     /// The registers a lane of `kernel` uses (loading its module first).
     pub(crate) fn registers(&self, kernel: Kernel) -> Result<u32> {
-        self.registry.function(kernel)?.num_registers().map_err(hip)
+        self.registry.registers(kernel)
     }
 
     /// Launches `kernel` on the stream with `args` in order.

@@ -34,6 +34,7 @@ pub(crate) struct Registry {
     device: Device,
     modules: Mutex<HashMap<Unit, Slot<Module>>>,
     functions: Mutex<HashMap<Kernel, Function>>,
+    registers: Mutex<HashMap<Kernel, u32>>,
 }
 
 /// Locks `m`; a poisoned lock only means another thread panicked while
@@ -107,6 +108,7 @@ impl Registry {
             device,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            registers: Mutex::new(HashMap::new()),
         }
     }
 
@@ -170,6 +172,17 @@ impl Registry {
         let function = module.function(&kernel.name()).map_err(hip)?;
         lock(&self.functions).insert(kernel, function.clone());
         Ok(function)
+    }
+
+    /// The registers a lane of `kernel` uses, asked of the driver once (a
+    /// launch that sizes its grid by them asks on every call).
+    pub(crate) fn registers(&self, kernel: Kernel) -> Result<u32> {
+        if let Some(&r) = lock(&self.registers).get(&kernel) {
+            return Ok(r);
+        }
+        let registers = self.function(kernel)?.num_registers().map_err(hip)?;
+        lock(&self.registers).insert(kernel, registers);
+        Ok(registers)
     }
 }
 
