@@ -49,8 +49,9 @@
 // aligned words (`q_words`): most block sizes are not multiples of 4.
 //
 // Dequantization: one thread per sub-block, read from a tile of blocks
-// staged in shared memory, 32 values stored in 16-byte packs. Activation rounding: CH_QACT_PER_LANE values per thread, a group of
-// adjacent lanes per block. The product: one wave per CH_QMATVEC_OUTS
+// staged in shared memory, 32 values stored in 16-byte packs. Activation
+// rounding: CH_QACT_PER_LANE values per thread, a group of adjacent lanes
+// per block. The product: one wave per CH_QMATVEC_OUTS
 // outputs j; its lanes take the sub-blocks of those rows in turn (adjacent
 // lanes read adjacent blocks; the q4k and q5k mat-vecs for few rows take
 // them in pairs that share their bytes, PairLoop), CH_QMATVEC_UNROLL at a
@@ -627,8 +628,9 @@ __device__ __forceinline__ void dequantize(const ch_u8* __restrict__ blocks, T* 
   // subs is a whole number of blocks (the host dequantizes whole blocks).
   const ch_u64 total_bytes = subs / per_block * Q::BYTES;
   for (ch_u64 t0 = (ch_u64)blockIdx.x * CH_ELEM_BLOCK; t0 < subs; t0 += (ch_u64)gridDim.x * CH_ELEM_BLOCK) {
-    const ch_u8* src = blocks + t0 / per_block * Q::BYTES;
-    const ch_u64 left = total_bytes - t0 / per_block * Q::BYTES;
+    const ch_u64 first = t0 / per_block * Q::BYTES;
+    const ch_u8* src = blocks + first;
+    const ch_u64 left = total_bytes - first;
     const int bytes = left < (ch_u64)tile_bytes ? (int)left : tile_bytes;
     __syncthreads();  // the previous tile is consumed
     for (int c = threadIdx.x; c * 16 < bytes; c += blockDim.x) {
