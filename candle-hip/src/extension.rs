@@ -58,7 +58,10 @@ pub use attention::{FlashAttn, flash_attn, flash_attn_with_key_lens};
 pub use collective::AllReduce;
 pub use decode::{rope_append, silu_mul};
 pub use device::BridgeDevice;
-pub use linear::{FusedInput, fused_linear, fused_quantized_linear, fused_quantized_linear_parts};
+pub use linear::{
+    FusedInput, fused_linear, fused_linear_rope_append, fused_linear_swiglu,
+    fused_quantized_linear, fused_quantized_linear_parts,
+};
 pub use quantized::{BridgeQStorage, NoQuantized, QuantizedBlocks};
 pub use storage::BridgeStorage;
 

@@ -1,6 +1,9 @@
 //! [`fused_linear`]: one token's linear layer with the norm or activation
 //! before it and the residual addition after it in one launch
-//! ([`crate::fused::fused_linear`]), on HIP tensors; [`fused_quantized_linear`]
+//! ([`crate::fused::fused_linear`]), on HIP tensors; [`fused_linear_swiglu`]
+//! and [`fused_linear_rope_append`] with the op after the product in that
+//! launch too (SwiGLU's activation; RoPE and the cache write);
+//! [`fused_quantized_linear`]
 //! the same against a quantized weight, in two
 //! ([`QuantizedStorage::fused_matvec`]).
 
@@ -8,10 +11,12 @@ use std::ops::Deref;
 
 use candle_core::custom_backend::{BoxedStorage, CustomStorage};
 use candle_core::quantized::QTensor;
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Storage, Tensor};
+use candle_core::{
+    CpuStorage, CustomOp1, CustomOp2, InplaceOp2, Layout, Result, Shape, Storage, Tensor,
+};
 
-use super::{boxed, hip_quantized, hip_storage, on_hip};
-use crate::fused::{self, LinearInput};
+use super::{BridgeStorage, Hip, boxed, hip_quantized, hip_storage, on_hip};
+use crate::fused::{self, LinearInput, StepCache};
 use crate::quantized::QuantizedStorage;
 
 /// What [`fused_linear`] multiplies the weight with.
@@ -196,6 +201,168 @@ pub fn fused_linear(
         shape,
     };
     x.apply_op2_no_bwd(weight, &op).map(Some)
+}
+
+/// The op behind [`fused_linear_swiglu`]: `silu(g)·u` of `[g, u] = x'·wᵀ`.
+#[derive(Clone, Debug)]
+struct FusedLinearSwiGlu {
+    input: OwnedInput,
+    /// The output's shape.
+    shape: Shape,
+}
+
+impl CustomOp2 for FusedLinearSwiGlu {
+    fn name(&self) -> &'static str {
+        "hip-fused-linear-swiglu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        super::hip_only(self.name())
+    }
+
+    fn custom_fwd(
+        &self,
+        x: &dyn CustomStorage,
+        x_l: &Layout,
+        w: &dyn CustomStorage,
+        w_l: &Layout,
+    ) -> Result<(BoxedStorage, Shape)> {
+        let name = self.name();
+        let (x, w) = (hip_storage(x, name)?, hip_storage(w, name)?);
+        let operands = borrow_operands(&self.input, None);
+        let (input, _) = operands.on_hip(name)?;
+        let out = fused::fused_linear_swiglu(x, x_l, w, w_l, input)?;
+        Ok((boxed(out), self.shape.clone()))
+    }
+}
+
+/// One token's gate/up projection and SwiGLU's activation in one launch:
+/// `silu(g)·u` where `[g, u] = x'·weightᵀ`, `weight` the `(2n, k)` matrix of
+/// the gate's rows then the up projection's (concatenated along the
+/// outputs) and `x'` as [`fused_linear`] takes it. Equals [`fused_linear`]
+/// followed by [`super::silu_mul`] of its two halves, bit for bit. The
+/// output has `x`'s dims with the last one `n`.
+///
+/// `Ok(None)` where [`fused_linear`] gives it, and for an odd number of
+/// weight rows: compute it unfused.
+pub fn fused_linear_swiglu(
+    x: &Tensor,
+    weight: &Tensor,
+    input: FusedInput,
+) -> Result<Option<Tensor>> {
+    let swiglu = matches!(input, FusedInput::SwiGlu);
+    let rows = weight.dim(0)?;
+    if super::as_hip_device(x.device()).is_none()
+        || rows % 2 == 1
+        || fused::fused_linear_plan(x.dtype(), x.layout(), weight.layout(), swiglu).is_none()
+    {
+        return Ok(None);
+    }
+    let op = FusedLinearSwiGlu {
+        input: input.into(),
+        shape: output_shape("fused_linear_swiglu", x, rows / 2, None)?,
+    };
+    x.apply_op2_no_bwd(weight, &op).map(Some)
+}
+
+/// The op behind [`fused_linear_rope_append`]: the state is the destination,
+/// `x` the source.
+struct FusedLinearRopeAppend {
+    weight: Tensor,
+    input: OwnedInput,
+    cos: Tensor,
+    sin: Tensor,
+    pos: Tensor,
+    cache: StepCache,
+}
+
+impl InplaceOp2 for FusedLinearRopeAppend {
+    fn name(&self) -> &'static str {
+        "hip-fused-linear-rope-append"
+    }
+
+    fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<()> {
+        super::hip_only(self.name())
+    }
+
+    fn custom_fwd(
+        &self,
+        state: &mut dyn CustomStorage,
+        state_l: &Layout,
+        x: &dyn CustomStorage,
+        x_l: &Layout,
+    ) -> Result<()> {
+        let name = self.name();
+        let state = BridgeStorage::<Hip>::downcast_mut(state, name)?;
+        let x = hip_storage(x, name)?;
+        // The other operands' storages stay borrowed while the kernel is
+        // queued.
+        let operands = borrow_operands(&self.input, None);
+        let (input, _) = operands.on_hip(name)?;
+        let (w, w_l) = self.weight.storage_and_layout();
+        let (cos, cos_l) = self.cos.storage_and_layout();
+        let (sin, sin_l) = self.sin.storage_and_layout();
+        let (pos, pos_l) = self.pos.storage_and_layout();
+        let (w, w_l) = on_hip(&w, w_l, "weight", name)?;
+        fused::fused_linear_rope_append(
+            state,
+            state_l,
+            x,
+            x_l,
+            w,
+            w_l,
+            input,
+            on_hip(&cos, cos_l, "cos table", name)?,
+            on_hip(&sin, sin_l, "sin table", name)?,
+            on_hip(&pos, pos_l, "position", name)?,
+            self.cache,
+        )
+    }
+}
+
+/// One decoding step's query/key/value projection (batch 1), RoPE and cache
+/// write in one launch, in place in `state`: `x'·weightᵀ` (`x'` as
+/// [`fused_linear`] takes it; `weight` the q, k and v projections stacked,
+/// `(heads + 2 kv_heads) head_dim` rows), then what [`super::rope_append`]
+/// does with those outputs (`state`, `cos`, `sin`, `pos` and `cache` as it
+/// takes them). Leaves the state bit for bit as [`fused_linear`] followed by
+/// [`super::rope_append`] does.
+///
+/// `Ok(false)`, writing nothing, where [`fused_linear`] gives `None`:
+/// compute it unfused. Errors: those of both.
+#[allow(clippy::too_many_arguments)]
+pub fn fused_linear_rope_append(
+    state: &Tensor,
+    x: &Tensor,
+    weight: &Tensor,
+    input: FusedInput,
+    cos: &Tensor,
+    sin: &Tensor,
+    pos: &Tensor,
+    cache: StepCache,
+) -> Result<bool> {
+    let swiglu = matches!(input, FusedInput::SwiGlu);
+    if super::as_hip_device(x.device()).is_none()
+        || fused::fused_linear_plan(x.dtype(), x.layout(), weight.layout(), swiglu).is_none()
+    {
+        return Ok(false);
+    }
+    let op = FusedLinearRopeAppend {
+        weight: weight.clone(),
+        input: input.into(),
+        cos: cos.clone(),
+        sin: sin.clone(),
+        pos: pos.clone(),
+        cache,
+    };
+    state.inplace_op2(x, &op)?;
+    Ok(true)
 }
 
 /// The op behind [`fused_quantized_linear_parts`]: `x'·Wᵀ (+ residual)` of

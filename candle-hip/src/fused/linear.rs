@@ -8,10 +8,16 @@
 //! to the dtype as the separate kernels round it (a plain `x` on a 16-byte
 //! boundary is read in place instead), then multiplies it with its rows of
 //! the weight as [`crate::ops`]' one-row product does.
+//!
+//! [`fused_linear_swiglu`] and [`fused_linear_rope_append`] fold the kernel
+//! after a product in as well (`gemv_pairs_*`): each group of waves
+//! multiplies two rows, a gate row with its up row or the two rows of a
+//! rotary pair, and stores what SwiGLU's activation or RoPE with the cache
+//! write makes of them.
 
 use candle_core::backend::BackendStorage;
 use candle_core::{DType, Layout};
-use hip_safe::DevicePtr;
+use hip_safe::{DevicePtr, DeviceRepr, DeviceView, KernelArg, LaunchConfig};
 
 use crate::error::{Result, invalid};
 use crate::kernel::catalogue as cat;
@@ -21,6 +27,8 @@ use crate::kernel::launch::{to_u32, view_or_null};
 use crate::ops::gemv::{launch_config, split, weight_rows};
 use crate::size;
 use crate::storage::HipStorage;
+
+use super::rope::{StepCache, StepRope};
 
 const OP: &str = "fused_linear";
 
@@ -116,7 +124,7 @@ pub(crate) fn operand_vector<'a>(
     (v, l): (&'a HipStorage, &Layout),
     what: &str,
     len: usize,
-) -> Result<hip_safe::DeviceView<'a, u8>> {
+) -> Result<DeviceView<'a, u8>> {
     x.check_device(v, op)?;
     x.check_dtype(v, op)?;
     if !l.is_contiguous() || l.shape().elem_count() != len {
@@ -129,6 +137,100 @@ pub(crate) fn operand_vector<'a>(
         ));
     }
     v.view(op, l)
+}
+
+/// The operands and launch of a fused product, as every `gemv_fused_*` and
+/// `gemv_pairs_*` launch takes them.
+struct Product<'a> {
+    x: DeviceView<'a, u8>,
+    w: DeviceView<'a, u8>,
+    norm_w: Option<DeviceView<'a, u8>>,
+    eps: f32,
+    input: u32,
+    /// Items: outputs of `gemv_fused_*`, pairs of `gemv_pairs_*`.
+    items: u32,
+    k: u32,
+    w_stride: u64,
+    split: u32,
+    cfg: LaunchConfig,
+}
+
+impl<'a> Product<'a> {
+    /// Checks `x'·wᵀ` as `op` and lays out its launch: `items` groups of
+    /// waves (given the weight's rows; an error when they do not pair as
+    /// the kernel needs), each split as the product of every row is split,
+    /// so that a row's sum is the same in either kernel.
+    fn new(
+        op: &'static str,
+        (x, x_l): (&'a HipStorage, &'a Layout),
+        (w, w_l): (&'a HipStorage, &'a Layout),
+        input: LinearInput<'a>,
+        items: impl FnOnce(usize) -> Result<usize>,
+    ) -> Result<Product<'a>> {
+        x.check_device(w, op)?;
+        x.check_dtype(w, op)?;
+        let dtype = x.dtype();
+        let swiglu = matches!(input, LinearInput::SwiGlu);
+        let Some((n, k, w_stride)) = fused_linear_plan(dtype, x_l, w_l, swiglu) else {
+            return Err(invalid(
+                op,
+                format!(
+                    "no fused kernel for x {:?} against a weight {:?} (strides {:?}) of \
+                     {dtype:?}: compute it unfused",
+                    x_l.dims(),
+                    w_l.dims(),
+                    w_l.stride()
+                ),
+            ));
+        };
+        let items = items(n)?;
+        let (norm_w, eps) = match input {
+            LinearInput::RmsNorm { weight, eps } => {
+                (Some(operand_vector(op, x, weight, "norm weight", k)?), eps)
+            }
+            _ => (None, 0.0),
+        };
+        let wv = weight_rows(op, w, w_l.start_offset(), (n, k, w_stride))?;
+        if !(wv.device_ptr() as usize).is_multiple_of(VEC_BYTES) {
+            return Err(invalid(
+                op,
+                "the weight does not start on a 16-byte boundary",
+            ));
+        }
+        let xv = x.view(op, x_l)?;
+        let launcher = x.device().kernels();
+        let wave = launcher.wave_size();
+        let split = split(n, k, dtype.size_in_bytes(), wave, launcher.compute_units());
+        let mut cfg = launch_config(items, split, wave)?;
+        // A few blocks per compute unit, each looping over its share of the
+        // items: every block stages x' once, so fewer blocks stage it fewer
+        // times (one block per handful of outputs re-read x and recomputed
+        // x' thousands of times for a wide product).
+        let resident = (launcher.compute_units().max(1)).saturating_mul(BLOCKS_PER_CU);
+        cfg.grid_dim.0 = cfg.grid_dim.0.min(resident);
+        // The kernels read a plain x on a 16-byte boundary in place
+        // (`gemv_reads_in_place` of gemv.hip) and stage x' otherwise.
+        let in_place = matches!(input, LinearInput::Plain)
+            && (xv.device_ptr() as usize).is_multiple_of(VEC_BYTES);
+        let staged = if in_place {
+            0
+        } else {
+            size::mul(op, "the staged input", k, dtype.size_in_bytes())?.next_multiple_of(VEC_BYTES)
+        };
+        cfg.shared_mem_bytes = to_u32(op, "the staged input", staged)?;
+        Ok(Product {
+            x: xv,
+            w: wv,
+            norm_w,
+            eps,
+            input: input.code(),
+            items: to_u32(op, "the products' items", items)?,
+            k: to_u32(op, "k", k)?,
+            w_stride: w_stride as u64,
+            split: to_u32(op, "the waves per output", split)?,
+            cfg,
+        })
+    }
 }
 
 /// `y = x'·Wᵀ (+ residual)` for one token: `x` (contiguous, `k` elements, or
@@ -147,71 +249,16 @@ pub fn fused_linear(
     input: LinearInput,
     residual: Option<(&HipStorage, &Layout)>,
 ) -> candle_core::Result<HipStorage> {
-    x.check_device(w, OP)?;
-    x.check_dtype(w, OP)?;
-    let dtype = x.dtype();
-    let swiglu = matches!(input, LinearInput::SwiGlu);
-    let Some((n, k, w_stride)) = fused_linear_plan(dtype, x_l, w_l, swiglu) else {
-        return Err(invalid(
-            OP,
-            format!(
-                "no fused kernel for x {:?} against a weight {:?} (strides {:?}) of {dtype:?}: \
-                 compute it unfused",
-                x_l.dims(),
-                w_l.dims(),
-                w_l.stride()
-            ),
-        ));
-    };
-    let (norm_w, eps) = match input {
-        LinearInput::RmsNorm { weight, eps } => {
-            (Some(operand_vector(OP, x, weight, "norm weight", k)?), eps)
-        }
-        _ => (None, 0.0),
-    };
+    let p = Product::new(OP, (x, x_l), (w, w_l), input, Ok)?;
+    let n = p.items as usize;
     let residual = residual
         .map(|r| operand_vector(OP, x, r, "residual", n))
         .transpose()?;
-    let wv = weight_rows(OP, w, w_l.start_offset(), (n, k, w_stride))?;
-    if !(wv.device_ptr() as usize).is_multiple_of(VEC_BYTES) {
-        return Err(invalid(
-            OP,
-            "the weight does not start on a 16-byte boundary",
-        ));
-    }
-    let xv = x.view(OP, x_l)?;
     let device = x.device();
     // SAFETY: the kernel writes all n outputs.
-    let mut out = unsafe { device.alloc_storage(dtype, n) }?;
+    let mut out = unsafe { device.alloc_storage(x.dtype(), n) }?;
     let y = out.view_all_mut();
-    let launcher = device.kernels();
-    let wave = launcher.wave_size();
-    let split = split(n, k, dtype.size_in_bytes(), wave, launcher.compute_units());
-    let mut cfg = launch_config(n, split, wave)?;
-    // A few blocks per compute unit, each looping over its share of the
-    // outputs: every block stages x' once, so fewer blocks stage it fewer
-    // times (one block per handful of outputs re-read x and recomputed x'
-    // thousands of times for a wide product).
-    let resident = (launcher.compute_units().max(1)).saturating_mul(BLOCKS_PER_CU);
-    cfg.grid_dim.0 = cfg.grid_dim.0.min(resident);
-    // The kernel reads a plain x on a 16-byte boundary in place
-    // (`gemv_reads_in_place` of gemv.hip) and stages x' otherwise.
-    let in_place =
-        matches!(input, LinearInput::Plain) && (xv.device_ptr() as usize).is_multiple_of(VEC_BYTES);
-    let staged = if in_place {
-        0
-    } else {
-        size::mul(OP, "the staged input", k, dtype.size_in_bytes())?.next_multiple_of(VEC_BYTES)
-    };
-    cfg.shared_mem_bytes = to_u32(OP, "the staged input", staged)?;
-    let (norm_arg, residual_arg) = (
-        view_or_null(norm_w.as_ref()),
-        view_or_null(residual.as_ref()),
-    );
-    let (n32, k32) = (to_u32(OP, "n", n)?, to_u32(OP, "k", k)?);
-    let (split32, code) = (to_u32(OP, "the waves per output", split)?, input.code());
-    let w_stride = w_stride as u64;
-    let kernel = cat::GEMV_FUSED.kernel(OP, dtype)?;
+    let kernel = cat::GEMV_FUSED.kernel(OP, x.dtype())?;
     // SAFETY: gemv_fused_* takes (const T* x, const T* w, T* y, u32 n, u32 k,
     // u64 w_stride, u32 split, u32 input, const T* norm_w, float eps, const
     // T* residual); x holds k elements (2k for SwiGLU), w (n - 1) * w_stride
@@ -220,23 +267,178 @@ pub fn fused_linear(
     // group of `split` waves per output (`launch_config`), and the dynamic
     // shared memory holds k elements (at most MAX_STAGED_BYTES).
     unsafe {
-        launcher.launch(
+        device.kernels().launch(
             kernel,
-            cfg,
+            p.cfg,
             &[
-                &xv,
-                &wv,
+                &p.x,
+                &p.w,
                 &y,
-                &n32,
-                &k32,
-                &w_stride,
-                &split32,
-                &code,
-                norm_arg,
-                &eps,
-                residual_arg,
+                &p.items,
+                &p.k,
+                &p.w_stride,
+                &p.split,
+                &p.input,
+                view_or_null(p.norm_w.as_ref()),
+                &p.eps,
+                view_or_null(residual.as_ref()),
             ],
         )
     }?;
     Ok(out)
+}
+
+/// `CH_GEMV_PAIRS_*` of `gemv.hip`.
+const PAIRS_SWIGLU: u32 = 0;
+const PAIRS_ROPE: u32 = 1;
+const PAIRS_ROPE_I: u32 = 2;
+
+/// `GemvRope` of `gemv.hip`: heads, kv_heads, head_dim, max_len and the
+/// tables' rows.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct GemvRope([u32; 5]);
+
+// SAFETY: `#[repr(C)]`, five u32 as the C struct of five ch_u32: no padding,
+// every bit pattern valid.
+unsafe impl DeviceRepr for GemvRope {}
+
+/// SwiGLU's activation of one token's gate/up product, in the product's
+/// launch: `silu(g)·u` of `g = x'·Gᵀ` and `u = x'·Uᵀ`, where `w` is the
+/// `(2n, k)` weight `[G; U]` (a fused gate/up projection's) and `x'` as
+/// [`fused_linear`] takes it. Each of `g` and `u` is rounded to the dtype
+/// first, so the result is bit for bit [`fused_linear`]'s product followed
+/// by `silu_mul` of its two halves. Returns the `n` activations.
+///
+/// Errors: those of [`fused_linear`], and an odd number of weight rows.
+pub fn fused_linear_swiglu(
+    x: &HipStorage,
+    x_l: &Layout,
+    w: &HipStorage,
+    w_l: &Layout,
+    input: LinearInput,
+) -> candle_core::Result<HipStorage> {
+    const OP: &str = "fused_linear_swiglu";
+    let p = Product::new(OP, (x, x_l), (w, w_l), input, |rows| {
+        if rows % 2 == 1 {
+            return Err(invalid(
+                OP,
+                format!("the gate/up weight has {rows} rows: not two halves"),
+            ));
+        }
+        Ok(rows / 2)
+    })?;
+    let device = x.device();
+    // SAFETY: the kernel writes all n activations.
+    let mut out = unsafe { device.alloc_storage(x.dtype(), p.items as usize) }?;
+    let y = out.view_all_mut();
+    launch_pairs(OP, &p, x, &y, PAIRS_SWIGLU, None)?;
+    Ok(out)
+}
+
+/// A decoding step's query/key/value product with RoPE and the cache write
+/// in its launch: `x'·Wᵀ` for the `(heads + 2 kv_heads) head_dim` rows of
+/// `w` (the q, k and v projections stacked), then what [`rope_append`]
+/// does with those outputs, into `state` (`x'` as [`fused_linear`] takes
+/// it; the tables, position and state as [`rope_append`] takes them). Each
+/// output is rounded to the dtype first, so the state ends bit for bit as
+/// [`fused_linear`] followed by [`rope_append`] leaves it.
+///
+/// Errors: those of both.
+///
+/// [`rope_append`]: super::rope_append
+#[allow(clippy::too_many_arguments)]
+pub fn fused_linear_rope_append(
+    state: &mut HipStorage,
+    state_l: &Layout,
+    x: &HipStorage,
+    x_l: &Layout,
+    w: &HipStorage,
+    w_l: &Layout,
+    input: LinearInput,
+    cos: (&HipStorage, &Layout),
+    sin: (&HipStorage, &Layout),
+    pos: (&HipStorage, &Layout),
+    cache: StepCache,
+) -> candle_core::Result<()> {
+    const OP: &str = "fused_linear_rope_append";
+    x.check_device(state, OP)?;
+    x.check_dtype(state, OP)?;
+    let step = StepRope::new(OP, state, state_l, cos, sin, pos, cache)?;
+    let qkv_len = cache
+        .qkv_len()
+        .ok_or_else(|| invalid(OP, format!("{cache:?} overflows")))?;
+    let p = Product::new(OP, (x, x_l), (w, w_l), input, |rows| {
+        if rows != qkv_len {
+            return Err(invalid(
+                OP,
+                format!("the weight has {rows} rows; the step's heads need {qkv_len} ({cache:?})"),
+            ));
+        }
+        Ok(rows / 2)
+    })?;
+    let output = if cache.interleaved {
+        PAIRS_ROPE_I
+    } else {
+        PAIRS_ROPE
+    };
+    launch_pairs(OP, &p, x, &step.state, output, Some(&step))
+}
+
+/// Launches `gemv_pairs_*` for `p` into `y` (the activations, or the step's
+/// state with `rope`).
+fn launch_pairs(
+    op: &'static str,
+    p: &Product,
+    x: &HipStorage,
+    y: &dyn KernelArg,
+    output: u32,
+    rope: Option<&StepRope>,
+) -> candle_core::Result<()> {
+    let kernel = cat::GEMV_PAIRS.kernel(op, x.dtype())?;
+    let (cos, sin, pos, dims) = match rope {
+        Some(r) => (
+            view_or_null(Some(&r.cos)),
+            view_or_null(Some(&r.sin)),
+            view_or_null(Some(&r.pos)),
+            GemvRope(r.dims),
+        ),
+        None => (
+            view_or_null(None),
+            view_or_null(None),
+            view_or_null(None),
+            GemvRope::default(),
+        ),
+    };
+    // SAFETY: gemv_pairs_* takes (const T* x, const T* w, T* y, u32 n, u32
+    // k, u64 w_stride, u32 split, u32 input, const T* norm_w, float eps, u32
+    // output, const T* cos, const T* sin, const u32* pos, GemvRope rope); x,
+    // w, norm_w and the launch as for gemv_fused_* (`Product::new`), with
+    // 2n rows of w; for SwiGLU y holds n elements, for RoPE y is the state
+    // of `rope.dims` and cos, sin and pos are its checked tables and
+    // position (`StepRope::new`), the rows being the step's heads.
+    unsafe {
+        x.device().kernels().launch(
+            kernel,
+            p.cfg,
+            &[
+                &p.x,
+                &p.w,
+                y,
+                &p.items,
+                &p.k,
+                &p.w_stride,
+                &p.split,
+                &p.input,
+                view_or_null(p.norm_w.as_ref()),
+                &p.eps,
+                &output,
+                cos,
+                sin,
+                pos,
+                &dims,
+            ],
+        )
+    }?;
+    Ok(())
 }

@@ -15,6 +15,8 @@
 //! | [`arg_sort_last_dim`] | `Tensor::arg_sort_last_dim` | every dtype (u32 output) |
 //! | [`flash_attn`] | `candle_flash_attn::flash_attn*` | f16, bf16 |
 //! | [`fused_linear`] | one token's `Linear` with an RMS norm or SwiGLU before it and a residual addition after it | f16, bf16, f32, f64 |
+//! | [`fused_linear_swiglu`] | one token's gate/up `Linear` (with an RMS norm before it) and SwiGLU's activation after it | f16, bf16, f32, f64 |
+//! | [`fused_linear_rope_append`] | one token's q/k/v `Linear` (with an RMS norm before it) and [`rope_append`] after it | f16, bf16, f32, f64 |
 //!
 //! They are functions rather than candle custom ops because candle-nn's ops
 //! (and candle-core 0.11.1's `Tensor`) only reach the CPU, CUDA and Metal
@@ -35,7 +37,10 @@ pub use argsort::{arg_sort_last_dim, shared_sort_max_cols};
 pub use attention::{
     AttentionKernel, DECODE_MAX_QUERIES, FlashAttnExtras, FlashAttnParams, HEAD_DIMS, flash_attn,
 };
-pub use linear::{LinearInput, MAX_STAGED_BYTES, fused_linear, fused_linear_plan};
+pub use linear::{
+    LinearInput, MAX_STAGED_BYTES, fused_linear, fused_linear_plan, fused_linear_rope_append,
+    fused_linear_swiglu,
+};
 pub(crate) use linear::{is_one_row, operand_vector};
 pub use rope::{StepCache, rope, rope_append, rope_i, rope_thd};
 pub use rows::{layer_norm, rms_norm, softmax_last_dim};

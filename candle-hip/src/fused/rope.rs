@@ -10,6 +10,7 @@ use crate::kernel::grid::grid_stride;
 use crate::kernel::launch::to_u32;
 use crate::size;
 use crate::storage::HipStorage;
+use hip_safe::{DeviceView, DeviceViewMut};
 
 /// Which of candle's three layouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,9 +279,9 @@ pub fn rope_append(
     state_l: &Layout,
     qkv: &HipStorage,
     qkv_l: &Layout,
-    (cos, cos_l): (&HipStorage, &Layout),
-    (sin, sin_l): (&HipStorage, &Layout),
-    (pos, pos_l): (&HipStorage, &Layout),
+    cos: (&HipStorage, &Layout),
+    sin: (&HipStorage, &Layout),
+    pos: (&HipStorage, &Layout),
     cache: StepCache,
 ) -> candle_core::Result<()> {
     const OP: &str = "rope_append";
@@ -289,107 +290,164 @@ pub fn rope_append(
     } else {
         &cat::ROPE_APPEND
     };
-    for other in [qkv, cos, sin, pos] {
-        state.check_device(other, OP)?;
-    }
-    for other in [qkv, cos, sin] {
-        state.check_dtype(other, OP)?;
-    }
-    if pos.dtype() != candle_core::DType::U32 || pos_l.shape().elem_count() != 1 {
+    state.check_device(qkv, OP)?;
+    state.check_dtype(qkv, OP)?;
+    let kernel = family.kernel(OP, state.dtype())?;
+    let device = state.device().clone();
+    let step = StepRope::new(OP, state, state_l, cos, sin, pos, cache)?;
+    let qkv_len = cache
+        .qkv_len()
+        .ok_or_else(|| invalid(OP, format!("{cache:?} overflows")))?;
+    if qkv_l.shape().elem_count() != qkv_len || !qkv_l.is_contiguous() {
         return Err(invalid(
             OP,
             format!(
-                "the position is {:?} of shape {:?}; expected one u32",
-                pos.dtype(),
-                pos_l.dims()
-            ),
-        ));
-    }
-    let StepCache {
-        heads,
-        kv_heads,
-        head_dim,
-        max_len,
-        ..
-    } = cache;
-    if heads == 0 || kv_heads == 0 || max_len == 0 || head_dim == 0 || head_dim % 2 == 1 {
-        return Err(invalid(
-            OP,
-            format!("{cache:?}: needs heads, positions and an even head dimension"),
-        ));
-    }
-    let overflow = || invalid(OP, format!("{cache:?} overflows"));
-    let (state_len, qkv_len) = (
-        cache.state_len().ok_or_else(overflow)?,
-        cache.qkv_len().ok_or_else(overflow)?,
-    );
-    let rows = match *cos_l.dims() {
-        [rows, half] if half * 2 == head_dim && cos_l.dims() == sin_l.dims() => rows,
-        _ => {
-            return Err(invalid(
-                OP,
-                format!(
-                    "cos {:?} and sin {:?} must both be (positions, {})",
-                    cos_l.dims(),
-                    sin_l.dims(),
-                    head_dim / 2
-                ),
-            ));
-        }
-    };
-    if state_l.shape().elem_count() != state_len || qkv_l.shape().elem_count() != qkv_len {
-        return Err(invalid(
-            OP,
-            format!(
-                "state {:?} and qkv {:?} do not hold {state_len} and {qkv_len} elements \
-                 ({cache:?})",
-                state_l.dims(),
+                "qkv {:?} is not {qkv_len} contiguous elements ({cache:?})",
                 qkv_l.dims()
             ),
         ));
     }
-    for (name, l) in [
-        ("state", state_l),
-        ("qkv", qkv_l),
-        ("cos", cos_l),
-        ("sin", sin_l),
-    ] {
-        if !l.is_contiguous() {
-            return Err(invalid(OP, format!("{name} has to be contiguous")));
-        }
-    }
-    let kernel = family.kernel(OP, state.dtype())?;
-    let u32_of = |what, v| to_u32(OP, what, v);
-    // The kernel indexes the state with 64-bit offsets; the rest fits u32.
-    let (h, kv, d, len, rows) = (
-        u32_of("heads", heads)?,
-        u32_of("kv_heads", kv_heads)?,
-        u32_of("head_dim", head_dim)?,
-        u32_of("max_len", max_len)?,
-        u32_of("table rows", rows)?,
-    );
-    // The kernel counts the heads of qkv in 32 bits.
-    u32_of("heads + 2 kv_heads", heads + 2 * kv_heads)?;
-    let device = state.device().clone();
     let x = qkv.view_range(OP, qkv_l.start_offset(), qkv_len)?;
-    let cs = cos.view(OP, cos_l)?;
-    let sn = sin.view(OP, sin_l)?;
-    let p = pos.view_range(OP, pos_l.start_offset(), 1)?;
-    let dst = state.view_range_mut(OP, state_l.start_offset(), state_len)?;
+    let [h, kv, d, len, rows] = step.dims;
     let cfg = grid_stride((qkv_len / 2) as u64, device.kernels().compute_units());
     // SAFETY: rope*_append_T take (const T* qkv, const T* cos, const T* sin,
     // const u32* pos, T* state, u32 heads, kv_heads, d, max_len, rows); qkv
     // holds (heads + 2 kv_heads) d elements, cos and sin rows * d/2, pos one,
-    // state 2 kv_heads max_len d + heads d, as checked above; the kernel
-    // writes nothing for a position outside max_len and rows.
+    // state 2 kv_heads max_len d + heads d (checked above and by
+    // `StepRope::new`); the kernel writes nothing for a position outside
+    // max_len and rows.
     unsafe {
         device.kernels().launch(
             kernel,
             cfg,
-            &[&x, &cs, &sn, &p, &dst, &h, &kv, &d, &len, &rows],
+            &[
+                &x,
+                &step.cos,
+                &step.sin,
+                &step.pos,
+                &step.state,
+                &h,
+                &kv,
+                &d,
+                &len,
+                &rows,
+            ],
         )
     }?;
     Ok(())
+}
+
+/// A decoding step's RoPE tables, position and state, checked for
+/// [`StepCache`] (for [`rope_append`] and the products that write the step
+/// themselves, `fused_linear_rope_append`).
+pub(crate) struct StepRope<'a> {
+    /// The `(rows, head_dim / 2)` cosine table.
+    pub cos: DeviceView<'a, u8>,
+    /// The sine table, as `cos`.
+    pub sin: DeviceView<'a, u8>,
+    /// The one u32 position.
+    pub pos: DeviceView<'a, u8>,
+    /// The whole state ([`StepCache::state_len`] elements).
+    pub state: DeviceViewMut<'a, u8>,
+    /// heads, kv_heads, head_dim, max_len and the tables' rows, as the
+    /// kernels take them (the kernels index the state with 64-bit offsets;
+    /// these and `heads + 2 kv_heads` fit u32).
+    pub dims: [u32; 5],
+}
+
+impl<'a> StepRope<'a> {
+    /// Checks the operands against `cache` as `op`: one device and the
+    /// state's dtype for the tables, a u32 position of one element,
+    /// contiguous `(rows, head_dim / 2)` tables, a contiguous state of
+    /// [`StepCache::state_len`] elements, heads, positions and an even head
+    /// dimension.
+    pub fn new(
+        op: &'static str,
+        state: &'a mut HipStorage,
+        state_l: &Layout,
+        (cos, cos_l): (&'a HipStorage, &Layout),
+        (sin, sin_l): (&'a HipStorage, &Layout),
+        (pos, pos_l): (&'a HipStorage, &Layout),
+        cache: StepCache,
+    ) -> Result<StepRope<'a>> {
+        for other in [cos, sin, pos] {
+            state.check_device(other, op)?;
+        }
+        for other in [cos, sin] {
+            state.check_dtype(other, op)?;
+        }
+        if pos.dtype() != candle_core::DType::U32 || pos_l.shape().elem_count() != 1 {
+            return Err(invalid(
+                op,
+                format!(
+                    "the position is {:?} of shape {:?}; expected one u32",
+                    pos.dtype(),
+                    pos_l.dims()
+                ),
+            ));
+        }
+        let StepCache {
+            heads,
+            kv_heads,
+            head_dim,
+            max_len,
+            ..
+        } = cache;
+        if heads == 0 || kv_heads == 0 || max_len == 0 || head_dim == 0 || head_dim % 2 == 1 {
+            return Err(invalid(
+                op,
+                format!("{cache:?}: needs heads, positions and an even head dimension"),
+            ));
+        }
+        let state_len = cache
+            .state_len()
+            .ok_or_else(|| invalid(op, format!("{cache:?} overflows")))?;
+        let rows = match *cos_l.dims() {
+            [rows, half] if half * 2 == head_dim && cos_l.dims() == sin_l.dims() => rows,
+            _ => {
+                return Err(invalid(
+                    op,
+                    format!(
+                        "cos {:?} and sin {:?} must both be (positions, {})",
+                        cos_l.dims(),
+                        sin_l.dims(),
+                        head_dim / 2
+                    ),
+                ));
+            }
+        };
+        if state_l.shape().elem_count() != state_len {
+            return Err(invalid(
+                op,
+                format!(
+                    "state {:?} does not hold {state_len} elements ({cache:?})",
+                    state_l.dims()
+                ),
+            ));
+        }
+        for (name, l) in [("state", state_l), ("cos", cos_l), ("sin", sin_l)] {
+            if !l.is_contiguous() {
+                return Err(invalid(op, format!("{name} has to be contiguous")));
+            }
+        }
+        let u32_of = |what, v| to_u32(op, what, v);
+        let dims = [
+            u32_of("heads", heads)?,
+            u32_of("kv_heads", kv_heads)?,
+            u32_of("head_dim", head_dim)?,
+            u32_of("max_len", max_len)?,
+            u32_of("table rows", rows)?,
+        ];
+        // The kernels count the heads of the step in 32 bits.
+        u32_of("heads + 2 kv_heads", heads + 2 * kv_heads)?;
+        Ok(StepRope {
+            cos: cos.view(op, cos_l)?,
+            sin: sin.view(op, sin_l)?,
+            pos: pos.view_range(op, pos_l.start_offset(), 1)?,
+            state: state.view_range_mut(op, state_l.start_offset(), state_len)?,
+            dims,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -454,9 +454,10 @@ families! {
     UPSAMPLE_BILINEAR2D = "upsample_bilinear2d" in UPSAMPLE: Floats;
     IM2COL = "im2col" in IM2COL: Floats;
     COL2IM = "col2im" in IM2COL: Floats;
-    GEMV = "gemv" in GEMV: Floats;
-    GEMV_SPLIT = "gemv_split" in GEMV: Floats;
-    GEMV_FUSED = "gemv_fused" in GEMV: Floats;
+    GEMV = "gemv" in GEMV part 1: Floats;
+    GEMV_SPLIT = "gemv_split" in GEMV part 1: Floats;
+    GEMV_FUSED = "gemv_fused" in GEMV part 1: Floats;
+    GEMV_PAIRS = "gemv_pairs" in GEMV part 2: Floats;
     DEQUANTIZE = "dequantize" in QUANTIZED part 1: Activations per ALL_BLOCKS;
     QUANTIZE_ACT = "quantize_act" in QUANTIZED part 1: Activations per ACTIVATION_BLOCKS;
     QMATVEC32 = "qmatvec" in QUANTIZED part 2: ActivationArgument per BLOCKS_OF_32;

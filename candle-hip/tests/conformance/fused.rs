@@ -11,8 +11,8 @@ use candle_core::{DType, Layout};
 use candle_hip::fused;
 
 use crate::common::{
-    Arrange, DTYPES, FLOATS, Tol, acc_unit, cpu_tensor, layout, rounded, start, to_f64, unit,
-    upload,
+    Arrange, DTYPES, FLOATS, Tol, acc_unit, cpu_tensor, hip_values, layout, rounded, start, to_f64,
+    unit, upload,
 };
 
 /// The dtype candle-nn computes the reference in: f32 for half inputs
@@ -398,6 +398,197 @@ fn rope_append_matches_rope_and_the_cache_rows() {
             .contains("even head dimension")
     );
     t.finish("conformance rope_append");
+}
+
+/// The products with SwiGLU's activation or the step's RoPE and cache
+/// write in their launch (`fused_linear_swiglu`, `fused_linear_rope_append`)
+/// against `fused_linear` followed by `silu_mul` of its halves or by
+/// `rope_append`, bit for bit: each row's sum is the same in both kernels
+/// (same split, same order) and is rounded to the dtype before the second
+/// op. Plain inputs on and off a 16-byte boundary and the RMS norm; gate/up
+/// weights from a few rows to the splits of long rows, narrowed from a wider
+/// matrix; the step's heads with grouped heads, both RoPE layouts, positions
+/// inside and past the cache and the tables (those write nothing: the state
+/// starts random, so a stray write shows). `fused_linear` itself is checked
+/// against a host reference above.
+#[test]
+#[ignore = "needs a HIP device"]
+fn fused_pairs_match_the_separate_ops() {
+    let (dev, mut t, mut rng) = start(0x5eed_000b);
+    let inputs = [LinearIn::Plain, LinearIn::RmsNorm];
+    let eps = 1e-5f32;
+    for dtype in FLOATS {
+        // (gate/up rows, k, row stride): the split grows as rows shrink.
+        for (rows, k, stride) in [(2, 8, 8), (14, 64, 72), (2000, 256, 256), (64, 4096, 4096)] {
+            let w_all = rounded(&rng.values(rows * stride, -1.0, 1.0), dtype);
+            let w_full = Layout::contiguous((rows, stride));
+            let w_l = w_full.narrow(1, 0, k).unwrap();
+            let ws = upload(&dev, &w_all, &w_full, dtype);
+            let g = rounded(&rng.values(k, -2.0, 2.0), dtype);
+            let g_l = Layout::contiguous(k);
+            let gs = upload(&dev, &g, &g_l, dtype);
+            for (input, x_off) in inputs.iter().flat_map(|&i| [(i, 0), (i, 1)]) {
+                let x = rounded(&rng.values(k, -3.0, 3.0), dtype);
+                let x_l = Layout::contiguous_with_offset((1, 1, k), x_off);
+                let xs = upload(&dev, &x, &x_l, dtype);
+                let lin = match input {
+                    LinearIn::RmsNorm => fused::LinearInput::RmsNorm {
+                        weight: (&gs, &g_l),
+                        eps,
+                    },
+                    _ => fused::LinearInput::Plain,
+                };
+                let case = format!("rows {rows} k {k} stride {stride} {input:?} x offset {x_off}");
+                let want = fused::fused_linear(&xs, &x_l, &ws, &w_l, lin, None).and_then(|y| {
+                    let half = Layout::contiguous(rows);
+                    let (gate, up) = (
+                        half.narrow(0, 0, rows / 2)?,
+                        half.narrow(0, rows / 2, rows / 2)?,
+                    );
+                    fused::silu_mul(&y, &gate, &y, &up)
+                });
+                match want {
+                    Ok(want) => t.check_run(
+                        "fused_linear_swiglu",
+                        dtype,
+                        &case,
+                        &hip_values(&want),
+                        Tol::EXACT,
+                        || fused::fused_linear_swiglu(&xs, &x_l, &ws, &w_l, lin),
+                    ),
+                    Err(e) => t.error("fused_linear_swiglu", dtype, &case, e),
+                }
+            }
+        }
+        // (heads, kv_heads, head_dim, max_len, table rows, positions, k).
+        type Case = (usize, usize, usize, usize, usize, &'static [usize], usize);
+        let cases: &[Case] = &[
+            (1, 1, 2, 1, 1, &[0, 1], 8),
+            (4, 2, 8, 5, 9, &[0, 4, 5, 9], 64),
+            (32, 8, 64, 40, 64, &[39], 512),
+        ];
+        for &(heads, kv_heads, d, max_len, table_rows, positions, k) in cases {
+            let rows = (heads + 2 * kv_heads) * d;
+            let w = rounded(&rng.values(rows * k, -1.0, 1.0), dtype);
+            let w_l = Layout::contiguous((rows, k));
+            let ws = upload(&dev, &w, &w_l, dtype);
+            let x = rounded(&rng.values(k, -3.0, 3.0), dtype);
+            let x_l = Layout::contiguous((1, 1, k));
+            let xs = upload(&dev, &x, &x_l, dtype);
+            let g = rounded(&rng.values(k, -2.0, 2.0), dtype);
+            let g_l = Layout::contiguous(k);
+            let gs = upload(&dev, &g, &g_l, dtype);
+            let angles = rng.values(table_rows * d / 2, 0.0, 6.3);
+            let table = |f: fn(f64) -> f64| {
+                rounded(&angles.iter().map(|&a| f(a)).collect::<Vec<_>>(), dtype)
+            };
+            let tl = Layout::contiguous((table_rows, d / 2));
+            let (cs, ss) = (
+                upload(&dev, &table(f64::cos), &tl, dtype),
+                upload(&dev, &table(f64::sin), &tl, dtype),
+            );
+            let state_len = 2 * kv_heads * max_len * d + heads * d;
+            let initial = rounded(&rng.values(state_len, -1.0, 1.0), dtype);
+            let state_l = Layout::contiguous(state_len);
+            let pos_l = Layout::contiguous(1);
+            for (input, interleaved) in inputs.iter().flat_map(|&i| [(i, false), (i, true)]) {
+                let lin = match input {
+                    LinearIn::RmsNorm => fused::LinearInput::RmsNorm {
+                        weight: (&gs, &g_l),
+                        eps,
+                    },
+                    _ => fused::LinearInput::Plain,
+                };
+                let cache = fused::StepCache {
+                    heads,
+                    kv_heads,
+                    head_dim: d,
+                    max_len,
+                    interleaved,
+                };
+                for &pos in positions {
+                    let p = upload(&dev, &[pos as f64], &pos_l, DType::U32);
+                    let case =
+                        format!("{cache:?} table rows {table_rows} position {pos} k {k} {input:?}");
+                    let run = |fused_step: bool| -> candle_core::Result<candle_hip::HipStorage> {
+                        let mut state = upload(&dev, &initial, &state_l, dtype);
+                        let tables = ((&cs, &tl), (&ss, &tl), (&p, &pos_l));
+                        if fused_step {
+                            fused::fused_linear_rope_append(
+                                &mut state, &state_l, &xs, &x_l, &ws, &w_l, lin, tables.0,
+                                tables.1, tables.2, cache,
+                            )?;
+                        } else {
+                            let qkv = fused::fused_linear(&xs, &x_l, &ws, &w_l, lin, None)?;
+                            let qkv_l = Layout::contiguous(rows);
+                            fused::rope_append(
+                                &mut state, &state_l, &qkv, &qkv_l, tables.0, tables.1, tables.2,
+                                cache,
+                            )?;
+                        }
+                        Ok(state)
+                    };
+                    match run(false) {
+                        Ok(want) => t.check_run(
+                            "fused_linear_rope_append",
+                            dtype,
+                            &case,
+                            &hip_values(&want),
+                            Tol::EXACT,
+                            || run(true),
+                        ),
+                        Err(e) => t.error("fused_linear_rope_append", dtype, &case, e),
+                    }
+                }
+            }
+        }
+    }
+    // What the checks refuse: an odd gate/up weight, a q/k/v weight whose
+    // rows are not the step's heads.
+    let dtype = DType::F32;
+    let x_l = Layout::contiguous(8);
+    let xs = upload(&dev, &[0.5; 8], &x_l, dtype);
+    let odd_l = Layout::contiguous((3, 8));
+    let odd = upload(&dev, &[0.5; 24], &odd_l, dtype);
+    let err = fused::fused_linear_swiglu(&xs, &x_l, &odd, &odd_l, fused::LinearInput::Plain)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not two halves"), "{err}");
+    let cache = fused::StepCache {
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 4,
+        max_len: 3,
+        interleaved: false,
+    };
+    let state_l = Layout::contiguous(cache.state_len().unwrap());
+    let mut state = upload(
+        &dev,
+        &vec![0.0; cache.state_len().unwrap()],
+        &state_l,
+        dtype,
+    );
+    let tl = Layout::contiguous((3, 2));
+    let table = upload(&dev, &[0.5; 6], &tl, dtype);
+    let pos_l = Layout::contiguous(1);
+    let p = upload(&dev, &[0.0], &pos_l, DType::U32);
+    let err = fused::fused_linear_rope_append(
+        &mut state,
+        &state_l,
+        &xs,
+        &x_l,
+        &odd,
+        &odd_l,
+        fused::LinearInput::Plain,
+        (&table, &tl),
+        (&table, &tl),
+        (&p, &pos_l),
+        cache,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("the step's heads need 16"), "{err}");
+    t.finish("conformance fused pairs");
 }
 
 /// silu_mul against candle-nn's swiglu of `[gate, up]`: the two halves of

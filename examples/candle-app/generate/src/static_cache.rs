@@ -36,12 +36,13 @@
 //! each norm and each residual addition ride on the product next to them (candle-hip's
 //! `fused_linear`, see [`project`]); and RoPE rotates the query and key heads in one launch.
 //! On HIP the step also rotates its query and key heads and writes the keys and values
-//! into the caches in one launch (candle-hip's `rope_append`, into each layer's
-//! [`LayerCache`]), and SwiGLU's activation is one launch (`silu_mul`). A layer's step is
-//! then eight launches: the norm-and-qkv product, RoPE with the cache writes,
-//! flash-decoding and its merge, the output projection with the residual, the
-//! norm-and-gate/up product, SwiGLU's activation, and the down projection with the
-//! residual.
+//! into the caches (into each layer's [`LayerCache`]) in the qkv product's own launch
+//! (candle-hip's `fused_linear_rope_append`; `rope_append`, one launch after the product,
+//! against GGML blocks), and SwiGLU's activation rides on the gate/up product
+//! (`fused_linear_swiglu`; `silu_mul` where that does not take the operands). A layer's
+//! step is then six launches: the norm-qkv-RoPE product, flash-decoding and its merge,
+//! the output projection with the residual, the norm-gate/up-SwiGLU product, and the down
+//! projection with the residual.
 //!
 //! [`StaticLlama::load_gguf`] builds the same model from a `llama` GGUF file, computing as
 //! candle-transformers' `quantized_llama` does (interleaved RoPE): its matrices stay in
@@ -62,8 +63,8 @@ use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
 use candle_core::{D, DType, Device, IndexOp, Module, Tensor};
 use candle_hip::extension::{
-    FusedInput, StepCache, fused_linear, fused_quantized_linear, fused_quantized_linear_parts,
-    rope_append, silu_mul,
+    FusedInput, StepCache, fused_linear, fused_linear_rope_append, fused_linear_swiglu,
+    fused_quantized_linear, fused_quantized_linear_parts, rope_append, silu_mul,
 };
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 use candle_transformers::models::llama::Config;
@@ -592,7 +593,14 @@ impl StaticLlama {
         pass: &Pass,
     ) -> candle_core::Result<Tensor> {
         let x = self.attention(layer, cache, x, pass)?;
-        let gate_up = project(&layer.gate_up, &x, Input::Norm(&layer.post_norm), None)?;
+        let post_norm = Input::Norm(&layer.post_norm);
+        // A dense gate/up product takes SwiGLU's activation into its launch.
+        if let Projection::Dense(gate_up) = &layer.gate_up
+            && let Some(act) = fused_linear_swiglu(&x, gate_up.weight(), post_norm.fused())?
+        {
+            return project(&layer.down, &act, Input::Plain, Some(&x));
+        }
+        let gate_up = project(&layer.gate_up, &x, post_norm, None)?;
         project(&layer.down, &gate_up, Input::SwiGlu, Some(&x))
     }
 
@@ -617,22 +625,41 @@ impl StaticLlama {
         };
         // One product for the three projections; at one token the parts are contiguous
         // views of it. The query and key heads are rotated together, one launch.
-        let qkv = project(&layer.qkv, x, Input::Norm(&layer.input_norm), None)?;
+        let input_norm = Input::Norm(&layer.input_norm);
         let (q, keys, values) = if let CacheWrite::Appended = pass.write {
-            rope_append(
-                &cache.state,
-                &qkv,
-                &pass.cos,
-                &pass.sin,
-                &self.pos,
-                self.step_cache(),
-            )?;
+            // Against a dense weight the product writes the step itself (RoPE and the cache
+            // writes in its launch), otherwise `rope_append` follows it.
+            let written = match &layer.qkv {
+                Projection::Dense(qkv) => fused_linear_rope_append(
+                    &cache.state,
+                    x,
+                    qkv.weight(),
+                    input_norm.fused(),
+                    &pass.cos,
+                    &pass.sin,
+                    &self.pos,
+                    self.step_cache(),
+                )?,
+                _ => false,
+            };
+            if !written {
+                let qkv = project(&layer.qkv, x, input_norm, None)?;
+                rope_append(
+                    &cache.state,
+                    &qkv,
+                    &pass.cos,
+                    &pass.sin,
+                    &self.pos,
+                    self.step_cache(),
+                )?;
+            }
             (
                 cache.query.clone(),
                 cache.keys.clone(),
                 cache.values.clone(),
             )
         } else {
+            let qkv = project(&layer.qkv, x, input_norm, None)?;
             let (heads, kv_heads) = (self.heads, self.kv_heads);
             let (qk_width, kv_width) = ((heads + kv_heads) * head_dim, kv_heads * head_dim);
             let qk = by_head(qkv.narrow(2, 0, qk_width)?, heads + kv_heads)?;
@@ -668,31 +695,39 @@ enum Input<'a> {
     SwiGlu,
 }
 
+impl Input<'_> {
+    /// The same input as candle-hip's fused products take it.
+    fn fused(&self) -> FusedInput<'_> {
+        match *self {
+            Input::Plain => FusedInput::Plain,
+            Input::Norm(norm) => FusedInput::RmsNorm {
+                weight: norm.weight(),
+                eps: norm.eps() as f32,
+            },
+            Input::SwiGlu => FusedInput::SwiGlu,
+        }
+    }
+}
+
 /// `projection` applied to `input` of `x`, plus `residual` when given: on HIP, candle-hip's
 /// fused one-token products where they take the operands (one launch against a dense
 /// weight, two against GGML blocks), otherwise the norm or activation, the product and the
 /// addition one after the other.
 ///
-/// Against a dense weight SwiGLU's activation runs as its own launch (`silu_mul`), then the
-/// product with the residual: staged into the dense product it is recomputed by every
-/// block of that product, which measured slower on the test platform (Nsight Compute, 1B
-/// shape: 41 us per layer fused against 27 for silu, mul, product and addition;
-/// `results/h100-2026-11-27-fused`). Against GGML blocks it rides on the activation
-/// rounding, which runs once per product.
+/// Against a dense weight SwiGLU's activation is not staged into the down product: there
+/// it is recomputed by every block of that product, which measured slower on the test
+/// platform (Nsight Compute, 1B shape: 41 us per layer fused against 27 for silu, mul,
+/// product and addition; `results/h100-2026-11-27-fused`). [`StaticLlama`]'s layers have
+/// the gate/up product compute it (`fused_linear_swiglu`); here it runs as its own launch
+/// (`silu_mul`). Against GGML blocks it rides on the activation rounding, which runs once
+/// per product.
 fn project(
     projection: &Projection,
     x: &Tensor,
     input: Input,
     residual: Option<&Tensor>,
 ) -> candle_core::Result<Tensor> {
-    let fused_input = match input {
-        Input::Plain => FusedInput::Plain,
-        Input::Norm(norm) => FusedInput::RmsNorm {
-            weight: norm.weight(),
-            eps: norm.eps() as f32,
-        },
-        Input::SwiGlu => FusedInput::SwiGlu,
-    };
+    let fused_input = input.fused();
     let fused = match (projection, input) {
         (Projection::Dense(_), Input::SwiGlu) => {
             return project(projection, &swiglu(x)?, Input::Plain, residual);
