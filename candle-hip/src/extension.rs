@@ -60,7 +60,7 @@ pub use decode::{rope_append, silu_mul};
 pub use device::BridgeDevice;
 pub use linear::{
     FusedInput, fused_linear, fused_linear_rope_append, fused_linear_swiglu,
-    fused_quantized_linear, fused_quantized_linear_parts,
+    fused_quantized_linear, fused_quantized_linear_parts, fused_quantized_linear_rope_append,
 };
 pub use quantized::{BridgeQStorage, NoQuantized, QuantizedBlocks};
 pub use storage::BridgeStorage;

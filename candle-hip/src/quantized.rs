@@ -39,12 +39,13 @@ use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Layout, Shape};
 
 use crate::error::{Result, hip, invalid};
-use crate::fused::{LinearInput, is_one_row, operand_vector};
+use crate::fused::{LinearInput, StepCache, StepRope, is_one_row, operand_vector};
 use crate::kernel::catalogue as cat;
 use crate::kernel::launch::{to_u32, view_or_null};
 use crate::kernel::{grid, header};
 use crate::ops::copy::Dense;
 use crate::{HipDevice, HipStorage, size};
+use hip_safe::{DevicePtr, DeviceRepr, DeviceView, DeviceViewMut};
 
 /// The most rows of `x` that go through the matrix-vector kernel (it reads
 /// the weight once per 8 rows); more go through dequantization and a GEMM.
@@ -67,6 +68,32 @@ const MATVEC_OUTS_PER_WAVE: u32 = 2;
 /// blocks of 4 NVIDIA warps faster than blocks of 8 with two outputs per
 /// wave).
 const MATVEC_BLOCK: u32 = 128;
+
+/// `QRope` of `quantized.hip`: a step's rotary pairs on the mat-vec's
+/// outputs (device addresses of the tables and the position, null `cos`
+/// for none), the first global row of the launch, and the step's heads,
+/// kv_heads, head_dim, max_len and table rows.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct QRope {
+    cos: u64,
+    sin: u64,
+    pos: u64,
+    first: u32,
+    heads: u32,
+    kv_heads: u32,
+    d: u32,
+    max_len: u32,
+    rows: u32,
+}
+
+// SAFETY: `#[repr(C)]`, three u64 then six u32 as the C struct of three
+// pointers and six ch_u32: no padding, every bit pattern valid (the kernel
+// reads the pointers only where `cos` is not null).
+unsafe impl DeviceRepr for QRope {}
+const _: () = assert!(std::mem::size_of::<QRope>() == 3 * 8 + 6 * 4);
+// The step's rotary pairs are each wave's adjacent outputs.
+const _: () = assert!(MATVEC_OUTS_PER_WAVE.is_multiple_of(2));
 
 /// Zero bytes after the blocks of every allocation: the mat-vec reads a
 /// block's integers as whole aligned words, up to 4 bytes past the last
@@ -374,10 +401,93 @@ impl QuantizedStorage {
             let res = residual
                 .map(|(r, l)| r.view_range(OP, l.start_offset() + start, n_part))
                 .transpose()?;
-            q.launch_matvec(&act, n_part, (&mut y, start), res.as_ref())?;
+            let yv = y.view_range_mut(OP, start, n_part)?;
+            q.launch_matvec(&act, n_part, &yv, res.as_ref(), QRope::default())?;
             start += n_part;
         }
         Ok(y)
+    }
+
+    /// One decode step's query/key/value product against `parts` (as
+    /// [`fused_matvec_parts`](Self::fused_matvec_parts) takes them, stacked
+    /// to the step's `(heads + 2 kv_heads) head_dim` rows) with RoPE and the
+    /// cache write in the mat-vecs' own launches: the outputs go where
+    /// [`crate::fused::rope_append`] puts them, into `state` (`cos`, `sin`,
+    /// `pos` and `cache` as it takes them), each rounded to `x`'s dtype
+    /// first. Interleaved RoPE only (`rope_i`, as GGUF models rotate): each
+    /// wave of the mat-vec holds two adjacent outputs, a rotary pair.
+    ///
+    /// Errors: those of [`fused_matvec_parts`](Self::fused_matvec_parts) and
+    /// [`crate::fused::rope_append`], RoPE of the halves, a part with an
+    /// odd number of rows, and rows other than the step's heads.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fused_matvec_parts_rope_append(
+        parts: &[(&QuantizedStorage, &Shape)],
+        x: &HipStorage,
+        x_l: &Layout,
+        input: LinearInput,
+        state: &mut HipStorage,
+        state_l: &Layout,
+        cos: (&HipStorage, &Layout),
+        sin: (&HipStorage, &Layout),
+        pos: (&HipStorage, &Layout),
+        cache: StepCache,
+    ) -> Result<()> {
+        const OP: &str = "fused_qmatvec_rope_append";
+        let swiglu = matches!(input, LinearInput::SwiGlu);
+        if !Self::fused_parts_take(parts, x.dtype(), x_l, swiglu) || !cache.interleaved {
+            return Err(invalid(
+                OP,
+                format!(
+                    "no fused step of x {:?} ({:?}) with {cache:?}: compute it unfused",
+                    x_l.dims(),
+                    x.dtype()
+                ),
+            ));
+        }
+        x.check_device(state, OP)?;
+        x.check_dtype(state, OP)?;
+        let step = StepRope::new(OP, state, state_l, cos, sin, pos, cache)?;
+        let mut widths = Vec::with_capacity(parts.len());
+        for (q, shape) in parts {
+            q.data.check_device(x, OP)?;
+            let (n, k) = shape.dims2()?;
+            if n % 2 == 1 {
+                return Err(invalid(
+                    OP,
+                    format!("a part of {n} rows splits a rotary pair"),
+                ));
+            }
+            widths.push((n, k));
+        }
+        let n = widths
+            .iter()
+            .try_fold(0usize, |sum, &(n, _)| size::add(OP, "the outputs", sum, n))?;
+        if Some(n) != cache.qkv_len() {
+            return Err(invalid(
+                OP,
+                format!("the weights have {n} rows; the step's heads are {cache:?}"),
+            ));
+        }
+        let act = Rounded::of(parts[0].0, (x, x_l.start_offset()), widths[0].1, 1, input)?;
+        let [heads, kv_heads, d, max_len, rows] = step.dims;
+        let mut first = 0;
+        for (&(q, _), &(n_part, _)) in parts.iter().zip(&widths) {
+            let rope = QRope {
+                cos: step.cos.device_ptr() as u64,
+                sin: step.sin.device_ptr() as u64,
+                pos: step.pos.device_ptr() as u64,
+                first: to_u32(OP, "the first row", first)?,
+                heads,
+                kv_heads,
+                d,
+                max_len,
+                rows,
+            };
+            q.launch_matvec(&act, n_part, &step.state, None, rope)?;
+            first += n_part;
+        }
+        Ok(())
     }
 
     /// `quantize_act_*` then `qmatvec_*`: `rows` contiguous rows of `k`
@@ -396,20 +506,24 @@ impl QuantizedStorage {
             self.device()
                 .alloc_uninit(&Shape::from(out_count), x.0.dtype())
         }?;
-        self.launch_matvec(&act, n, (&mut y, 0), None)?;
+        let yv = y.view_range_mut("qmatmul", 0, out_count)?;
+        self.launch_matvec(&act, n, &yv, None, QRope::default())?;
         Ok(y)
     }
 
     /// `qmatvec_*` of these blocks, `W` of shape `(n, act.k)`, with the
     /// rounded activations `act`: the `act.rows * n` outputs (in the
-    /// activations' dtype) from element `y.1` of `y` on, plus `residual`
-    /// (as many values, or none).
+    /// activations' dtype) into `yv`, plus `residual` (as many values, or
+    /// none); or, where `rope.cos` is not null (one row, no residual), the
+    /// step's rotary pairs into the state `yv` (`QRope` of quantized.hip,
+    /// whose tables, position and state the caller checked).
     fn launch_matvec(
         &self,
         act: &Rounded,
         n: usize,
-        (y, y_start): (&mut HipStorage, usize),
-        residual: Option<&hip_safe::DeviceView<'_, u8>>,
+        yv: &DeviceViewMut<'_, u8>,
+        residual: Option<&DeviceView<'_, u8>>,
+        rope: QRope,
     ) -> Result<()> {
         const OP: &str = "qmatmul";
         let (k, rows, dtype) = (act.k, act.rows, act.dtype);
@@ -438,11 +552,23 @@ impl QuantizedStorage {
         }
         let launcher = self.device().kernels();
         let out_count = size::mul(OP, "the product", rows, n)?;
+        let out_bytes = size::mul(OP, "the product", out_count, dtype.size_in_bytes())?;
+        if rope.cos == 0 && yv.len() != out_bytes {
+            return Err(invalid(
+                OP,
+                format!("{out_count} outputs of {dtype:?} into {} bytes", yv.len()),
+            ));
+        }
+        if rope.cos != 0 && (rows != 1 || residual.is_some() || !n.is_multiple_of(2)) {
+            return Err(invalid(
+                OP,
+                format!("a step's rotary pairs take one row and even outputs, not {rows} x {n}"),
+            ));
+        }
         let w = self
             .data
             .view_range(OP, 0, w_count / block * self.dtype.type_size())?;
         let (qv, dv, sv) = act.views()?;
-        let yv = y.view_range_mut(OP, y_start, out_count)?;
         let residual_arg = view_or_null(residual);
         let (n32, k32) = (to_u32(OP, "n", n)?, to_u32(OP, "k", k)?);
         // One wave per MATVEC_OUTS_PER_WAVE outputs: n / outputs per block
@@ -457,13 +583,16 @@ impl QuantizedStorage {
             .ok_or_else(|| candle_core::Error::UnsupportedDTypeForOp(dtype, OP).bt())?;
         // SAFETY: qmatvec[_few]_<q>(const u8* w, const i8* q, const float* d,
         // const float* s, void* y, u32 y_dtype, u32 n, u32 k, u32 rows,
-        // const void* residual): w (the start of a fresh allocation, so
-        // 16-byte aligned, Q_PAD bytes after the blocks) holds n rows of k /
-        // QK blocks, q rows * k bytes (fresh, so 16-byte aligned), d and s
-        // rows * k / 32 f32, y rows * n values of y_dtype, the activations'
-        // dtype (checked views; the kernel lookup accepted it), residual as
-        // many of that dtype (the caller's checked view) or null; one wave
-        // per MATVEC_OUTS_PER_WAVE outputs.
+        // const void* residual, QRope rope): w (the start of a fresh
+        // allocation, so 16-byte aligned, Q_PAD bytes after the blocks)
+        // holds n rows of k / QK blocks, q rows * k bytes (fresh, so 16-byte
+        // aligned), d and s rows * k / 32 f32, y rows * n values of y_dtype,
+        // the activations' dtype (checked above; the kernel lookup accepted
+        // it), residual as many of that dtype (the caller's checked view) or
+        // null; one wave per MATVEC_OUTS_PER_WAVE outputs. With rope (one
+        // row, so qmatvec_few_, which stores it; even n) y is the step's
+        // state and rope's tables and position its checked views, alive in
+        // the caller's StepRope while the kernel is queued.
         unsafe {
             launcher.launch(
                 kernel,
@@ -473,12 +602,13 @@ impl QuantizedStorage {
                     &qv,
                     &dv,
                     &sv,
-                    &yv,
+                    yv,
                     &y_dtype,
                     &n32,
                     &k32,
                     &rows32,
                     residual_arg,
+                    &rope,
                 ],
             )
         }

@@ -1099,6 +1099,41 @@ __device__ __forceinline__ void row_of_block(ch_u32 cols, bool vec, Body& body) 
 }
 
 // ---------------------------------------------------------------------------
+// A decoding step's state: one layer's key and value caches and the step's
+// rotated query, [keys (kv_heads, max_len, d) | values (same) | query
+// (heads, d)] (rope.hip's rope_append_*, and the products that write the
+// step themselves: gemv.hip's gemv_pairs_*, quantized.hip's qmatvec_*).
+// Mirrored by `StepCache` in candle-hip/src/fused/rope.rs.
+struct StepState {
+  ch_u32 heads, kv_heads, d, max_len;
+  ch_u32 p;  // the step's position, p < max_len
+};
+
+// Stores the step's pair (x1, x2) at elements i1 and i2 of its head `head`
+// (query heads, then key heads, then value heads): a query or key pair
+// rotated by frequency j of row p of the (rows, d / 2) tables, a value pair
+// as it is, a key or value pair at position p of its cache. Computed in the
+// dtype's accumulator (f32, f64 for f64) and rounded once.
+template <typename T>
+__device__ __forceinline__ void step_store_pair(T* state, const StepState& st, const T* cos, const T* sin,
+                                                ch_u64 head, ch_u32 j, ch_u32 i1, ch_u32 i2, T x1, T x2) {
+  typedef typename Num<T>::acc A;
+  const ch_u64 cache = (ch_u64)st.kv_heads * st.max_len * st.d;
+  if (head >= (ch_u64)st.heads + st.kv_heads) {
+    T* y = state + cache + ((head - st.heads - st.kv_heads) * st.max_len + st.p) * st.d;
+    y[i1] = x1;
+    y[i2] = x2;
+    return;
+  }
+  T* y = head < st.heads ? state + 2 * cache + head * st.d : state + ((head - st.heads) * st.max_len + st.p) * st.d;
+  const A a1 = Num<T>::to_acc(x1), a2 = Num<T>::to_acc(x2);
+  const ch_u64 t = (ch_u64)st.p * (st.d / 2) + j;
+  const A c = Num<T>::to_acc(cos[t]), sn = Num<T>::to_acc(sin[t]);
+  y[i1] = Num<T>::from_acc(a1 * c - a2 * sn);
+  y[i2] = Num<T>::from_acc(a1 * sn + a2 * c);
+}
+
+// ---------------------------------------------------------------------------
 // Image kernels (pooling, upsampling, im2col): a strided 4-D (N, C, H, W) source.
 // Mirrored by `Nchw` in candle-hip/src/kernel/nchw.rs.
 struct Nchw {

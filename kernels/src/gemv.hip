@@ -349,8 +349,8 @@ __device__ __forceinline__ void gemv_fused(const T* x, const T* w, ch_u32 n, ch_
 #define CH_GEMV_PAIRS_ROPE 1
 #define CH_GEMV_PAIRS_ROPE_I 2
 
-// A decoding step's RoPE and cache write as gemv_pairs_* takes them (see
-// the top of the file; candle-hip's fused/linear.rs mirrors it).
+// The step's heads as gemv_pairs_* takes them: heads, kv_heads, d, max_len
+// and the RoPE tables' rows (candle-hip's fused/linear.rs mirrors it).
 struct GemvRope {
   ch_u32 heads, kv_heads, d, max_len, rows;
 };
@@ -367,13 +367,12 @@ struct GemvPairs {
   const T* cos;
   const T* sin;
   ch_u32 output, n;
-  GemvRope rope;
-  ch_u32 p;  // the step's position (RoPE only)
+  StepState step;  // RoPE only
   __device__ __forceinline__ ch_u64 row(ch_u64 j, int r) const {
     if (output == CH_GEMV_PAIRS_SWIGLU) return j + (ch_u64)r * n;
-    const ch_u32 half = rope.d / 2;
+    const ch_u32 half = step.d / 2;
     const ch_u64 head = j / half, i = j % half;
-    return head * rope.d + (output == CH_GEMV_PAIRS_ROPE_I ? 2 * i + r : i + r * half);
+    return head * step.d + (output == CH_GEMV_PAIRS_ROPE_I ? 2 * i + r : i + r * half);
   }
   __device__ __forceinline__ void store(ch_u64 j, const A (&v)[R]) const {
     const T t1 = Num<T>::from_acc(v[0]), t2 = Num<T>::from_acc(v[1]);
@@ -382,23 +381,10 @@ struct GemvPairs {
       y[j] = Num<T>::from_acc(g / ((A)1 + ch_exp(-g)) * Num<T>::to_acc(t2));
       return;
     }
-    const ch_u32 half = rope.d / 2;
-    const ch_u64 head = j / half, i = j % half;
-    const ch_u64 i1 = output == CH_GEMV_PAIRS_ROPE_I ? 2 * i : i;
-    const ch_u64 i2 = output == CH_GEMV_PAIRS_ROPE_I ? i1 + 1 : i + half;
-    const ch_u64 cache = (ch_u64)rope.kv_heads * rope.max_len * rope.d;
-    if (head >= rope.heads + rope.kv_heads) {
-      T* dst = y + cache + ((head - rope.heads - rope.kv_heads) * rope.max_len + p) * rope.d;
-      dst[i1] = t1;
-      dst[i2] = t2;
-      return;
-    }
-    T* dst = head < rope.heads ? y + 2 * cache + head * rope.d : y + ((head - rope.heads) * rope.max_len + p) * rope.d;
-    const A x1 = Num<T>::to_acc(t1), x2 = Num<T>::to_acc(t2);
-    const A c = Num<T>::to_acc(cos[(ch_u64)p * half + i]);
-    const A sn = Num<T>::to_acc(sin[(ch_u64)p * half + i]);
-    dst[i1] = Num<T>::from_acc(x1 * c - x2 * sn);
-    dst[i2] = Num<T>::from_acc(x1 * sn + x2 * c);
+    const ch_u32 half = step.d / 2, i = (ch_u32)(j % half);
+    const bool interleaved = output == CH_GEMV_PAIRS_ROPE_I;
+    const ch_u32 i1 = interleaved ? 2 * i : i, i2 = interleaved ? i1 + 1 : i + half;
+    step_store_pair(y, step, cos, sin, j / half, i, i1, i2, t1, t2);
   }
 };
 
@@ -436,7 +422,8 @@ CH_FLOATS(GEMV_FUSED, gemv_fused, unused)
                                            const ch_##TYPE* sin, const ch_u32* pos, GemvRope rope) { \
     const ch_u32 p = output == CH_GEMV_PAIRS_SWIGLU ? 0 : *pos;                                    \
     if (output != CH_GEMV_PAIRS_SWIGLU && (p >= rope.max_len || p >= rope.rows)) return;           \
-    const GemvPairs<ch_##TYPE> out = {y, cos, sin, output, n, rope, p};                            \
+    const StepState step = {rope.heads, rope.kv_heads, rope.d, rope.max_len, p};                   \
+    const GemvPairs<ch_##TYPE> out = {y, cos, sin, output, n, step};                               \
     gemv_fused(x, w, n, k, w_stride, split, input, norm_w, eps, out);                              \
   }
 

@@ -23,7 +23,7 @@
 //
 //   qmatvec_<q>(const ch_u8* w, const signed char* q, const float* d,
 //               const float* s, void* y, ch_u32 y_dtype, ch_u32 n, ch_u32 k,
-//               ch_u32 rows, const void* residual)
+//               ch_u32 rows, const void* residual, QRope rope)
 //     y[r * n + j] = sum over the blocks of row j of W of candle's vec_dot of
 //     the block with row r's quantized activations, for r < rows and j < n
 //     (summed in f32, rounded once to y's dtype: y_dtype is CH_DTYPE_f16,
@@ -34,6 +34,10 @@
 //     qmatvec_few_<q>: the same for any rows, made for at most
 //     CH_QMATVEC_FEW_ROWS (it reads the weight once per that many rows;
 //     qmatvec_ once per CH_QMATVEC_ROWS).
+//     With rope.cos not null (QRope below; one row, no residual),
+//     qmatvec_few_<q>'s output pairs are a decoding step's interleaved
+//     rotary pairs instead, rotated and written into the step's state y as
+//     rope_i_append_* writes them (qmatvec_<q> ignores rope).
 //
 // With the input and the residual, a decode step's product against a
 // quantized weight takes two launches, its norm or activation and its
@@ -897,6 +901,50 @@ __device__ __forceinline__ void store_activation(void* y, ch_u32 y_dtype, ch_u64
   }
 }
 
+// A decoding step's RoPE and cache write on the mat-vec's outputs, for one
+// row of activations (fused_quantized_linear_rope_append): where cos is not
+// null, outputs j and j + 1 of a wave (j even: an interleaved rotary pair,
+// rope_i, of global row first + j of the step's q, k and v heads) go where
+// rope_i_append_* (rope.hip) writes them, y being the step's state
+// (common.h's StepState) of y's dtype, and the rotation reads the (rows,
+// d / 2) tables cos and sin at position *pos. candle-hip's quantized.rs
+// mirrors it.
+struct QRope {
+  const void* cos;
+  const void* sin;
+  const ch_u32* pos;
+  ch_u32 first, heads, kv_heads, d, max_len, rows;
+};
+
+// Output pair (j, j + 1) of the mat-vec's sums (v1, v2), each rounded to T
+// as q_store rounds it, stored by QRope into the state y.
+template <typename T>
+__device__ __forceinline__ void q_store_rope(void* y, const QRope& rope, ch_u32 p, ch_u64 j, float v1, float v2) {
+  const StepState st = {rope.heads, rope.kv_heads, rope.d, rope.max_len, p};
+  const ch_u64 g = rope.first + j;
+  const ch_u32 i1 = (ch_u32)(g % rope.d);
+  step_store_pair(static_cast<T*>(y), st, static_cast<const T*>(rope.cos), static_cast<const T*>(rope.sin),
+                  g / rope.d, i1 / 2, i1, i1 + 1, Num<T>::from_f32(v1), Num<T>::from_f32(v2));
+}
+
+// q_store_rope in y's dtype (as store_activation).
+// A position at or past the caches or the tables writes nothing.
+__device__ __forceinline__ void store_rope(void* y, ch_u32 y_dtype, const QRope& rope, ch_u64 j, float v1,
+                                           float v2) {
+  const ch_u32 p = *rope.pos;
+  if (p >= rope.max_len || p >= rope.rows) return;
+  switch (y_dtype) {
+    case CH_DTYPE_f16:
+      q_store_rope<ch_f16>(y, rope, p, j, v1, v2);
+      break;
+    case CH_DTYPE_bf16:
+      q_store_rope<ch_bf16>(y, rope, p, j, v1, v2);
+      break;
+    default:
+      q_store_rope<float>(y, rope, p, j, v1, v2);
+  }
+}
+
 // Whether q's mat-vec for few rows walks pairs of sub-blocks (PairLoop):
 // q4k and q5k, whose sub-blocks 2j and 2j + 1 are the low and high nibbles
 // of the same 32 bytes of qs (q5k: and read their high bits from the same
@@ -977,16 +1025,18 @@ struct PairLoop<Q, true> {
   }
 };
 
-template <typename Q, int R, bool PAIRS>
+template <typename Q, int R, bool PAIRS, bool STEP>
 __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signed char* __restrict__ q,
                                         const float* __restrict__ d, const float* __restrict__ s,
                                         void* __restrict__ y, ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows,
-                                        const void* __restrict__ residual) {
+                                        const void* __restrict__ residual, const QRope& rope) {
   const int U = CH_QMATVEC_UNROLL, O = CH_QMATVEC_OUTS;
+  static_assert(O % 2 == 0, "QRope's pairs are a wave's outputs");
   const ch_u32 lane = threadIdx.x % CANDLE_HIP_WAVE;
   const ch_u64 j0 = ((ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE) + threadIdx.x / CANDLE_HIP_WAVE) * O;
   // The whole wave leaves together: the reductions below stay converged.
   if (j0 >= n) return;
+
   const ch_u32 subs = k / 32;
   const int per_block = Q::QK / 32;
   const ch_u64 row_bytes = (ch_u64)(k / Q::QK) * Q::BYTES;
@@ -1040,6 +1090,11 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
         }
       }
     }
+    // Whether the outputs are the step's rotary pairs (STEP: the kernel
+    // stores them; others ignore `rope`). The step's row (one) pairs output
+    // o - 1 (kept in `even`) with o; n is even (whole heads), so both exist.
+    const bool step = STEP && rope.cos != nullptr;
+    float even = 0.0f;
 #pragma unroll
     for (int o = 0; o < O; ++o)
 #pragma unroll
@@ -1048,7 +1103,12 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
           AccSum<float>::State st;
           st.v = acc[o][r];
           st = wave_reduce<AccSum<float> >(st);
-          if (lane == 0 && j0 + o < n) store_activation(y, y_dtype, (ch_u64)(r0 + r) * n + j0 + o, st.v, residual);
+          if (step) {
+            if (o % 2 == 0) even = st.v;
+            else if (lane == 0) store_rope(y, y_dtype, rope, j0 + o - 1, even, st.v);
+          } else if (lane == 0 && j0 + o < n) {
+            store_activation(y, y_dtype, (ch_u64)(r0 + r) * n + j0 + o, st.v, residual);
+          }
         }
       }
   }
@@ -1077,11 +1137,12 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
     dequantize<Q, ch_##TYPE>(blocks, y, subs);                                                     \
   }
 
-#define QMATVEC(Q, NAME, KIND, R, PAIRS)                                                          \
+#define QMATVEC(Q, NAME, KIND, R, PAIRS, STEP)                                                        \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
       KIND##_##NAME(const ch_u8* w, const signed char* q, const float* d, const float* s, void* y, \
-                    ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows, const void* residual) {       \
-    qmatvec<Q, R, PAIRS>(w, q, d, s, y, y_dtype, n, k, rows, residual);                            \
+                    ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows, const void* residual,         \
+                    QRope rope) {                                                                  \
+    qmatvec<Q, R, PAIRS, STEP>(w, q, d, s, y, y_dtype, n, k, rows, residual, rope);                \
   }
 
 #define QUANTIZE_ACT(ACT, NAME, TYPE)                                                              \
@@ -1106,8 +1167,8 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
 #define QUANTIZE_ACT_ALL(ACT, NAME)                                                    \
   CH_IF_f16(QUANTIZE_ACT(ACT, NAME, f16)) CH_IF_bf16(QUANTIZE_ACT(ACT, NAME, bf16)) \
       CH_IF_f32(QUANTIZE_ACT(ACT, NAME, f32))
-#define QMATVEC_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec, CH_QMATVEC_ROWS, false)
-#define QMATVEC_FEW_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec_few, CH_QMATVEC_FEW_ROWS, PairedFewRows<Q>::value)
+#define QMATVEC_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec, CH_QMATVEC_ROWS, false, false)
+#define QMATVEC_FEW_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec_few, CH_QMATVEC_FEW_ROWS, PairedFewRows<Q>::value, true)
 
 // Part 1: dequantization (prefill) and the rounding of the mat-vec's
 // activations, the small kernels; parts 2 and 3: the mat-vec of the blocks

@@ -108,31 +108,17 @@ template <bool INTERLEAVED, typename T>
 __device__ __forceinline__ void rope_append_body(const T* qkv, const T* cos, const T* sin, const ch_u32* pos,
                                                  T* state, ch_u32 heads, ch_u32 kv_heads, ch_u32 d,
                                                  ch_u32 max_len, ch_u32 rows) {
-  typedef typename Num<T>::acc A;
-  const ch_u32 p = *pos;
-  if (p >= max_len || p >= rows) return;
+  const StepState st = {heads, kv_heads, d, max_len, *pos};
+  if (st.p >= max_len || st.p >= rows) return;
   const ch_u32 half = d / 2;
-  const ch_u64 cache = (ch_u64)kv_heads * max_len * d;
   const ch_u64 pairs = (ch_u64)(heads + 2 * kv_heads) * half;
   for (ch_u64 q = global_thread(); q < pairs; q += global_threads()) {
-    const ch_u32 head = (ch_u32)(q / half), j = (ch_u32)(q % half);
+    const ch_u64 head = q / half;
+    const ch_u32 j = (ch_u32)(q % half);
     const ch_u32 i1 = INTERLEAVED ? 2 * j : j;
     const ch_u32 i2 = INTERLEAVED ? i1 + 1 : j + half;
-    const T* x = qkv + (ch_u64)head * d;
-    if (head >= heads + kv_heads) {
-      T* y = state + cache + ((ch_u64)(head - heads - kv_heads) * max_len + p) * d;
-      y[i1] = x[i1];
-      y[i2] = x[i2];
-      continue;
-    }
-    T* y = head < heads ? state + 2 * cache + (ch_u64)head * d
-                        : state + ((ch_u64)(head - heads) * max_len + p) * d;
-    const A x1 = Num<T>::to_acc(x[i1]);
-    const A x2 = Num<T>::to_acc(x[i2]);
-    const A c = Num<T>::to_acc(cos[(ch_u64)p * half + j]);
-    const A sn = Num<T>::to_acc(sin[(ch_u64)p * half + j]);
-    y[i1] = Num<T>::from_acc(x1 * c - x2 * sn);
-    y[i2] = Num<T>::from_acc(x1 * sn + x2 * c);
+    const T* x = qkv + head * d;
+    step_store_pair(state, st, cos, sin, head, j, i1, i2, x[i1], x[i2]);
   }
 }
 

@@ -454,3 +454,102 @@ pub fn fused_quantized_linear_parts(
     };
     x.apply_op1_no_bwd(&op).map(Some)
 }
+
+/// The op behind [`fused_quantized_linear_rope_append`]: the state is the
+/// destination, `x` the source.
+struct FusedQuantizedRopeAppend<'w> {
+    parts: Vec<(&'w QuantizedStorage, &'w Shape)>,
+    input: OwnedInput,
+    cos: Tensor,
+    sin: Tensor,
+    pos: Tensor,
+    cache: StepCache,
+}
+
+impl InplaceOp2 for FusedQuantizedRopeAppend<'_> {
+    fn name(&self) -> &'static str {
+        "hip-fused-quantized-rope-append"
+    }
+
+    fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<()> {
+        super::hip_only(self.name())
+    }
+
+    fn custom_fwd(
+        &self,
+        state: &mut dyn CustomStorage,
+        state_l: &Layout,
+        x: &dyn CustomStorage,
+        x_l: &Layout,
+    ) -> Result<()> {
+        let name = self.name();
+        let state = BridgeStorage::<Hip>::downcast_mut(state, name)?;
+        let x = hip_storage(x, name)?;
+        let operands = borrow_operands(&self.input, None);
+        let (input, _) = operands.on_hip(name)?;
+        let (cos, cos_l) = self.cos.storage_and_layout();
+        let (sin, sin_l) = self.sin.storage_and_layout();
+        let (pos, pos_l) = self.pos.storage_and_layout();
+        QuantizedStorage::fused_matvec_parts_rope_append(
+            &self.parts,
+            x,
+            x_l,
+            input,
+            state,
+            state_l,
+            on_hip(&cos, cos_l, "cos table", name)?,
+            on_hip(&sin, sin_l, "sin table", name)?,
+            on_hip(&pos, pos_l, "position", name)?,
+            self.cache,
+        )?;
+        Ok(())
+    }
+}
+
+/// [`fused_linear_rope_append`] against quantized weights (the q, k and v
+/// matrices as `parts`, stacked along their outputs as
+/// [`fused_quantized_linear_parts`] takes them): the mat-vecs store the
+/// step's rotary pairs themselves, so the step's RoPE and cache write add
+/// no launch. Interleaved RoPE only (`cache.interleaved`, as GGUF models
+/// rotate). Leaves the state as [`fused_quantized_linear_parts`] followed
+/// by [`super::rope_append`] does.
+///
+/// `Ok(false)`, writing nothing, where [`fused_quantized_linear_parts`]
+/// gives `None` or RoPE rotates the halves: compute it unfused. Errors:
+/// those of both.
+#[allow(clippy::too_many_arguments)]
+pub fn fused_quantized_linear_rope_append(
+    state: &Tensor,
+    x: &Tensor,
+    parts: &[&QTensor],
+    input: FusedInput,
+    cos: &Tensor,
+    sin: &Tensor,
+    pos: &Tensor,
+    cache: StepCache,
+) -> Result<bool> {
+    let swiglu = matches!(input, FusedInput::SwiGlu);
+    let Some(blocks) = parts
+        .iter()
+        .map(|w| hip_quantized(w).map(|q| (q, w.shape())))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return Ok(false);
+    };
+    if !cache.interleaved
+        || super::as_hip_device(x.device()).is_none()
+        || !QuantizedStorage::fused_parts_take(&blocks, x.dtype(), x.layout(), swiglu)
+    {
+        return Ok(false);
+    }
+    let op = FusedQuantizedRopeAppend {
+        parts: blocks,
+        input: input.into(),
+        cos: cos.clone(),
+        sin: sin.clone(),
+        pos: pos.clone(),
+        cache,
+    };
+    state.inplace_op2(x, &op)?;
+    Ok(true)
+}

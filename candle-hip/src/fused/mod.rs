@@ -42,6 +42,7 @@ pub use linear::{
     fused_linear_swiglu,
 };
 pub(crate) use linear::{is_one_row, operand_vector};
+pub(crate) use rope::StepRope;
 pub use rope::{StepCache, rope, rope_append, rope_i, rope_thd};
 pub use rows::{layer_norm, rms_norm, softmax_last_dim};
 

@@ -592,6 +592,174 @@ fn fused_quantized_parts_equal_the_separate_products() {
     t.finish("conformance fused_qmatvec parts");
 }
 
+/// `fused_matvec_parts_rope_append` (the step's q/k/v mat-vecs storing its
+/// rotary pairs) against `fused_matvec_parts` followed by `rope_append`, bit
+/// for bit: the state starts random, so a stray write shows, and a position
+/// past the cache writes nothing. Parts of one block type and of two (q
+/// and k in one, v in another, as Q4_K_M's layers), plain and normed
+/// inputs; the halves' RoPE, odd parts and rows other than the heads are
+/// refused.
+#[test]
+#[ignore = "needs a HIP device"]
+fn fused_quantized_rope_append_equals_the_separate_ops() {
+    use candle_hip::fused::{self, LinearInput, StepCache};
+    let (dev, mut t, mut rng) = start(0x5eed_0057);
+    let cache = StepCache {
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 32,
+        max_len: 6,
+        interleaved: true,
+    };
+    let (k, table_rows) = (512, 8);
+    // Rows of each part: the q and k heads, then the v heads.
+    let (qk_rows, v_rows) = ((4 + 2) * 32, 2 * 32);
+    let types = [
+        (GgmlDType::Q4K, GgmlDType::Q6K),
+        (GgmlDType::Q8_0, GgmlDType::Q8_0),
+        (GgmlDType::Q5_1, GgmlDType::Q4_1),
+    ];
+    for (a, b) in types {
+        for x_dtype in [DType::F32, DType::BF16] {
+            for (norm, pos) in [(false, 0), (true, 5), (true, 6)] {
+                let case = || format!("{a:?} + {b:?}, norm {norm}, position {pos}");
+                let op = "fused_qmatvec rope_append";
+                let outcome = (|| -> candle_core::Result<std::result::Result<(), String>> {
+                    let up = |values: Vec<f64>, dtype: DType| {
+                        let len = values.len();
+                        let t = Tensor::from_vec(values, len, &Device::Cpu)?.to_dtype(dtype)?;
+                        candle_core::backend::BackendDevice::storage_from_cpu_storage(
+                            &dev,
+                            &cpu_storage(&t)?,
+                        )
+                    };
+                    let weights: Vec<(QuantizedStorage, Shape)> = [(a, qk_rows), (b, v_rows)]
+                        .into_iter()
+                        .map(|(dtype, n)| {
+                            let blocks = n * k / dtype.block_size();
+                            let values = block_values(&mut rng, dtype, blocks, false);
+                            (
+                                load(&dev, &quantize(&values, n, k, dtype)),
+                                Shape::from((n, k)),
+                            )
+                        })
+                        .collect();
+                    let x = up((0..k).map(|_| rng.uniform(-2.0, 2.0)).collect(), x_dtype)?;
+                    let norm_w = up((0..k).map(|_| rng.uniform(0.5, 1.5)).collect(), x_dtype)?;
+                    let angles: Vec<f64> = (0..table_rows * 16)
+                        .map(|_| rng.uniform(0.0, 6.3))
+                        .collect();
+                    let cos = up(angles.iter().map(|a| a.cos()).collect(), x_dtype)?;
+                    let sin = up(angles.iter().map(|a| a.sin()).collect(), x_dtype)?;
+                    let tl = Layout::contiguous((table_rows, 16));
+                    let state_len = cache.state_len().unwrap();
+                    let initial: Vec<f64> =
+                        (0..state_len).map(|_| rng.uniform(-1.0, 1.0)).collect();
+                    let state_l = Layout::contiguous(state_len);
+                    let pos_l = Layout::contiguous(1);
+                    let p = candle_core::backend::BackendDevice::storage_from_cpu_storage(
+                        &dev,
+                        &CpuStorage::U32(vec![pos]),
+                    )?;
+                    let (vec_k, row) = (Layout::contiguous(k), Layout::contiguous((1, k)));
+                    let input = match norm {
+                        true => LinearInput::RmsNorm {
+                            weight: (&norm_w, &vec_k),
+                            eps: 1e-5,
+                        },
+                        false => LinearInput::Plain,
+                    };
+                    let parts: Vec<_> = weights.iter().map(|(q, s)| (q, s)).collect();
+                    let tables = ((&cos, &tl), (&sin, &tl), (&p, &pos_l));
+                    let mut got = up(initial.clone(), x_dtype)?;
+                    QuantizedStorage::fused_matvec_parts_rope_append(
+                        &parts, &x, &row, input, &mut got, &state_l, tables.0, tables.1, tables.2,
+                        cache,
+                    )?;
+                    let qkv = QuantizedStorage::fused_matvec_parts(&parts, &x, &row, input, None)?;
+                    let mut want = up(initial, x_dtype)?;
+                    fused::rope_append(
+                        &mut want,
+                        &state_l,
+                        &qkv,
+                        &Layout::contiguous(qk_rows + v_rows),
+                        tables.0,
+                        tables.1,
+                        tables.2,
+                        cache,
+                    )?;
+                    Ok(compare_bits(
+                        &got.to_cpu_storage()?,
+                        &want.to_cpu_storage()?,
+                    ))
+                })();
+                match outcome {
+                    Ok(o) => t.record(op, x_dtype, case, o),
+                    Err(e) => t.error(op, x_dtype, case(), e),
+                }
+            }
+        }
+    }
+    // The halves' RoPE, a part that splits a rotary pair, rows other than
+    // the step's heads.
+    let x = candle_core::backend::BackendDevice::storage_from_cpu_storage(
+        &dev,
+        &CpuStorage::F32(vec![0.5; 256]),
+    )
+    .unwrap();
+    let row = Layout::contiguous((1, 256));
+    let small = StepCache {
+        heads: 1,
+        kv_heads: 1,
+        head_dim: 2,
+        max_len: 2,
+        interleaved: true,
+    };
+    let state_l = Layout::contiguous(small.state_len().unwrap());
+    let table = candle_core::backend::BackendDevice::storage_from_cpu_storage(
+        &dev,
+        &CpuStorage::F32(vec![0.5; 2]),
+    )
+    .unwrap();
+    let p = candle_core::backend::BackendDevice::storage_from_cpu_storage(
+        &dev,
+        &CpuStorage::U32(vec![0]),
+    )
+    .unwrap();
+    let (tl, pl) = (Layout::contiguous((2, 1)), Layout::contiguous(1));
+    let q = QuantizedStorage::from_blocks(&dev, GgmlDType::Q8K, &vec![0u8; 292 * 6]).unwrap();
+    let run = |rows: usize, cache: StepCache| {
+        let mut state = candle_core::backend::BackendDevice::storage_from_cpu_storage(
+            &dev,
+            &CpuStorage::F32(vec![0.0; small.state_len().unwrap()]),
+        )
+        .unwrap();
+        let shape = Shape::from((rows, 256));
+        QuantizedStorage::fused_matvec_parts_rope_append(
+            &[(&q, &shape)],
+            &x,
+            &row,
+            LinearInput::Plain,
+            &mut state,
+            &state_l,
+            (&table, &tl),
+            (&table, &tl),
+            (&p, &pl),
+            cache,
+        )
+        .map_err(|e| e.to_string())
+    };
+    assert!(run(6, small).is_ok());
+    let halves = StepCache {
+        interleaved: false,
+        ..small
+    };
+    assert!(run(6, halves).unwrap_err().contains("unfused"));
+    assert!(run(5, small).unwrap_err().contains("splits a rotary pair"));
+    assert!(run(4, small).unwrap_err().contains("the step's heads"));
+    t.finish("conformance fused_qmatvec rope_append");
+}
+
 #[test]
 #[ignore = "needs a HIP device"]
 fn fused_quantized_product_refuses_what_it_does_not_take() {

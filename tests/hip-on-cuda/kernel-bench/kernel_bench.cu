@@ -669,8 +669,8 @@ static const QType kQTypes[] = {{"q4_0", "q8_0", 18, 32, 32, {0, -1}},
 // per block of the mat-vec (4); B: activations per quantize_act thread (8;
 // 0: one thread per activation block, the first kernel's rule); C: rows; D:
 // outputs per wave (2). `input` (CH_QACT_INPUT_*, with norm_w) and
-// `residual` (or null) as `fused_matvec` passes them; a source whose
-// kernels take fewer arguments ignores them.
+// `residual` (or null) as `fused_matvec` passes them, and no step's RoPE;
+// a source whose kernels take fewer arguments ignores them.
 static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStream_t s, const QType& t, uint32_t n,
                        uint32_t k, const uint8_t* w, float* x, int8_t* q, float* d, float* sums, float* y,
                        uint32_t input, const float* norm_w, const float* residual) {
@@ -683,7 +683,12 @@ static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStre
   CHECK_CU(cuLaunchKernel(act, std::max(blocks, 1u), 1, 1, 256, 1, 1, 0, s, act_args, nullptr));
   uint32_t waves = v.a, outs = waves * v.d;
   uint32_t y_dtype = 8;  // CH_DTYPE_f32
-  void* mv_args[] = {&w, &q, &d, &sums, &y, &y_dtype, &n, &k, &rows, &residual};
+  // quantized.hip's QRope, null: plain outputs.
+  struct {
+    const void *cos, *sin, *pos;
+    uint32_t first, heads, kv_heads, d, max_len, rows;
+  } rope = {};
+  void* mv_args[] = {&w, &q, &d, &sums, &y, &y_dtype, &n, &k, &rows, &residual, &rope};
   CHECK_CU(cuLaunchKernel(mv, (n + outs - 1) / outs, 1, 1, waves * 32, 1, 1, 0, s, mv_args, nullptr));
 }
 

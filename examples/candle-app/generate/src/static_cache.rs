@@ -48,12 +48,14 @@
 //! candle-transformers' `quantized_llama` does (interleaved RoPE): its matrices stay in
 //! their GGML blocks and go through candle's `QMatMul` (on HIP, candle-hip's activation
 //! rounding and quantized mat-vec, two launches). In the step on HIP the norm or SwiGLU's
-//! activation before a product rides on its activation rounding and the residual addition
-//! on its mat-vec (`fused_quantized_linear`), so a layer's step is eleven launches: each
-//! of the four products takes two, and RoPE with the cache writes, flash-decoding and its
-//! merge one each. Where q, k and v have different block types (Q4_K_M's Q6_K values) the
-//! three share one activation rounding and write their slices of one output
-//! (`fused_quantized_linear_parts`): one launch more than a stacked product.
+//! activation before a product rides on its activation rounding, the residual addition
+//! on its mat-vec (`fused_quantized_linear`), and RoPE with the cache writes on the qkv
+//! mat-vec's store (`fused_quantized_linear_rope_append`: each wave of it holds an
+//! interleaved rotary pair), so a layer's step is ten launches: each of the four products
+//! takes two, flash-decoding and its merge one each. Where q, k and v have different block
+//! types (Q4_K_M's Q6_K values) the three share one activation rounding and each writes
+//! its rows of the step (`fused_quantized_linear_parts`): one launch more than a stacked
+//! product.
 //!
 //! Batch size 1 only.
 
@@ -64,7 +66,8 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
 use candle_core::{D, DType, Device, IndexOp, Module, Tensor};
 use candle_hip::extension::{
     FusedInput, StepCache, fused_linear, fused_linear_rope_append, fused_linear_swiglu,
-    fused_quantized_linear, fused_quantized_linear_parts, rope_append, silu_mul,
+    fused_quantized_linear, fused_quantized_linear_parts, fused_quantized_linear_rope_append,
+    rope_append, silu_mul,
 };
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 use candle_transformers::models::llama::Config;
@@ -627,19 +630,37 @@ impl StaticLlama {
         // views of it. The query and key heads are rotated together, one launch.
         let input_norm = Input::Norm(&layer.input_norm);
         let (q, keys, values) = if let CacheWrite::Appended = pass.write {
-            // Against a dense weight the product writes the step itself (RoPE and the cache
-            // writes in its launch), otherwise `rope_append` follows it.
+            // The product writes the step itself where it can (RoPE and the cache writes in
+            // its launch), otherwise `rope_append` follows it.
+            let (cos, sin, step) = (&pass.cos, &pass.sin, self.step_cache());
+            let (state, fused) = (&cache.state, input_norm.fused());
             let written = match &layer.qkv {
                 Projection::Dense(qkv) => fused_linear_rope_append(
-                    &cache.state,
+                    state,
                     x,
                     qkv.weight(),
-                    input_norm.fused(),
-                    &pass.cos,
-                    &pass.sin,
+                    fused,
+                    cos,
+                    sin,
                     &self.pos,
-                    self.step_cache(),
+                    step,
                 )?,
+                Projection::Quantized(QMatMul::QTensor(w)) => fused_quantized_linear_rope_append(
+                    state,
+                    x,
+                    &[w],
+                    fused,
+                    cos,
+                    sin,
+                    &self.pos,
+                    step,
+                )?,
+                Projection::Parts(parts) => match quantized_parts(parts) {
+                    Some(ws) => fused_quantized_linear_rope_append(
+                        state, x, &ws, fused, cos, sin, &self.pos, step,
+                    )?,
+                    None => false,
+                },
                 _ => false,
             };
             if !written {
