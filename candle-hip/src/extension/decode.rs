@@ -6,6 +6,7 @@ use candle_core::custom_backend::{BoxedStorage, CustomStorage};
 use candle_core::{CpuStorage, CustomOp2, InplaceOp2, Layout, Result, Shape, Tensor};
 
 use super::{BridgeStorage, Hip, boxed, hip_storage, on_hip};
+use crate::HipStorage;
 use crate::fused::{self, StepCache};
 
 /// The op behind [`silu_mul`].
@@ -51,49 +52,75 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     gate.apply_op2_no_bwd(up, &SiluMul)
 }
 
-/// The op behind [`rope_append`]: the state is the destination, the step's
-/// projections the source.
-struct RopeAppend {
-    cos: Tensor,
-    sin: Tensor,
-    pos: Tensor,
-    cache: StepCache,
+/// A decoding step's RoPE tables (`(positions, head_dim / 2)`), its
+/// position (one u32 on the device) and its cache layout, as the ops that
+/// write the step take them.
+pub(super) struct StepTables {
+    /// The cosines.
+    pub cos: Tensor,
+    /// The sines.
+    pub sin: Tensor,
+    /// The position.
+    pub pos: Tensor,
+    /// The state's layout.
+    pub cache: StepCache,
 }
 
-impl InplaceOp2 for RopeAppend {
+/// A HIP storage and its layout, as the step's kernels take an operand.
+pub(super) type Operand<'a> = (&'a HipStorage, &'a Layout);
+
+/// An op that writes a decoding step into its state (the destination) from
+/// `x` (the source): `write(state, state_l, x, x_l, cos, sin, pos, cache)`
+/// with the tables' and the position's storages borrowed while the kernels
+/// are queued. HIP devices only.
+pub(super) struct StepWrite<F> {
+    /// The op's name.
+    pub name: &'static str,
+    /// The tables, position and cache layout.
+    pub tables: StepTables,
+    /// What writes the step.
+    pub write: F,
+}
+
+impl<F> InplaceOp2 for StepWrite<F>
+where
+    F: Fn(
+        &mut HipStorage,
+        &Layout,
+        &HipStorage,
+        &Layout,
+        [Operand<'_>; 3],
+        StepCache,
+    ) -> candle_core::Result<()>,
+{
     fn name(&self) -> &'static str {
-        "hip-rope-append"
+        self.name
     }
 
     fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<()> {
-        super::hip_only(self.name())
+        super::hip_only(self.name)
     }
 
     fn custom_fwd(
         &self,
         state: &mut dyn CustomStorage,
         state_l: &Layout,
-        qkv: &dyn CustomStorage,
-        qkv_l: &Layout,
+        x: &dyn CustomStorage,
+        x_l: &Layout,
     ) -> Result<()> {
-        let name = self.name();
+        let name = self.name;
         let state = BridgeStorage::<Hip>::downcast_mut(state, name)?;
-        let qkv = hip_storage(qkv, name)?;
-        // The tables' and the position's storages stay borrowed while the
-        // kernel is queued.
-        let (cos, cos_l) = self.cos.storage_and_layout();
-        let (sin, sin_l) = self.sin.storage_and_layout();
-        let (pos, pos_l) = self.pos.storage_and_layout();
-        fused::rope_append(
-            state,
-            state_l,
-            qkv,
-            qkv_l,
+        let x = hip_storage(x, name)?;
+        let t = &self.tables;
+        let (cos, cos_l) = t.cos.storage_and_layout();
+        let (sin, sin_l) = t.sin.storage_and_layout();
+        let (pos, pos_l) = t.pos.storage_and_layout();
+        let operands = [
             on_hip(&cos, cos_l, "cos table", name)?,
             on_hip(&sin, sin_l, "sin table", name)?,
             on_hip(&pos, pos_l, "position", name)?,
-            self.cache,
-        )
+        ];
+        (self.write)(state, state_l, x, x_l, operands, t.cache)
     }
 }
 
@@ -115,11 +142,22 @@ pub fn rope_append(
     pos: &Tensor,
     cache: StepCache,
 ) -> Result<()> {
-    let op = RopeAppend {
-        cos: cos.clone(),
-        sin: sin.clone(),
-        pos: pos.clone(),
-        cache,
+    let op = StepWrite {
+        name: "hip-rope-append",
+        tables: StepTables {
+            cos: cos.clone(),
+            sin: sin.clone(),
+            pos: pos.clone(),
+            cache,
+        },
+        write: |state: &mut HipStorage,
+                state_l: &Layout,
+                qkv: &HipStorage,
+                qkv_l: &Layout,
+                [cos, sin, pos]: [Operand; 3],
+                cache| {
+            fused::rope_append(state, state_l, qkv, qkv_l, cos, sin, pos, cache)
+        },
     };
     state.inplace_op2(qkv, &op)
 }

@@ -11,11 +11,11 @@ use std::ops::Deref;
 
 use candle_core::custom_backend::{BoxedStorage, CustomStorage};
 use candle_core::quantized::QTensor;
-use candle_core::{
-    CpuStorage, CustomOp1, CustomOp2, InplaceOp2, Layout, Result, Shape, Storage, Tensor,
-};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Storage, Tensor};
 
-use super::{BridgeStorage, Hip, boxed, hip_quantized, hip_storage, on_hip};
+use super::decode::{Operand, StepTables, StepWrite};
+use super::{boxed, hip_quantized, hip_storage, on_hip};
+use crate::HipStorage;
 use crate::fused::{self, LinearInput, StepCache};
 use crate::quantized::QuantizedStorage;
 
@@ -271,61 +271,6 @@ pub fn fused_linear_swiglu(
     x.apply_op2_no_bwd(weight, &op).map(Some)
 }
 
-/// The op behind [`fused_linear_rope_append`]: the state is the destination,
-/// `x` the source.
-struct FusedLinearRopeAppend {
-    weight: Tensor,
-    input: OwnedInput,
-    cos: Tensor,
-    sin: Tensor,
-    pos: Tensor,
-    cache: StepCache,
-}
-
-impl InplaceOp2 for FusedLinearRopeAppend {
-    fn name(&self) -> &'static str {
-        "hip-fused-linear-rope-append"
-    }
-
-    fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<()> {
-        super::hip_only(self.name())
-    }
-
-    fn custom_fwd(
-        &self,
-        state: &mut dyn CustomStorage,
-        state_l: &Layout,
-        x: &dyn CustomStorage,
-        x_l: &Layout,
-    ) -> Result<()> {
-        let name = self.name();
-        let state = BridgeStorage::<Hip>::downcast_mut(state, name)?;
-        let x = hip_storage(x, name)?;
-        // The other operands' storages stay borrowed while the kernel is
-        // queued.
-        let operands = borrow_operands(&self.input, None);
-        let (input, _) = operands.on_hip(name)?;
-        let (w, w_l) = self.weight.storage_and_layout();
-        let (cos, cos_l) = self.cos.storage_and_layout();
-        let (sin, sin_l) = self.sin.storage_and_layout();
-        let (pos, pos_l) = self.pos.storage_and_layout();
-        let (w, w_l) = on_hip(&w, w_l, "weight", name)?;
-        fused::fused_linear_rope_append(
-            state,
-            state_l,
-            x,
-            x_l,
-            w,
-            w_l,
-            input,
-            on_hip(&cos, cos_l, "cos table", name)?,
-            on_hip(&sin, sin_l, "sin table", name)?,
-            on_hip(&pos, pos_l, "position", name)?,
-            self.cache,
-        )
-    }
-}
-
 /// One decoding step's query/key/value projection (batch 1), RoPE and cache
 /// write in one launch, in place in `state`: `x'·weightᵀ` (`x'` as
 /// [`fused_linear`] takes it; `weight` the q, k and v projections stacked,
@@ -353,13 +298,32 @@ pub fn fused_linear_rope_append(
     {
         return Ok(false);
     }
-    let op = FusedLinearRopeAppend {
-        weight: weight.clone(),
-        input: input.into(),
-        cos: cos.clone(),
-        sin: sin.clone(),
-        pos: pos.clone(),
-        cache,
+    let input = OwnedInput::from(input);
+    let op = StepWrite {
+        name: "hip-fused-linear-rope-append",
+        tables: StepTables {
+            cos: cos.clone(),
+            sin: sin.clone(),
+            pos: pos.clone(),
+            cache,
+        },
+        write: |state: &mut HipStorage,
+                state_l: &Layout,
+                x: &HipStorage,
+                x_l: &Layout,
+                [cos, sin, pos]: [Operand; 3],
+                cache| {
+            let name = "hip-fused-linear-rope-append";
+            // The weight's and the norm's storages stay borrowed while the
+            // kernel is queued.
+            let operands = borrow_operands(&input, None);
+            let (input, _) = operands.on_hip(name)?;
+            let (w, w_l) = weight.storage_and_layout();
+            let (w, w_l) = on_hip(&w, w_l, "weight", name)?;
+            fused::fused_linear_rope_append(
+                state, state_l, x, x_l, w, w_l, input, cos, sin, pos, cache,
+            )
+        },
     };
     state.inplace_op2(x, &op)?;
     Ok(true)
@@ -455,57 +419,6 @@ pub fn fused_quantized_linear_parts(
     x.apply_op1_no_bwd(&op).map(Some)
 }
 
-/// The op behind [`fused_quantized_linear_rope_append`]: the state is the
-/// destination, `x` the source.
-struct FusedQuantizedRopeAppend<'w> {
-    parts: Vec<(&'w QuantizedStorage, &'w Shape)>,
-    input: OwnedInput,
-    cos: Tensor,
-    sin: Tensor,
-    pos: Tensor,
-    cache: StepCache,
-}
-
-impl InplaceOp2 for FusedQuantizedRopeAppend<'_> {
-    fn name(&self) -> &'static str {
-        "hip-fused-quantized-rope-append"
-    }
-
-    fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<()> {
-        super::hip_only(self.name())
-    }
-
-    fn custom_fwd(
-        &self,
-        state: &mut dyn CustomStorage,
-        state_l: &Layout,
-        x: &dyn CustomStorage,
-        x_l: &Layout,
-    ) -> Result<()> {
-        let name = self.name();
-        let state = BridgeStorage::<Hip>::downcast_mut(state, name)?;
-        let x = hip_storage(x, name)?;
-        let operands = borrow_operands(&self.input, None);
-        let (input, _) = operands.on_hip(name)?;
-        let (cos, cos_l) = self.cos.storage_and_layout();
-        let (sin, sin_l) = self.sin.storage_and_layout();
-        let (pos, pos_l) = self.pos.storage_and_layout();
-        QuantizedStorage::fused_matvec_parts_rope_append(
-            &self.parts,
-            x,
-            x_l,
-            input,
-            state,
-            state_l,
-            on_hip(&cos, cos_l, "cos table", name)?,
-            on_hip(&sin, sin_l, "sin table", name)?,
-            on_hip(&pos, pos_l, "position", name)?,
-            self.cache,
-        )?;
-        Ok(())
-    }
-}
-
 /// [`fused_linear_rope_append`] against quantized weights (the q, k and v
 /// matrices as `parts`, stacked along their outputs as
 /// [`fused_quantized_linear_parts`] takes them): the mat-vecs store the
@@ -542,13 +455,28 @@ pub fn fused_quantized_linear_rope_append(
     {
         return Ok(false);
     }
-    let op = FusedQuantizedRopeAppend {
-        parts: blocks,
-        input: input.into(),
-        cos: cos.clone(),
-        sin: sin.clone(),
-        pos: pos.clone(),
-        cache,
+    let input = OwnedInput::from(input);
+    let op = StepWrite {
+        name: "hip-fused-quantized-rope-append",
+        tables: StepTables {
+            cos: cos.clone(),
+            sin: sin.clone(),
+            pos: pos.clone(),
+            cache,
+        },
+        write: |state: &mut HipStorage,
+                state_l: &Layout,
+                x: &HipStorage,
+                x_l: &Layout,
+                [cos, sin, pos]: [Operand; 3],
+                cache| {
+            let operands = borrow_operands(&input, None);
+            let (input, _) = operands.on_hip("hip-fused-quantized-rope-append")?;
+            QuantizedStorage::fused_matvec_parts_rope_append(
+                &blocks, x, x_l, input, state, state_l, cos, sin, pos, cache,
+            )
+            .map_err(Into::into)
+        },
     };
     state.inplace_op2(x, &op)?;
     Ok(true)
