@@ -66,6 +66,18 @@ pub(super) struct StepTables {
     pub cache: StepCache,
 }
 
+impl StepTables {
+    /// The tables, position and layout, held by the op.
+    pub fn new(cos: &Tensor, sin: &Tensor, pos: &Tensor, cache: StepCache) -> StepTables {
+        StepTables {
+            cos: cos.clone(),
+            sin: sin.clone(),
+            pos: pos.clone(),
+            cache,
+        }
+    }
+}
+
 /// A HIP storage and its layout, as the step's kernels take an operand.
 pub(super) type Operand<'a> = (&'a HipStorage, &'a Layout);
 
@@ -144,12 +156,7 @@ pub fn rope_append(
 ) -> Result<()> {
     let op = StepWrite {
         name: "hip-rope-append",
-        tables: StepTables {
-            cos: cos.clone(),
-            sin: sin.clone(),
-            pos: pos.clone(),
-            cache,
-        },
+        tables: StepTables::new(cos, sin, pos, cache),
         write: |state: &mut HipStorage,
                 state_l: &Layout,
                 qkv: &HipStorage,

@@ -44,18 +44,24 @@ enum OwnedInput {
     SwiGlu,
 }
 
-/// The op behind [`fused_linear`]: `x'·wᵀ (+ residual)` of `x` and `w`.
+/// The op behind [`fused_linear`] (`x'·wᵀ (+ residual)` of `x` and `w`) and
+/// [`fused_linear_swiglu`] (`swiglu`: SwiGLU's activation of the product's
+/// halves).
 #[derive(Clone, Debug)]
 struct FusedLinear {
     input: OwnedInput,
     residual: Option<Tensor>,
+    swiglu: bool,
     /// The output's shape.
     shape: Shape,
 }
 
 impl CustomOp2 for FusedLinear {
     fn name(&self) -> &'static str {
-        "hip-fused-linear"
+        match self.swiglu {
+            true => "hip-fused-linear-swiglu",
+            false => "hip-fused-linear",
+        }
     }
 
     fn cpu_fwd(
@@ -80,7 +86,10 @@ impl CustomOp2 for FusedLinear {
         // The operands' storages stay borrowed while the kernel is queued.
         let operands = borrow_operands(&self.input, self.residual.as_ref());
         let (input, residual) = operands.on_hip(name)?;
-        let out = fused::fused_linear(x, x_l, w, w_l, input, residual)?;
+        let out = match self.swiglu {
+            true => fused::fused_linear_swiglu(x, x_l, w, w_l, input)?,
+            false => fused::fused_linear(x, x_l, w, w_l, input, residual)?,
+        };
         Ok((boxed(out), self.shape.clone()))
     }
 }
@@ -198,48 +207,10 @@ pub fn fused_linear(
     let op = FusedLinear {
         input: input.into(),
         residual: residual.cloned(),
+        swiglu: false,
         shape,
     };
     x.apply_op2_no_bwd(weight, &op).map(Some)
-}
-
-/// The op behind [`fused_linear_swiglu`]: `silu(g)·u` of `[g, u] = x'·wᵀ`.
-#[derive(Clone, Debug)]
-struct FusedLinearSwiGlu {
-    input: OwnedInput,
-    /// The output's shape.
-    shape: Shape,
-}
-
-impl CustomOp2 for FusedLinearSwiGlu {
-    fn name(&self) -> &'static str {
-        "hip-fused-linear-swiglu"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        super::hip_only(self.name())
-    }
-
-    fn custom_fwd(
-        &self,
-        x: &dyn CustomStorage,
-        x_l: &Layout,
-        w: &dyn CustomStorage,
-        w_l: &Layout,
-    ) -> Result<(BoxedStorage, Shape)> {
-        let name = self.name();
-        let (x, w) = (hip_storage(x, name)?, hip_storage(w, name)?);
-        let operands = borrow_operands(&self.input, None);
-        let (input, _) = operands.on_hip(name)?;
-        let out = fused::fused_linear_swiglu(x, x_l, w, w_l, input)?;
-        Ok((boxed(out), self.shape.clone()))
-    }
 }
 
 /// One token's gate/up projection and SwiGLU's activation in one launch:
@@ -264,8 +235,10 @@ pub fn fused_linear_swiglu(
     {
         return Ok(None);
     }
-    let op = FusedLinearSwiGlu {
+    let op = FusedLinear {
         input: input.into(),
+        residual: None,
+        swiglu: true,
         shape: output_shape("fused_linear_swiglu", x, rows / 2, None)?,
     };
     x.apply_op2_no_bwd(weight, &op).map(Some)
@@ -301,12 +274,7 @@ pub fn fused_linear_rope_append(
     let input = OwnedInput::from(input);
     let op = StepWrite {
         name: "hip-fused-linear-rope-append",
-        tables: StepTables {
-            cos: cos.clone(),
-            sin: sin.clone(),
-            pos: pos.clone(),
-            cache,
-        },
+        tables: StepTables::new(cos, sin, pos, cache),
         write: |state: &mut HipStorage,
                 state_l: &Layout,
                 x: &HipStorage,
@@ -458,12 +426,7 @@ pub fn fused_quantized_linear_rope_append(
     let input = OwnedInput::from(input);
     let op = StepWrite {
         name: "hip-fused-quantized-rope-append",
-        tables: StepTables {
-            cos: cos.clone(),
-            sin: sin.clone(),
-            pos: pos.clone(),
-            cache,
-        },
+        tables: StepTables::new(cos, sin, pos, cache),
         write: |state: &mut HipStorage,
                 state_l: &Layout,
                 x: &HipStorage,

@@ -20,7 +20,7 @@ use candle_core::{DType, Layout};
 use hip_safe::{DevicePtr, DeviceRepr, DeviceView, KernelArg, LaunchConfig};
 
 use crate::error::{Result, invalid};
-use crate::kernel::catalogue as cat;
+use crate::kernel::catalogue::{self as cat, Kernel};
 use crate::kernel::grid::per_pack;
 use crate::kernel::header::VEC_BYTES;
 use crate::kernel::launch::{to_u32, view_or_null};
@@ -233,6 +233,47 @@ impl<'a> Product<'a> {
     }
 }
 
+impl Product<'_> {
+    /// Launches `kernel` (`gemv_fused_*` or `gemv_pairs_*`) on the product
+    /// into `y`, with `tail` after the arguments both kernels share: (const
+    /// T* x, const T* w, T* y, u32 n, u32 k, u64 w_stride, u32 split, u32
+    /// input, const T* norm_w, float eps, tail...).
+    ///
+    /// # Safety
+    ///
+    /// `kernel` takes those arguments, `y` holds what it writes for the
+    /// product's items and `tail` is what it takes after them.
+    unsafe fn launch(
+        &self,
+        x: &HipStorage,
+        kernel: Kernel,
+        y: &dyn KernelArg,
+        tail: &[&dyn KernelArg],
+    ) -> candle_core::Result<()> {
+        let mut args: Vec<&dyn KernelArg> = vec![
+            &self.x,
+            &self.w,
+            y,
+            &self.items,
+            &self.k,
+            &self.w_stride,
+            &self.split,
+            &self.input,
+            view_or_null(self.norm_w.as_ref()),
+            &self.eps,
+        ];
+        args.extend_from_slice(tail);
+        // SAFETY: x, w and norm_w are checked views of the operands
+        // (`Product::new`: x holds k elements, 2k for SwiGLU; w the rows the
+        // items take from a 16-byte boundary, k and w_stride whole packs;
+        // norm_w k or null), the grid has one group of `split` waves per
+        // item and the dynamic shared memory holds k elements (at most
+        // MAX_STAGED_BYTES); the caller vouches for the kernel, y and tail.
+        unsafe { x.device().kernels().launch(kernel, self.cfg, &args) }?;
+        Ok(())
+    }
+}
+
 /// `y = x'·Wᵀ (+ residual)` for one token: `x` (contiguous, `k` elements, or
 /// `2k` for [`LinearInput::SwiGlu`]), `w` an `(n, k)` weight as candle-nn's
 /// `Linear` holds it, `residual` (optional) a contiguous vector of `n`.
@@ -259,32 +300,9 @@ pub fn fused_linear(
     let mut out = unsafe { device.alloc_storage(x.dtype(), n) }?;
     let y = out.view_all_mut();
     let kernel = cat::GEMV_FUSED.kernel(OP, x.dtype())?;
-    // SAFETY: gemv_fused_* takes (const T* x, const T* w, T* y, u32 n, u32 k,
-    // u64 w_stride, u32 split, u32 input, const T* norm_w, float eps, const
-    // T* residual); x holds k elements (2k for SwiGLU), w (n - 1) * w_stride
-    // + k from a 16-byte boundary with k and w_stride whole packs, y n,
-    // norm_w k or null, residual n or null (checked views); the grid has one
-    // group of `split` waves per output (`launch_config`), and the dynamic
-    // shared memory holds k elements (at most MAX_STAGED_BYTES).
-    unsafe {
-        device.kernels().launch(
-            kernel,
-            p.cfg,
-            &[
-                &p.x,
-                &p.w,
-                &y,
-                &p.items,
-                &p.k,
-                &p.w_stride,
-                &p.split,
-                &p.input,
-                view_or_null(p.norm_w.as_ref()),
-                &p.eps,
-                view_or_null(residual.as_ref()),
-            ],
-        )
-    }?;
+    // SAFETY: gemv_fused_* takes the shared arguments, then (const T*
+    // residual); y holds the n outputs, residual n or null (a checked view).
+    unsafe { p.launch(x, kernel, &y, &[view_or_null(residual.as_ref())]) }?;
     Ok(out)
 }
 
@@ -410,35 +428,11 @@ fn launch_pairs(
             GemvRope::default(),
         ),
     };
-    // SAFETY: gemv_pairs_* takes (const T* x, const T* w, T* y, u32 n, u32
-    // k, u64 w_stride, u32 split, u32 input, const T* norm_w, float eps, u32
-    // output, const T* cos, const T* sin, const u32* pos, GemvRope rope); x,
-    // w, norm_w and the launch as for gemv_fused_* (`Product::new`), with
-    // 2n rows of w; for SwiGLU y holds n elements, for RoPE y is the state
-    // of `rope.dims` and cos, sin and pos are its checked tables and
-    // position (`StepRope::new`), the rows being the step's heads.
-    unsafe {
-        x.device().kernels().launch(
-            kernel,
-            p.cfg,
-            &[
-                &p.x,
-                &p.w,
-                y,
-                &p.items,
-                &p.k,
-                &p.w_stride,
-                &p.split,
-                &p.input,
-                view_or_null(p.norm_w.as_ref()),
-                &p.eps,
-                &output,
-                cos,
-                sin,
-                pos,
-                &dims,
-            ],
-        )
-    }?;
+    // SAFETY: gemv_pairs_* takes the shared arguments, then (u32 output,
+    // const T* cos, const T* sin, const u32* pos, GemvRope rope), with 2n
+    // rows of w; for SwiGLU y holds n elements, for RoPE y is the state of
+    // `rope.dims` and cos, sin and pos are its checked tables and position
+    // (`StepRope::new`), the rows being the step's heads.
+    unsafe { p.launch(x, kernel, y, &[&output, cos, sin, pos, &dims]) }?;
     Ok(())
 }

@@ -66,8 +66,7 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
 use candle_core::{D, DType, Device, IndexOp, Module, Tensor};
 use candle_hip::extension::{
     FusedInput, StepCache, fused_linear, fused_linear_rope_append, fused_linear_swiglu,
-    fused_quantized_linear, fused_quantized_linear_parts, fused_quantized_linear_rope_append,
-    rope_append, silu_mul,
+    fused_quantized_linear_parts, fused_quantized_linear_rope_append, rope_append, silu_mul,
 };
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 use candle_transformers::models::llama::Config;
@@ -634,8 +633,8 @@ impl StaticLlama {
             // its launch), otherwise `rope_append` follows it.
             let (cos, sin, step) = (&pass.cos, &pass.sin, self.step_cache());
             let (state, fused) = (&cache.state, input_norm.fused());
-            let written = match &layer.qkv {
-                Projection::Dense(qkv) => fused_linear_rope_append(
+            let written = match (&layer.qkv, quantized_weights(&layer.qkv)) {
+                (Projection::Dense(qkv), _) => fused_linear_rope_append(
                     state,
                     x,
                     qkv.weight(),
@@ -645,22 +644,9 @@ impl StaticLlama {
                     &self.pos,
                     step,
                 )?,
-                Projection::Quantized(QMatMul::QTensor(w)) => fused_quantized_linear_rope_append(
-                    state,
-                    x,
-                    &[w],
-                    fused,
-                    cos,
-                    sin,
-                    &self.pos,
-                    step,
+                (_, Some(ws)) => fused_quantized_linear_rope_append(
+                    state, x, &ws, fused, cos, sin, &self.pos, step,
                 )?,
-                Projection::Parts(parts) => match quantized_parts(parts) {
-                    Some(ws) => fused_quantized_linear_rope_append(
-                        state, x, &ws, fused, cos, sin, &self.pos, step,
-                    )?,
-                    None => false,
-                },
                 _ => false,
             };
             if !written {
@@ -754,14 +740,10 @@ fn project(
             return project(projection, &swiglu(x)?, Input::Plain, residual);
         }
         (Projection::Dense(linear), _) => fused_linear(x, linear.weight(), fused_input, residual)?,
-        (Projection::Quantized(QMatMul::QTensor(weight)), _) => {
-            fused_quantized_linear(x, weight, fused_input, residual)?
-        }
-        (Projection::Parts(parts), _) => match quantized_parts(parts) {
+        _ => match quantized_weights(projection) {
             Some(weights) => fused_quantized_linear_parts(x, &weights, fused_input, residual)?,
             None => None,
         },
-        _ => None,
     };
     if let Some(y) = fused {
         return Ok(y);
@@ -775,6 +757,16 @@ fn project(
     match residual {
         Some(r) => y + r,
         None => Ok(y),
+    }
+}
+
+/// The GGML blocks of a quantized projection (one weight, or its parts), or `None` when
+/// it or a part is dense.
+fn quantized_weights(projection: &Projection) -> Option<Vec<&QTensor>> {
+    match projection {
+        Projection::Quantized(QMatMul::QTensor(weight)) => Some(vec![weight.as_ref()]),
+        Projection::Parts(parts) => quantized_parts(parts),
+        _ => None,
     }
 }
 
