@@ -5,9 +5,10 @@
 use candle_core::custom_backend::{BoxedStorage, CustomStorage};
 use candle_core::{CpuStorage, CustomOp2, InplaceOp2, Layout, Result, Shape, Tensor};
 
+use super::linear::{FusedInput, OwnedInput, borrow_operands};
 use super::{BridgeStorage, Hip, boxed, hip_storage, on_hip};
 use crate::HipStorage;
-use crate::fused::{self, StepCache};
+use crate::fused::{self, LinearInput, StepCache};
 
 /// The op behind [`silu_mul`].
 struct SiluMul;
@@ -52,58 +53,70 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     gate.apply_op2_no_bwd(up, &SiluMul)
 }
 
-/// A decoding step's RoPE tables (`(positions, head_dim / 2)`), its
-/// position (one u32 on the device) and its cache layout, as the ops that
-/// write the step take them.
-pub(super) struct StepTables {
-    /// The cosines.
-    pub cos: Tensor,
-    /// The sines.
-    pub sin: Tensor,
-    /// The position.
-    pub pos: Tensor,
+/// What a [`StepWrite`] hands the function that writes the step, borrowed
+/// while its kernels are queued.
+pub(super) struct Step<'a> {
+    /// The state (the destination) and its layout.
+    pub state: (&'a mut HipStorage, &'a Layout),
+    /// The source and its layout.
+    pub x: Operand<'a>,
+    /// What the product multiplies: `x`, its RMS norm or its SwiGLU.
+    pub input: LinearInput<'a>,
+    /// The cosine table, the sine table and the position.
+    pub tables: [Operand<'a>; 3],
     /// The state's layout.
     pub cache: StepCache,
-}
-
-impl StepTables {
-    /// The tables, position and layout, held by the op.
-    pub fn new(cos: &Tensor, sin: &Tensor, pos: &Tensor, cache: StepCache) -> StepTables {
-        StepTables {
-            cos: cos.clone(),
-            sin: sin.clone(),
-            pos: pos.clone(),
-            cache,
-        }
-    }
 }
 
 /// A HIP storage and its layout, as the step's kernels take an operand.
 pub(super) type Operand<'a> = (&'a HipStorage, &'a Layout);
 
 /// An op that writes a decoding step into its state (the destination) from
-/// `x` (the source): `write(state, state_l, x, x_l, cos, sin, pos, cache)`
-/// with the tables' and the position's storages borrowed while the kernels
-/// are queued. HIP devices only.
+/// `x` (the source), holding the step's RoPE tables
+/// (`(positions, head_dim / 2)`), its position (one u32 on the device), its
+/// cache layout and the product's input. HIP devices only.
 pub(super) struct StepWrite<F> {
-    /// The op's name.
-    pub name: &'static str,
-    /// The tables, position and cache layout.
-    pub tables: StepTables,
-    /// What writes the step.
-    pub write: F,
+    name: &'static str,
+    cos: Tensor,
+    sin: Tensor,
+    pos: Tensor,
+    cache: StepCache,
+    input: OwnedInput,
+    write: F,
+}
+
+impl<F> StepWrite<F>
+where
+    F: Fn(Step<'_>) -> Result<()>,
+{
+    /// The op `name`, writing the step with `write`.
+    pub fn new(
+        name: &'static str,
+        [cos, sin, pos]: [&Tensor; 3],
+        cache: StepCache,
+        input: FusedInput,
+        write: F,
+    ) -> Self {
+        StepWrite {
+            name,
+            cos: cos.clone(),
+            sin: sin.clone(),
+            pos: pos.clone(),
+            cache,
+            input: input.into(),
+            write,
+        }
+    }
+
+    /// Writes the step from `x` into `state`.
+    pub fn apply(&self, state: &Tensor, x: &Tensor) -> Result<()> {
+        state.inplace_op2(x, self)
+    }
 }
 
 impl<F> InplaceOp2 for StepWrite<F>
 where
-    F: Fn(
-        &mut HipStorage,
-        &Layout,
-        &HipStorage,
-        &Layout,
-        [Operand<'_>; 3],
-        StepCache,
-    ) -> candle_core::Result<()>,
+    F: Fn(Step<'_>) -> Result<()>,
 {
     fn name(&self) -> &'static str {
         self.name
@@ -123,16 +136,22 @@ where
         let name = self.name;
         let state = BridgeStorage::<Hip>::downcast_mut(state, name)?;
         let x = hip_storage(x, name)?;
-        let t = &self.tables;
-        let (cos, cos_l) = t.cos.storage_and_layout();
-        let (sin, sin_l) = t.sin.storage_and_layout();
-        let (pos, pos_l) = t.pos.storage_and_layout();
-        let operands = [
-            on_hip(&cos, cos_l, "cos table", name)?,
-            on_hip(&sin, sin_l, "sin table", name)?,
-            on_hip(&pos, pos_l, "position", name)?,
-        ];
-        (self.write)(state, state_l, x, x_l, operands, t.cache)
+        let (cos, cos_l) = self.cos.storage_and_layout();
+        let (sin, sin_l) = self.sin.storage_and_layout();
+        let (pos, pos_l) = self.pos.storage_and_layout();
+        let operands = borrow_operands(&self.input, None);
+        let (input, _) = operands.on_hip(name)?;
+        (self.write)(Step {
+            state: (state, state_l),
+            x: (x, x_l),
+            input,
+            tables: [
+                on_hip(&cos, cos_l, "cos table", name)?,
+                on_hip(&sin, sin_l, "sin table", name)?,
+                on_hip(&pos, pos_l, "position", name)?,
+            ],
+            cache: self.cache,
+        })
     }
 }
 
@@ -154,17 +173,18 @@ pub fn rope_append(
     pos: &Tensor,
     cache: StepCache,
 ) -> Result<()> {
-    let op = StepWrite {
-        name: "hip-rope-append",
-        tables: StepTables::new(cos, sin, pos, cache),
-        write: |state: &mut HipStorage,
-                state_l: &Layout,
-                qkv: &HipStorage,
-                qkv_l: &Layout,
-                [cos, sin, pos]: [Operand; 3],
-                cache| {
-            fused::rope_append(state, state_l, qkv, qkv_l, cos, sin, pos, cache)
+    let name = "hip-rope-append";
+    let op = StepWrite::new(
+        name,
+        [cos, sin, pos],
+        cache,
+        FusedInput::Plain,
+        |step: Step| {
+            let (state, state_l) = step.state;
+            let (qkv, qkv_l) = step.x;
+            let [cos, sin, pos] = step.tables;
+            fused::rope_append(state, state_l, qkv, qkv_l, cos, sin, pos, step.cache)
         },
-    };
-    state.inplace_op2(qkv, &op)
+    );
+    op.apply(state, qkv)
 }

@@ -13,9 +13,8 @@ use candle_core::custom_backend::{BoxedStorage, CustomStorage};
 use candle_core::quantized::QTensor;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Storage, Tensor};
 
-use super::decode::{Operand, StepTables, StepWrite};
+use super::decode::{Step, StepWrite};
 use super::{boxed, hip_quantized, hip_storage, on_hip};
-use crate::HipStorage;
 use crate::fused::{self, LinearInput, StepCache};
 use crate::quantized::QuantizedStorage;
 
@@ -38,7 +37,7 @@ pub enum FusedInput<'a> {
 
 /// [`FusedInput`] holding its tensor, as the op keeps it.
 #[derive(Clone, Debug)]
-enum OwnedInput {
+pub(super) enum OwnedInput {
     Plain,
     RmsNorm { weight: Tensor, eps: f32 },
     SwiGlu,
@@ -96,14 +95,14 @@ impl CustomOp2 for FusedLinear {
 
 /// The storages of a fused product's norm weight and residual, borrowed
 /// from their tensors (`G`: the tensor's storage guard).
-struct Operands<'t, G> {
+pub(super) struct Operands<'t, G> {
     input: &'t OwnedInput,
     norm: Option<(G, &'t Layout)>,
     residual: Option<(G, &'t Layout)>,
 }
 
 /// Borrows the storages of `input`'s norm weight and of `residual`.
-fn borrow_operands<'t>(
+pub(super) fn borrow_operands<'t>(
     input: &'t OwnedInput,
     residual: Option<&'t Tensor>,
 ) -> Operands<'t, impl Deref<Target = Storage> + 't> {
@@ -123,7 +122,7 @@ impl<G: Deref<Target = Storage>> Operands<'_, G> {
     /// The input and the residual as the kernels take them (op `name`'s
     /// error when one is not on a HIP device).
     #[allow(clippy::type_complexity)]
-    fn on_hip(
+    pub(super) fn on_hip(
         &self,
         name: &str,
     ) -> Result<(LinearInput<'_>, Option<(&crate::HipStorage, &Layout)>)> {
@@ -271,29 +270,19 @@ pub fn fused_linear_rope_append(
     {
         return Ok(false);
     }
-    let input = OwnedInput::from(input);
-    let op = StepWrite {
-        name: "hip-fused-linear-rope-append",
-        tables: StepTables::new(cos, sin, pos, cache),
-        write: |state: &mut HipStorage,
-                state_l: &Layout,
-                x: &HipStorage,
-                x_l: &Layout,
-                [cos, sin, pos]: [Operand; 3],
-                cache| {
-            let name = "hip-fused-linear-rope-append";
-            // The weight's and the norm's storages stay borrowed while the
-            // kernel is queued.
-            let operands = borrow_operands(&input, None);
-            let (input, _) = operands.on_hip(name)?;
-            let (w, w_l) = weight.storage_and_layout();
-            let (w, w_l) = on_hip(&w, w_l, "weight", name)?;
-            fused::fused_linear_rope_append(
-                state, state_l, x, x_l, w, w_l, input, cos, sin, pos, cache,
-            )
-        },
-    };
-    state.inplace_op2(x, &op)?;
+    let name = "hip-fused-linear-rope-append";
+    let op = StepWrite::new(name, [cos, sin, pos], cache, input, |step: Step| {
+        let (state, state_l) = step.state;
+        let (x, x_l) = step.x;
+        let [cos, sin, pos] = step.tables;
+        // The weight's storage stays borrowed while the kernel is queued.
+        let (w, w_l) = weight.storage_and_layout();
+        let (w, w_l) = on_hip(&w, w_l, "weight", name)?;
+        fused::fused_linear_rope_append(
+            state, state_l, x, x_l, w, w_l, step.input, cos, sin, pos, step.cache,
+        )
+    });
+    op.apply(state, x)?;
     Ok(true)
 }
 
@@ -423,24 +412,16 @@ pub fn fused_quantized_linear_rope_append(
     {
         return Ok(false);
     }
-    let input = OwnedInput::from(input);
-    let op = StepWrite {
-        name: "hip-fused-quantized-rope-append",
-        tables: StepTables::new(cos, sin, pos, cache),
-        write: |state: &mut HipStorage,
-                state_l: &Layout,
-                x: &HipStorage,
-                x_l: &Layout,
-                [cos, sin, pos]: [Operand; 3],
-                cache| {
-            let operands = borrow_operands(&input, None);
-            let (input, _) = operands.on_hip("hip-fused-quantized-rope-append")?;
-            QuantizedStorage::fused_matvec_parts_rope_append(
-                &blocks, x, x_l, input, state, state_l, cos, sin, pos, cache,
-            )
-            .map_err(Into::into)
-        },
-    };
-    state.inplace_op2(x, &op)?;
+    let name = "hip-fused-quantized-rope-append";
+    let op = StepWrite::new(name, [cos, sin, pos], cache, input, |step: Step| {
+        let (state, state_l) = step.state;
+        let (x, x_l) = step.x;
+        let [cos, sin, pos] = step.tables;
+        QuantizedStorage::fused_matvec_parts_rope_append(
+            &blocks, x, x_l, step.input, state, state_l, cos, sin, pos, step.cache,
+        )
+        .map_err(Into::into)
+    });
+    op.apply(state, x)?;
     Ok(true)
 }
