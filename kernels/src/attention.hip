@@ -39,7 +39,7 @@
 //
 //   flash_combine_d<D>_<T>(AttnArgs a, const float* part, T* o)
 //     Merges the splits of each row into the output. Grid (s_q * h_q,
-//     batch); block: D threads.
+//     batch); block: D threads rounded up to a multiple of the wave size.
 //
 // Matrix instructions (one 16x16x16 product per wave, `Mma` below): MFMA on
 // CDNA (gfx908 for f16; gfx90a, gfx942 for f16 and bf16), WMMA on RDNA 3
@@ -1173,33 +1173,42 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
 // split's weight in shared memory.
 #define CH_DECODE_MAX_SPLITS 256
 
+// A softmax's running maximum and sum of exponentials (base 2), merged
+// across key splits.
+struct SplitStats {
+  struct State {
+    float m, l;
+  };
+  __device__ __forceinline__ static State identity() { return State{-__builtin_huge_valf(), 0.0f}; }
+  __device__ __forceinline__ static State combine(State a, State b) {
+    const float m = fmaxf(a.m, b.m);
+    return State{m, a.l * attn_exp2(a.m, m) + b.l * attn_exp2(b.m, m)};
+  }
+};
+
+// One block per (query, head): the first wave merges the splits' maxima
+// and sums and leaves each split's weight in shared memory, then thread d
+// takes the weighted sum of the splits' element d. The block is D threads
+// rounded up to whole waves.
 template <typename T, int D>
 __device__ __forceinline__ void flash_combine(const AttnArgs& a, const float* __restrict__ part, T* __restrict__ o) {
   __shared__ float s_w[CH_DECODE_MAX_SPLITS];
-  __shared__ float s_red[D];
+  __shared__ float s_sum;
   const ch_u32 hi = blockIdx.x, b = blockIdx.y;
   const ch_u32 i = hi / a.h_q, h = hi % a.h_q;
   const int d = (int)threadIdx.x;
   const int splits = (int)a.splits;
   const float* src = part + (((ch_u64)b * a.h_q + h) * a.s_q + i) * a.splits * (D + 2);
-  // The splits' maxima and sums in parallel, one split per thread.
-  float mx = -__builtin_huge_valf();
-  for (int s = d; s < splits; s += D) mx = fmaxf(mx, src[s * (D + 2) + D]);
-  s_red[d] = mx;
-  __syncthreads();
-  mx = -__builtin_huge_valf();
-  for (int t = 0; t < D; ++t) mx = fmaxf(mx, s_red[t]);
-  __syncthreads();
-  float sum = 0.0f;
-  for (int s = d; s < splits; s += D) {
-    const float w = attn_exp2(src[s * (D + 2) + D], mx);
-    s_w[s] = w;
-    sum += w * src[s * (D + 2) + D + 1];
+  if (d < CANDLE_HIP_WAVE) {
+    SplitStats::State st = SplitStats::identity();
+    for (int s = d; s < splits; s += CANDLE_HIP_WAVE)
+      st = SplitStats::combine(st, SplitStats::State{src[s * (D + 2) + D], src[s * (D + 2) + D + 1]});
+    st = wave_reduce<SplitStats>(st);
+    for (int s = d; s < splits; s += CANDLE_HIP_WAVE) s_w[s] = attn_exp2(src[s * (D + 2) + D], st.m);
+    if (d == 0) s_sum = st.l;
   }
-  s_red[d] = sum;
   __syncthreads();
-  sum = 0.0f;
-  for (int t = 0; t < D; ++t) sum += s_red[t];
+  if (d >= D) return;
   // Four independent sums: the loads of four splits are in flight at once.
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int s = 0;
@@ -1209,6 +1218,7 @@ __device__ __forceinline__ void flash_combine(const AttnArgs& a, const float* __
   }
   for (; s < splits; ++s) acc[0] += s_w[s] * src[s * (D + 2) + d];
   const float out = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  const float sum = s_sum;
   o[(((ch_u64)b * a.s_q + i) * a.h_q + h) * D + d] = Num<T>::from_acc(sum > 0.0f ? out / sum : 0.0f);
 }
 

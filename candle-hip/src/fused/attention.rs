@@ -487,15 +487,16 @@ pub fn flash_attn(
     }?;
     let pr = part.view_range(OP, 0, part_len)?;
     let o = out.view_all_mut();
+    let wave = launcher.wave_size() as usize;
     let cfg = LaunchConfig {
         grid_dim: (u32_of("queries x heads", s_q * h_q)?, batch, 1),
-        block_dim: (u32_of("head_dim", d)?, 1, 1),
+        block_dim: (u32_of("head_dim", d.next_multiple_of(wave))?, 1, 1),
         shared_mem_bytes: 0,
     };
     let kernel = combine.kernel(OP, dtype)?;
     // SAFETY: flash_combine_d<D>_T takes (AttnArgs, const float* part, T*
     // o); part as written above, o holds b*s_q*h_q*d elements; one block of
-    // d threads per (query, head) and batch.
+    // d threads rounded up to whole waves per (query, head) and batch.
     unsafe { launcher.launch(kernel, cfg, &[&args, &pr, &o]) }?;
     Ok(out)
 }
