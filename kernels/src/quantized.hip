@@ -612,51 +612,28 @@ struct Q8K {
   }
 };
 
-// Dequantization, a tile of CH_ELEM_BLOCK sub-blocks at a time per block of
-// threads: the tile's bytes, contiguous in the weight, are copied to shared
-// memory in 16-byte loads (a tile is a whole number of blocks, 32 or more,
-// of an even size: a multiple of 16 bytes from the 16-byte aligned weight),
-// then each thread dequantizes one sub-block from there (`sub` reads single
-// bytes: from global memory they were one load instruction a byte) and
-// stores its 32 values in 16-byte packs.
+// The block and sub-block of sub-block number i of a run of blocks.
+template <typename Q>
+__device__ __forceinline__ void q_sub(const ch_u8* blocks, ch_u64 i, float* y) {
+  const int per_block = Q::QK / 32;
+  Q::sub(blocks + (i / per_block) * Q::BYTES, (int)(i % per_block), y);
+}
+
 template <typename Q, typename T>
 __device__ __forceinline__ void dequantize(const ch_u8* __restrict__ blocks, T* __restrict__ y, ch_u64 subs) {
   const int V = CH_VEC_BYTES / (int)sizeof(T);
   typedef Pack<T, V> P;
-  typedef Pack<ch_u32, 4> Chunk;
-  const int per_block = Q::QK / 32;
-  const int tile_bytes = CH_ELEM_BLOCK / per_block * Q::BYTES;
-  static_assert(tile_bytes % 16 == 0, "a tile of blocks is whole 16-byte chunks");
-  __shared__ Chunk tile_chunks[tile_bytes / 16];
-  ch_u8* const tile = reinterpret_cast<ch_u8*>(tile_chunks);
-  // subs is a whole number of blocks (the host dequantizes whole blocks).
-  const ch_u64 total_bytes = subs / per_block * Q::BYTES;
-  for (ch_u64 t0 = (ch_u64)blockIdx.x * CH_ELEM_BLOCK; t0 < subs; t0 += (ch_u64)gridDim.x * CH_ELEM_BLOCK) {
-    const ch_u64 first = t0 / per_block * Q::BYTES;
-    const ch_u8* src = blocks + first;
-    const ch_u64 left = total_bytes - first;
-    const int bytes = left < (ch_u64)tile_bytes ? (int)left : tile_bytes;
-    __syncthreads();  // the previous tile is consumed
-    for (int c = threadIdx.x; c * 16 < bytes; c += blockDim.x) {
-      if (c * 16 + 16 <= bytes) {
-        tile_chunks[c] = reinterpret_cast<const Chunk*>(src)[c];
-      } else {
-        for (int e = c * 16; e < bytes; ++e) tile[e] = src[e];
-      }
-    }
-    __syncthreads();
-    const ch_u64 i = t0 + threadIdx.x;
-    if (i < subs) {
-      float v[32];
-      Q::sub(tile + threadIdx.x / per_block * Q::BYTES, (int)(threadIdx.x % per_block), v);
-      P* out = reinterpret_cast<P*>(y + i * 32);
+  const ch_u64 step = (ch_u64)gridDim.x * blockDim.x;
+  for (ch_u64 i = (ch_u64)blockIdx.x * blockDim.x + threadIdx.x; i < subs; i += step) {
+    float v[32];
+    q_sub<Q>(blocks, i, v);
+    P* out = reinterpret_cast<P*>(y + i * 32);
 #pragma unroll
-      for (int p = 0; p < 32 / V; ++p) {
-        P pack;
+    for (int p = 0; p < 32 / V; ++p) {
+      P pack;
 #pragma unroll
-        for (int e = 0; e < V; ++e) pack.v[e] = Num<T>::from_f32(v[p * V + e]);
-        out[p] = pack;
-      }
+      for (int e = 0; e < V; ++e) pack.v[e] = Num<T>::from_f32(v[p * V + e]);
+      out[p] = pack;
     }
   }
 }
