@@ -39,7 +39,7 @@ use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Layout, Shape};
 
 use crate::error::{Result, hip, invalid};
-use crate::fused::{LinearInput, StepCache, StepRope, is_one_row, operand_vector};
+use crate::fused::{LinearInput, StepRope, StepTarget, is_one_row, operand_vector};
 use crate::kernel::catalogue as cat;
 use crate::kernel::launch::{to_u32, view_or_null};
 use crate::kernel::{grid, header};
@@ -412,28 +412,22 @@ impl QuantizedStorage {
     /// [`fused_matvec_parts`](Self::fused_matvec_parts) takes them, stacked
     /// to the step's `(heads + 2 kv_heads) head_dim` rows) with RoPE and the
     /// cache write in the mat-vecs' own launches: the outputs go where
-    /// [`crate::fused::rope_append`] puts them, into `state` (`cos`, `sin`,
-    /// `pos` and `cache` as it takes them), each rounded to `x`'s dtype
-    /// first. Interleaved RoPE only (`rope_i`, as GGUF models rotate): each
+    /// [`crate::fused::rope_append`] puts them, into `step`'s state, each
+    /// rounded to `x`'s dtype first. Interleaved RoPE only (`rope_i`, as GGUF models rotate): each
     /// wave of the mat-vec holds two adjacent outputs, a rotary pair.
     ///
     /// Errors: those of [`fused_matvec_parts`](Self::fused_matvec_parts) and
     /// [`crate::fused::rope_append`], RoPE of the halves, a part with an
     /// odd number of rows, and rows other than the step's heads.
-    #[allow(clippy::too_many_arguments)]
     pub fn fused_matvec_parts_rope_append(
         parts: &[(&QuantizedStorage, &Shape)],
         x: &HipStorage,
         x_l: &Layout,
         input: LinearInput,
-        state: &mut HipStorage,
-        state_l: &Layout,
-        cos: (&HipStorage, &Layout),
-        sin: (&HipStorage, &Layout),
-        pos: (&HipStorage, &Layout),
-        cache: StepCache,
+        step: StepTarget,
     ) -> Result<()> {
         const OP: &str = "fused_qmatvec_rope_append";
+        let cache = step.cache;
         let swiglu = matches!(input, LinearInput::SwiGlu);
         if !Self::fused_parts_take(parts, x.dtype(), x_l, swiglu) || !cache.interleaved {
             return Err(invalid(
@@ -445,9 +439,9 @@ impl QuantizedStorage {
                 ),
             ));
         }
-        x.check_device(state, OP)?;
-        x.check_dtype(state, OP)?;
-        let step = StepRope::new(OP, state, state_l, cos, sin, pos, cache)?;
+        x.check_device(step.state.0, OP)?;
+        x.check_dtype(step.state.0, OP)?;
+        let step = StepRope::new(OP, step)?;
         let mut widths = Vec::with_capacity(parts.len());
         for (q, shape) in parts {
             q.data.check_device(x, OP)?;

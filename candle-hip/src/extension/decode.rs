@@ -8,7 +8,7 @@ use candle_core::{CpuStorage, CustomOp2, InplaceOp2, Layout, Result, Shape, Tens
 use super::linear::{FusedInput, OwnedInput, borrow_operands};
 use super::{BridgeStorage, Hip, boxed, hip_storage, on_hip};
 use crate::HipStorage;
-use crate::fused::{self, LinearInput, StepCache};
+use crate::fused::{self, LinearInput, StepCache, StepTarget};
 
 /// The op behind [`silu_mul`].
 struct SiluMul;
@@ -56,16 +56,12 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 /// What a [`StepWrite`] hands the function that writes the step, borrowed
 /// while its kernels are queued.
 pub(super) struct Step<'a> {
-    /// The state (the destination) and its layout.
-    pub state: (&'a mut HipStorage, &'a Layout),
     /// The source and its layout.
     pub x: Operand<'a>,
     /// What the product multiplies: `x`, its RMS norm or its SwiGLU.
     pub input: LinearInput<'a>,
-    /// The cosine table, the sine table and the position.
-    pub tables: [Operand<'a>; 3],
-    /// The state's layout.
-    pub cache: StepCache,
+    /// The state (the destination), the tables and the position.
+    pub target: StepTarget<'a>,
 }
 
 /// A HIP storage and its layout, as the step's kernels take an operand.
@@ -142,15 +138,15 @@ where
         let operands = borrow_operands(&self.input, None);
         let (input, _) = operands.on_hip(name)?;
         (self.write)(Step {
-            state: (state, state_l),
             x: (x, x_l),
             input,
-            tables: [
-                on_hip(&cos, cos_l, "cos table", name)?,
-                on_hip(&sin, sin_l, "sin table", name)?,
-                on_hip(&pos, pos_l, "position", name)?,
-            ],
-            cache: self.cache,
+            target: StepTarget {
+                state: (state, state_l),
+                cos: on_hip(&cos, cos_l, "cos table", name)?,
+                sin: on_hip(&sin, sin_l, "sin table", name)?,
+                pos: on_hip(&pos, pos_l, "position", name)?,
+                cache: self.cache,
+            },
         })
     }
 }
@@ -180,10 +176,8 @@ pub fn rope_append(
         cache,
         FusedInput::Plain,
         |step: Step| {
-            let (state, state_l) = step.state;
             let (qkv, qkv_l) = step.x;
-            let [cos, sin, pos] = step.tables;
-            fused::rope_append(state, state_l, qkv, qkv_l, cos, sin, pos, step.cache)
+            fused::rope_append(qkv, qkv_l, step.target)
         },
     );
     op.apply(state, qkv)

@@ -272,15 +272,11 @@ pub fn fused_linear_rope_append(
     }
     let name = "hip-fused-linear-rope-append";
     let op = StepWrite::new(name, [cos, sin, pos], cache, input, |step: Step| {
-        let (state, state_l) = step.state;
         let (x, x_l) = step.x;
-        let [cos, sin, pos] = step.tables;
         // The weight's storage stays borrowed while the kernel is queued.
         let (w, w_l) = weight.storage_and_layout();
         let (w, w_l) = on_hip(&w, w_l, "weight", name)?;
-        fused::fused_linear_rope_append(
-            state, state_l, x, x_l, w, w_l, step.input, cos, sin, pos, step.cache,
-        )
+        fused::fused_linear_rope_append(x, x_l, w, w_l, step.input, step.target)
     });
     op.apply(state, x)?;
     Ok(true)
@@ -414,13 +410,9 @@ pub fn fused_quantized_linear_rope_append(
     }
     let name = "hip-fused-quantized-rope-append";
     let op = StepWrite::new(name, [cos, sin, pos], cache, input, |step: Step| {
-        let (state, state_l) = step.state;
         let (x, x_l) = step.x;
-        let [cos, sin, pos] = step.tables;
-        QuantizedStorage::fused_matvec_parts_rope_append(
-            &blocks, x, x_l, step.input, state, state_l, cos, sin, pos, step.cache,
-        )
-        .map_err(Into::into)
+        QuantizedStorage::fused_matvec_parts_rope_append(&blocks, x, x_l, step.input, step.target)
+            .map_err(Into::into)
     });
     op.apply(state, x)?;
     Ok(true)

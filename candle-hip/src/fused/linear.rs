@@ -28,7 +28,7 @@ use crate::ops::gemv::{launch_config, split, weight_rows};
 use crate::size;
 use crate::storage::HipStorage;
 
-use super::rope::{StepCache, StepRope};
+use super::rope::{StepRope, StepTarget};
 
 const OP: &str = "fused_linear";
 
@@ -357,32 +357,27 @@ pub fn fused_linear_swiglu(
 /// A decoding step's query/key/value product with RoPE and the cache write
 /// in its launch: `x'·Wᵀ` for the `(heads + 2 kv_heads) head_dim` rows of
 /// `w` (the q, k and v projections stacked), then what [`rope_append`]
-/// does with those outputs, into `state` (`x'` as [`fused_linear`] takes
-/// it; the tables, position and state as [`rope_append`] takes them). Each
+/// does with those outputs, into `step`'s state (`x'` as [`fused_linear`]
+/// takes it; `step` as [`rope_append`] takes it). Each
 /// output is rounded to the dtype first, so the state ends bit for bit as
 /// [`fused_linear`] followed by [`rope_append`] leaves it.
 ///
 /// Errors: those of both.
 ///
 /// [`rope_append`]: super::rope_append
-#[allow(clippy::too_many_arguments)]
 pub fn fused_linear_rope_append(
-    state: &mut HipStorage,
-    state_l: &Layout,
     x: &HipStorage,
     x_l: &Layout,
     w: &HipStorage,
     w_l: &Layout,
     input: LinearInput,
-    cos: (&HipStorage, &Layout),
-    sin: (&HipStorage, &Layout),
-    pos: (&HipStorage, &Layout),
-    cache: StepCache,
+    step: StepTarget,
 ) -> candle_core::Result<()> {
     const OP: &str = "fused_linear_rope_append";
-    x.check_device(state, OP)?;
-    x.check_dtype(state, OP)?;
-    let step = StepRope::new(OP, state, state_l, cos, sin, pos, cache)?;
+    let cache = step.cache;
+    x.check_device(step.state.0, OP)?;
+    x.check_dtype(step.state.0, OP)?;
+    let step = StepRope::new(OP, step)?;
     let qkv_len = cache
         .qkv_len()
         .ok_or_else(|| invalid(OP, format!("{cache:?} overflows")))?;

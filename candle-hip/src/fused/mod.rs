@@ -43,7 +43,7 @@ pub use linear::{
 };
 pub(crate) use linear::{is_one_row, operand_vector};
 pub(crate) use rope::StepRope;
-pub use rope::{StepCache, rope, rope_append, rope_i, rope_thd};
+pub use rope::{StepCache, StepTarget, rope, rope_append, rope_i, rope_thd};
 pub use rows::{layer_norm, rms_norm, softmax_last_dim};
 
 use candle_core::Layout;

@@ -256,45 +256,54 @@ impl StepCache {
     }
 }
 
+/// Where a decoding step is written, as [`rope_append`] and the products
+/// that write the step themselves take it: the state (with `cache`'s
+/// layout), the `(rows, head_dim / 2)` RoPE tables of every position and
+/// the position, one u32 read on the device.
+pub struct StepTarget<'a> {
+    /// The state and its layout: contiguous, [`StepCache::state_len`]
+    /// elements.
+    pub state: (&'a mut HipStorage, &'a Layout),
+    /// The cosine table (contiguous, the state's dtype).
+    pub cos: (&'a HipStorage, &'a Layout),
+    /// The sine table, as `cos`.
+    pub sin: (&'a HipStorage, &'a Layout),
+    /// The position: one u32.
+    pub pos: (&'a HipStorage, &'a Layout),
+    /// The state's layout.
+    pub cache: StepCache,
+}
+
 /// One decoding step of batch 1 in one launch: RoPE on its query and key
 /// heads at the position `pos` holds, the keys and values appended to the
 /// caches at that position, the rotated query written beside them.
 ///
 /// `qkv` holds the step's `heads` query, `kv_heads` key and `kv_heads` value
 /// heads of `head_dim` elements (a fused projection's output, contiguous);
-/// `cos` and `sin` are the `(rows, head_dim / 2)` tables of every position
-/// (contiguous); `pos` is one u32 read on the device, so that a captured
-/// step serves every position; `state` is contiguous with the layout of
-/// `cache` ([`StepCache`]). Computes what `rope`/`rope_i` on the query and
-/// key heads followed by writing row `pos` of the caches computes. A
-/// position at or past `max_len` or `rows` writes nothing (the device cannot
+/// `step` ([`StepTarget`]) holds the state, the tables of every position and
+/// the position (read on the device, so that a captured step serves every
+/// position). Computes what `rope`/`rope_i` on the query and key heads
+/// followed by writing row `pos` of the caches computes. A position at or
+/// past `max_len` or the tables' rows writes nothing (the device cannot
 /// report it: check it on the host before it is uploaded).
 ///
 /// Errors: dtypes that differ (u32 for `pos`), sizes that disagree with
 /// `cache`, an odd or zero head dimension, no heads, a non-contiguous
 /// operand.
-#[allow(clippy::too_many_arguments)]
-pub fn rope_append(
-    state: &mut HipStorage,
-    state_l: &Layout,
-    qkv: &HipStorage,
-    qkv_l: &Layout,
-    cos: (&HipStorage, &Layout),
-    sin: (&HipStorage, &Layout),
-    pos: (&HipStorage, &Layout),
-    cache: StepCache,
-) -> candle_core::Result<()> {
+pub fn rope_append(qkv: &HipStorage, qkv_l: &Layout, step: StepTarget) -> candle_core::Result<()> {
     const OP: &str = "rope_append";
+    let cache = step.cache;
     let family = if cache.interleaved {
         &cat::ROPE_I_APPEND
     } else {
         &cat::ROPE_APPEND
     };
+    let state = &*step.state.0;
     state.check_device(qkv, OP)?;
     state.check_dtype(qkv, OP)?;
     let kernel = family.kernel(OP, state.dtype())?;
     let device = state.device().clone();
-    let step = StepRope::new(OP, state, state_l, cos, sin, pos, cache)?;
+    let step = StepRope::new(OP, step)?;
     let qkv_len = cache
         .qkv_len()
         .ok_or_else(|| invalid(OP, format!("{cache:?} overflows")))?;
@@ -361,15 +370,14 @@ impl<'a> StepRope<'a> {
     /// contiguous `(rows, head_dim / 2)` tables, a contiguous state of
     /// [`StepCache::state_len`] elements, heads, positions and an even head
     /// dimension.
-    pub fn new(
-        op: &'static str,
-        state: &'a mut HipStorage,
-        state_l: &Layout,
-        (cos, cos_l): (&'a HipStorage, &Layout),
-        (sin, sin_l): (&'a HipStorage, &Layout),
-        (pos, pos_l): (&'a HipStorage, &Layout),
-        cache: StepCache,
-    ) -> Result<StepRope<'a>> {
+    pub fn new(op: &'static str, step: StepTarget<'a>) -> Result<StepRope<'a>> {
+        let StepTarget {
+            state: (state, state_l),
+            cos: (cos, cos_l),
+            sin: (sin, sin_l),
+            pos: (pos, pos_l),
+            cache,
+        } = step;
         for other in [cos, sin, pos] {
             state.check_device(other, op)?;
         }

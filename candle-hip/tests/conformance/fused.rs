@@ -323,14 +323,15 @@ fn rope_append_matches_rope_and_the_cache_rows() {
                         || {
                             let mut state = upload(&dev, &initial, &state_l, dtype);
                             fused::rope_append(
-                                &mut state,
-                                &state_l,
                                 &xs,
                                 &qkv_l,
-                                (&cs, &tl),
-                                (&ss, &tl),
-                                (&p, &Layout::contiguous(1)),
-                                cache,
+                                fused::StepTarget {
+                                    state: (&mut state, &state_l),
+                                    cos: (&cs, &tl),
+                                    sin: (&ss, &tl),
+                                    pos: (&p, &Layout::contiguous(1)),
+                                    cache,
+                                },
                             )?;
                             Ok(state)
                         },
@@ -363,14 +364,15 @@ fn rope_append_matches_rope_and_the_cache_rows() {
             dtype,
         );
         fused::rope_append(
-            &mut state,
-            state_l,
             &qkv,
             &ql,
-            (&table, tl),
-            (&table, tl),
-            (p, &pos_l),
-            cache,
+            fused::StepTarget {
+                state: (&mut state, state_l),
+                cos: (&table, tl),
+                sin: (&table, tl),
+                pos: (p, &pos_l),
+                cache,
+            },
         )
         .map_err(|e| e.to_string())
     };
@@ -512,19 +514,18 @@ fn fused_pairs_match_the_separate_ops() {
                         format!("{cache:?} table rows {table_rows} position {pos} k {k} {input:?}");
                     let run = |fused_step: bool| -> candle_core::Result<candle_hip::HipStorage> {
                         let mut state = upload(&dev, &initial, &state_l, dtype);
-                        let tables = ((&cs, &tl), (&ss, &tl), (&p, &pos_l));
+                        let step = fused::StepTarget {
+                            state: (&mut state, &state_l),
+                            cos: (&cs, &tl),
+                            sin: (&ss, &tl),
+                            pos: (&p, &pos_l),
+                            cache,
+                        };
                         if fused_step {
-                            fused::fused_linear_rope_append(
-                                &mut state, &state_l, &xs, &x_l, &ws, &w_l, lin, tables.0,
-                                tables.1, tables.2, cache,
-                            )?;
+                            fused::fused_linear_rope_append(&xs, &x_l, &ws, &w_l, lin, step)?;
                         } else {
                             let qkv = fused::fused_linear(&xs, &x_l, &ws, &w_l, lin, None)?;
-                            let qkv_l = Layout::contiguous(rows);
-                            fused::rope_append(
-                                &mut state, &state_l, &qkv, &qkv_l, tables.0, tables.1, tables.2,
-                                cache,
-                            )?;
+                            fused::rope_append(&qkv, &Layout::contiguous(rows), step)?;
                         }
                         Ok(state)
                     };
@@ -572,21 +573,17 @@ fn fused_pairs_match_the_separate_ops() {
     let table = upload(&dev, &[0.5; 6], &tl, dtype);
     let pos_l = Layout::contiguous(1);
     let p = upload(&dev, &[0.0], &pos_l, DType::U32);
-    let err = fused::fused_linear_rope_append(
-        &mut state,
-        &state_l,
-        &xs,
-        &x_l,
-        &odd,
-        &odd_l,
-        fused::LinearInput::Plain,
-        (&table, &tl),
-        (&table, &tl),
-        (&p, &pos_l),
+    let step = fused::StepTarget {
+        state: (&mut state, &state_l),
+        cos: (&table, &tl),
+        sin: (&table, &tl),
+        pos: (&p, &pos_l),
         cache,
-    )
-    .unwrap_err()
-    .to_string();
+    };
+    let err =
+        fused::fused_linear_rope_append(&xs, &x_l, &odd, &odd_l, fused::LinearInput::Plain, step)
+            .unwrap_err()
+            .to_string();
     assert!(err.contains("the step's heads need 16"), "{err}");
     t.finish("conformance fused pairs");
 }

@@ -602,7 +602,7 @@ fn fused_quantized_parts_equal_the_separate_products() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn fused_quantized_rope_append_equals_the_separate_ops() {
-    use candle_hip::fused::{self, LinearInput, StepCache};
+    use candle_hip::fused::{self, LinearInput, StepCache, StepTarget};
     let (dev, mut t, mut rng) = start(0x5eed_0057);
     let cache = StepCache {
         heads: 4,
@@ -670,24 +670,25 @@ fn fused_quantized_rope_append_equals_the_separate_ops() {
                         false => LinearInput::Plain,
                     };
                     let parts: Vec<_> = weights.iter().map(|(q, s)| (q, s)).collect();
-                    let tables = ((&cos, &tl), (&sin, &tl), (&p, &pos_l));
+                    let target = |state| StepTarget {
+                        state: (state, &state_l),
+                        cos: (&cos, &tl),
+                        sin: (&sin, &tl),
+                        pos: (&p, &pos_l),
+                        cache,
+                    };
                     let mut got = up(initial.clone(), x_dtype)?;
                     QuantizedStorage::fused_matvec_parts_rope_append(
-                        &parts, &x, &row, input, &mut got, &state_l, tables.0, tables.1, tables.2,
-                        cache,
+                        &parts,
+                        &x,
+                        &row,
+                        input,
+                        target(&mut got),
                     )?;
                     let qkv = QuantizedStorage::fused_matvec_parts(&parts, &x, &row, input, None)?;
                     let mut want = up(initial, x_dtype)?;
-                    fused::rope_append(
-                        &mut want,
-                        &state_l,
-                        &qkv,
-                        &Layout::contiguous(qk_rows + v_rows),
-                        tables.0,
-                        tables.1,
-                        tables.2,
-                        cache,
-                    )?;
+                    let qkv_l = Layout::contiguous(qk_rows + v_rows);
+                    fused::rope_append(&qkv, &qkv_l, target(&mut want))?;
                     Ok(compare_bits(
                         &got.to_cpu_storage()?,
                         &want.to_cpu_storage()?,
@@ -735,17 +736,19 @@ fn fused_quantized_rope_append_equals_the_separate_ops() {
         )
         .unwrap();
         let shape = Shape::from((rows, 256));
+        let step = StepTarget {
+            state: (&mut state, &state_l),
+            cos: (&table, &tl),
+            sin: (&table, &tl),
+            pos: (&p, &pl),
+            cache,
+        };
         QuantizedStorage::fused_matvec_parts_rope_append(
             &[(&q, &shape)],
             &x,
             &row,
             LinearInput::Plain,
-            &mut state,
-            &state_l,
-            (&table, &tl),
-            (&table, &tl),
-            (&p, &pl),
-            cache,
+            step,
         )
         .map_err(|e| e.to_string())
     };
