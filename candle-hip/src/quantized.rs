@@ -413,8 +413,9 @@ impl QuantizedStorage {
     /// to the step's `(heads + 2 kv_heads) head_dim` rows) with RoPE and the
     /// cache write in the mat-vecs' own launches: the outputs go where
     /// [`crate::fused::rope_append`] puts them, into `step`'s state, each
-    /// rounded to `x`'s dtype first. Interleaved RoPE only (`rope_i`, as GGUF models rotate): each
-    /// wave of the mat-vec holds two adjacent outputs, a rotary pair.
+    /// rounded to `x`'s dtype first. Interleaved RoPE only (`rope_i`, as
+    /// GGUF models rotate): each wave of the mat-vec holds two adjacent
+    /// outputs, a rotary pair.
     ///
     /// Errors: those of [`fused_matvec_parts`](Self::fused_matvec_parts) and
     /// [`crate::fused::rope_append`], RoPE of the halves, a part with an
@@ -439,9 +440,7 @@ impl QuantizedStorage {
                 ),
             ));
         }
-        x.check_device(step.state.0, OP)?;
-        x.check_dtype(step.state.0, OP)?;
-        let step = StepRope::new(OP, step)?;
+        let step = StepRope::new(OP, x, step)?;
         let mut widths = Vec::with_capacity(parts.len());
         for (q, shape) in parts {
             q.data.check_device(x, OP)?;

@@ -490,7 +490,7 @@ pub fn flash_attn(
     let wave = launcher.wave_size() as usize;
     let cfg = LaunchConfig {
         grid_dim: (u32_of("queries x heads", s_q * h_q)?, batch, 1),
-        block_dim: (u32_of("head_dim", d.next_multiple_of(wave))?, 1, 1),
+        block_dim: (u32_of("merge threads", d.next_multiple_of(wave))?, 1, 1),
         shared_mem_bytes: 0,
     };
     let kernel = combine.kernel(OP, dtype)?;

@@ -358,9 +358,9 @@ pub fn fused_linear_swiglu(
 /// in its launch: `x'·Wᵀ` for the `(heads + 2 kv_heads) head_dim` rows of
 /// `w` (the q, k and v projections stacked), then what [`rope_append`]
 /// does with those outputs, into `step`'s state (`x'` as [`fused_linear`]
-/// takes it; `step` as [`rope_append`] takes it). Each
-/// output is rounded to the dtype first, so the state ends bit for bit as
-/// [`fused_linear`] followed by [`rope_append`] leaves it.
+/// takes it; `step` as [`rope_append`] takes it). Each output is rounded to
+/// the dtype first, so the state ends bit for bit as [`fused_linear`]
+/// followed by [`rope_append`] leaves it.
 ///
 /// Errors: those of both.
 ///
@@ -375,9 +375,7 @@ pub fn fused_linear_rope_append(
 ) -> candle_core::Result<()> {
     const OP: &str = "fused_linear_rope_append";
     let cache = step.cache;
-    x.check_device(step.state.0, OP)?;
-    x.check_dtype(step.state.0, OP)?;
-    let step = StepRope::new(OP, step)?;
+    let step = StepRope::new(OP, x, step)?;
     let qkv_len = cache
         .qkv_len()
         .ok_or_else(|| invalid(OP, format!("{cache:?} overflows")))?;

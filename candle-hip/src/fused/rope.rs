@@ -298,12 +298,9 @@ pub fn rope_append(qkv: &HipStorage, qkv_l: &Layout, step: StepTarget) -> candle
     } else {
         &cat::ROPE_APPEND
     };
-    let state = &*step.state.0;
-    state.check_device(qkv, OP)?;
-    state.check_dtype(qkv, OP)?;
-    let kernel = family.kernel(OP, state.dtype())?;
-    let device = state.device().clone();
-    let step = StepRope::new(OP, step)?;
+    let step = StepRope::new(OP, qkv, step)?;
+    let kernel = family.kernel(OP, qkv.dtype())?;
+    let device = qkv.device().clone();
     let qkv_len = cache
         .qkv_len()
         .ok_or_else(|| invalid(OP, format!("{cache:?} overflows")))?;
@@ -365,12 +362,17 @@ pub(crate) struct StepRope<'a> {
 }
 
 impl<'a> StepRope<'a> {
-    /// Checks the operands against `cache` as `op`: one device and the
-    /// state's dtype for the tables, a u32 position of one element,
-    /// contiguous `(rows, head_dim / 2)` tables, a contiguous state of
+    /// Checks `source` (what the step is computed from) and the operands
+    /// against `cache` as `op`: one device for all, the state's dtype for
+    /// the source and the tables, a u32 position of one element, contiguous
+    /// `(rows, head_dim / 2)` tables, a contiguous state of
     /// [`StepCache::state_len`] elements, heads, positions and an even head
     /// dimension.
-    pub fn new(op: &'static str, step: StepTarget<'a>) -> Result<StepRope<'a>> {
+    pub fn new(
+        op: &'static str,
+        source: &HipStorage,
+        step: StepTarget<'a>,
+    ) -> Result<StepRope<'a>> {
         let StepTarget {
             state: (state, state_l),
             cos: (cos, cos_l),
@@ -378,6 +380,8 @@ impl<'a> StepRope<'a> {
             pos: (pos, pos_l),
             cache,
         } = step;
+        source.check_device(state, op)?;
+        source.check_dtype(state, op)?;
         for other in [cos, sin, pos] {
             state.check_device(other, op)?;
         }
