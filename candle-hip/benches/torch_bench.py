@@ -12,11 +12,15 @@ and convolutions, and half-precision GEMMs do not use reduced-precision
 reductions. cuDNN autotuning is on (MIOpen, and the shim's cuDNN, also pick
 the fastest algorithm).
 
-    torch_bench.py [--out DIR] [--filter TEXT] [--list]
+    torch_bench.py [--out DIR] [--filter TEXT] [--list] [--sdpa-backend NAME]
 
 Writes DIR/bench_torch.csv and DIR/bench_torch.json (device facts); DIR
 defaults to $HIP_ON_CUDA_OUT, else ./bench-out. `--list` prints the case
-keys and work (bytes or FLOPs) without importing torch.
+keys and work (bytes or FLOPs) without importing torch. `--sdpa-backend`
+leaves scaled_dot_product_attention only that backend (flash: FlashAttention
+2; efficient: the memory-efficient CUTLASS kernels; cudnn; math) instead of
+PyTorch's choice, to see which one the default picks and what each reaches
+on the same GPU.
 """
 
 import argparse
@@ -604,11 +608,18 @@ def console(r):
     return f"{key} {float(r['torch_us']):>12.2f} us {rate}"
 
 
+# --sdpa-backend's names and the torch.backends.cuda switch of each.
+SDPA_BACKENDS = {"flash": "enable_flash_sdp", "efficient": "enable_mem_efficient_sdp",
+                 "cudnn": "enable_cudnn_sdp", "math": "enable_math_sdp"}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("HIP_ON_CUDA_OUT", "bench-out"))
     parser.add_argument("--filter", default=None, help="run only cases whose key contains this text")
     parser.add_argument("--list", action="store_true", help="print the case keys and exit")
+    parser.add_argument("--sdpa-backend", choices=sorted(SDPA_BACKENDS), default=None,
+                        help="the only backend scaled_dot_product_attention may use")
     args = parser.parse_args()
 
     ref = reference()
@@ -628,12 +639,16 @@ def main():
     t.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     t.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     t.backends.cudnn.benchmark = True
+    if args.sdpa_backend is not None:
+        for name, enable in SDPA_BACKENDS.items():
+            getattr(t.backends.cuda, enable)(name == args.sdpa_backend)
     t.manual_seed(0)
 
     os.makedirs(args.out, exist_ok=True)
     props = t.cuda.get_device_properties(0)
     meta = {"device": t.cuda.get_device_name(0), "torch": t.__version__, "cuda": t.version.cuda,
-            "cudnn": t.backends.cudnn.version(), "sm": f"{props.major}.{props.minor}"}
+            "cudnn": t.backends.cudnn.version(), "sm": f"{props.major}.{props.minor}",
+            "sdpa_backend": args.sdpa_backend or "default"}
     with open(os.path.join(args.out, "bench_torch.json"), "w") as f:
         json.dump(meta, f)
         f.write("\n")
