@@ -218,7 +218,10 @@ impl QuantizedStorage {
         let blocks_bytes = elem_count / block * self.dtype.type_size();
         let src = self.data.view_range(OP, 0, blocks_bytes)?;
         let dst = out.view_range_mut(OP, 0, elem_count)?;
-        let cfg = grid::grid_stride(subs as u64, device.kernels().compute_units());
+        // Up to four threads per sub-block (`DQ_LANES` of quantized.hip); the
+        // kernel loops over what a capped grid does not cover.
+        let parts = (subs as u64).saturating_mul(4);
+        let cfg = grid::grid_stride(parts, device.kernels().compute_units());
         let subs = subs as u64;
         // SAFETY: dequantize_<q>_<dtype>(const u8* blocks, T* y, u64 subs)
         // reads subs * 32 values' blocks (blocks_bytes, checked view) and

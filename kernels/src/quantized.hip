@@ -5,7 +5,8 @@
 // q5k, q6k, q8k:
 //
 //   dequantize_<q>_<dtype>(const ch_u8* blocks, T* y, ch_u64 subs)
-//     y[i] = value i of the blocks, for i < subs * 32 (dtype f16, bf16, f32)
+//     y[i] = value i of the blocks, for i < subs * 32 (dtype f16, bf16, f32);
+//     a grid-stride loop over DQ_LANES (1 or 4) threads per sub-block
 //
 //   quantize_act_<a>_<dtype>(const T* x, signed char* q, float* d, float* s,
 //                            ch_u64 count, ch_u32 input, const T* norm_w,
@@ -52,8 +53,9 @@
 // products; only the order of the float sums differs). `ints` reads whole
 // aligned words (`q_words`): most block sizes are not multiples of 4.
 //
-// Dequantization: one thread per sub-block, read from a tile of blocks
-// staged in shared memory, 32 values stored in 16-byte packs. Activation
+// Dequantization: DQ_LANES threads per sub-block, 32 / DQ_LANES values
+// each, stored in 16-byte packs: four where that measured faster for the
+// type (adjacent lanes store adjacent packs), else one. Activation
 // rounding: CH_QACT_PER_LANE values per thread, a group of adjacent lanes
 // per block. The product: one wave per CH_QMATVEC_OUTS
 // outputs j; its lanes take the sub-blocks of those rows in turn (adjacent
@@ -77,6 +79,14 @@
 #ifndef CH_QMATVEC_UNROLL
 #define CH_QMATVEC_UNROLL 2
 #endif
+// Threads per sub-block of the dequantization, by block type (DQ_LANES):
+// `n`, unless CH_DEQUANT_LANES (1 or 4) sets every type's, for measuring.
+#ifdef CH_DEQUANT_LANES
+#define CH_DQ_LANES(n) CH_DEQUANT_LANES
+#else
+#define CH_DQ_LANES(n) n
+#endif
+
 // Outputs (rows of the weight) each wave of the mat-vec computes, sharing
 // its activation loads (quantized.rs MATVEC_OUTS_PER_WAVE).
 #ifndef CH_QMATVEC_OUTS
@@ -249,10 +259,20 @@ __device__ __forceinline__ int q_dot4(ch_u32 a, ch_u32 b, int c) {
 #endif
 }
 
+// Which 16-value half of its sub-block value t is, for `sub`'s N values
+// from `first` (a multiple of N): one half for all of them when N <= 16, so
+// that the half's scale is worked out once.
+template <int N>
+__device__ __forceinline__ int q_half_of(int first, int t) {
+  return (N <= 16 ? first : t) / 16;
+}
+
 // Each block type: BYTES per block of QK values; ACT, the activation
 // rounding of candle's vec-dot type for it (0: q8_0, 1: q8_1, 2: q8k);
-// sub(b, s, y), which writes values 32 * s .. 32 * s + 31 of the block at b
-// into y; ints(b, s, w), the same values as the format's integers (signed
+// sub<N>(b, s, first, y), which writes values 32 * s + first .. 32 * s +
+// first + N - 1 of the block at b into y (N dividing 32, first a multiple
+// of N); DQ_LANES, the threads that dequantize a sub-block (N = 32 /
+// DQ_LANES values each); ints(b, s, w), the same values as the format's integers (signed
 // bytes, four to a word of w, value t in byte t % 4 of w[t / 4]); and
 // combine(b, s, i0, i1, x0, x1, dx, sx), the sub-block's share of candle's
 // vec_dot from the integer dot products of its 16-value halves with the
@@ -265,12 +285,15 @@ __device__ __forceinline__ int q_dot4(ch_u32 a, ch_u32 b, int c) {
 struct Q4_0 {
   static const int ACT = 0;
   static const int BYTES = 18, QK = 32;
-  __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
+  static const int DQ_LANES = CH_DQ_LANES(4);
+  template <int N>
+  __device__ __forceinline__ static void sub(const ch_u8* b, int, int first, float* y) {
     const float d = q_half(b);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) {
+    for (int e = 0; e < N; ++e) {
+      const int t = first + e;
       const int q = t < 16 ? (b[2 + t] & 0xf) : (b[2 + t - 16] >> 4);
-      y[t] = q_mul((float)(q - 8), d);
+      y[e] = q_mul((float)(q - 8), d);
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
@@ -291,12 +314,15 @@ struct Q4_0 {
 struct Q4_1 {
   static const int ACT = 1;
   static const int BYTES = 20, QK = 32;
-  __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
+  static const int DQ_LANES = CH_DQ_LANES(4);
+  template <int N>
+  __device__ __forceinline__ static void sub(const ch_u8* b, int, int first, float* y) {
     const float d = q_half(b), m = q_half(b + 2);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) {
+    for (int e = 0; e < N; ++e) {
+      const int t = first + e;
       const int q = t < 16 ? (b[4 + t] & 0xf) : (b[4 + t - 16] >> 4);
-      y[t] = q_mul((float)q, d) + m;
+      y[e] = q_mul((float)q, d) + m;
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
@@ -317,15 +343,18 @@ struct Q4_1 {
 struct Q5_0 {
   static const int ACT = 0;
   static const int BYTES = 22, QK = 32;
-  __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
+  static const int DQ_LANES = CH_DQ_LANES(4);
+  template <int N>
+  __device__ __forceinline__ static void sub(const ch_u8* b, int, int first, float* y) {
     const float d = q_half(b);
     ch_u32 qh;
     q_words<1, BYTES>(b + 2, &qh);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) {
+    for (int e = 0; e < N; ++e) {
+      const int t = first + e;
       const int low = t < 16 ? (b[6 + t] & 0xf) : (b[6 + t - 16] >> 4);
       const int q = low | (int)(((qh >> t) & 1u) << 4);
-      y[t] = q_mul((float)(q - 16), d);
+      y[e] = q_mul((float)(q - 16), d);
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
@@ -347,15 +376,18 @@ struct Q5_0 {
 struct Q5_1 {
   static const int ACT = 1;
   static const int BYTES = 24, QK = 32;
-  __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
+  static const int DQ_LANES = CH_DQ_LANES(1);
+  template <int N>
+  __device__ __forceinline__ static void sub(const ch_u8* b, int, int first, float* y) {
     const float d = q_half(b), m = q_half(b + 2);
     ch_u32 qh;
     q_words<1, BYTES>(b + 4, &qh);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) {
+    for (int e = 0; e < N; ++e) {
+      const int t = first + e;
       const int low = t < 16 ? (b[8 + t] & 0xf) : (b[8 + t - 16] >> 4);
       const int q = low | (int)(((qh >> t) & 1u) << 4);
-      y[t] = q_mul((float)q, d) + m;
+      y[e] = q_mul((float)q, d) + m;
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
@@ -379,10 +411,12 @@ template <int OFFSET>
 struct Q8 {
   static const int ACT = OFFSET == 4 ? 1 : 0;
   static const int BYTES = OFFSET + 32, QK = 32;
-  __device__ __forceinline__ static void sub(const ch_u8* b, int, float* y) {
+  static const int DQ_LANES = CH_DQ_LANES(4);
+  template <int N>
+  __device__ __forceinline__ static void sub(const ch_u8* b, int, int first, float* y) {
     const float d = q_half(b);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) y[t] = q_mul((float)(signed char)b[OFFSET + t], d);
+    for (int e = 0; e < N; ++e) y[e] = q_mul((float)(signed char)b[OFFSET + first + e], d);
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int, ch_u32* w) {
     q_words<8, BYTES>(b + OFFSET, w);
@@ -397,21 +431,20 @@ typedef Q8<4> Q8_1;
 struct Q2K {
   static const int ACT = 2;
   static const int BYTES = 84, QK = 256;
-  __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
+  static const int DQ_LANES = CH_DQ_LANES(4);
+  template <int N>
+  __device__ __forceinline__ static void sub(const ch_u8* b, int s, int first, float* y) {
     const ch_u8* scales = b;
     const ch_u8* qs = b + 16 + 32 * (s / 4);
     const float d = q_half(b + 80), dmin = q_half(b + 82);
     const int shift = 2 * (s % 4);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int sc = scales[2 * s + half];
+    for (int e = 0; e < N; ++e) {
+      const int t = first + e;
+      const int sc = scales[2 * s + q_half_of<N>(first, t)];
       const float dl = q_mul(d, (float)(sc & 0xf));
       const float ml = q_mul(dmin, (float)(sc >> 4));
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int t = 16 * half + i;
-        y[t] = q_mul(dl, (float)((qs[t] >> shift) & 3)) - ml;
-      }
+      y[e] = q_mul(dl, (float)((qs[t] >> shift) & 3)) - ml;
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
@@ -431,22 +464,20 @@ struct Q2K {
 struct Q3K {
   static const int ACT = 2;
   static const int BYTES = 110, QK = 256;
-  __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
+  static const int DQ_LANES = CH_DQ_LANES(1);
+  template <int N>
+  __device__ __forceinline__ static void sub(const ch_u8* b, int s, int first, float* y) {
     const ch_u8* hmask = b;
     const ch_u8* qs = b + 32 + 32 * (s / 4);
     const float d = q_half(b + 108);
     const int shift = 2 * (s % 4);
     const int m = 1 << s;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int sc = q_scale_k3(2 * s + half, b + 96);
-      const float dl = q_mul(d, (float)sc - 32.0f);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int t = 16 * half + i;
-        const int q = ((qs[t] >> shift) & 3) - ((hmask[t] & m) != 0 ? 0 : 4);
-        y[t] = q_mul(dl, (float)q);
-      }
+    for (int e = 0; e < N; ++e) {
+      const int t = first + e;
+      const float dl = q_mul(d, (float)q_scale_k3(2 * s + q_half_of<N>(first, t), b + 96) - 32.0f);
+      const int q = ((qs[t] >> shift) & 3) - ((hmask[t] & m) != 0 ? 0 : 4);
+      y[e] = q_mul(dl, (float)q);
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
@@ -466,7 +497,9 @@ struct Q3K {
 struct Q4K {
   static const int ACT = 2;
   static const int BYTES = 144, QK = 256;
-  __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
+  static const int DQ_LANES = CH_DQ_LANES(4);
+  template <int N>
+  __device__ __forceinline__ static void sub(const ch_u8* b, int s, int first, float* y) {
     const float d = q_half(b), dmin = q_half(b + 2);
     int sc, m;
     q_scale_min_k4(s, b + 4, sc, m);
@@ -474,7 +507,7 @@ struct Q4K {
     const ch_u8* qs = b + 16 + 32 * (s / 2);
     const int shift = 4 * (s % 2);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) y[t] = q_mul(d1, (float)((qs[t] >> shift) & 0xf)) - m1;
+    for (int e = 0; e < N; ++e) y[e] = q_mul(d1, (float)((qs[first + e] >> shift) & 0xf)) - m1;
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
     q_words<8, BYTES>(b + 16 + 32 * (s / 2), w);
@@ -512,7 +545,9 @@ struct Q4K {
 struct Q5K {
   static const int ACT = 2;
   static const int BYTES = 176, QK = 256;
-  __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
+  static const int DQ_LANES = CH_DQ_LANES(1);
+  template <int N>
+  __device__ __forceinline__ static void sub(const ch_u8* b, int s, int first, float* y) {
     const float d = q_half(b), dmin = q_half(b + 2);
     int sc, m;
     q_scale_min_k4(s, b + 4, sc, m);
@@ -521,9 +556,10 @@ struct Q5K {
     const ch_u8* qs = b + 48 + 32 * (s / 2);
     const int shift = 4 * (s % 2);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) {
+    for (int e = 0; e < N; ++e) {
+      const int t = first + e;
       const float high = (qh[t] & (1 << s)) != 0 ? 16.0f : 0.0f;
-      y[t] = q_mul(d1, (float)((qs[t] >> shift) & 0xf) + high) - m1;
+      y[e] = q_mul(d1, (float)((qs[t] >> shift) & 0xf) + high) - m1;
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
@@ -565,17 +601,20 @@ struct Q5K {
 struct Q6K {
   static const int ACT = 2;
   static const int BYTES = 210, QK = 256;
-  __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
+  static const int DQ_LANES = CH_DQ_LANES(1);
+  template <int N>
+  __device__ __forceinline__ static void sub(const ch_u8* b, int s, int first, float* y) {
     const int n = s / 4, quarter = s % 4;
     const ch_u8* ql = b + 64 * n + 32 * (quarter & 1);
     const ch_u8* qh = b + 128 + 32 * n;
     const signed char* scales = (const signed char*)(b + 192 + 8 * n);
     const float d = q_half(b + 208);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) {
+    for (int e = 0; e < N; ++e) {
+      const int t = first + e;
       const int low = quarter < 2 ? (ql[t] & 0xf) : (ql[t] >> 4);
       const int q = (low | (((qh[t] >> (2 * quarter)) & 3) << 4)) - 32;
-      y[t] = q_mul(q_mul(d, (float)scales[t / 16 + 2 * quarter]), (float)q);
+      y[e] = q_mul(q_mul(d, (float)scales[q_half_of<N>(first, t) + 2 * quarter]), (float)q);
     }
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
@@ -599,10 +638,12 @@ struct Q6K {
 struct Q8K {
   static const int ACT = 2;
   static const int BYTES = 292, QK = 256;
-  __device__ __forceinline__ static void sub(const ch_u8* b, int s, float* y) {
+  static const int DQ_LANES = CH_DQ_LANES(4);
+  template <int N>
+  __device__ __forceinline__ static void sub(const ch_u8* b, int s, int first, float* y) {
     const float d = q_scale_f32(b);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) y[t] = q_mul(d, (float)(signed char)b[4 + 32 * s + t]);
+    for (int e = 0; e < N; ++e) y[e] = q_mul(d, (float)(signed char)b[4 + 32 * s + first + e]);
   }
   __device__ __forceinline__ static void ints(const ch_u8* b, int s, ch_u32* w) {
     q_words<8, BYTES>(b + 4 + 32 * s, w);
@@ -612,24 +653,28 @@ struct Q8K {
   }
 };
 
-// The block and sub-block of sub-block number i of a run of blocks.
+// Part i % DQ_LANES of sub-block i / DQ_LANES of a run of blocks: its
+// 32 / DQ_LANES values.
 template <typename Q>
 __device__ __forceinline__ void q_sub(const ch_u8* blocks, ch_u64 i, float* y) {
-  const int per_block = Q::QK / 32;
-  Q::sub(blocks + (i / per_block) * Q::BYTES, (int)(i % per_block), y);
+  const int per_block = Q::QK / 32, N = 32 / Q::DQ_LANES;
+  const ch_u64 sub = i / Q::DQ_LANES;
+  Q::template sub<N>(blocks + (sub / per_block) * Q::BYTES, (int)(sub % per_block),
+                     (int)(i % Q::DQ_LANES) * N, y);
 }
 
 template <typename Q, typename T>
 __device__ __forceinline__ void dequantize(const ch_u8* __restrict__ blocks, T* __restrict__ y, ch_u64 subs) {
   const int V = CH_VEC_BYTES / (int)sizeof(T);
   typedef Pack<T, V> P;
+  const int N = 32 / Q::DQ_LANES;
   const ch_u64 step = (ch_u64)gridDim.x * blockDim.x;
-  for (ch_u64 i = (ch_u64)blockIdx.x * blockDim.x + threadIdx.x; i < subs; i += step) {
-    float v[32];
+  for (ch_u64 i = (ch_u64)blockIdx.x * blockDim.x + threadIdx.x; i < subs * Q::DQ_LANES; i += step) {
+    float v[N];
     q_sub<Q>(blocks, i, v);
-    P* out = reinterpret_cast<P*>(y + i * 32);
+    P* out = reinterpret_cast<P*>(y + i * N);
 #pragma unroll
-    for (int p = 0; p < 32 / V; ++p) {
+    for (int p = 0; p < N / V; ++p) {
       P pack;
 #pragma unroll
       for (int e = 0; e < V; ++e) pack.v[e] = Num<T>::from_f32(v[p * V + e]);

@@ -40,7 +40,8 @@
 // weights at the same decode shapes, per layer and for a whole token
 // against the bound (quantized weight bytes / the copy rate). dq (a
 // quantized.hip, A B C unused): dequantization to bf16 of each shape's
-// gate/up weight, as prefill runs it, against the copy rate. Every
+// gate/up weight, as prefill runs it, against the copy rate, for every
+// block type candle-core reads (quantized.rs `dequantize`). Every
 // variant's output is compared with the first variant's. The launch rules
 // mirror the host's: ops/gemv.rs `split` and `launch_config`,
 // fused/linear.rs's grid cap and shared memory, fused/attention.rs's
@@ -48,7 +49,7 @@
 // query rows per wave); change them here when they change there.
 // KERNEL_BENCH_SHAPE=<name> times only that shape (gemv, qmv) or case
 // (attn, prefill: its name as printed), KERNEL_BENCH_QTYPE=<name> only that
-// block type (qmv, dq: q4_0, q8_0, q4k, q5k, q6k); KERNEL_BENCH_COMPILE_ONLY=1 only compiles
+// block type (qmv: q4_0, q8_0, q4k, q5k, q6k; dq: any); KERNEL_BENCH_COMPILE_ONLY=1 only compiles
 // (no GPU needed); KERNEL_BENCH_PTXAS=1 prints ptxas's registers and spills
 // per kernel; KERNEL_BENCH_CUBIN=<file> writes the last compiled variant's
 // code object there (for `cuobjdump -sass`).
@@ -665,6 +666,15 @@ static const QType kQTypes[] = {{"q4_0", "q8_0", 18, 32, 32, {0, -1}},
                                 {"q5k", "q8k", 176, 256, 256, {0, 2}},
                                 {"q6k", "q8k", 210, 256, 256, {208, -1}}};
 
+// The block types the dq mode times: every type candle-core reads (name
+// and block size only; the weights are a constant byte).
+static const QType kDqTypes[] = {{"q4_0", "", 18, 32, 0, {}},   {"q4_1", "", 20, 32, 0, {}},
+                                 {"q5_0", "", 22, 32, 0, {}},   {"q5_1", "", 24, 32, 0, {}},
+                                 {"q8_0", "", 34, 32, 0, {}},   {"q8_1", "", 36, 32, 0, {}},
+                                 {"q2k", "", 84, 256, 0, {}},   {"q3k", "", 110, 256, 0, {}},
+                                 {"q4k", "", 144, 256, 0, {}},  {"q5k", "", 176, 256, 0, {}},
+                                 {"q6k", "", 210, 256, 0, {}},  {"q8k", "", 292, 256, 0, {}}};
+
 // Launches quantized.rs `matvec`: quantize_act then qmatvec. Variant A: waves
 // per block of the mat-vec (4); B: activations per quantize_act thread (8;
 // 0: one thread per activation block, the first kernel's rule); C: rows; D:
@@ -847,7 +857,7 @@ static void dq_bench(const std::vector<Variant>& variants) {
     auto defs = variants[vi].defines;
     defs.push_back("-DCH_ONLY_DTYPES=(1<<CH_DTYPE_bf16)");
     CUmodule m = compile(variants[vi].file, defs);
-    for (const QType& t : kQTypes)
+    for (const QType& t : kDqTypes)
       fns[vi].push_back(m ? function(m, (std::string("dequantize_") + t.name + "_bf16").c_str()) : nullptr);
   }
   if (compile_only()) return;
@@ -864,15 +874,16 @@ static void dq_bench(const std::vector<Variant>& variants) {
     const uint64_t values = (uint64_t)2 * sh.inter * sh.hidden;
     uint16_t* y;
     CHECK_CUDA(cudaMalloc(&y, values * 2));
-    for (size_t ti = 0; ti < sizeof(kQTypes) / sizeof(kQTypes[0]); ++ti) {
-      if (!qtype_selected(kQTypes[ti].name)) continue;
-      const QType& t = kQTypes[ti];
+    for (size_t ti = 0; ti < sizeof(kDqTypes) / sizeof(kDqTypes[0]); ++ti) {
+      if (!qtype_selected(kDqTypes[ti].name)) continue;
+      const QType& t = kDqTypes[ti];
       const size_t bytes = values / t.qk * t.bytes;
       uint8_t* w;
       CHECK_CUDA(cudaMalloc(&w, bytes + 16));
       CHECK_CUDA(cudaMemset(w, 0x11, bytes + 16));
       uint64_t subs = values / 32;
-      uint32_t blocks = (uint32_t)std::min<uint64_t>((subs + 255) / 256, (uint64_t)g_sms * 16);
+      // quantized.rs: a grid for four threads per sub-block, capped.
+      uint32_t blocks = (uint32_t)std::min<uint64_t>((4 * subs + 255) / 256, (uint64_t)g_sms * 16);
       printf("%-24s %-5s", (std::string(sh.name) + " gate/up").c_str(), t.name);
       std::vector<uint16_t> first(values), got(values);
       for (size_t vi = 0; vi < variants.size(); ++vi) {
