@@ -494,7 +494,8 @@ def compute_cases():
 def attention_cases():
     """The keys of examples/bench/attention.rs with PyTorch's
     scaled_dot_product_attention on (batch, heads, seq, head_dim) tensors
-    (its flash backend for bf16); decode shares 8 key/value heads among 32
+    (the backend PyTorch picks, cuDNN's on an H100 with torch 2.11, unless
+    --sdpa-backend names one); decode shares 8 key/value heads among 32
     query heads through enable_gqa."""
     cases = []
     d = 128
