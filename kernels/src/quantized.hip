@@ -272,8 +272,9 @@ __device__ __forceinline__ int q_half_of(int first, int t) {
 // sub<N>(b, s, first, y), which writes values 32 * s + first .. 32 * s +
 // first + N - 1 of the block at b into y (N dividing 32, first a multiple
 // of N); DQ_LANES, the threads that dequantize a sub-block (N = 32 /
-// DQ_LANES values each); ints(b, s, w), the same values as the format's integers (signed
-// bytes, four to a word of w, value t in byte t % 4 of w[t / 4]); and
+// DQ_LANES values each); ints(b, s, w), values 32 * s .. 32 * s + 31 as
+// the format's integers (signed bytes, four to a word of w, value t in byte
+// t % 4 of w[t / 4]); and
 // combine(b, s, i0, i1, x0, x1, dx, sx), the sub-block's share of candle's
 // vec_dot from the integer dot products of its 16-value halves with the
 // activations (i0, i1), the halves' activation sums (x0, x1: GGML's bsums)
