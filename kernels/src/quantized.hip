@@ -721,24 +721,38 @@ struct QActInput {
   const T* __restrict__ norm_w;
   ch_u64 count;
   ch_u32 input;
-  // RMS_NORM: 1 / sqrt(mean(x^2) + eps), from q_act_rms_inv.
-  float inv;
 
   // The values thread `t` rounds, as f32 (lanes past the end, !live, take
-  // the first ones).
+  // the first ones): x' of the plain input or SwiGLU.
   __device__ __forceinline__ void load(ch_u64 t, bool live, float (&v)[CH_QACT_PER_LANE]) const {
     const ch_u64 at = live ? t * CH_QACT_PER_LANE : 0;
 #pragma unroll
     for (int e = 0; e < CH_QACT_PER_LANE; ++e) {
       const float a = Num<T>::to_acc(x[at + e]);
-      if (input == CH_QACT_INPUT_RMS_NORM) {
-        v[e] = Num<T>::to_acc(Num<T>::from_acc(a * inv * Num<T>::to_acc(norm_w[at + e])));
-      } else if (input == CH_QACT_INPUT_SWIGLU) {
+      if (input == CH_QACT_INPUT_SWIGLU) {
         v[e] = Num<T>::to_acc(Num<T>::from_acc(a / (1.0f + ch_exp(-a)) * Num<T>::to_acc(x[count + at + e])));
       } else {
         v[e] = a;
       }
     }
+  }
+
+  // The RMS norm's x and norm weight of thread `t`'s values, as f32.
+  __device__ __forceinline__ void load_norm(ch_u64 t, bool live, float (&v)[CH_QACT_PER_LANE],
+                                            float (&w)[CH_QACT_PER_LANE]) const {
+    const ch_u64 at = live ? t * CH_QACT_PER_LANE : 0;
+#pragma unroll
+    for (int e = 0; e < CH_QACT_PER_LANE; ++e) {
+      v[e] = Num<T>::to_acc(x[at + e]);
+      w[e] = Num<T>::to_acc(norm_w[at + e]);
+    }
+  }
+
+  // x' = x * inv * w of the norm, rounded to T, from load_norm's values.
+  __device__ __forceinline__ void normed(float (&v)[CH_QACT_PER_LANE], const float (&w)[CH_QACT_PER_LANE],
+                                        float inv) const {
+#pragma unroll
+    for (int e = 0; e < CH_QACT_PER_LANE; ++e) v[e] = Num<T>::to_acc(Num<T>::from_acc(v[e] * inv * w[e]));
   }
 };
 
@@ -786,39 +800,34 @@ __device__ __forceinline__ void q_act_store(signed char* __restrict__ q, ch_u64 
   *reinterpret_cast<Pack<ch_u32, 2>*>(q + t * CH_QACT_PER_LANE) = packed;
 }
 
-// Candle's BlockQ8_0 / BlockQ8_1 from_float: d = amax / 127 (stored as f16),
-// q = round(x / d) (through 1 / d, half away from zero); q8_1 adds s =
-// f16(sum q) * d, rounded to f16.
-template <bool SUM, typename T>
-__device__ __forceinline__ void quantize_act_32(const QActInput<T>& x, signed char* __restrict__ q,
-                                                float* __restrict__ d, float* __restrict__ s, ch_u64 count) {
+// Candle's BlockQ8_0 / BlockQ8_1 from_float of thread t's values v (t a real
+// item where `live`; the lanes of a group call together): d = amax / 127
+// (stored as f16), q = round(x / d) (through 1 / d, half away from zero);
+// q8_1 adds s = f16(sum q) * d, rounded to f16.
+template <bool SUM>
+__device__ __forceinline__ void q_round_32(signed char* __restrict__ q, float* __restrict__ d,
+                                           float* __restrict__ s, ch_u64 t, bool live,
+                                           const float (&v)[CH_QACT_PER_LANE]) {
   const int G = 32 / CH_QACT_PER_LANE;
-  const ch_u64 items = count / CH_QACT_PER_LANE;
-  for (ch_u64 first = (ch_u64)blockIdx.x * blockDim.x; first < items; first += global_threads()) {
-    const ch_u64 t = first + threadIdx.x;
-    const bool live = t < items;
-    float v[CH_QACT_PER_LANE];
-    x.load(t, live, v);
-    float amax = 0.0f;
+  float amax = 0.0f;
 #pragma unroll
-    for (int e = 0; e < CH_QACT_PER_LANE; ++e) amax = fmaxf(amax, fabsf(v[e]));
-    amax = q_group_reduce<G>(amax, [](float a, float b) { return fmaxf(a, b); });
-    const float scale = amax / 127.0f;
-    const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-    int iv[CH_QACT_PER_LANE], sum = 0;
+  for (int e = 0; e < CH_QACT_PER_LANE; ++e) amax = fmaxf(amax, fabsf(v[e]));
+  amax = q_group_reduce<G>(amax, [](float a, float b) { return fmaxf(a, b); });
+  const float scale = amax / 127.0f;
+  const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+  int iv[CH_QACT_PER_LANE], sum = 0;
 #pragma unroll
-    for (int e = 0; e < CH_QACT_PER_LANE; ++e) {
-      iv[e] = (int)roundf(v[e] * inv);
-      sum += iv[e];
-    }
-    sum = q_group_reduce<G>(sum, [](int a, int b) { return a + b; });
-    if (live) {
-      q_act_store(q, t, iv);
-      if (t % G == 0) {
-        const float stored = q_round_half(scale);
-        d[t / G] = stored;
-        if (SUM) s[t / G] = q_round_half(q_round_half((float)sum) * stored);
-      }
+  for (int e = 0; e < CH_QACT_PER_LANE; ++e) {
+    iv[e] = (int)roundf(v[e] * inv);
+    sum += iv[e];
+  }
+  sum = q_group_reduce<G>(sum, [](int a, int b) { return a + b; });
+  if (live) {
+    q_act_store(q, t, iv);
+    if (t % G == 0) {
+      const float stored = q_round_half(scale);
+      d[t / G] = stored;
+      if (SUM) s[t / G] = q_round_half(q_round_half((float)sum) * stored);
     }
   }
 }
@@ -831,40 +840,44 @@ struct QAbsMax {
 
 // Candle's BlockQ8K from_float: per 256 values, the first value of largest
 // magnitude `max` gives iscale = -127 / max, q = round(iscale * x) clamped to
-// [-128, 127], d = 1 / iscale (f32, repeated for each of the 8 sub-blocks).
-template <typename T>
-__device__ __forceinline__ void quantize_act_256(const QActInput<T>& x, signed char* __restrict__ q,
-                                                 float* __restrict__ d, ch_u64 count) {
+// [-128, 127], d = 1 / iscale (f32, repeated for each of the 8 sub-blocks);
+// called as q_round_32.
+__device__ __forceinline__ void q_round_256(signed char* __restrict__ q, float* __restrict__ d, ch_u64 t, bool live,
+                                            const float (&v)[CH_QACT_PER_LANE]) {
   const int G = 256 / CH_QACT_PER_LANE;
-  const ch_u64 items = count / CH_QACT_PER_LANE;
-  for (ch_u64 first = (ch_u64)blockIdx.x * blockDim.x; first < items; first += global_threads()) {
-    const ch_u64 t = first + threadIdx.x;
-    const bool live = t < items;
-    float v[CH_QACT_PER_LANE];
-    x.load(t, live, v);
-    QAbsMax m = {0.0f, 0.0f, 0u};
+  QAbsMax m = {0.0f, 0.0f, 0u};
 #pragma unroll
-    for (int e = 0; e < CH_QACT_PER_LANE; ++e) {
-      if (m.amax < fabsf(v[e])) {
-        m.amax = fabsf(v[e]);
-        m.max = v[e];
-        m.index = (ch_u32)e;
-      }
+  for (int e = 0; e < CH_QACT_PER_LANE; ++e) {
+    if (m.amax < fabsf(v[e])) {
+      m.amax = fabsf(v[e]);
+      m.max = v[e];
+      m.index = (ch_u32)e;
     }
-    m.index += (ch_u32)(t % G) * CH_QACT_PER_LANE;
-    // The larger magnitude; of equal ones, the earlier value (NaN never
-    // becomes the maximum, as in the CPU's comparison).
-    m = q_group_reduce<G>(m, [](QAbsMax a, QAbsMax b) {
-      return (b.amax > a.amax || (b.amax == a.amax && b.index < a.index)) ? b : a;
-    });
-    const float iscale = m.amax == 0.0f ? 0.0f : -127.0f / m.max;
-    int iv[CH_QACT_PER_LANE];
+  }
+  m.index += (ch_u32)(t % G) * CH_QACT_PER_LANE;
+  // The larger magnitude; of equal ones, the earlier value (NaN never
+  // becomes the maximum, as in the CPU's comparison).
+  m = q_group_reduce<G>(m, [](QAbsMax a, QAbsMax b) {
+    return (b.amax > a.amax || (b.amax == a.amax && b.index < a.index)) ? b : a;
+  });
+  const float iscale = m.amax == 0.0f ? 0.0f : -127.0f / m.max;
+  int iv[CH_QACT_PER_LANE];
 #pragma unroll
-    for (int e = 0; e < CH_QACT_PER_LANE; ++e) iv[e] = (int)fminf(fmaxf(roundf(iscale * v[e]), -128.0f), 127.0f);
-    if (live) {
-      q_act_store(q, t, iv);
-      if (t % G < 256 / 32) d[(t / G) * (256 / 32) + t % G] = m.amax == 0.0f ? 0.0f : 1.0f / iscale;
-    }
+  for (int e = 0; e < CH_QACT_PER_LANE; ++e) iv[e] = (int)fminf(fmaxf(roundf(iscale * v[e]), -128.0f), 127.0f);
+  if (live) {
+    q_act_store(q, t, iv);
+    if (t % G < 256 / 32) d[(t / G) * (256 / 32) + t % G] = m.amax == 0.0f ? 0.0f : 1.0f / iscale;
+  }
+}
+
+// Thread t's values v rounded to activation type ACT (q_round_*).
+template <int ACT>
+__device__ __forceinline__ void q_round(signed char* q, float* d, float* s, ch_u64 t, bool live,
+                                        const float (&v)[CH_QACT_PER_LANE]) {
+  if (ACT == 2) {
+    q_round_256(q, d, t, live, v);
+  } else {
+    q_round_32<ACT == 1>(q, d, s, t, live, v);
   }
 }
 
@@ -1145,12 +1158,27 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
   in.norm_w = norm_w;
   in.count = count;
   in.input = input;
-  // The norm takes one row: count is k, which the host checks fits 32 bits.
-  in.inv = input == CH_QACT_INPUT_RMS_NORM ? q_act_rms_inv(x, (ch_u32)count, eps) : 0.0f;
-  if (ACT == 2) {
-    quantize_act_256(in, q, d, count);
-  } else {
-    quantize_act_32<ACT == 1>(in, q, d, s, count);
+  const ch_u64 items = count / CH_QACT_PER_LANE;
+  const ch_u64 start = (ch_u64)blockIdx.x * blockDim.x;
+  float v[CH_QACT_PER_LANE], w[CH_QACT_PER_LANE];
+  if (input == CH_QACT_INPUT_RMS_NORM) {
+    // The thread's first values and weights are read before the sum of
+    // squares, so that both reads are in flight together. The norm takes
+    // one row: count is k, which the host checks fits 32 bits.
+    in.load_norm(start + threadIdx.x, start + threadIdx.x < items, v, w);
+    const float inv = q_act_rms_inv(x, (ch_u32)count, eps);
+    for (ch_u64 first = start; first < items; first += global_threads()) {
+      const ch_u64 t = first + threadIdx.x;
+      if (first != start) in.load_norm(t, t < items, v, w);
+      in.normed(v, w, inv);
+      q_round<ACT>(q, d, s, t, t < items, v);
+    }
+    return;
+  }
+  for (ch_u64 first = start; first < items; first += global_threads()) {
+    const ch_u64 t = first + threadIdx.x;
+    in.load(t, t < items, v);
+    q_round<ACT>(q, d, s, t, t < items, v);
   }
 }
 
