@@ -54,6 +54,10 @@ pub const MATVEC_MAX_ROWS: usize = 32;
 /// Values per sub-block, the unit of work of the kernels.
 const SUB: usize = 32;
 
+/// The most threads of `dequantize_*` that share a sub-block, which the grid
+/// is sized for (`CH_DQ_MAX_LANES`).
+const DEQUANT_MAX_LANES: u64 = 4;
+
 /// Activations each thread of `quantize_act_*` rounds (`CH_QACT_PER_LANE`).
 const ACT_PER_LANE: usize = 8;
 
@@ -218,9 +222,8 @@ impl QuantizedStorage {
         let blocks_bytes = elem_count / block * self.dtype.type_size();
         let src = self.data.view_range(OP, 0, blocks_bytes)?;
         let dst = out.view_range_mut(OP, 0, elem_count)?;
-        // Up to four threads per sub-block (`DQ_LANES` of quantized.hip); the
-        // kernel loops over what a capped grid does not cover.
-        let parts = (subs as u64).saturating_mul(4);
+        // The kernel loops over what a capped grid does not cover.
+        let parts = (subs as u64).saturating_mul(DEQUANT_MAX_LANES);
         let cfg = grid::grid_stride(parts, device.kernels().compute_units());
         let subs = subs as u64;
         // SAFETY: dequantize_<q>_<dtype>(const u8* blocks, T* y, u64 subs)
@@ -741,6 +744,10 @@ mod tests {
         assert_eq!(
             candle_hip_kernels::QUANTIZED.define("CH_QMATVEC_OUTS"),
             Some(MATVEC_OUTS_PER_WAVE.to_string().as_str())
+        );
+        assert_eq!(
+            candle_hip_kernels::QUANTIZED.define("CH_DQ_MAX_LANES"),
+            Some(DEQUANT_MAX_LANES.to_string().as_str())
         );
         assert_eq!(
             candle_hip_kernels::QUANTIZED.define("CH_QMATVEC_FEW_ROWS"),

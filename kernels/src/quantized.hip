@@ -86,6 +86,9 @@
 #else
 #define CH_DQ_LANES(n) n
 #endif
+// The most any type takes: the host sizes the grid for it
+// (quantized.rs DEQUANT_MAX_LANES).
+#define CH_DQ_MAX_LANES 4
 
 // Outputs (rows of the weight) each wave of the mat-vec computes, sharing
 // its activation loads (quantized.rs MATVEC_OUTS_PER_WAVE).
@@ -668,6 +671,7 @@ template <typename Q, typename T>
 __device__ __forceinline__ void dequantize(const ch_u8* __restrict__ blocks, T* __restrict__ y, ch_u64 subs) {
   const int V = CH_VEC_BYTES / (int)sizeof(T);
   typedef Pack<T, V> P;
+  static_assert(Q::DQ_LANES <= CH_DQ_MAX_LANES, "the host's grid has CH_DQ_MAX_LANES threads per sub-block");
   const int N = 32 / Q::DQ_LANES;
   const ch_u64 step = (ch_u64)gridDim.x * blockDim.x;
   for (ch_u64 i = (ch_u64)blockIdx.x * blockDim.x + threadIdx.x; i < subs * Q::DQ_LANES; i += step) {
