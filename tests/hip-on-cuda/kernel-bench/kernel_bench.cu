@@ -36,7 +36,8 @@
 // key/value heads of 64), in TFLOP/s (4·b·h·s²·d, halved when causal). qmv: quantized.rs's
 // mat-vec (activation rounding, then qmatvec, or qmatvec_few for up to 2
 // rows where the source has it; with KERNEL_BENCH_QMV_STEP each with the
-// graph decode step's norm, SwiGLU and residual) for q4_0, q8_0, q4k, q5k and q6k
+// graph decode step's norm, SwiGLU and residual; with KERNEL_BENCH_QMV_NO_ACT
+// without the rounding's launches) for q4_0, q8_0, q4k, q5k and q6k
 // weights at the same decode shapes, per layer and for a whole token
 // against the bound (quantized weight bytes / the copy rate). dq (a
 // quantized.hip, A B C unused): dequantization to bf16 of each shape's
@@ -119,6 +120,9 @@ struct Variant {
 static bool compile_only() { return getenv("KERNEL_BENCH_COMPILE_ONLY") != nullptr; }
 // qmv: each product with its decode-step input and residual (launch_qmv).
 static bool qmv_step() { return getenv("KERNEL_BENCH_QMV_STEP") != nullptr; }
+// qmv: the mat-vecs alone, on activations rounded before the timing (what
+// the rounding's launches cost is the difference).
+static bool qmv_no_act() { return getenv("KERNEL_BENCH_QMV_NO_ACT") != nullptr; }
 
 static Variant parse_variant(std::string arg, int a, int b, int c, int d = 1) {
   Variant v;
@@ -690,7 +694,7 @@ static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStre
   uint32_t blocks = (uint32_t)std::min<uint64_t>((work + 255) / 256, (uint64_t)g_sms * 16);
   float eps = 1e-5f;
   void* act_args[] = {&x, &q, &d, &sums, &count, &input, &norm_w, &eps};
-  CHECK_CU(cuLaunchKernel(act, std::max(blocks, 1u), 1, 1, 256, 1, 1, 0, s, act_args, nullptr));
+  if (!qmv_no_act()) CHECK_CU(cuLaunchKernel(act, std::max(blocks, 1u), 1, 1, 256, 1, 1, 0, s, act_args, nullptr));
   uint32_t waves = v.a, outs = waves * v.d;
   uint32_t y_dtype = 8;  // CH_DTYPE_f32
   // quantized.hip's QRope, null: plain outputs.
