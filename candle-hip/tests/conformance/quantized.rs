@@ -592,6 +592,120 @@ fn fused_quantized_parts_equal_the_separate_products() {
     t.finish("conformance fused_qmatvec parts");
 }
 
+/// `fused_matvec_parts` of flash-decoding's records (`LinearInput::Splits`:
+/// the merge rides on the rounding of the activations) against
+/// `flash_merge` then the plain product and the residual, bit for bit; and
+/// `flash_merge` of the records against `flash_attn`, bit for bit. A cache
+/// of 300 positions filled to 200 and 301: five key splits, the last empty
+/// for 200 (a record of no key) and the cache longer than its positions
+/// for 301. Weights rounding to each activation type (32 and 256 values per
+/// scale, so a scale spans heads), head dims 64, 80 and 128.
+#[test]
+#[ignore = "needs a HIP device"]
+fn fused_quantized_product_merges_attention_splits() {
+    use candle_hip::fused::{self, FlashAttnExtras, FlashAttnParams, LinearInput};
+    let (dev, mut t, mut rng) = start(0x5eed_0057);
+    let s_k = 300;
+    for (wtype, heads, d) in [
+        (GgmlDType::Q4K, 8, 128),
+        (GgmlDType::Q8_0, 16, 64),
+        (GgmlDType::Q4_1, 16, 80),
+    ] {
+        for (dtype, filled) in [(DType::BF16, 200u32), (DType::F16, 301)] {
+            let kv_heads = heads / 4;
+            let (k, n) = (heads * d, 40);
+            let case = || format!("{wtype:?} {heads} heads of {d}, {filled} of {s_k} keys");
+            let op = "fused_qmatvec splits";
+            let outcome = (|| -> candle_core::Result<std::result::Result<(), String>> {
+                let up = |values: Vec<f64>, dtype: DType| {
+                    let len = values.len();
+                    let t = Tensor::from_vec(values, len, &Device::Cpu)?.to_dtype(dtype)?;
+                    candle_core::backend::BackendDevice::storage_from_cpu_storage(
+                        &dev,
+                        &cpu_storage(&t)?,
+                    )
+                };
+                let mut random = |len: usize| (0..len).map(|_| rng.uniform(-1.0, 1.0)).collect();
+                let q = up(random(k), dtype)?;
+                let kc = up(random(s_k * kv_heads * d), dtype)?;
+                let vc = up(random(s_k * kv_heads * d), dtype)?;
+                let residual = up(random(n), dtype)?;
+                let lens = up(vec![f64::from(filled)], DType::U32)?;
+                let blocks = n * k / wtype.block_size();
+                let w = load(
+                    &dev,
+                    &quantize(&block_values(&mut rng, wtype, blocks, true), n, k, wtype),
+                );
+                let (q_l, kv_l) = (
+                    Layout::contiguous((1, 1, heads, d)),
+                    Layout::contiguous((1, s_k, kv_heads, d)),
+                );
+                let (one, res_l) = (Layout::contiguous(1), Layout::contiguous(n));
+                let extras = FlashAttnExtras {
+                    alibi_slopes: None,
+                    key_lens: Some((&lens, &one)),
+                };
+                let params = FlashAttnParams::new(1.0 / (d as f32).sqrt(), false);
+                let (part, shape) =
+                    fused::flash_decode_splits(&q, &q_l, &kc, &kv_l, &vc, &kv_l, extras, &params)?;
+                let part_l = Layout::contiguous(&shape);
+                if shape.dims()[3] < 2 {
+                    return Ok(Err(format!("one key split: {shape:?}")));
+                }
+                let merged = fused::flash_merge(&part, &part_l, dtype)?;
+                let attn = fused::flash_attn(&q, &q_l, &kc, &kv_l, &vc, &kv_l, extras, &params)?;
+                if let Err(e) = compare_bits(&merged.to_cpu_storage()?, &attn.to_cpu_storage()?) {
+                    return Ok(Err(format!("flash_merge against flash_attn: {e}")));
+                }
+                let w_shape = Shape::from((n, k));
+                let input = LinearInput::splits("test", dtype, DType::F32, &part_l)?;
+                let res = Some((&residual, &res_l));
+                let got = QuantizedStorage::fused_matvec_parts(
+                    &[(&w, &w_shape)],
+                    &part,
+                    &part_l,
+                    input,
+                    res,
+                )?;
+                let row = Layout::contiguous((1, k));
+                let (y, _) = w.matmul_t(&w_shape, &merged, &row)?;
+                let want = y.binary_impl::<candle_core::op::Add>(&residual, &res_l, &res_l)?;
+                Ok(compare_bits(
+                    &got.to_cpu_storage()?,
+                    &want.to_cpu_storage()?,
+                ))
+            })();
+            match outcome {
+                Ok(o) => t.record(op, dtype, case, o),
+                Err(e) => t.error(op, dtype, case(), e),
+            }
+        }
+    }
+    t.finish("conformance fused_qmatvec splits");
+    // What the merge refuses: records of another width than the weight's
+    // columns, of two queries or not rank 5, and a dense product.
+    let part =
+        candle_core::backend::BackendDevice::zeros_impl(&dev, &Shape::from(2 * 4 * 66), DType::F32)
+            .unwrap();
+    let w = QuantizedStorage::from_blocks(&dev, GgmlDType::Q8_0, &[0u8; 34 * 2 * 2]).unwrap();
+    let one = Layout::contiguous((1, 1, 1, 4, 66));
+    let input = LinearInput::splits("test", DType::BF16, DType::F32, &one).unwrap();
+    let wide = Shape::from((2, 64));
+    assert!(QuantizedStorage::fused_matvec_parts(&[(&w, &wide)], &part, &one, input, None).is_ok());
+    let narrow = Shape::from((4, 32));
+    assert!(
+        QuantizedStorage::fused_matvec_parts(&[(&w, &narrow)], &part, &one, input, None).is_err()
+    );
+    let two = Layout::contiguous((1, 1, 2, 4, 66));
+    assert!(LinearInput::splits("test", DType::BF16, DType::F32, &two).is_err());
+    let flat = Layout::contiguous((1, 4, 66));
+    assert!(LinearInput::splits("test", DType::BF16, DType::F32, &flat).is_err());
+    assert!(LinearInput::splits("test", DType::BF16, DType::F16, &one).is_err());
+    let dense = candle_core::backend::BackendDevice::zeros_impl(&dev, &wide, DType::F32).unwrap();
+    let dense_l = Layout::contiguous((2, 64));
+    assert!(fused::fused_linear(&part, &one, &dense, &dense_l, input, None).is_err());
+}
+
 /// `fused_matvec_parts_rope_append` (the step's q/k/v mat-vecs storing its
 /// rotary pairs) against `fused_matvec_parts` followed by `rope_append`, bit
 /// for bit: the state starts random, so a stray write shows, and a position
