@@ -148,13 +148,7 @@ pub fn flash_attn_with_key_lens(
     key_lens: &Tensor,
     params: FlashAttnParams,
 ) -> Result<Tensor> {
-    let op = FlashAttn {
-        params,
-        alibi_slopes: None,
-        key_lens: Some(key_lens.clone()),
-        splits: false,
-    };
-    q.apply_op3_no_bwd(k_cache, v_cache, &op)
+    with_key_lens([q, k_cache, v_cache], key_lens, params, false)
 }
 
 /// [`flash_attn_with_key_lens`] without the merge of flash-decoding's key
@@ -170,11 +164,22 @@ pub fn flash_decode_splits_with_key_lens(
     key_lens: &Tensor,
     params: FlashAttnParams,
 ) -> Result<Tensor> {
+    with_key_lens([q, k_cache, v_cache], key_lens, params, true)
+}
+
+/// [`FlashAttn`] of `q` over the caches with `key_lens`, its output or its
+/// records (`splits`).
+fn with_key_lens(
+    [q, k_cache, v_cache]: [&Tensor; 3],
+    key_lens: &Tensor,
+    params: FlashAttnParams,
+    splits: bool,
+) -> Result<Tensor> {
     let op = FlashAttn {
         params,
         alibi_slopes: None,
         key_lens: Some(key_lens.clone()),
-        splits: true,
+        splits,
     };
     q.apply_op3_no_bwd(k_cache, v_cache, &op)
 }

@@ -100,6 +100,17 @@ fn cpu_storage(t: &Tensor) -> candle_core::Result<CpuStorage> {
     }
 }
 
+/// `values` in `dtype` on the device.
+fn upload(
+    dev: &candle_hip::HipDevice,
+    values: Vec<f64>,
+    dtype: DType,
+) -> candle_core::Result<candle_hip::HipStorage> {
+    let len = values.len();
+    let t = Tensor::from_vec(values, len, &Device::Cpu)?.to_dtype(dtype)?;
+    candle_core::backend::BackendDevice::storage_from_cpu_storage(dev, &cpu_storage(&t)?)
+}
+
 fn load(dev: &candle_hip::HipDevice, q: &QTensor) -> QuantizedStorage {
     QuantizedStorage::from_blocks(dev, q.dtype(), &q.data().unwrap()).unwrap()
 }
@@ -531,14 +542,7 @@ fn fused_quantized_parts_equal_the_separate_products() {
             let op = "fused_qmatvec parts";
             let outcome = (|| -> candle_core::Result<std::result::Result<(), String>> {
                 let k = 512;
-                let up = |values: Vec<f64>, dtype: DType| {
-                    let len = values.len();
-                    let t = Tensor::from_vec(values, len, &Device::Cpu)?.to_dtype(dtype)?;
-                    candle_core::backend::BackendDevice::storage_from_cpu_storage(
-                        &dev,
-                        &cpu_storage(&t)?,
-                    )
-                };
+                let up = |values: Vec<f64>, dtype: DType| upload(&dev, values, dtype);
                 let weights: Vec<(QuantizedStorage, Shape)> = [(a, 19), (b, 5)]
                     .into_iter()
                     .map(|(dtype, n)| {
@@ -617,14 +621,7 @@ fn fused_quantized_product_merges_attention_splits() {
             let case = || format!("{wtype:?} {heads} heads of {d}, {filled} of {s_k} keys");
             let op = "fused_qmatvec splits";
             let outcome = (|| -> candle_core::Result<std::result::Result<(), String>> {
-                let up = |values: Vec<f64>, dtype: DType| {
-                    let len = values.len();
-                    let t = Tensor::from_vec(values, len, &Device::Cpu)?.to_dtype(dtype)?;
-                    candle_core::backend::BackendDevice::storage_from_cpu_storage(
-                        &dev,
-                        &cpu_storage(&t)?,
-                    )
-                };
+                let up = |values: Vec<f64>, dtype: DType| upload(&dev, values, dtype);
                 let mut random = |len: usize| (0..len).map(|_| rng.uniform(-1.0, 1.0)).collect();
                 let q = up(random(k), dtype)?;
                 let kc = up(random(s_k * kv_heads * d), dtype)?;
@@ -739,14 +736,7 @@ fn fused_quantized_rope_append_equals_the_separate_ops() {
                 let case = || format!("{a:?} + {b:?}, norm {norm}, position {pos}");
                 let op = "fused_qmatvec rope_append";
                 let outcome = (|| -> candle_core::Result<std::result::Result<(), String>> {
-                    let up = |values: Vec<f64>, dtype: DType| {
-                        let len = values.len();
-                        let t = Tensor::from_vec(values, len, &Device::Cpu)?.to_dtype(dtype)?;
-                        candle_core::backend::BackendDevice::storage_from_cpu_storage(
-                            &dev,
-                            &cpu_storage(&t)?,
-                        )
-                    };
+                    let up = |values: Vec<f64>, dtype: DType| upload(&dev, values, dtype);
                     let weights: Vec<(QuantizedStorage, Shape)> = [(a, qk_rows), (b, v_rows)]
                         .into_iter()
                         .map(|(dtype, n)| {
