@@ -25,14 +25,17 @@
 //
 //   flash_decode_d<D>_<T>(AttnArgs a, const T* q, const T* k, const T* v,
 //                         float* part, const float* alibi,
-//                         const ch_u32* key_lens)
+//                         const ch_u32* key_lens, T* o)
 //     Decode (short s_q: flash-decoding), the prefill kernel's tiles and
 //     products with other owners: a block owns 16 query rows (query
 //     position, head of the group; padded) of one (batch, key/value head),
 //     so each key is read once for the whole group, and one split of the
 //     keys (a.split_keys of them); its waves share each key tile, 16 keys
 //     each. It writes each row's unnormalised partial output, running
-//     maximum and sum to `part`. Grid (splits, h_k * row groups of 16,
+//     maximum and sum to `part`; with o not null (one split), the
+//     attention's output itself to o instead (the merge of one split, bit
+//     for bit: common.h's split_merge of one record is out / sum), so no
+//     merge follows. Grid (splits, h_k * row groups of 16,
 //     batch); block: ATTN_DECODE_WAVES(D) waves. With key_lens (one u32
 //     per batch element, or null) sequence b has min(key_lens[b], s_k)
 //     keys: a KV cache of s_k positions filled to that length.
@@ -1151,6 +1154,11 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
       sum += s_ml[(w * 16 + r) * 2 + 1] * f;
       out += s_o[(w * 16 + r) * D + d] * f;
     }
+    if (o != nullptr) {
+      o[(((ch_u64)b * a.s_q + position(r)) * a.h_q + head(r)) * D + d] =
+          Num<T>::from_acc(sum > 0.0f ? out / sum : 0.0f);
+      continue;
+    }
     // Partials of row (b, head, position): `splits` entries of D + 2 floats.
     float* dst = part + ((((ch_u64)b * a.h_q + head(r)) * a.s_q + position(r)) * a.splits + blockIdx.x) * (D + 2);
     dst[d] = out;
@@ -1213,9 +1221,9 @@ __device__ __forceinline__ void flash_combine(const AttnArgs& a, const float* __
 #define FLASH_DECODE(NAME, D, TYPE)                                                                    \
   extern "C" __global__ void __launch_bounds__(ATTN_DECODE_WAVES(D) * CANDLE_HIP_WAVE)                  \
       NAME##_##TYPE(AttnArgs a, const ch_##TYPE* q, const ch_##TYPE* k, const ch_##TYPE* v,          \
-                    float* part, const float* alibi, const ch_u32* key_lens) {                         \
+                    float* part, const float* alibi, const ch_u32* key_lens, ch_##TYPE* o) {           \
     if (key_lens != nullptr && key_lens[blockIdx.z] < a.s_k) a.s_k = key_lens[blockIdx.z];            \
-    flash_attn<ch_##TYPE, D, true>(a, q, k, v, nullptr, part, alibi);                                  \
+    flash_attn<ch_##TYPE, D, true>(a, q, k, v, o, part, alibi);                                        \
   }
 #define FLASH_COMBINE(NAME, D, TYPE)                                                                   \
   extern "C" __global__ void __launch_bounds__(256) NAME##_##TYPE(AttnArgs a, const float* part,      \

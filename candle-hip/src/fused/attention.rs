@@ -37,7 +37,7 @@ use hip_safe::{DevicePtr, DeviceRepr, LaunchConfig};
 
 use crate::error::{Result, invalid};
 use crate::kernel::catalogue::{self as cat, Family};
-use crate::kernel::launch::{to_u32, view_or_null};
+use crate::kernel::launch::{mut_view_or_null, to_u32, view_or_null};
 use crate::size;
 use crate::storage::HipStorage;
 
@@ -508,7 +508,8 @@ fn attention(
         return Ok((out, out_shape));
     }
 
-    // Flash-decoding: partial results per key split, then their merge.
+    // Flash-decoding: partial results per key split, then their merge; the
+    // output itself from one split.
     let per_kv = h_q / h_k;
     let row_groups = (s_q * per_kv).div_ceil(DECODE_ROWS);
     let blocks = size::product(OP, "the decode blocks", &[b, h_k, row_groups])?;
@@ -525,10 +526,16 @@ fn attention(
     let splits = s_k.div_ceil(split_keys).max(1);
     args.split_keys = u32_of("split_keys", split_keys)?;
     args.splits = u32_of("splits", splits)?;
-    let part_len = size::product(OP, "the partial results", &[b, h_q, s_q, splits, d + 2])?;
+    let direct = splits == 1 && form == Form::Merged;
+    let part_len = match direct {
+        true => 0,
+        false => size::product(OP, "the partial results", &[b, h_q, s_q, splits, d + 2])?,
+    };
     // SAFETY: the decode kernel writes the d + 2 floats of every (row,
-    // split) before the merge reads them.
+    // split) before the merge reads them, or every element of the output
+    // (one split: `direct`); the other stays empty.
     let mut part = unsafe { device.alloc_storage(DType::F32, part_len) }?;
+    let mut out = unsafe { device.alloc_storage(dtype, if direct { len } else { 0 }) }?;
     let cfg = LaunchConfig {
         grid_dim: (
             args.splits,
@@ -538,17 +545,26 @@ fn attention(
         block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     };
+    let (part_view, out_view) = (part.view_all_mut(), out.view_all_mut());
+    let (part_arg, out_arg) = match direct {
+        true => (mut_view_or_null(None), mut_view_or_null(Some(&out_view))),
+        false => (mut_view_or_null(Some(&part_view)), mut_view_or_null(None)),
+    };
     // SAFETY: flash_decode_d<D>_T takes (AttnArgs, const T* q, k, v, float*
-    // part, const float* alibi, const u32* key_lens); views as above, part
-    // holds b*h_q*s_q*splits rows of d + 2 floats, key_lens b u32 or null;
-    // the grid covers (splits, h_k * row groups, b).
+    // part, const float* alibi, const u32* key_lens, T* o); views as above,
+    // either part holds b*h_q*s_q*splits rows of d + 2 floats and o is null,
+    // or (one split) o holds b*s_q*h_q*d elements and part is null;
+    // key_lens b u32 or null; the grid covers (splits, h_k * row groups, b).
     unsafe {
         launcher.launch(
             kernel,
             cfg,
-            &[&args, &qv, &kv, &vv, &part.view_all_mut(), slopes, lens],
+            &[&args, &qv, &kv, &vv, part_arg, slopes, lens, out_arg],
         )
     }?;
+    if direct {
+        return Ok((out, out_shape));
+    }
     let part_shape = Shape::from((b, h_q, s_q, splits, d + 2));
     match form {
         Form::Splits => Ok((part, part_shape)),

@@ -2,7 +2,7 @@
 //! stream, and every kernel of the backend starts through
 //! [`Launcher::launch`], with hip-safe's [`KernelArg`] arguments.
 
-use hip_safe::{Device, DeviceView, KernelArg, LaunchConfig, Stream};
+use hip_safe::{Device, DeviceView, DeviceViewMut, KernelArg, LaunchConfig, Stream};
 
 use crate::error::{Result, hip, invalid};
 use crate::kernel::catalogue::Kernel;
@@ -83,6 +83,14 @@ static NULL_POINTER: u64 = 0;
 /// none (the kernels' optional operands: a residual, a norm weight, ALiBi
 /// slopes, key lengths).
 pub(crate) fn view_or_null<'a>(view: Option<&'a DeviceView<'_, u8>>) -> &'a dyn KernelArg {
+    match view {
+        Some(view) => view,
+        None => &NULL_POINTER,
+    }
+}
+
+/// [`view_or_null`] of a view the kernel writes.
+pub(crate) fn mut_view_or_null<'a>(view: Option<&'a DeviceViewMut<'_, u8>>) -> &'a dyn KernelArg {
     match view {
         Some(view) => view,
         None => &NULL_POINTER,

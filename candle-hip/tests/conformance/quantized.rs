@@ -602,20 +602,25 @@ fn fused_quantized_parts_equal_the_separate_products() {
 /// `flash_merge` of the records against `flash_attn`, bit for bit. A cache
 /// of 300 positions filled to 200 and 301: five key splits, the last empty
 /// for 200 (a record of no key) and the cache longer than its positions
-/// for 301. Weights rounding to each activation type (32 and 256 values per
-/// scale, so a scale spans heads), head dims 64, 80 and 128.
+/// for 301; and one of 60 filled to 50: one split, which `flash_attn`'s
+/// decode kernel turns into the output itself. Weights rounding to each
+/// activation type (32 and 256 values per scale, so a scale spans heads),
+/// head dims 64, 80 and 128.
 #[test]
 #[ignore = "needs a HIP device"]
 fn fused_quantized_product_merges_attention_splits() {
     use candle_hip::fused::{self, FlashAttnExtras, FlashAttnParams, LinearInput};
     let (dev, mut t, mut rng) = start(0x5eed_0057);
-    let s_k = 300;
     for (wtype, heads, d) in [
         (GgmlDType::Q4K, 8, 128),
         (GgmlDType::Q8_0, 16, 64),
         (GgmlDType::Q4_1, 16, 80),
     ] {
-        for (dtype, filled) in [(DType::BF16, 200u32), (DType::F16, 301)] {
+        for (dtype, s_k, filled) in [
+            (DType::BF16, 300, 200u32),
+            (DType::F16, 300, 301),
+            (DType::BF16, 60, 50),
+        ] {
             let kv_heads = heads / 4;
             let (k, n) = (heads * d, 40);
             let case = || format!("{wtype:?} {heads} heads of {d}, {filled} of {s_k} keys");
@@ -646,8 +651,8 @@ fn fused_quantized_product_merges_attention_splits() {
                 let (part, shape) =
                     fused::flash_decode_splits(&q, &q_l, &kc, &kv_l, &vc, &kv_l, extras, &params)?;
                 let part_l = Layout::contiguous(&shape);
-                if shape.dims()[3] < 2 {
-                    return Ok(Err(format!("one key split: {shape:?}")));
+                if (shape.dims()[3] > 1) != (s_k > 64) {
+                    return Ok(Err(format!("{s_k} keys in {shape:?}")));
                 }
                 let merged = fused::flash_merge(&part, &part_l, dtype)?;
                 let attn = fused::flash_attn(&q, &q_l, &kc, &kv_l, &vc, &kv_l, extras, &params)?;
@@ -680,9 +685,10 @@ fn fused_quantized_product_merges_attention_splits() {
     }
     t.finish("conformance fused_qmatvec splits");
     // What the merge refuses: records of another width than the weight's
-    // columns, of two queries or not rank 5, and a dense product.
+    // columns, of more splits than it merges, of two queries or not rank 5,
+    // and a dense product.
     let part =
-        candle_core::backend::BackendDevice::zeros_impl(&dev, &Shape::from(2 * 4 * 66), DType::F32)
+        candle_core::backend::BackendDevice::zeros_impl(&dev, &Shape::from(9 * 66), DType::F32)
             .unwrap();
     let w = QuantizedStorage::from_blocks(&dev, GgmlDType::Q8_0, &[0u8; 34 * 2 * 2]).unwrap();
     let one = Layout::contiguous((1, 1, 1, 4, 66));
@@ -692,6 +698,12 @@ fn fused_quantized_product_merges_attention_splits() {
     let narrow = Shape::from((4, 32));
     assert!(
         QuantizedStorage::fused_matvec_parts(&[(&w, &narrow)], &part, &one, input, None).is_err()
+    );
+    let many = Layout::contiguous((1, 1, 1, 9, 66));
+    let many_input = LinearInput::splits("test", DType::BF16, DType::F32, &many).unwrap();
+    assert!(
+        QuantizedStorage::fused_matvec_parts(&[(&w, &wide)], &part, &many, many_input, None)
+            .is_err()
     );
     let two = Layout::contiguous((1, 1, 2, 4, 66));
     assert!(LinearInput::splits("test", DType::BF16, DType::F32, &two).is_err());

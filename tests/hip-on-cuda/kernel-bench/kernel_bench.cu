@@ -30,14 +30,16 @@
 // its merge for one query over Llama-3 heads (32 query, 8 key/value; head
 // dimension 64 as Llama-3.2-1B, 128 as Llama-3.1-8B) at several cache
 // lengths, full or filled to a length read on the device (as the static
-// decode step runs it), with and without the merge. prefill:
+// decode step runs it), with and without the merge (one split writes the
+// output itself and has none, unless KERNEL_BENCH_NO_DIRECT is set). prefill:
 // flash_attn_d<D>_bf16 at the shapes of the attention benchmark (32 heads of
 // 128, causal and not, 512 to 16k tokens) and Llama-3.2-1B's (32 query, 8
 // key/value heads of 64), in TFLOP/s (4·b·h·s²·d, halved when causal). qmv: quantized.rs's
 // mat-vec (activation rounding, then qmatvec, or qmatvec_few for up to 2
 // rows where the source has it; with KERNEL_BENCH_QMV_STEP each with the
 // graph decode step's norm, SwiGLU and residual; with KERNEL_BENCH_QMV_NO_ACT
-// without the rounding's launches) for q4_0, q8_0, q4k, q5k and q6k
+// without the rounding's launches, =empty with an empty kernel on the
+// rounding's grid in their place) for q4_0, q8_0, q4k, q5k and q6k
 // weights at the same decode shapes, per layer and for a whole token
 // against the bound (quantized weight bytes / the copy rate). dq (a
 // quantized.hip, A B C unused): dequantization to bf16 of each shape's
@@ -48,9 +50,9 @@
 // fused/linear.rs's grid cap and shared memory, fused/attention.rs's
 // `decode_splits` and quantized.rs's `matvec` (and the prefill grid, 16
 // query rows per wave); change them here when they change there.
-// KERNEL_BENCH_SHAPE=<name> times only that shape (gemv, qmv) or case
-// (attn, prefill: its name as printed), KERNEL_BENCH_QTYPE=<name> only that
-// block type (qmv: q4_0, q8_0, q4k, q5k, q6k; dq: any); KERNEL_BENCH_COMPILE_ONLY=1 only compiles
+// KERNEL_BENCH_SHAPE=<name,...> times only those shapes (gemv, qmv) or cases
+// (attn, prefill: names as printed), KERNEL_BENCH_QTYPE=<name,...> only those
+// block types (qmv: q4_0, q8_0, q4k, q5k, q6k; dq: any); KERNEL_BENCH_COMPILE_ONLY=1 only compiles
 // (no GPU needed); KERNEL_BENCH_PTXAS=1 prints ptxas's registers and spills
 // per kernel; KERNEL_BENCH_CUBIN=<file> writes the last compiled variant's
 // code object there (for `cuobjdump -sass`).
@@ -123,6 +125,13 @@ static bool qmv_step() { return getenv("KERNEL_BENCH_QMV_STEP") != nullptr; }
 // qmv: the mat-vecs alone, on activations rounded before the timing (what
 // the rounding's launches cost is the difference).
 static bool qmv_no_act() { return getenv("KERNEL_BENCH_QMV_NO_ACT") != nullptr; }
+// qmv with KERNEL_BENCH_QMV_NO_ACT=empty: an empty kernel on the rounding's
+// grid instead (what any launch there costs).
+static bool qmv_empty_act() {
+  const char* mode = getenv("KERNEL_BENCH_QMV_NO_ACT");
+  return mode != nullptr && std::string(mode) == "empty";
+}
+__global__ void kb_empty() {}
 
 static Variant parse_variant(std::string arg, int a, int b, int c, int d = 1) {
   Variant v;
@@ -298,9 +307,12 @@ static const DecodeShape kDecodeShapes[] = {{"llama-3.2-1b", 16, 2048, 8192, 204
                                             {"llama-3.1-8b", 32, 4096, 14336, 4096, 1024, 128256}};
 
 // Whether the environment variable `var` (unset: everything) names `name`.
+// Whether `var` is unset or names `name` (a comma-separated list of names).
 static bool env_selects(const char* var, const char* name) {
   const char* only = getenv(var);
-  return only == nullptr || strcmp(only, name) == 0;
+  if (only == nullptr) return true;
+  const std::string list = std::string(",") + only + ",";
+  return list.find(std::string(",") + name + ",") != std::string::npos;
 }
 
 // Whether KERNEL_BENCH_SHAPE names the shape or case.
@@ -501,7 +513,8 @@ static void attn_bench(const std::vector<Variant>& variants) {
   const int hq = 32, hk = 8;
   const struct {
     int d, batch, keys, filled;  // filled 0: all
-  } cases[] = {{64, 1, 256, 200},     {64, 1, 2304, 2100},  {128, 1, 256, 200}, {128, 1, 2304, 2100},
+  } cases[] = {{64, 1, 256, 200},     {64, 1, 512, 400},    {64, 1, 2304, 2100},  {128, 1, 256, 200},
+               {128, 1, 512, 400},    {128, 1, 2304, 2100},
                {128, 1, 1024, 0},     {128, 1, 4096, 0},    {128, 1, 32768, 0}, {128, 8, 4096, 0},
                {128, 1, 131072, 0}};
   for (auto& c : cases) {
@@ -551,10 +564,14 @@ static void attn_bench(const std::vector<Variant>& variants) {
         uint16_t *kc = k + kv * copy, *vc = v + kv * copy;
         void* alibi = nullptr;
         void* key_lens = c.filled ? (void*)lens : nullptr;
-        void* args[] = {&a, &q, &kc, &vc, &part, &alibi, &key_lens};
+        // One split writes the output itself (fused/attention.rs), where
+        // the source's decode kernel takes `o`; others ignore the argument.
+        const bool direct = splits == 1 && getenv("KERNEL_BENCH_NO_DIRECT") == nullptr;
+        void* direct_o = direct ? (void*)o : nullptr;
+        void* args[] = {&a, &q, &kc, &vc, &part, &alibi, &key_lens, &direct_o};
         CHECK_CU(cuLaunchKernel(decode[di][vi], splits, hk * row_groups, c.batch, var.a, 1, 1, 0, s, args, nullptr));
         void* args2[] = {&a, &part, &o};
-        if (with_merge) CHECK_CU(cuLaunchKernel(merge[di][vi], hq, c.batch, 1, d, 1, 1, 0, s, args2, nullptr));
+        if (with_merge && !direct) CHECK_CU(cuLaunchKernel(merge[di][vi], hq, c.batch, 1, d, 1, 1, 0, s, args2, nullptr));
       };
       double us = time_graph(s, [&] {
                     for (int i = 0; i < copies; ++i) call(i, true);
@@ -693,8 +710,14 @@ static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStre
   uint64_t work = v.b ? count / v.b : count / t.act_block;
   uint32_t blocks = (uint32_t)std::min<uint64_t>((work + 255) / 256, (uint64_t)g_sms * 16);
   float eps = 1e-5f;
-  void* act_args[] = {&x, &q, &d, &sums, &count, &input, &norm_w, &eps};
-  if (!qmv_no_act()) CHECK_CU(cuLaunchKernel(act, std::max(blocks, 1u), 1, 1, 256, 1, 1, 0, s, act_args, nullptr));
+  // quantized.hip's QActSplits, no records: the input is x.
+  struct {
+    const float* part;
+    uint32_t splits, head_dim;
+  } merge = {nullptr, 0, 0};
+  void* act_args[] = {&x, &q, &d, &sums, &count, &input, &norm_w, &eps, &merge};
+  if (qmv_empty_act()) kb_empty<<<std::max(blocks, 1u), 256, 0, s>>>();
+  else if (!qmv_no_act()) CHECK_CU(cuLaunchKernel(act, std::max(blocks, 1u), 1, 1, 256, 1, 1, 0, s, act_args, nullptr));
   uint32_t waves = v.a, outs = waves * v.d;
   uint32_t y_dtype = 8;  // CH_DTYPE_f32
   // quantized.hip's QRope, null: plain outputs.
