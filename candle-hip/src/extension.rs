@@ -54,9 +54,7 @@ use candle_core::{DType, Device, Layout, Result, Shape, Storage};
 use hip_safe::DeviceBuffer;
 
 pub use crate::fused::StepCache;
-pub use attention::{
-    FlashAttn, flash_attn, flash_attn_with_key_lens, flash_decode_splits_with_key_lens, flash_merge,
-};
+pub use attention::{FlashAttn, flash_attn, flash_attn_with_key_lens};
 pub use collective::AllReduce;
 pub use decode::{rope_append, silu_mul};
 pub use device::BridgeDevice;

@@ -39,7 +39,7 @@ use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Layout, Shape};
 
 use crate::error::{Result, hip, invalid};
-use crate::fused::{LinearInput, StepRope, StepTarget, is_one_row, operand_vector, splits_dims};
+use crate::fused::{LinearInput, StepRope, StepTarget, is_one_row, operand_vector};
 use crate::kernel::catalogue as cat;
 use crate::kernel::launch::{to_u32, view_or_null};
 use crate::kernel::{grid, header};
@@ -98,31 +98,6 @@ unsafe impl DeviceRepr for QRope {}
 const _: () = assert!(std::mem::size_of::<QRope>() == 3 * 8 + 6 * 4);
 // The step's rotary pairs are each wave's adjacent outputs.
 const _: () = assert!(MATVEC_OUTS_PER_WAVE.is_multiple_of(2));
-
-/// Key splits up to which the activation rounding merges flash-decoding's
-/// records itself ([`LinearInput::Splits`]). Each of its threads merges
-/// its values over every split, on the few blocks the rounding has: on the
-/// test platform 36 splits (a 2k-token cache) made a Llama-3.1-8B Q4_K
-/// step 9 % slower than the separate merge's launch, which spreads the
-/// same loads over a block per head.
-pub const MERGE_MAX_SPLITS: usize = 8;
-
-/// `QActSplits` of `quantized.hip`: the records the rounding merges for
-/// [`LinearInput::Splits`] (the device address of the first; null for the
-/// other inputs), the splits per head and the values per head.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct QActSplits {
-    part: u64,
-    splits: u32,
-    head_dim: u32,
-}
-
-// SAFETY: `#[repr(C)]`, a u64 then two u32 as the C struct of a pointer and
-// two ch_u32: no padding, every bit pattern valid (the kernel reads the
-// records only for the SPLITS input).
-unsafe impl DeviceRepr for QActSplits {}
-const _: () = assert!(std::mem::size_of::<QActSplits>() == 8 + 2 * 4);
 
 /// Zero bytes after the blocks of every allocation: the mat-vec reads a
 /// block's integers as whole aligned words, up to 4 bytes past the last
@@ -346,72 +321,21 @@ impl QuantizedStorage {
         x_l: &Layout,
         swiglu: bool,
     ) -> bool {
-        matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
-            && Self::parts_columns(parts).is_some_and(|k| is_one_row(x_l, k, swiglu))
-    }
-
-    /// Whether [`fused_matvec_parts`](Self::fused_matvec_parts) takes
-    /// flash-decoding's records (of dtype `part_dtype` and layout `part_l`)
-    /// as [`LinearInput::Splits`] merged to `dtype` against `parts` (each as
-    /// [`fused_parts_take`](Self::fused_parts_take) says): `dtype` f32, f16
-    /// or bf16, the records of one row ([`LinearInput::splits`]) whose
-    /// `heads · head_dim` values are the weights' columns, `head_dim` whole
-    /// groups of the rounding's lanes, at most [`MERGE_MAX_SPLITS`] splits.
-    pub fn fused_splits_take(
-        parts: &[(&QuantizedStorage, &Shape)],
-        dtype: DType,
-        part_dtype: DType,
-        part_l: &Layout,
-    ) -> bool {
-        let Some(k) = Self::parts_columns(parts) else {
+        let Some(&(first, first_shape)) = parts.first() else {
             return false;
         };
-        let Ok([_, heads, _, splits, head_dim]) = splits_dims("", part_dtype, part_l) else {
+        let Ok((_, k)) = first_shape.dims2() else {
             return false;
         };
-        matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
-            && splits <= MERGE_MAX_SPLITS
-            && LinearInput::splits("", dtype, part_dtype, part_l).is_ok()
-            && heads.checked_mul(head_dim) == Some(k)
-            && head_dim.is_multiple_of(ACT_PER_LANE)
-    }
-
-    /// The columns `k` of weights stacked from `parts` when the fused
-    /// products take them: GGML blocks (not a plain type) rounding their
-    /// activations to one type, each `(n, k)` with `n > 0` and the same
-    /// `k > 0`.
-    fn parts_columns(parts: &[(&QuantizedStorage, &Shape)]) -> Option<usize> {
-        let &(first, first_shape) = parts.first()?;
-        let (_, k) = first_shape.dims2().ok()?;
         let part_takes = |(q, shape): &(&QuantizedStorage, &Shape)| {
             plain_dtype(q.dtype).is_none()
                 && activation_type(q.dtype) == activation_type(first.dtype)
                 && matches!(shape.dims2(), Ok((n, kp)) if n > 0 && kp == k)
         };
-        (k > 0 && parts.iter().all(part_takes)).then_some(k)
-    }
-
-    /// Whether the fused products take `x` (of layout `x_l`) as `input`
-    /// against `parts`; [`LinearInput::Splits`] also as its dims say.
-    fn input_takes(
-        parts: &[(&QuantizedStorage, &Shape)],
-        x: &HipStorage,
-        x_l: &Layout,
-        input: &LinearInput,
-    ) -> bool {
-        match *input {
-            LinearInput::Splits {
-                dtype,
-                splits,
-                head_dim,
-            } => {
-                Self::fused_splits_take(parts, dtype, x.dtype(), x_l)
-                    && matches!(splits_dims("", x.dtype(), x_l), Ok([.., s, d]) if s == splits && d == head_dim)
-            }
-            _ => {
-                Self::fused_parts_take(parts, x.dtype(), x_l, matches!(input, LinearInput::SwiGlu))
-            }
-        }
+        matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+            && k > 0
+            && is_one_row(x_l, k, swiglu)
+            && parts.iter().all(part_takes)
     }
 
     /// One decode step's `x'·Wᵀ (+ residual)`, where this storage holds `W`
@@ -450,7 +374,8 @@ impl QuantizedStorage {
         residual: Option<(&HipStorage, &Layout)>,
     ) -> Result<HipStorage> {
         const OP: &str = "fused_qmatvec";
-        if !Self::input_takes(parts, x, x_l, &input) {
+        let swiglu = matches!(input, LinearInput::SwiGlu);
+        if !Self::fused_parts_take(parts, x.dtype(), x_l, swiglu) {
             let weights: Vec<_> = parts.iter().map(|(q, s)| (s.dims(), q.dtype)).collect();
             return Err(invalid(
                 OP,
@@ -471,22 +396,12 @@ impl QuantizedStorage {
         let n = widths
             .iter()
             .try_fold(0usize, |sum, &(n, _)| size::add(OP, "the outputs", sum, n))?;
-        let act = Rounded::of(parts[0].0, (x, x_l.start_offset()), k, 1, input)?;
         let residual = residual
-            .map(|r| {
-                x.check_device(r.0, OP)?;
-                if r.0.dtype() != act.dtype {
-                    return Err(candle_core::Error::DTypeMismatchBinaryOp {
-                        lhs: act.dtype,
-                        rhs: r.0.dtype(),
-                        op: OP,
-                    });
-                }
-                operand_vector(OP, r.0, r, "residual", n).map(|_| r)
-            })
+            .map(|r| operand_vector(OP, x, r, "residual", n).map(|_| r))
             .transpose()?;
+        let act = Rounded::of(parts[0].0, (x, x_l.start_offset()), k, 1, input)?;
         // SAFETY: the parts' mat-vecs write every one of the n outputs.
-        let mut y = unsafe { x.device().alloc_uninit(&Shape::from(n), act.dtype) }?;
+        let mut y = unsafe { x.device().alloc_uninit(&Shape::from(n), x.dtype()) }?;
         let mut start = 0;
         for (&(q, _), &(n_part, _)) in parts.iter().zip(&widths) {
             let res = residual
@@ -520,8 +435,8 @@ impl QuantizedStorage {
     ) -> Result<()> {
         const OP: &str = "fused_qmatvec_rope_append";
         let cache = step.cache;
-        let row_input = !matches!(input, LinearInput::Splits { .. });
-        if !row_input || !Self::input_takes(parts, x, x_l, &input) || !cache.interleaved {
+        let swiglu = matches!(input, LinearInput::SwiGlu);
+        if !Self::fused_parts_take(parts, x.dtype(), x_l, swiglu) || !cache.interleaved {
             return Err(invalid(
                 OP,
                 format!(
@@ -735,13 +650,9 @@ impl Rounded {
         if !matches!(input, LinearInput::Plain) && rows != 1 {
             return Err(invalid(
                 OP,
-                format!("the norm, SwiGLU or merge of {rows} rows: the fused input takes one"),
+                format!("the norm or SwiGLU of {rows} rows: the fused input takes one"),
             ));
         }
-        let dtype = match input {
-            LinearInput::Splits { dtype, .. } => dtype,
-            _ => x.dtype(),
-        };
         let device = weights.device();
         let launcher = device.kernels();
         let count = size::mul(OP, "the input", rows, k)?;
@@ -752,30 +663,12 @@ impl Rounded {
         let mut d = unsafe { device.alloc_uninit(&Shape::from(scales), DType::F32) }?;
         let mut s = unsafe { device.alloc_uninit(&Shape::from(scales), DType::F32) }?;
         {
-            let x_count = match input {
-                LinearInput::SwiGlu => size::mul(OP, "the input", count, 2)?,
-                LinearInput::Splits {
-                    splits, head_dim, ..
-                } => {
-                    let heads = count / head_dim.max(1);
-                    size::product(OP, "the records", &[heads, splits, head_dim + 2])?
-                }
-                _ => count,
+            let x_count = if matches!(input, LinearInput::SwiGlu) {
+                size::mul(OP, "the input", count, 2)?
+            } else {
+                count
             };
             let xv = x.view_range(OP, x_start, x_count)?;
-            let (x_arg, merge) = match input {
-                LinearInput::Splits {
-                    splits, head_dim, ..
-                } => (
-                    view_or_null(None),
-                    QActSplits {
-                        part: xv.device_ptr() as u64,
-                        splits: to_u32(OP, "the splits", splits)?,
-                        head_dim: to_u32(OP, "head_dim", head_dim)?,
-                    },
-                ),
-                _ => (&xv as &dyn hip_safe::KernelArg, QActSplits::default()),
-            };
             let (norm_w, eps) = match input {
                 LinearInput::RmsNorm { weight, eps } => {
                     // The kernel's norm walks its one row with a u32 count.
@@ -791,29 +684,26 @@ impl Rounded {
                 s.view_range_mut(OP, 0, scales)?,
             );
             let cfg = grid::grid_stride((count / ACT_PER_LANE) as u64, launcher.compute_units());
-            let kernel = cat::QUANTIZE_ACT.quantized(OP, block, dtype)?;
+            let kernel = cat::QUANTIZE_ACT.quantized(OP, block, x.dtype())?;
             let (count, code) = (count as u64, input.code());
             // SAFETY: quantize_act_<a>_<dtype>(const T* x, i8* q, float* d,
-            // float* s, u64 count, u32 input, const T* norm_w, float eps,
-            // QActSplits splits): x holds count values (2 * count for
-            // SwiGLU; null for the merge, whose records `merge` points at:
-            // count / head_dim heads of `splits` records of head_dim + 2
-            // f32, a checked view, head_dim a multiple of the lane's
-            // values), q count bytes, d and s count / 32 f32, norm_w k =
-            // count values or null (checked views; the norm, SwiGLU and
-            // merge take one row); count is whole blocks of the activation
-            // type (k is whole weight blocks, 32 or 256 values).
+            // float* s, u64 count, u32 input, const T* norm_w, float eps): x
+            // holds count values (2 * count for SwiGLU), q count bytes, d and
+            // s count / 32 f32, norm_w k = count values or null (checked
+            // views; the norm and SwiGLU take one row); count is whole
+            // blocks of the activation type (k is whole weight blocks, 32 or
+            // 256 values).
             unsafe {
                 launcher.launch(
                     kernel,
                     cfg,
-                    &[x_arg, &qv, &dv, &sv, &count, &code, norm_arg, &eps, &merge],
+                    &[&xv, &qv, &dv, &sv, &count, &code, norm_arg, &eps],
                 )
             }?;
         }
         Ok(Rounded {
             block,
-            dtype,
+            dtype: x.dtype(),
             rows,
             k,
             q,

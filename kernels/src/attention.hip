@@ -32,10 +32,9 @@
 //     so each key is read once for the whole group, and one split of the
 //     keys (a.split_keys of them); its waves share each key tile, 16 keys
 //     each. It writes each row's unnormalised partial output, running
-//     maximum and sum to `part`; with o not null (one split), the
-//     attention's output itself to o instead (the merge of one split, bit
-//     for bit: common.h's split_merge of one record is out / sum), so no
-//     merge follows. Grid (splits, h_k * row groups of 16,
+//     maximum and sum to `part`; with o not null (the host passes it for
+//     one split), the attention's output itself to o instead, as the merge
+//     of that one split would write it, so that no merge follows. Grid (splits, h_k * row groups of 16,
 //     batch); block: ATTN_DECODE_WAVES(D) waves. With key_lens (one u32
 //     per batch element, or null) sequence b has min(key_lens[b], s_k)
 //     keys: a KV cache of s_k positions filled to that length.
@@ -527,6 +526,11 @@ __device__ __forceinline__ float attn_score(const AttnArgs& a, const AttnRow& r,
     s -= r.slope * (float)(d < 0 ? -d : d);
   }
   return s * CH_LOG2E;
+}
+
+// exp2(x - m) for a running maximum m that may still be -inf.
+__device__ __forceinline__ float attn_exp2(float x, float m) {
+  return m == -__builtin_huge_valf() ? 0.0f : exp2f(x - m);
 }
 
 // ---------------------------------------------------------------------------
@@ -1150,7 +1154,7 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
     float sum = 0.0f, out = 0.0f;
 #pragma unroll
     for (int w = 0; w < WAVES; ++w) {
-      const float f = split_weight(s_ml[(w * 16 + r) * 2], mx);
+      const float f = attn_exp2(s_ml[(w * 16 + r) * 2], mx);
       sum += s_ml[(w * 16 + r) * 2 + 1] * f;
       out += s_o[(w * 16 + r) * D + d] * f;
     }
@@ -1176,36 +1180,53 @@ __device__ __forceinline__ void flash_attn(const AttnArgs& a, const T* __restric
 // split's weight in shared memory.
 #define CH_DECODE_MAX_SPLITS 256
 
-// The largest of the splits' maxima (common.h's split_max, a wave at a time).
-struct SplitMax {
-  typedef float State;
-  __device__ __forceinline__ static State identity() { return -__builtin_huge_valf(); }
-  __device__ __forceinline__ static State combine(State a, State b) { return fmaxf(a, b); }
+// A softmax's running maximum and sum of exponentials (base 2), merged
+// across key splits.
+struct SplitStats {
+  struct State {
+    float m, l;
+  };
+  __device__ __forceinline__ static State identity() { return State{-__builtin_huge_valf(), 0.0f}; }
+  __device__ __forceinline__ static State combine(State a, State b) {
+    const float m = fmaxf(a.m, b.m);
+    return State{m, a.l * attn_exp2(a.m, m) + b.l * attn_exp2(b.m, m)};
+  }
 };
 
-// One block per (query, head): the first wave finds the splits' largest
-// maximum and leaves each split's weight in shared memory, then thread d
-// merges element d (common.h's split_merge). The block is D threads rounded
-// up to whole waves.
+// One block per (query, head): the first wave merges the splits' maxima
+// and sums and leaves each split's weight in shared memory, then thread d
+// takes the weighted sum of the splits' element d. The block is D threads
+// rounded up to whole waves.
 template <typename T, int D>
 __device__ __forceinline__ void flash_combine(const AttnArgs& a, const float* __restrict__ part, T* __restrict__ o) {
   __shared__ float s_w[CH_DECODE_MAX_SPLITS];
+  __shared__ float s_sum;
   const ch_u32 hi = blockIdx.x, b = blockIdx.y;
   const ch_u32 i = hi / a.h_q, h = hi % a.h_q;
   const int d = (int)threadIdx.x;
   const int splits = (int)a.splits;
   const float* src = part + (((ch_u64)b * a.h_q + h) * a.s_q + i) * a.splits * (D + 2);
   if (d < CANDLE_HIP_WAVE) {
-    float mx = SplitMax::identity();
-    for (int s = d; s < splits; s += CANDLE_HIP_WAVE) mx = SplitMax::combine(mx, src[s * (D + 2) + D]);
-    mx = wave_reduce<SplitMax>(mx);
-    for (int s = d; s < splits; s += CANDLE_HIP_WAVE) s_w[s] = split_weight(src[s * (D + 2) + D], mx);
+    SplitStats::State st = SplitStats::identity();
+    for (int s = d; s < splits; s += CANDLE_HIP_WAVE)
+      st = SplitStats::combine(st, SplitStats::State{src[s * (D + 2) + D], src[s * (D + 2) + D + 1]});
+    st = wave_reduce<SplitStats>(st);
+    for (int s = d; s < splits; s += CANDLE_HIP_WAVE) s_w[s] = attn_exp2(src[s * (D + 2) + D], st.m);
+    if (d == 0) s_sum = st.l;
   }
   __syncthreads();
   if (d >= D) return;
-  float out[1];
-  split_merge<1>(src, splits, D, d, [&](int s) { return s_w[s]; }, out);
-  o[(((ch_u64)b * a.s_q + i) * a.h_q + h) * D + d] = Num<T>::from_acc(out[0]);
+  // Four independent sums: the loads of four splits are in flight at once.
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int s = 0;
+  for (; s + 4 <= splits; s += 4) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc[u] += s_w[s + u] * src[(s + u) * (D + 2) + d];
+  }
+  for (; s < splits; ++s) acc[0] += s_w[s] * src[s * (D + 2) + d];
+  const float out = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  const float sum = s_sum;
+  o[(((ch_u64)b * a.s_q + i) * a.h_q + h) * D + d] = Num<T>::from_acc(sum > 0.0f ? out / sum : 0.0f);
 }
 
 #define FLASH_ATTN(NAME, D, TYPE)                                                                      \

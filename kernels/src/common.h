@@ -1134,66 +1134,6 @@ __device__ __forceinline__ void step_store_pair(T* state, const StepState& st, c
 }
 
 // ---------------------------------------------------------------------------
-// Flash-decoding's partial results: attention.hip's flash_decode_* writes,
-// for each (row, key split), a record of D + 2 floats: the split's D
-// unnormalised output sums o, then the maximum m and the sum l of its
-// base-2 exponentials. A row's merge: w_s = exp2(m_s - M) with M the
-// largest m_s (0 where M is -inf: the row saw no key), and value e is
-// (sum_s w_s o_s[e]) / (sum_s w_s l_s), 0 where that sum is 0. Both sums run
-// over the splits in order, in four interleaved accumulators with explicit
-// FMAs, so that every kernel merging a row (attention.hip's
-// flash_combine_*, quantized.hip's quantize_act_*) gets the same bits.
-// Mirrored by `AttnSplits` in candle-hip/src/fused/attention.rs.
-
-// A split's weight: exp2(m - mx), 0 where the row saw no key.
-__device__ __forceinline__ float split_weight(float m, float mx) {
-  return mx == -__builtin_huge_valf() ? 0.0f : exp2f(m - mx);
-}
-
-// The largest maximum of a row's `splits` records from `rec` on (four
-// loads in flight at a time; a maximum in any order is the same).
-__device__ __forceinline__ float split_max(const float* __restrict__ rec, int splits, int d) {
-  float mx[4] = {-__builtin_huge_valf(), -__builtin_huge_valf(), -__builtin_huge_valf(), -__builtin_huge_valf()};
-  int s = 0;
-  for (; s + 4 <= splits; s += 4) {
-#pragma unroll
-    for (int u = 0; u < 4; ++u) mx[u] = fmaxf(mx[u], rec[(ch_u64)(s + u) * (d + 2) + d]);
-  }
-  for (; s < splits; ++s) mx[0] = fmaxf(mx[0], rec[(ch_u64)s * (d + 2) + d]);
-  return fmaxf(fmaxf(mx[0], mx[1]), fmaxf(mx[2], mx[3]));
-}
-
-// Values e0 .. e0 + N - 1 of the merge of a row's `splits` records of
-// d + 2 floats from `rec` on, split s weighing weight(s) (split_weight of
-// its maximum).
-template <int N, typename W>
-__device__ __forceinline__ void split_merge(const float* __restrict__ rec, int splits, int d, int e0,
-                                            const W& weight, float (&out)[N]) {
-  float acc[N + 1][4];
-#pragma unroll
-  for (int e = 0; e <= N; ++e) acc[e][0] = acc[e][1] = acc[e][2] = acc[e][3] = 0.0f;
-  auto add = [&](int s, int u) {
-    const float* r = rec + (ch_u64)s * (d + 2);
-    const float w = weight(s);
-#pragma unroll
-    for (int e = 0; e < N; ++e) acc[e][u] = fmaf(w, r[e0 + e], acc[e][u]);
-    acc[N][u] = fmaf(w, r[d + 1], acc[N][u]);
-  };
-  int s = 0;
-  for (; s + 4 <= splits; s += 4) {
-#pragma unroll
-    for (int u = 0; u < 4; ++u) add(s + u, u);
-  }
-  for (; s < splits; ++s) add(s, 0);
-  const float sum = (acc[N][0] + acc[N][1]) + (acc[N][2] + acc[N][3]);
-#pragma unroll
-  for (int e = 0; e < N; ++e) {
-    const float v = (acc[e][0] + acc[e][1]) + (acc[e][2] + acc[e][3]);
-    out[e] = sum > 0.0f ? v / sum : 0.0f;
-  }
-}
-
-// ---------------------------------------------------------------------------
 // Image kernels (pooling, upsampling, im2col): a strided 4-D (N, C, H, W) source.
 // Mirrored by `Nchw` in candle-hip/src/kernel/nchw.rs.
 struct Nchw {

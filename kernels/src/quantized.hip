@@ -10,16 +10,15 @@
 //
 //   quantize_act_<a>_<dtype>(const T* x, signed char* q, float* d, float* s,
 //                            ch_u64 count, ch_u32 input, const T* norm_w,
-//                            float eps, QActSplits splits)
+//                            float eps)
 //     x' rounded to 8 bits as candle's CPU `from_float` of block type a
 //     does, a the vec-dot type of the weight's blocks (q8_0 for q4_0, q5_0
 //     and q8_0, q8_1 for q4_1, q5_1 and q8_1: 32 values per scale; q8k for
 //     the k-quants: 256; one kernel serves every weight type of its a),
 //     where x' (count values, whole blocks; dtype f16, bf16, f32, widened to
-//     f32 exactly) is x itself, its RMS norm (one row), the SwiGLU of its
-//     halves or the merge of flash-decoding's splits, by `input`
-//     (CH_QACT_INPUT_* below; norm_w and eps are read for the norm only,
-//     `splits` for the merge only, which reads no x): q[i] the integers, d[i / 32] the scale of value
+//     f32 exactly) is x itself, its RMS norm (one row) or the SwiGLU of its
+//     halves, by `input` (CH_QACT_INPUT_* below; norm_w and eps are read
+//     for the norm only): q[i] the integers, d[i / 32] the scale of value
 //     i's block (as stored: f16-rounded for q8_0 and q8_1), s[i / 32] q8_1's
 //     scaled sum (unused otherwise)
 //
@@ -708,29 +707,17 @@ __device__ __forceinline__ S q_group_reduce(S v, const F& combine) {
   return v;
 }
 
-// What quantize_act rounds, by `input` (0-2 as gemv.hip's CH_GEMV_INPUT_*):
+// What quantize_act rounds, by `input` (as gemv.hip's CH_GEMV_INPUT_*):
 //   PLAIN     x itself (count values, any number of rows);
 //   RMS_NORM  x / sqrt(mean(x^2) + eps) * norm_w over one row of count
 //             values (as rms_norm_*);
 //   SWIGLU    silu(x[i]) * x[count + i] (x holds 2 * count values, gate
 //             then up; as silu_mul_*);
-//   SPLITS    one decoding row's attention output, count / d heads of d
-//             values: the merge of flash-decoding's records (common.h) of
-//             each head, `splits.splits` records from splits.part +
-//             head * splits.splits * (d + 2) on (as flash_combine_* merges
-//             them, d = splits.head_dim a multiple of CH_QACT_PER_LANE);
 // each value rounded to T as the separate kernel rounds it, so that the
 // rounding of the activations sees what it would after that kernel.
 #define CH_QACT_INPUT_PLAIN 0
 #define CH_QACT_INPUT_RMS_NORM 1
 #define CH_QACT_INPUT_SWIGLU 2
-#define CH_QACT_INPUT_SPLITS 3
-
-// The records the SPLITS input merges (candle-hip's quantized.rs mirrors it).
-struct QActSplits {
-  const float* part;
-  ch_u32 splits, head_dim;
-};
 
 template <typename T>
 struct QActInput {
@@ -738,22 +725,11 @@ struct QActInput {
   const T* __restrict__ norm_w;
   ch_u64 count;
   ch_u32 input;
-  QActSplits merge;
 
   // The values thread `t` rounds, as f32 (lanes past the end, !live, take
-  // the first ones): x' of the plain input, SwiGLU or the splits' merge.
+  // the first ones): x' of the plain input or SwiGLU.
   __device__ __forceinline__ void load(ch_u64 t, bool live, float (&v)[CH_QACT_PER_LANE]) const {
     const ch_u64 at = live ? t * CH_QACT_PER_LANE : 0;
-    if (input == CH_QACT_INPUT_SPLITS) {
-      const int d = (int)merge.head_dim, splits = (int)merge.splits;
-      const float* rec = merge.part + at / d * splits * (d + 2);
-      const float mx = split_max(rec, splits, d);
-      split_merge<CH_QACT_PER_LANE>(rec, splits, d, (int)(at % d),
-                                    [&](int s) { return split_weight(rec[(ch_u64)s * (d + 2) + d], mx); }, v);
-#pragma unroll
-      for (int e = 0; e < CH_QACT_PER_LANE; ++e) v[e] = Num<T>::to_acc(Num<T>::from_acc(v[e]));
-      return;
-    }
 #pragma unroll
     for (int e = 0; e < CH_QACT_PER_LANE; ++e) {
       const float a = Num<T>::to_acc(x[at + e]);
@@ -1180,13 +1156,12 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
 
 template <int ACT, typename T>
 __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* d, float* s, ch_u64 count,
-                                             ch_u32 input, const T* norm_w, float eps, const QActSplits& splits) {
+                                             ch_u32 input, const T* norm_w, float eps) {
   QActInput<T> in;
   in.x = x;
   in.norm_w = norm_w;
   in.count = count;
   in.input = input;
-  in.merge = splits;
   const ch_u64 items = count / CH_QACT_PER_LANE;
   const ch_u64 start = (ch_u64)blockIdx.x * blockDim.x;
   float v[CH_QACT_PER_LANE], w[CH_QACT_PER_LANE];
@@ -1228,8 +1203,8 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
 #define QUANTIZE_ACT(ACT, NAME, TYPE)                                                              \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
       quantize_act_##NAME##_##TYPE(const ch_##TYPE* x, signed char* q, float* d, float* s, ch_u64 count,  \
-                                   ch_u32 input, const ch_##TYPE* norm_w, float eps, QActSplits splits) {  \
-    quantize_act<ACT, ch_##TYPE>(x, q, d, s, count, input, norm_w, eps, splits);                   \
+                                   ch_u32 input, const ch_##TYPE* norm_w, float eps) {             \
+    quantize_act<ACT, ch_##TYPE>(x, q, d, s, count, input, norm_w, eps);                           \
   }
 
 // Every GGML block type: M(block traits, name suffix); the blocks of 32

@@ -136,7 +136,7 @@ where
         let (sin, sin_l) = self.sin.storage_and_layout();
         let (pos, pos_l) = self.pos.storage_and_layout();
         let operands = borrow_operands(&self.input, None);
-        let (input, _) = operands.on_hip(name, (x, x_l))?;
+        let (input, _) = operands.on_hip(name)?;
         (self.write)(Step {
             x: (x, x_l),
             input,

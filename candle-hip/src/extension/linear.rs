@@ -9,12 +9,9 @@
 
 use std::ops::Deref;
 
-use candle_core::backend::BackendStorage;
 use candle_core::custom_backend::{BoxedStorage, CustomStorage};
 use candle_core::quantized::QTensor;
-use candle_core::{
-    CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Storage, Tensor,
-};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Storage, Tensor};
 
 use super::decode::{Step, StepWrite};
 use super::{boxed, hip_quantized, hip_storage, on_hip};
@@ -36,16 +33,6 @@ pub enum FusedInput<'a> {
     /// `silu(gate) · up` of `x = [gate, up]` (its last dimension holds the
     /// two halves, as a fused gate/up projection writes them).
     SwiGlu,
-    /// The attention output of one decoding step merged, in `dtype`, from
-    /// flash-decoding's records `x` ([`super::flash_decode_splits_with_key_lens`]
-    /// of one sequence and one query): the quantized products only
-    /// ([`fused_quantized_linear_parts`]), whose activation rounding merges
-    /// them, one launch fewer than [`super::flash_merge`] first. The output
-    /// is `(1, 1, n)`.
-    Splits {
-        /// The attention's dtype (the merged values', the output's).
-        dtype: DType,
-    },
 }
 
 /// [`FusedInput`] holding its tensor, as the op keeps it.
@@ -54,7 +41,6 @@ pub(super) enum OwnedInput {
     Plain,
     RmsNorm { weight: Tensor, eps: f32 },
     SwiGlu,
-    Splits { dtype: DType },
 }
 
 /// The op behind [`fused_linear`] (`x'·wᵀ (+ residual)` of `x` and `w`) and
@@ -98,7 +84,7 @@ impl CustomOp2 for FusedLinear {
         let (x, w) = (hip_storage(x, name)?, hip_storage(w, name)?);
         // The operands' storages stay borrowed while the kernel is queued.
         let operands = borrow_operands(&self.input, self.residual.as_ref());
-        let (input, residual) = operands.on_hip(name, (x, x_l))?;
+        let (input, residual) = operands.on_hip(name)?;
         let out = match self.swiglu {
             true => fused::fused_linear_swiglu(x, x_l, w, w_l, input)?,
             false => fused::fused_linear(x, x_l, w, w_l, input, residual)?,
@@ -133,15 +119,12 @@ pub(super) fn borrow_operands<'t>(
 }
 
 impl<G: Deref<Target = Storage>> Operands<'_, G> {
-    /// The input of the product's operand `x` and the residual as the
-    /// kernels take them (op `name`'s error when one is not on a HIP device,
-    /// or `x` is not flash-decoding's records of one row where the input
-    /// merges them).
+    /// The input and the residual as the kernels take them (op `name`'s
+    /// error when one is not on a HIP device).
     #[allow(clippy::type_complexity)]
     pub(super) fn on_hip(
         &self,
-        name: &'static str,
-        (x, x_l): (&crate::HipStorage, &Layout),
+        name: &str,
     ) -> Result<(LinearInput<'_>, Option<(&crate::HipStorage, &Layout)>)> {
         let input = match (self.input, &self.norm) {
             (OwnedInput::RmsNorm { eps, .. }, Some((s, l))) => LinearInput::RmsNorm {
@@ -149,9 +132,6 @@ impl<G: Deref<Target = Storage>> Operands<'_, G> {
                 eps: *eps,
             },
             (OwnedInput::SwiGlu, _) => LinearInput::SwiGlu,
-            (OwnedInput::Splits { dtype }, _) => {
-                LinearInput::splits(name, *dtype, BackendStorage::dtype(x), x_l)?
-            }
             _ => LinearInput::Plain,
         };
         let residual = self
@@ -172,26 +152,15 @@ impl From<FusedInput<'_>> for OwnedInput {
                 eps,
             },
             FusedInput::SwiGlu => OwnedInput::SwiGlu,
-            FusedInput::Splits { dtype } => OwnedInput::Splits { dtype },
         }
     }
 }
 
-/// Whether the fused products against a dense `weight` take `x` as `input`
-/// ([`fused::fused_linear_plan`] on a HIP device; never flash-decoding's
-/// records).
-fn dense_takes(x: &Tensor, weight: &Tensor, input: FusedInput) -> bool {
-    let swiglu = matches!(input, FusedInput::SwiGlu);
-    super::as_hip_device(x.device()).is_some()
-        && !matches!(input, FusedInput::Splits { .. })
-        && fused::fused_linear_plan(x.dtype(), x.layout(), weight.layout(), swiglu).is_some()
-}
-
-/// The output shape of a fused product with `n` outputs of an input of
-/// dims `x_dims` (those dims with the last one `n`), checked against the
-/// residual's (`op` names the function in the error).
-fn output_shape(op: &str, x_dims: &[usize], n: usize, residual: Option<&Tensor>) -> Result<Shape> {
-    let mut dims = x_dims.to_vec();
+/// The output shape of a fused product of `x` with `n` outputs (`x`'s dims
+/// with the last one `n`), checked against the residual's (`op` names the
+/// function in the error).
+fn output_shape(op: &str, x: &Tensor, n: usize, residual: Option<&Tensor>) -> Result<Shape> {
+    let mut dims = x.dims().to_vec();
     if let Some(last) = dims.last_mut() {
         *last = n;
     }
@@ -227,10 +196,13 @@ pub fn fused_linear(
     input: FusedInput,
     residual: Option<&Tensor>,
 ) -> Result<Option<Tensor>> {
-    if !dense_takes(x, weight, input) {
+    let swiglu = matches!(input, FusedInput::SwiGlu);
+    if super::as_hip_device(x.device()).is_none()
+        || fused::fused_linear_plan(x.dtype(), x.layout(), weight.layout(), swiglu).is_none()
+    {
         return Ok(None);
     }
-    let shape = output_shape("fused_linear", x.dims(), weight.dim(0)?, residual)?;
+    let shape = output_shape("fused_linear", x, weight.dim(0)?, residual)?;
     let op = FusedLinear {
         input: input.into(),
         residual: residual.cloned(),
@@ -254,15 +226,19 @@ pub fn fused_linear_swiglu(
     weight: &Tensor,
     input: FusedInput,
 ) -> Result<Option<Tensor>> {
+    let swiglu = matches!(input, FusedInput::SwiGlu);
     let rows = weight.dim(0)?;
-    if rows % 2 == 1 || !dense_takes(x, weight, input) {
+    if super::as_hip_device(x.device()).is_none()
+        || rows % 2 == 1
+        || fused::fused_linear_plan(x.dtype(), x.layout(), weight.layout(), swiglu).is_none()
+    {
         return Ok(None);
     }
     let op = FusedLinear {
         input: input.into(),
         residual: None,
         swiglu: true,
-        shape: output_shape("fused_linear_swiglu", x.dims(), rows / 2, None)?,
+        shape: output_shape("fused_linear_swiglu", x, rows / 2, None)?,
     };
     x.apply_op2_no_bwd(weight, &op).map(Some)
 }
@@ -288,7 +264,10 @@ pub fn fused_linear_rope_append(
     pos: &Tensor,
     cache: StepCache,
 ) -> Result<bool> {
-    if !dense_takes(x, weight, input) {
+    let swiglu = matches!(input, FusedInput::SwiGlu);
+    if super::as_hip_device(x.device()).is_none()
+        || fused::fused_linear_plan(x.dtype(), x.layout(), weight.layout(), swiglu).is_none()
+    {
         return Ok(false);
     }
     let name = "hip-fused-linear-rope-append";
@@ -326,7 +305,7 @@ impl CustomOp1 for FusedQuantizedLinear<'_> {
         let name = self.name();
         let x = hip_storage(x, name)?;
         let operands = borrow_operands(&self.input, self.residual.as_ref());
-        let (input, residual) = operands.on_hip(name, (x, x_l))?;
+        let (input, residual) = operands.on_hip(name)?;
         let out = QuantizedStorage::fused_matvec_parts(&self.parts, x, x_l, input, residual)?;
         Ok((boxed(out), self.shape.clone()))
     }
@@ -366,6 +345,7 @@ pub fn fused_quantized_linear_parts(
     input: FusedInput,
     residual: Option<&Tensor>,
 ) -> Result<Option<Tensor>> {
+    let swiglu = matches!(input, FusedInput::SwiGlu);
     let Some(blocks) = parts
         .iter()
         .map(|w| hip_quantized(w).map(|q| (q, w.shape())))
@@ -373,28 +353,16 @@ pub fn fused_quantized_linear_parts(
     else {
         return Ok(None);
     };
-    let takes = match input {
-        FusedInput::Splits { dtype } => {
-            QuantizedStorage::fused_splits_take(&blocks, dtype, x.dtype(), x.layout())
-        }
-        _ => {
-            let swiglu = matches!(input, FusedInput::SwiGlu);
-            QuantizedStorage::fused_parts_take(&blocks, x.dtype(), x.layout(), swiglu)
-        }
-    };
-    if super::as_hip_device(x.device()).is_none() || !takes {
+    if super::as_hip_device(x.device()).is_none()
+        || !QuantizedStorage::fused_parts_take(&blocks, x.dtype(), x.layout(), swiglu)
+    {
         return Ok(None);
     }
     let mut n = 0usize;
     for (_, shape) in &blocks {
         n += shape.dims2()?.0;
     }
-    // The merged records are one sequence's one query: (1, 1, n).
-    let x_dims = match input {
-        FusedInput::Splits { .. } => &[1, 1, n][..],
-        _ => x.dims(),
-    };
-    let shape = output_shape("fused_quantized_linear", x_dims, n, residual)?;
+    let shape = output_shape("fused_quantized_linear", x, n, residual)?;
     let op = FusedQuantizedLinear {
         parts: blocks,
         input: input.into(),

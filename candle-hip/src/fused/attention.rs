@@ -16,11 +16,8 @@
 //! in registers) and, for at most [`DECODE_MAX_QUERIES`] queries,
 //! flash-decoding with the same products (the keys split across blocks,
 //! each block's 16 rows being the query heads of one key/value head, so a
-//! key is read once for its whole group; then a merge of the splits).
-//! [`flash_decode_splits`] stops before that merge and returns the splits'
-//! records, which [`flash_merge`] merges or a quantized product's
-//! activation rounding merges in its own launch
-//! ([`crate::fused::LinearInput::Splits`]).
+//! key is read once for its whole group; then a merge of the splits, which
+//! one split skips: its decode writes the output).
 //!
 //! Which matrix path ran where: `mma.sync` (NVIDIA sm_80+) on the NVIDIA test
 //! platform; MFMA (gfx908 f16, gfx90a/gfx942), WMMA (gfx11, gfx12) and the
@@ -32,7 +29,7 @@
 //! the NVIDIA test platform; every AMD target copies synchronously.
 
 use candle_core::backend::BackendStorage;
-use candle_core::{DType, Layout, Shape};
+use candle_core::{DType, Layout};
 use hip_safe::{DevicePtr, DeviceRepr, LaunchConfig};
 
 use crate::error::{Result, invalid};
@@ -326,60 +323,6 @@ pub fn flash_attn(
     extras: FlashAttnExtras,
     params: &FlashAttnParams,
 ) -> candle_core::Result<HipStorage> {
-    let (out, _) = attention(q, q_l, k, k_l, v, v_l, extras, params, Form::Merged)?;
-    Ok(out)
-}
-
-/// [`flash_attn`] through the decode kernel ([`AttentionKernel::Prefill`]
-/// is refused) without the merge of its key splits: returns the
-/// flash-decoding records and their shape, `(batch, h_q, s_q, splits, d +
-/// 2)` f32, contiguous (`CH_QACT_INPUT_SPLITS` of `quantized.hip` tells the
-/// record). [`flash_merge`] of them is [`flash_attn`]'s output bit for bit;
-/// a consumer that merges them itself (the rounding of a quantized
-/// product's activations) saves the merge's launch.
-#[allow(clippy::too_many_arguments)]
-pub fn flash_decode_splits(
-    q: &HipStorage,
-    q_l: &Layout,
-    k: &HipStorage,
-    k_l: &Layout,
-    v: &HipStorage,
-    v_l: &Layout,
-    extras: FlashAttnExtras,
-    params: &FlashAttnParams,
-) -> candle_core::Result<(HipStorage, Shape)> {
-    if params.kernel == AttentionKernel::Prefill {
-        return Err(invalid(
-            OP,
-            "the key splits come from the decode kernel, not Prefill",
-        ));
-    }
-    attention(q, q_l, k, k_l, v, v_l, extras, params, Form::Splits)
-}
-
-/// What [`attention`] returns.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Form {
-    /// The attention's output.
-    Merged,
-    /// Flash-decoding's records before their merge.
-    Splits,
-}
-
-/// [`flash_attn`] (`Merged`) or [`flash_decode_splits`] (`Splits`), with the
-/// result's shape.
-#[allow(clippy::too_many_arguments)]
-fn attention(
-    q: &HipStorage,
-    q_l: &Layout,
-    k: &HipStorage,
-    k_l: &Layout,
-    v: &HipStorage,
-    v_l: &Layout,
-    extras: FlashAttnExtras,
-    params: &FlashAttnParams,
-    form: Form,
-) -> candle_core::Result<(HipStorage, Shape)> {
     for other in [k, v] {
         q.check_device(other, OP)?;
         q.check_dtype(other, OP)?;
@@ -410,7 +353,7 @@ fn attention(
             format!("{h_k} key/value heads must divide {h_q} query heads"),
         ));
     }
-    let Some([prefill, decode, _]) = families(d) else {
+    let Some([prefill, decode, combine]) = families(d) else {
         return Err(invalid(
             OP,
             format!("head_dim {d} has no kernel (supported: {HEAD_DIMS:?})"),
@@ -435,16 +378,12 @@ fn attention(
         .map(|x| device_vector(q, "key lengths (one per sequence)", x, DType::U32, b))
         .transpose()?;
     let device = q.device();
-    let out_shape = Shape::from((b, s_q, h_q, d));
     let len = size::product(OP, "the output", &[b, s_q, h_q, d])?;
+    // SAFETY: every element of the output is written by one of the kernels
+    // below (every row of every head), or the output is empty.
+    let mut out = unsafe { device.alloc_storage(dtype, len) }?;
     if len == 0 {
-        // SAFETY: empty.
-        let empty = unsafe { device.alloc_storage(dtype, 0) }?;
-        let shape = match form {
-            Form::Merged => out_shape,
-            Form::Splits => Shape::from((b, h_q, s_q, 1, d + 2)),
-        };
-        return Ok((empty, shape));
+        return Ok(out);
     }
     let u32_of = |what, v| to_u32(OP, what, v);
     let mut args = AttnArgs {
@@ -470,7 +409,7 @@ fn attention(
     let launcher = device.kernels();
     let batch = u32_of("batch", b)?;
     let use_decode = match params.kernel {
-        AttentionKernel::Auto => s_q <= DECODE_MAX_QUERIES || form == Form::Splits,
+        AttentionKernel::Auto => s_q <= DECODE_MAX_QUERIES,
         AttentionKernel::Prefill => false,
         AttentionKernel::Decode => true,
     };
@@ -495,8 +434,6 @@ fn attention(
             block_dim: (waves * launcher.wave_size(), 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: the kernel writes every element (every row of every head).
-        let mut out = unsafe { device.alloc_storage(dtype, len) }?;
         let o = out.view_all_mut();
         let kernel = prefill.kernel(OP, dtype)?;
         // SAFETY: flash_attn_d<D>_T takes (AttnArgs, const T* q, k, v, T* o,
@@ -505,11 +442,11 @@ fn attention(
         // h_q floats or is null; the grid covers (query blocks, h_q, b) with
         // ATTN_WAVES(d) waves per block.
         unsafe { launcher.launch(kernel, cfg, &[&args, &qv, &kv, &vv, &o, slopes]) }?;
-        return Ok((out, out_shape));
+        return Ok(out);
     }
 
-    // Flash-decoding: partial results per key split, then their merge; the
-    // output itself from one split.
+    // Flash-decoding: partial results per key split, then their merge; one
+    // split writes the output itself.
     let per_kv = h_q / h_k;
     let row_groups = (s_q * per_kv).div_ceil(DECODE_ROWS);
     let blocks = size::product(OP, "the decode blocks", &[b, h_k, row_groups])?;
@@ -526,16 +463,14 @@ fn attention(
     let splits = s_k.div_ceil(split_keys).max(1);
     args.split_keys = u32_of("split_keys", split_keys)?;
     args.splits = u32_of("splits", splits)?;
-    let direct = splits == 1 && form == Form::Merged;
-    let part_len = match direct {
-        true => 0,
-        false => size::product(OP, "the partial results", &[b, h_q, s_q, splits, d + 2])?,
+    let merged = splits > 1;
+    let part_len = match merged {
+        true => size::product(OP, "the partial results", &[b, h_q, s_q, splits, d + 2])?,
+        false => 0,
     };
     // SAFETY: the decode kernel writes the d + 2 floats of every (row,
-    // split) before the merge reads them, or every element of the output
-    // (one split: `direct`); the other stays empty.
+    // split) before the merge reads them; with one split it writes none.
     let mut part = unsafe { device.alloc_storage(DType::F32, part_len) }?;
-    let mut out = unsafe { device.alloc_storage(dtype, if direct { len } else { 0 }) }?;
     let cfg = LaunchConfig {
         grid_dim: (
             args.splits,
@@ -545,126 +480,43 @@ fn attention(
         block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     };
-    let (part_view, out_view) = (part.view_all_mut(), out.view_all_mut());
-    let (part_arg, out_arg) = match direct {
-        true => (mut_view_or_null(None), mut_view_or_null(Some(&out_view))),
-        false => (mut_view_or_null(Some(&part_view)), mut_view_or_null(None)),
-    };
-    // SAFETY: flash_decode_d<D>_T takes (AttnArgs, const T* q, k, v, float*
-    // part, const float* alibi, const u32* key_lens, T* o); views as above,
-    // either part holds b*h_q*s_q*splits rows of d + 2 floats and o is null,
-    // or (one split) o holds b*s_q*h_q*d elements and part is null;
-    // key_lens b u32 or null; the grid covers (splits, h_k * row groups, b).
-    unsafe {
-        launcher.launch(
-            kernel,
-            cfg,
-            &[&args, &qv, &kv, &vv, part_arg, slopes, lens, out_arg],
-        )
-    }?;
-    if direct {
-        return Ok((out, out_shape));
+    {
+        let (part_view, out_view) = (part.view_all_mut(), out.view_all_mut());
+        let (part_arg, out_arg) = match merged {
+            true => (mut_view_or_null(Some(&part_view)), mut_view_or_null(None)),
+            false => (mut_view_or_null(None), mut_view_or_null(Some(&out_view))),
+        };
+        // SAFETY: flash_decode_d<D>_T takes (AttnArgs, const T* q, k, v,
+        // float* part, const float* alibi, const u32* key_lens, T* o); views
+        // as above, key_lens b u32 or null; either part holds
+        // b*h_q*s_q*splits rows of d + 2 floats and o is null, or (one
+        // split) part is null and o holds b*s_q*h_q*d elements; the grid
+        // covers (splits, h_k * row groups, b).
+        unsafe {
+            launcher.launch(
+                kernel,
+                cfg,
+                &[&args, &qv, &kv, &vv, part_arg, slopes, lens, out_arg],
+            )
+        }?;
     }
-    let part_shape = Shape::from((b, h_q, s_q, splits, d + 2));
-    match form {
-        Form::Splits => Ok((part, part_shape)),
-        Form::Merged => {
-            let out = flash_merge(&part, &Layout::contiguous(&part_shape), dtype)?;
-            Ok((out, out_shape))
-        }
-    }
-}
-
-/// The merge of flash-decoding's records `part` (f32, `(batch, h_q, s_q,
-/// splits, d + 2)`, contiguous, as [`flash_decode_splits`] returns them):
-/// the attention's output, a contiguous `(batch, s_q, h_q, d)` storage of
-/// `dtype` (f16 or bf16), one launch.
-pub fn flash_merge(
-    part: &HipStorage,
-    part_l: &Layout,
-    dtype: DType,
-) -> candle_core::Result<HipStorage> {
-    const OP: &str = "flash_merge";
-    let [b, h_q, s_q, splits, d] = splits_dims(OP, part.dtype(), part_l)?;
-    if !matches!(dtype, DType::F16 | DType::BF16) {
-        return Err(invalid(OP, format!("f16 and bf16 only, got {dtype:?}")));
-    }
-    let Some([_, _, combine]) = families(d) else {
-        return Err(invalid(OP, format!("head_dim {d} has no kernel")));
-    };
-    let device = part.device();
-    let len = size::product(OP, "the output", &[b, s_q, h_q, d])?;
-    // SAFETY: the merge writes every element of the output (one block per
-    // (query, head) and batch, a thread per element), or it is empty.
-    let mut out = unsafe { device.alloc_storage(dtype, len) }?;
-    if len == 0 {
+    if !merged {
         return Ok(out);
     }
-    let u32_of = |what, v| to_u32(OP, what, v);
-    let args = AttnArgs {
-        q_stride: [0; 3],
-        k_stride: [0; 3],
-        v_stride: [0; 3],
-        s_q: u32_of("s_q", s_q)?,
-        s_k: 0,
-        h_q: u32_of("h_q", h_q)?,
-        h_k: 0,
-        win_left: 0,
-        win_right: 0,
-        scale: 0.0,
-        softcap: 0.0,
-        split_keys: 0,
-        splits: u32_of("splits", splits)?,
-    };
-    let launcher = device.kernels();
-    let pr = part.view(OP, part_l)?;
+    let pr = part.view_range(OP, 0, part_len)?;
     let o = out.view_all_mut();
     let wave = launcher.wave_size() as usize;
     let cfg = LaunchConfig {
-        grid_dim: (
-            u32_of("queries x heads", s_q * h_q)?,
-            u32_of("batch", b)?,
-            1,
-        ),
+        grid_dim: (u32_of("queries x heads", s_q * h_q)?, batch, 1),
         block_dim: (u32_of("merge threads", d.next_multiple_of(wave))?, 1, 1),
         shared_mem_bytes: 0,
     };
     let kernel = combine.kernel(OP, dtype)?;
     // SAFETY: flash_combine_d<D>_T takes (AttnArgs, const float* part, T*
-    // o) and reads s_q, h_q and splits of the args; part holds
-    // b*h_q*s_q*splits records of d + 2 floats (a checked view of the
-    // contiguous layout), o b*s_q*h_q*d elements; one block of d threads
-    // rounded up to whole waves per (query, head) and batch.
+    // o); part as written above, o holds b*s_q*h_q*d elements; one block of
+    // d threads rounded up to whole waves per (query, head) and batch.
     unsafe { launcher.launch(kernel, cfg, &[&args, &pr, &o]) }?;
     Ok(out)
-}
-
-/// The dims `[batch, h_q, s_q, splits, d]` of flash-decoding's records of
-/// dtype `dtype` and layout `part_l` when they are ones: f32, contiguous,
-/// rank 5, 1 to [`MAX_SPLITS`] splits of records of `d + 2` floats, `d` in
-/// [`HEAD_DIMS`] (`op` names the caller in errors).
-pub fn splits_dims(op: &'static str, dtype: DType, part_l: &Layout) -> Result<[usize; 5]> {
-    let dims: Option<[usize; 5]> = part_l.dims().try_into().ok();
-    match dims {
-        Some([b, h_q, s_q, splits, rec])
-            if dtype == DType::F32
-                && rec >= 2
-                && HEAD_DIMS.contains(&(rec - 2))
-                && part_l.is_contiguous()
-                && (1..=MAX_SPLITS).contains(&splits) =>
-        {
-            Ok([b, h_q, s_q, splits, rec - 2])
-        }
-        _ => Err(invalid(
-            op,
-            format!(
-                "flash-decoding's records are a contiguous f32 (batch, h_q, s_q, splits <= \
-                 {MAX_SPLITS}, head_dim + 2) tensor, head_dim in {HEAD_DIMS:?}; got {:?} {:?}",
-                dtype,
-                part_l.dims()
-            ),
-        )),
-    }
 }
 
 #[cfg(test)]

@@ -59,54 +59,16 @@ pub enum LinearInput<'a> {
     /// `silu(x[i]) · x[k + i]`: `x` holds `2k` elements, the gate then the
     /// up projection (a fused gate/up product's output).
     SwiGlu,
-    /// One decoding row's attention output, `k = heads · head_dim` values,
-    /// as flash-decoding's records before their merge: `x` holds them
-    /// (f32, `(1, heads, 1, splits, head_dim + 2)`, as
-    /// [`super::flash_decode_splits`] returns them), merged and rounded to
-    /// `dtype` as [`super::flash_merge`] merges them. Products against GGML
-    /// blocks only, whose activation rounding merges them in its launch
-    /// ([`LinearInput::splits`] makes it from the records' layout).
-    Splits {
-        /// The merged activations' dtype, and the product's.
-        dtype: DType,
-        /// Key splits per head.
-        splits: usize,
-        /// Values per head.
-        head_dim: usize,
-    },
 }
 
 impl LinearInput<'_> {
     /// `CH_GEMV_INPUT_*` of `gemv.hip` (and `CH_QACT_INPUT_*` of
-    /// `quantized.hip`, the same codes and `SPLITS`).
+    /// `quantized.hip`, the same codes).
     pub(crate) fn code(&self) -> u32 {
         match self {
             LinearInput::Plain => 0,
             LinearInput::RmsNorm { .. } => 1,
             LinearInput::SwiGlu => 2,
-            LinearInput::Splits { .. } => 3,
-        }
-    }
-
-    /// [`LinearInput::Splits`] of the records of layout `part_l` (f32 of
-    /// dtype `part_dtype`), merged to `dtype`: one row (batch 1, one query),
-    /// else an error naming `op`.
-    pub fn splits(
-        op: &'static str,
-        dtype: DType,
-        part_dtype: DType,
-        part_l: &Layout,
-    ) -> Result<LinearInput<'static>> {
-        match super::attention::splits_dims(op, part_dtype, part_l)? {
-            [1, _, 1, splits, head_dim] => Ok(LinearInput::Splits {
-                dtype,
-                splits,
-                head_dim,
-            }),
-            dims => Err(invalid(
-                op,
-                format!("the records of {dims:?}: the fused product takes one row"),
-            )),
         }
     }
 }
@@ -207,12 +169,6 @@ impl<'a> Product<'a> {
     ) -> Result<Product<'a>> {
         x.check_device(w, op)?;
         x.check_dtype(w, op)?;
-        if let LinearInput::Splits { .. } = input {
-            return Err(invalid(
-                op,
-                "flash-decoding's records: only a product against GGML blocks merges them",
-            ));
-        }
         let dtype = x.dtype();
         let swiglu = matches!(input, LinearInput::SwiGlu);
         let Some((n, k, w_stride)) = fused_linear_plan(dtype, x_l, w_l, swiglu) else {

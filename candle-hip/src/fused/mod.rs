@@ -34,10 +34,8 @@ mod rope;
 mod rows;
 
 pub use argsort::{arg_sort_last_dim, shared_sort_max_cols};
-pub use attention::splits_dims;
 pub use attention::{
     AttentionKernel, DECODE_MAX_QUERIES, FlashAttnExtras, FlashAttnParams, HEAD_DIMS, flash_attn,
-    flash_decode_splits, flash_merge,
 };
 pub use linear::{
     LinearInput, MAX_STAGED_BYTES, fused_linear, fused_linear_plan, fused_linear_rope_append,

@@ -306,8 +306,8 @@ struct DecodeShape {
 static const DecodeShape kDecodeShapes[] = {{"llama-3.2-1b", 16, 2048, 8192, 2048, 512, 128256},
                                             {"llama-3.1-8b", 32, 4096, 14336, 4096, 1024, 128256}};
 
-// Whether the environment variable `var` (unset: everything) names `name`.
-// Whether `var` is unset or names `name` (a comma-separated list of names).
+// Whether the environment variable `var` (unset: everything) names `name`,
+// alone or in a comma-separated list.
 static bool env_selects(const char* var, const char* name) {
   const char* only = getenv(var);
   if (only == nullptr) return true;
@@ -710,12 +710,7 @@ static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStre
   uint64_t work = v.b ? count / v.b : count / t.act_block;
   uint32_t blocks = (uint32_t)std::min<uint64_t>((work + 255) / 256, (uint64_t)g_sms * 16);
   float eps = 1e-5f;
-  // quantized.hip's QActSplits, no records: the input is x.
-  struct {
-    const float* part;
-    uint32_t splits, head_dim;
-  } merge = {nullptr, 0, 0};
-  void* act_args[] = {&x, &q, &d, &sums, &count, &input, &norm_w, &eps, &merge};
+  void* act_args[] = {&x, &q, &d, &sums, &count, &input, &norm_w, &eps};
   if (qmv_empty_act()) kb_empty<<<std::max(blocks, 1u), 256, 0, s>>>();
   else if (!qmv_no_act()) CHECK_CU(cuLaunchKernel(act, std::max(blocks, 1u), 1, 1, 256, 1, 1, 0, s, act_args, nullptr));
   uint32_t waves = v.a, outs = waves * v.d;

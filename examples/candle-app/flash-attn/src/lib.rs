@@ -56,7 +56,6 @@ impl FlashAttn {
             params: self.params(),
             alibi_slopes: self.alibi_slopes.clone(),
             key_lens: None,
-            splits: false,
         }
     }
 }

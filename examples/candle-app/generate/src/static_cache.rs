@@ -65,11 +65,9 @@ use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
 use candle_core::{D, DType, Device, IndexOp, Module, Tensor};
 use candle_hip::extension::{
-    FusedInput, StepCache, flash_decode_splits_with_key_lens, flash_merge, fused_linear,
-    fused_linear_rope_append, fused_linear_swiglu, fused_quantized_linear_parts,
-    fused_quantized_linear_rope_append, rope_append, silu_mul,
+    FusedInput, StepCache, fused_linear, fused_linear_rope_append, fused_linear_swiglu,
+    fused_quantized_linear_parts, fused_quantized_linear_rope_append, rope_append, silu_mul,
 };
-use candle_hip::fused::FlashAttnParams;
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 use candle_transformers::models::llama::Config;
 
@@ -682,26 +680,13 @@ impl StaticLlama {
             let (keys, values) = pass.write.store(cache, &k, &v)?;
             (q, keys, values)
         };
-        let key_len = match (&pass.bias, pass.write) {
-            (Some(bias), _) => {
-                let y = attend(&q, &keys, &values, bias)?;
-                return project(&layer.o, &y, Input::Plain, Some(x));
+        let y = match (&pass.bias, pass.write) {
+            (Some(bias), _) => attend(&q, &keys, &values, bias)?,
+            (None, CacheWrite::Rows { .. }) => attend_fused(&q, &keys, &values, None)?,
+            (None, CacheWrite::At { .. } | CacheWrite::Appended) => {
+                attend_fused(&q, &keys, &values, Some(&self.key_len))?
             }
-            (None, CacheWrite::Rows { .. }) => None,
-            (None, CacheWrite::At { .. } | CacheWrite::Appended) => Some(&self.key_len),
         };
-        // A step's output projection against GGML blocks merges flash-decoding's key splits
-        // in the rounding of its activations: one launch fewer.
-        if let (Some(len), Some(weights), 1) = (key_len, quantized_weights(&layer.o), tokens) {
-            let part = attend_splits(&q, &keys, &values, len)?;
-            let merged = FusedInput::Splits { dtype: q.dtype() };
-            if let Some(y) = fused_quantized_linear_parts(&part, &weights, merged, Some(x))? {
-                return Ok(y);
-            }
-            let y = flash_merge(&part, q.dtype())?.reshape((1, tokens, ()))?;
-            return project(&layer.o, &y, Input::Plain, Some(x));
-        }
-        let y = attend_fused(&q, &keys, &values, key_len)?;
         project(&layer.o, &y, Input::Plain, Some(x))
     }
 }
@@ -1071,7 +1056,12 @@ fn attend_fused(
     key_len: Option<&Tensor>,
 ) -> candle_core::Result<Tensor> {
     let (_, heads, tokens, head_dim) = q.dims4()?;
-    let (scale, [q, keys, values]) = flash_operands([q, keys, values])?;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let (q, keys, values) = (
+        q.transpose(1, 2)?,
+        keys.transpose(1, 2)?,
+        values.transpose(1, 2)?,
+    );
     let y = match key_len {
         None => candle_flash_attn::flash_attn(&q, &keys, &values, scale, true)?,
         Some(len) => candle_hip::extension::flash_attn_with_key_lens(
@@ -1079,31 +1069,8 @@ fn attend_fused(
             &keys,
             &values,
             len,
-            FlashAttnParams::new(scale, false),
+            candle_hip::fused::FlashAttnParams::new(scale, false),
         )?,
     };
     y.reshape((1, tokens, heads * head_dim))
-}
-
-/// [`attend_fused`] of a step (`key_len` given) without the merge of flash-decoding's key
-/// splits: their records (`[1, heads, tokens, splits, head_dim + 2]` f32), which a
-/// quantized output projection merges itself (`FusedInput::Splits`).
-fn attend_splits(
-    q: &Tensor,
-    keys: &Tensor,
-    values: &Tensor,
-    key_len: &Tensor,
-) -> candle_core::Result<Tensor> {
-    let (scale, [q, keys, values]) = flash_operands([q, keys, values])?;
-    let params = FlashAttnParams::new(scale, false);
-    flash_decode_splits_with_key_lens(&q, &keys, &values, key_len, params)
-}
-
-/// The softmax scale of `q`'s head dim, and `q`, the keys and the values (`[1, heads,
-/// positions, head_dim]`) as the fused kernels take them, `[1, positions, heads,
-/// head_dim]` views.
-fn flash_operands(qkv: [&Tensor; 3]) -> candle_core::Result<(f32, [Tensor; 3])> {
-    let head_dim = qkv[0].dim(3)?;
-    let [q, k, v] = qkv.map(|t| t.transpose(1, 2));
-    Ok((1.0 / (head_dim as f32).sqrt(), [q?, k?, v?]))
 }
