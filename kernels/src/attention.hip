@@ -34,10 +34,11 @@
 //     each. It writes each row's unnormalised partial output, running
 //     maximum and sum to `part`; with o not null (the host passes it for
 //     one split), the attention's output itself to o instead, as the merge
-//     of that one split would write it, so that no merge follows. Grid (splits, h_k * row groups of 16,
-//     batch); block: ATTN_DECODE_WAVES(D) waves. With key_lens (one u32
-//     per batch element, or null) sequence b has min(key_lens[b], s_k)
-//     keys: a KV cache of s_k positions filled to that length.
+//     of that one split would write it, so that no merge follows. Grid
+//     (splits, h_k * row groups of 16, batch); block: ATTN_DECODE_WAVES(D)
+//     waves. With key_lens (one u32 per batch element, or null) sequence b
+//     has min(key_lens[b], s_k) keys: a KV cache of s_k positions filled to
+//     that length.
 //
 //   flash_combine_d<D>_<T>(AttnArgs a, const float* part, T* o)
 //     Merges the splits of each row into the output. Grid (s_q * h_q,
