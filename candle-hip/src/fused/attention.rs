@@ -482,10 +482,8 @@ pub fn flash_attn(
     };
     {
         let (part_view, out_view) = (part.view_all_mut(), out.view_all_mut());
-        let (part_arg, out_arg) = match merged {
-            true => (mut_view_or_null(Some(&part_view)), mut_view_or_null(None)),
-            false => (mut_view_or_null(None), mut_view_or_null(Some(&out_view))),
-        };
+        let part_arg = mut_view_or_null(merged.then_some(&part_view));
+        let out_arg = mut_view_or_null((!merged).then_some(&out_view));
         // SAFETY: flash_decode_d<D>_T takes (AttnArgs, const T* q, k, v,
         // float* part, const float* alibi, const u32* key_lens, T* o); views
         // as above, key_lens b u32 or null; either part holds

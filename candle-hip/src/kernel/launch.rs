@@ -83,16 +83,18 @@ static NULL_POINTER: u64 = 0;
 /// none (the kernels' optional operands: a residual, a norm weight, ALiBi
 /// slopes, key lengths).
 pub(crate) fn view_or_null<'a>(view: Option<&'a DeviceView<'_, u8>>) -> &'a dyn KernelArg {
-    match view {
-        Some(view) => view,
-        None => &NULL_POINTER,
-    }
+    arg_or_null(view)
 }
 
 /// [`view_or_null`] of a view the kernel writes.
 pub(crate) fn mut_view_or_null<'a>(view: Option<&'a DeviceViewMut<'_, u8>>) -> &'a dyn KernelArg {
-    match view {
-        Some(view) => view,
+    arg_or_null(view)
+}
+
+/// `arg`, or a null pointer when there is none.
+fn arg_or_null<A: KernelArg>(arg: Option<&A>) -> &dyn KernelArg {
+    match arg {
+        Some(arg) => arg,
         None => &NULL_POINTER,
     }
 }

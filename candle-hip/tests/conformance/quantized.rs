@@ -420,11 +420,7 @@ fn fused_against_separate(
 ) -> candle_core::Result<std::result::Result<(), String>> {
     use candle_hip::fused::{self, LinearInput};
     let FusedCase { n, k, x_dtype, .. } = *c;
-    let up = |values: &[f64], dtype: DType| {
-        let len = values.len();
-        let t = Tensor::from_vec(values.to_vec(), len, &Device::Cpu)?.to_dtype(dtype)?;
-        candle_core::backend::BackendDevice::storage_from_cpu_storage(dev, &cpu_storage(&t)?)
-    };
+    let up = |values: &[f64], dtype: DType| upload(dev, values.to_vec(), dtype);
     let quarters = |rng: &mut Rng, len: usize| -> Vec<f64> {
         (0..len)
             .map(|_| (rng.below(17) as f64 - 8.0) / 4.0)

@@ -560,13 +560,13 @@ static void attn_bench(const std::vector<Variant>& variants) {
       const int split_keys = (c.keys + splits - 1) / splits;
       splits = (c.keys + split_keys - 1) / split_keys;
       a.split_keys = split_keys, a.splits = splits;
+      // One split writes the output itself (fused/attention.rs), where the
+      // source's decode kernel takes `o`; others ignore the argument.
+      const bool direct = splits == 1 && getenv("KERNEL_BENCH_NO_DIRECT") == nullptr;
       auto call = [&](int copy, bool with_merge) {
         uint16_t *kc = k + kv * copy, *vc = v + kv * copy;
         void* alibi = nullptr;
         void* key_lens = c.filled ? (void*)lens : nullptr;
-        // One split writes the output itself (fused/attention.rs), where
-        // the source's decode kernel takes `o`; others ignore the argument.
-        const bool direct = splits == 1 && getenv("KERNEL_BENCH_NO_DIRECT") == nullptr;
         void* direct_o = direct ? (void*)o : nullptr;
         void* args[] = {&a, &q, &kc, &vc, &part, &alibi, &key_lens, &direct_o};
         CHECK_CU(cuLaunchKernel(decode[di][vi], splits, hk * row_groups, c.batch, var.a, 1, 1, 0, s, args, nullptr));
