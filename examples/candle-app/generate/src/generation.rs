@@ -123,43 +123,67 @@ pub fn generate(
     model.reserve(prompt.len() + max_tokens)?;
     model.reset()?;
     let mut sampler = LogitsProcessor::from_sampling(settings.seed, settings.sampling());
-    let mut out = Outcome {
-        prompt: prompt.to_vec(),
-        ..Outcome::default()
+    // Greedy with nothing to apply to the logits on the host: every token is the argmax on
+    // the device, and the steps after the first go through `Model::decode_greedy`.
+    let on_device = matches!(settings.sampling(), Sampling::ArgMax)
+        && settings.repeat_penalty == 1.0
+        && !keep_logits;
+    let eos = model.eos.clone();
+    let mut generated = Vec::new();
+    let mut logits_kept = Vec::new();
+    // Takes a chosen token; false once generation is to stop.
+    let mut accept = |generated: &mut Vec<u32>, token: u32| -> AppResult<bool> {
+        generated.push(token);
+        on_token(token)?;
+        Ok(settings.ignore_eos || !eos.contains(&token))
     };
     let start = Instant::now();
+    let mut time_to_first_token = Duration::ZERO;
     let mut input = Tensor::new(prompt, model.device())?.unsqueeze(0)?;
     let mut pos = 0;
     for step in 0..max_tokens {
         let len = input.dim(1)?;
         let logits = model.forward(&input, pos)?.squeeze(0)?;
         pos += len;
-        let logits = if settings.repeat_penalty != 1.0 {
-            let seen = [prompt, &out.generated].concat();
-            let recent = &seen[seen.len().saturating_sub(settings.repeat_last_n)..];
-            candle_transformers::utils::apply_repeat_penalty(
-                &logits,
-                settings.repeat_penalty,
-                recent,
-            )?
+        let token = if on_device {
+            logits.argmax(D::Minus1)?.to_scalar::<u32>()?
         } else {
-            logits
+            let logits = if settings.repeat_penalty != 1.0 {
+                let seen = [prompt, &generated].concat();
+                let recent = &seen[seen.len().saturating_sub(settings.repeat_last_n)..];
+                candle_transformers::utils::apply_repeat_penalty(
+                    &logits,
+                    settings.repeat_penalty,
+                    recent,
+                )?
+            } else {
+                logits
+            };
+            if keep_logits {
+                logits_kept.push(logits.to_vec1::<f32>()?);
+            }
+            sampler.sample(&logits)?
         };
-        if keep_logits {
-            out.logits.push(logits.to_vec1::<f32>()?);
-        }
-        let token = sampler.sample(&logits)?;
         if step == 0 {
-            out.time_to_first_token = start.elapsed();
+            time_to_first_token = start.elapsed();
         }
-        out.generated.push(token);
-        on_token(token)?;
-        if !settings.ignore_eos && model.eos.contains(&token) {
+        if !accept(&mut generated, token)? {
+            break;
+        }
+        if on_device {
+            let steps = max_tokens - 1 - step;
+            model.decode_greedy(token, pos, steps, |t| accept(&mut generated, t))?;
             break;
         }
         input = Tensor::new(&[token], model.device())?.unsqueeze(0)?;
     }
-    out.decode_time = start.elapsed() - out.time_to_first_token;
+    let out = Outcome {
+        prompt: prompt.to_vec(),
+        generated,
+        time_to_first_token,
+        decode_time: start.elapsed() - time_to_first_token,
+        logits: logits_kept,
+    };
     Ok(out)
 }
 
@@ -176,13 +200,15 @@ pub struct BenchResult {
     pub prefill_ms: f64,
     /// Median time per decode step (all sequences of the batch), ms.
     pub decode_ms_per_token: f64,
-    /// Host time per decode step spent inside `forward` (queueing the work), ms.
+    /// Host time per decode step outside its waits for the chosen tokens (queueing the
+    /// work), ms.
     pub host_ms_per_token: f64,
 }
 
 /// Times prefill and decode: `batch` prompts of `prompt_len` tokens, then `new_tokens` greedy
-/// steps (argmax on the device, one synchronisation per step as a generator does). Medians
-/// of `iters` runs after one warm-up.
+/// steps (argmax on the device, every chosen token read back to the host as a generator
+/// does: for one sequence through [`Model::decode_greedy`], as `generate` decodes greedily).
+/// Medians of `iters` runs after one warm-up.
 pub fn bench(
     model: &mut Model,
     batch: usize,
@@ -214,17 +240,25 @@ pub fn bench(
         let mut next = argmax(&logits)?;
         device::synchronize(&dev)?;
         prefill.push(t0.elapsed().as_secs_f64() * 1e3);
-        let mut in_forward = Duration::ZERO;
         let t1 = Instant::now();
-        for step in 0..new_tokens {
-            let input = Tensor::from_vec(next, (batch, 1), &dev)?;
-            let f0 = Instant::now();
-            let logits = model.forward(&input, prompt_len + step)?;
-            in_forward += f0.elapsed();
-            next = argmax(&logits)?;
-        }
-        decode.push(t1.elapsed().as_secs_f64() * 1e3 / new_tokens as f64);
-        host.push(in_forward.as_secs_f64() * 1e3 / new_tokens as f64);
+        let waited = if batch == 1 {
+            model.decode_greedy(next[0], prompt_len, new_tokens, |_| Ok(true))?
+        } else {
+            let mut waited = Duration::ZERO;
+            for step in 0..new_tokens {
+                let input = Tensor::from_vec(next, (batch, 1), &dev)?;
+                let chosen = model
+                    .forward(&input, prompt_len + step)?
+                    .argmax(D::Minus1)?;
+                let read = Instant::now();
+                next = chosen.to_vec1()?;
+                waited += read.elapsed();
+            }
+            waited
+        };
+        let elapsed = t1.elapsed();
+        decode.push(elapsed.as_secs_f64() * 1e3 / new_tokens as f64);
+        host.push((elapsed - waited).as_secs_f64() * 1e3 / new_tokens as f64);
     }
     // The first run is the warm-up.
     Ok(BenchResult {

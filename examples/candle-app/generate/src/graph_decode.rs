@@ -2,9 +2,16 @@
 //! once ([`candle_hip::HipDevice::capture`]) and replayed for every later token, so a token
 //! costs one graph launch instead of hundreds of kernel launches queued by Candle's host
 //! code. On the CPU the same step runs eagerly.
+//!
+//! Greedy decoding ([`GraphDecoder::decode_greedy`]) goes further: the step chooses its
+//! token on the device and feeds it to the next step itself, and the host reads each token
+//! one step behind, while the next step runs, so the device never waits for the host.
 
-use candle_core::Tensor;
-use candle_hip::HipGraph;
+use std::time::{Duration, Instant};
+
+use candle_core::{Storage, Tensor};
+use candle_hip::{HipDevice, HipGraph};
+use hip_safe::{DeviceBuffer, Stream};
 
 use crate::static_cache::StaticLlama;
 use crate::{AppResult, app_error};
@@ -13,18 +20,32 @@ use crate::{AppResult, app_error};
 /// cache and one graph.
 const CACHE_STEP: usize = 256;
 
+/// Which of the two steps a graph holds.
+#[derive(Clone, Copy)]
+enum Step {
+    /// [`StaticLlama::step`]: logits for a token the host chose.
+    Logits,
+    /// [`StaticLlama::step_greedy`]: the step choosing the next token itself.
+    Greedy,
+}
+
 /// A [`StaticLlama`] whose decode steps replay a captured graph on HIP devices.
 pub struct GraphDecoder {
-    /// The captured step; declared before `model` so that it is dropped first (it names
-    /// the model's buffers).
-    graph: Option<HipGraph>,
+    /// The captured steps, each at its first use; declared before `model` so that they
+    /// are dropped first (they name the model's buffers).
+    logits_graph: Option<HipGraph>,
+    greedy_graph: Option<HipGraph>,
     model: StaticLlama,
 }
 
 impl GraphDecoder {
-    /// Wraps `model`; the graph is captured at the first decode step.
+    /// Wraps `model`; each graph is captured at the first decode step that needs it.
     pub fn new(model: StaticLlama) -> GraphDecoder {
-        GraphDecoder { graph: None, model }
+        GraphDecoder {
+            logits_graph: None,
+            greedy_graph: None,
+            model,
+        }
     }
 
     /// Makes room for `positions` tokens (prompt and generated): a cache shorter than
@@ -36,15 +57,20 @@ impl GraphDecoder {
         let len = positions.next_multiple_of(CACHE_STEP).min(max_positions);
         let current = self.model.max_len();
         if current < positions || current > 2 * len {
-            self.graph = None;
+            self.logits_graph = None;
+            self.greedy_graph = None;
             self.model.set_max_len(len)?;
         }
         Ok(())
     }
 
-    /// How many operations the captured step holds, once it is captured.
+    /// How many operations the captured step holds, once it is captured: the greedy step
+    /// where it was captured, else the logits step.
     pub fn graph_nodes(&self) -> Option<usize> {
-        self.graph.as_ref().map(HipGraph::node_count)
+        self.greedy_graph
+            .as_ref()
+            .or(self.logits_graph.as_ref())
+            .map(HipGraph::node_count)
     }
 
     /// Runs `ids` (`[1, tokens]`) at position `pos` and returns the last token's f32
@@ -62,27 +88,147 @@ impl GraphDecoder {
         }
         let token = ids.flatten_all()?.to_vec1::<u32>()?[0];
         self.model.set_step_inputs(token, pos)?;
-        self.step()?;
+        self.step(Step::Logits)?;
         // A copy: the next replay rewrites the step's logits in place.
         Ok(self.model.step_logits().copy()?)
     }
 
-    /// One decode step: eager at first (it also loads every kernel), captured after that
-    /// on a HIP device, replayed from then on.
-    fn step(&mut self) -> AppResult<()> {
-        if let Some(graph) = &self.graph {
+    /// Greedy decoding: `steps` tokens after `token`, which sits at position `pos` (the
+    /// positions before it already in the cache), each handed to `on_token` as it is read;
+    /// `on_token` returning false stops the decoding. Returns how long the host waited for
+    /// the tokens to reach it (the rest of the time was its own). On HIP the steps replay
+    /// the captured [`StaticLlama::step_greedy`], each queued before the host reads the
+    /// previous step's token ([`TokenReader`]); a stop leaves the step after it computed
+    /// and unread.
+    ///
+    /// Errors, before any step runs: a token outside the vocabulary, and steps whose
+    /// positions would pass the cache (`pos + steps > max_len`).
+    pub fn decode_greedy(
+        &mut self,
+        token: u32,
+        pos: usize,
+        steps: usize,
+        mut on_token: impl FnMut(u32) -> AppResult<bool>,
+    ) -> AppResult<Duration> {
+        if pos + steps > self.model.max_len() {
+            return Err(app_error(format!(
+                "{steps} steps from position {pos} pass the static KV cache of {} positions",
+                self.model.max_len()
+            )));
+        }
+        let mut waited = Duration::ZERO;
+        if steps == 0 {
+            return Ok(waited);
+        }
+        self.model.set_step_inputs(token, pos)?;
+        let Some(hip) = candle_hip::extension::as_hip_device(self.model.device()).cloned() else {
+            for _ in 0..steps {
+                self.step(Step::Greedy)?;
+                let read = Instant::now();
+                let chosen = self.model.step_token().to_vec1::<u32>()?[0];
+                waited += read.elapsed();
+                if !on_token(chosen)? {
+                    break;
+                }
+            }
+            return Ok(waited);
+        };
+        let mut reader = TokenReader::new(&hip)?;
+        self.step(Step::Greedy)?;
+        reader.queue(&hip, self.model.step_token(), 0)?;
+        for i in 0..steps {
+            let next = i + 1 < steps;
+            if next {
+                self.step(Step::Greedy)?;
+            }
+            // Waits for step i only: step i + 1 is queued behind it.
+            let read = Instant::now();
+            let chosen = reader.read(i % 2)?;
+            waited += read.elapsed();
+            if next {
+                reader.queue(&hip, self.model.step_token(), (i + 1) % 2)?;
+            }
+            if !on_token(chosen)? {
+                break;
+            }
+        }
+        Ok(waited)
+    }
+
+    /// One decode step of `kind`: eager at first (it also loads every kernel), captured
+    /// after that on a HIP device, replayed from then on.
+    fn step(&mut self, kind: Step) -> AppResult<()> {
+        let GraphDecoder {
+            logits_graph,
+            greedy_graph,
+            model,
+        } = self;
+        let slot = match kind {
+            Step::Logits => logits_graph,
+            Step::Greedy => greedy_graph,
+        };
+        if let Some(graph) = slot {
             return Ok(graph.launch()?);
         }
-        let hip = candle_hip::extension::as_hip_device(self.model.device()).cloned();
-        self.model.step()?;
-        if let Some(hip) = hip {
-            let model = &self.model;
+        let run = || match kind {
+            Step::Logits => model.step(),
+            Step::Greedy => model.step_greedy(),
+        };
+        run()?;
+        if let Some(hip) = candle_hip::extension::as_hip_device(model.device()) {
             // SAFETY: the graph names the model's weights, caches and step tensors, which
             // live as long as the model; the graph is dropped before them (field order)
             // and before the caches are replaced (`reserve`).
-            let ((), graph) = unsafe { hip.capture(|| model.step()) }?;
-            self.graph = Some(graph);
+            let ((), graph) = unsafe { hip.capture(run) }?;
+            *slot = Some(graph);
         }
         Ok(())
+    }
+}
+
+/// Reads the tokens of greedy steps back to the host without waiting for the steps queued
+/// after them. A copy of a step's token, queued on the device's stream right after the
+/// step, lands in one of two slots owned by a stream of the reader's own; the host's read
+/// of a slot waits on that stream, that is for the step and its copy only, while the next
+/// step runs.
+struct TokenReader {
+    stream: Stream,
+    /// Two u32 slots, as bytes (a token's storage is read as bytes).
+    slots: DeviceBuffer<u8>,
+}
+
+impl TokenReader {
+    const TOKEN_BYTES: usize = std::mem::size_of::<u32>();
+
+    fn new(hip: &HipDevice) -> AppResult<TokenReader> {
+        let stream = hip.stream().device().new_stream()?;
+        let slots = stream.alloc_zeros::<u8>(2 * Self::TOKEN_BYTES)?;
+        Ok(TokenReader { stream, slots })
+    }
+
+    /// Queues, after the work queued so far on `hip`'s stream, the copy of `token` (one
+    /// u32 on `hip`) into `slot`. The device's stream first waits for the last read of
+    /// the slot; the reader's stream waits for the copy.
+    fn queue(&mut self, hip: &HipDevice, token: &Tensor, slot: usize) -> AppResult<()> {
+        let (storage, layout) = token.storage_and_layout();
+        let Storage::Custom(custom) = &*storage else {
+            return Err(app_error("the step's token is not on the HIP device"));
+        };
+        let storage = candle_hip::extension::hip_storage(custom.as_ref(), "read the token")?;
+        let start = layout.start_offset() * Self::TOKEN_BYTES;
+        let src = storage.buffer().slice(start..start + Self::TOKEN_BYTES)?;
+        let at = slot * Self::TOKEN_BYTES;
+        let mut dst = self.slots.slice_mut(at..at + Self::TOKEN_BYTES)?;
+        hip.stream().memcpy_dtod(&src, &mut dst)?;
+        Ok(())
+    }
+
+    /// The token in `slot`, once the copy last queued into it has finished.
+    fn read(&self, slot: usize) -> AppResult<u32> {
+        let at = slot * Self::TOKEN_BYTES;
+        let mut bytes = [0u8; Self::TOKEN_BYTES];
+        self.stream
+            .memcpy_dtoh(&self.slots.slice(at..at + Self::TOKEN_BYTES)?, &mut bytes)?;
+        Ok(u32::from_ne_bytes(bytes))
     }
 }

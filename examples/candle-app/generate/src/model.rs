@@ -2,8 +2,9 @@
 //! from a Hugging Face model folder or a named shape, and one interface over the four.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use candle_core::{DType, Device, IndexOp, Tensor};
+use candle_core::{D, DType, Device, IndexOp, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::{
     llama, mistral, quantized_llama, quantized_qwen2, quantized_qwen3, qwen2, qwen3,
@@ -463,6 +464,37 @@ impl Model {
             Net::GraphLlama(model) => model.forward(ids, pos)?,
         };
         Ok(logits.to_dtype(DType::F32)?)
+    }
+
+    /// Greedy decoding of one sequence: `steps` tokens after `token`, which sits at position
+    /// `pos` (the prompt before it already run by [`forward`](Model::forward)), each the
+    /// argmax of its logits on the device, handed to `on_token` as it reaches the host;
+    /// `on_token` returning false stops. Returns how long the host waited for the tokens.
+    /// A graph-decoding model chooses each token inside
+    /// its captured step and reads it one step behind ([`GraphDecoder::decode_greedy`]);
+    /// the others run [`forward`](Model::forward) and an argmax per step.
+    pub fn decode_greedy(
+        &mut self,
+        token: u32,
+        pos: usize,
+        steps: usize,
+        mut on_token: impl FnMut(u32) -> AppResult<bool>,
+    ) -> AppResult<Duration> {
+        if let Net::GraphLlama(model) = &mut self.net {
+            return model.decode_greedy(token, pos, steps, on_token);
+        }
+        let (mut token, mut waited) = (token, Duration::ZERO);
+        for step in 0..steps {
+            let input = Tensor::new(&[[token]], &self.device)?;
+            let chosen = self.forward(&input, pos + step)?.argmax(D::Minus1)?;
+            let read = Instant::now();
+            token = chosen.to_vec1::<u32>()?[0];
+            waited += read.elapsed();
+            if !on_token(token)? {
+                break;
+            }
+        }
+        Ok(waited)
     }
 
     /// Empties the KV cache (the next forward starts at position 0).

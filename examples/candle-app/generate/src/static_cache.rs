@@ -565,6 +565,25 @@ impl StaticLlama {
         self.logits.slice_set(&logits, 0, 0)
     }
 
+    /// [`step`](StaticLlama::step), then the greedy choice made on the device: the logits'
+    /// argmax (ties broken as Candle's `argmax` breaks them) becomes the step's token input and the position
+    /// advances by one, so that the next call decodes the token this one chose with no
+    /// host work in between. Capturable as `step` is. The host must not let the position
+    /// reach `max_len`: the step cannot check it.
+    pub fn step_greedy(&self) -> candle_core::Result<()> {
+        self.step()?;
+        let chosen = self.logits.argmax(D::Minus1)?;
+        let advanced = self.step_inputs.narrow(0, 1, 2)?.affine(1.0, 1.0)?;
+        self.step_inputs.slice_set(&chosen, 0, 0)?;
+        self.step_inputs.slice_set(&advanced, 0, 1)
+    }
+
+    /// The step's token input, `[1]` u32: after [`step_greedy`](StaticLlama::step_greedy),
+    /// the token it chose. The same tensor (a view of the same storage) on every call.
+    pub fn step_token(&self) -> &Tensor {
+        &self.token
+    }
+
     /// The fixed output of [`step`](StaticLlama::step): the last step's logits, `[1, vocab]`
     /// f32 (zeros before the first step). The same tensor (same storage) on every call.
     pub fn step_logits(&self) -> &Tensor {

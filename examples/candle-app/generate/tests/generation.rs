@@ -370,6 +370,33 @@ fn check_graph_decoding(device: &Device) -> Option<usize> {
         assert_eq!(got.generated, want.generated);
         assert!(worst < 1e-4, "{worst}");
     }
+    // Greedy without the logits kept: each token is chosen on the device (on HIP inside the
+    // captured step, read one step behind); twice, the second replaying that step's graph.
+    for run in 0..2 {
+        let got = generation::generate(&mut model, &p, &settings, false, |_| Ok(())).unwrap();
+        assert_eq!(got.generated, want.generated, "device-greedy run {run}");
+    }
+    // Stopped after 5 tokens (the step after the stop is left computed), then in full: the
+    // same tokens. Steps past the cache are refused before any runs.
+    model.reset().unwrap();
+    let ids = Tensor::new(p.as_slice(), device).unwrap().unsqueeze(0);
+    model.forward(&ids.unwrap(), 0).unwrap();
+    let mut first = Vec::new();
+    let first_token = want.generated[0];
+    model
+        .decode_greedy(first_token, p.len(), 20, |t| {
+            first.push(t);
+            Ok(first.len() < 5)
+        })
+        .unwrap();
+    assert_eq!(first, want.generated[1..6]);
+    let err = model
+        .decode_greedy(first_token, 250, 7, |_| Ok(true))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("pass the static KV cache of 256"), "{err}");
+    let got = generation::generate(&mut model, &p, &settings, false, |_| Ok(())).unwrap();
+    assert_eq!(got.generated, want.generated, "after a stopped decode");
     model.graph_nodes()
 }
 
