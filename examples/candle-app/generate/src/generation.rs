@@ -8,7 +8,7 @@ use candle_core::{D, DType, Device, Tensor};
 use candle_transformers::generation::{LogitsProcessor, Sampling};
 
 use crate::model::Model;
-use crate::{AppResult, app_error, device};
+use crate::{AppResult, app_error, device, timed};
 
 /// How tokens are chosen and when generation stops.
 #[derive(Clone, Debug)]
@@ -250,9 +250,7 @@ pub fn bench(
                 let chosen = model
                     .forward(&input, prompt_len + step)?
                     .argmax(D::Minus1)?;
-                let read = Instant::now();
-                next = chosen.to_vec1()?;
-                waited += read.elapsed();
+                next = timed(&mut waited, || Ok(chosen.to_vec1()?))?;
             }
             waited
         };

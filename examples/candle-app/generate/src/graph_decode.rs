@@ -5,16 +5,16 @@
 //!
 //! Greedy decoding ([`GraphDecoder::decode_greedy`]) goes further: the step chooses its
 //! token on the device and feeds it to the next step itself, and the host reads each token
-//! one step behind, while the next step runs, so the device never waits for the host.
+//! one step behind, while the next step runs.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use candle_core::{Storage, Tensor};
+use candle_core::{DType, Storage, Tensor};
 use candle_hip::{HipDevice, HipGraph};
 use hip_safe::{DeviceBuffer, Stream};
 
 use crate::static_cache::StaticLlama;
-use crate::{AppResult, app_error};
+use crate::{AppResult, app_error, timed};
 
 /// Cache lengths are rounded up to a multiple of this, so that nearby requests share one
 /// cache and one graph.
@@ -36,6 +36,8 @@ pub struct GraphDecoder {
     logits_graph: Option<HipGraph>,
     greedy_graph: Option<HipGraph>,
     model: StaticLlama,
+    /// Greedy decoding's token reader on HIP, made at its first use and kept.
+    reader: Option<TokenReader>,
 }
 
 impl GraphDecoder {
@@ -45,6 +47,7 @@ impl GraphDecoder {
             logits_graph: None,
             greedy_graph: None,
             model,
+            reader: None,
         }
     }
 
@@ -98,11 +101,12 @@ impl GraphDecoder {
     /// `on_token` returning false stops the decoding. Returns how long the host waited for
     /// the tokens to reach it (the rest of the time was its own). On HIP the steps replay
     /// the captured [`StaticLlama::step_greedy`], each queued before the host reads the
-    /// previous step's token ([`TokenReader`]); a stop leaves the step after it computed
-    /// and unread.
+    /// previous step's token ([`TokenReader`]), so the device does not wait for the host
+    /// while the host's work per token (`on_token` included) takes less than a step; a stop
+    /// leaves the step after it computed and unread.
     ///
-    /// Errors, before any step runs: a token outside the vocabulary, and steps whose
-    /// positions would pass the cache (`pos + steps > max_len`).
+    /// Errors, before any step runs: steps whose positions would pass the cache (`pos +
+    /// steps > max_len`) and, for at least one step, a token outside the vocabulary.
     pub fn decode_greedy(
         &mut self,
         token: u32,
@@ -110,10 +114,10 @@ impl GraphDecoder {
         steps: usize,
         mut on_token: impl FnMut(u32) -> AppResult<bool>,
     ) -> AppResult<Duration> {
-        if pos + steps > self.model.max_len() {
+        let max_len = self.model.max_len();
+        if pos.checked_add(steps).is_none_or(|end| end > max_len) {
             return Err(app_error(format!(
-                "{steps} steps from position {pos} pass the static KV cache of {} positions",
-                self.model.max_len()
+                "{steps} steps from position {pos} pass the static KV cache of {max_len} positions"
             )));
         }
         let mut waited = Duration::ZERO;
@@ -122,36 +126,38 @@ impl GraphDecoder {
         }
         self.model.set_step_inputs(token, pos)?;
         let Some(hip) = candle_hip::extension::as_hip_device(self.model.device()).cloned() else {
+            // The CPU runs each step before returning: nothing to overlap.
             for _ in 0..steps {
                 self.step(Step::Greedy)?;
-                let read = Instant::now();
-                let chosen = self.model.step_token().to_vec1::<u32>()?[0];
-                waited += read.elapsed();
+                let token = self.model.step_token();
+                let chosen = timed(&mut waited, || Ok(token.to_vec1::<u32>()?[0]))?;
                 if !on_token(chosen)? {
                     break;
                 }
             }
             return Ok(waited);
         };
-        let mut reader = TokenReader::new(&hip)?;
+        let mut reader = match self.reader.take() {
+            Some(reader) => reader,
+            None => TokenReader::new(hip)?,
+        };
         self.step(Step::Greedy)?;
-        reader.queue(&hip, self.model.step_token(), 0)?;
+        reader.queue(self.model.step_token())?;
         for i in 0..steps {
-            let next = i + 1 < steps;
-            if next {
+            let more = i + 1 < steps;
+            if more {
                 self.step(Step::Greedy)?;
             }
-            // Waits for step i only: step i + 1 is queued behind it.
-            let read = Instant::now();
-            let chosen = reader.read(i % 2)?;
-            waited += read.elapsed();
-            if next {
-                reader.queue(&hip, self.model.step_token(), (i + 1) % 2)?;
+            // Waits for step i and its copy only: step i + 1 is queued behind them.
+            let chosen = timed(&mut waited, || reader.read())?;
+            if more {
+                reader.queue(self.model.step_token())?;
             }
             if !on_token(chosen)? {
                 break;
             }
         }
+        self.reader = Some(reader);
         Ok(waited)
     }
 
@@ -162,6 +168,7 @@ impl GraphDecoder {
             logits_graph,
             greedy_graph,
             model,
+            ..
         } = self;
         let slot = match kind {
             Step::Logits => logits_graph,
@@ -188,28 +195,39 @@ impl GraphDecoder {
 
 /// Reads the tokens of greedy steps back to the host without waiting for the steps queued
 /// after them. A copy of a step's token, queued on the device's stream right after the
-/// step, lands in one of two slots owned by a stream of the reader's own; the host's read
-/// of a slot waits on that stream, that is for the step and its copy only, while the next
-/// step runs.
+/// step, lands in a slot owned by a stream of the reader's own; the host's read of the slot
+/// waits on that stream, that is for the step and its copy only, while the next step runs.
+/// One slot is enough: the next copy into it is queued after the read has returned.
 struct TokenReader {
+    device: HipDevice,
     stream: Stream,
-    /// Two u32 slots, as bytes (a token's storage is read as bytes).
-    slots: DeviceBuffer<u8>,
+    /// One u32, as bytes (a token's storage is read as bytes).
+    slot: DeviceBuffer<u8>,
 }
 
 impl TokenReader {
     const TOKEN_BYTES: usize = std::mem::size_of::<u32>();
 
-    fn new(hip: &HipDevice) -> AppResult<TokenReader> {
-        let stream = hip.stream().device().new_stream()?;
-        let slots = stream.alloc_zeros::<u8>(2 * Self::TOKEN_BYTES)?;
-        Ok(TokenReader { stream, slots })
+    fn new(device: HipDevice) -> AppResult<TokenReader> {
+        let stream = device.stream().device().new_stream()?;
+        let slot = stream.alloc_zeros::<u8>(Self::TOKEN_BYTES)?;
+        Ok(TokenReader {
+            device,
+            stream,
+            slot,
+        })
     }
 
-    /// Queues, after the work queued so far on `hip`'s stream, the copy of `token` (one
-    /// u32 on `hip`) into `slot`. The device's stream first waits for the last read of
-    /// the slot; the reader's stream waits for the copy.
-    fn queue(&mut self, hip: &HipDevice, token: &Tensor, slot: usize) -> AppResult<()> {
+    /// Queues, after the work queued so far on the device's stream, the copy of `token`
+    /// (one u32 on the device) into the slot; the reader's stream waits for the copy.
+    fn queue(&mut self, token: &Tensor) -> AppResult<()> {
+        if token.dtype() != DType::U32 || token.elem_count() != 1 {
+            return Err(app_error(format!(
+                "the step's token is one u32, not {:?} {:?}",
+                token.dtype(),
+                token.dims()
+            )));
+        }
         let (storage, layout) = token.storage_and_layout();
         let Storage::Custom(custom) = &*storage else {
             return Err(app_error("the step's token is not on the HIP device"));
@@ -217,18 +235,14 @@ impl TokenReader {
         let storage = candle_hip::extension::hip_storage(custom.as_ref(), "read the token")?;
         let start = layout.start_offset() * Self::TOKEN_BYTES;
         let src = storage.buffer().slice(start..start + Self::TOKEN_BYTES)?;
-        let at = slot * Self::TOKEN_BYTES;
-        let mut dst = self.slots.slice_mut(at..at + Self::TOKEN_BYTES)?;
-        hip.stream().memcpy_dtod(&src, &mut dst)?;
+        self.device.stream().memcpy_dtod(&src, &mut self.slot)?;
         Ok(())
     }
 
-    /// The token in `slot`, once the copy last queued into it has finished.
-    fn read(&self, slot: usize) -> AppResult<u32> {
-        let at = slot * Self::TOKEN_BYTES;
+    /// The token in the slot, once the copy last queued into it has finished.
+    fn read(&self) -> AppResult<u32> {
         let mut bytes = [0u8; Self::TOKEN_BYTES];
-        self.stream
-            .memcpy_dtoh(&self.slots.slice(at..at + Self::TOKEN_BYTES)?, &mut bytes)?;
+        self.stream.memcpy_dtoh(&self.slot, &mut bytes)?;
         Ok(u32::from_ne_bytes(bytes))
     }
 }

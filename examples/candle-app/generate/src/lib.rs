@@ -33,6 +33,17 @@ pub type AppError = Box<dyn std::error::Error + Send + Sync>;
 /// A result with an [`AppError`].
 pub type AppResult<T> = Result<T, AppError>;
 
+/// `read`'s result, adding the time it took to `waited` (the host's waits for the device).
+pub(crate) fn timed<T>(
+    waited: &mut std::time::Duration,
+    read: impl FnOnce() -> AppResult<T>,
+) -> AppResult<T> {
+    let start = std::time::Instant::now();
+    let out = read();
+    *waited += start.elapsed();
+    out
+}
+
 /// An error carrying `message`.
 pub fn app_error(message: impl Into<String>) -> AppError {
     message.into().into()

@@ -2,7 +2,7 @@
 //! from a Hugging Face model folder or a named shape, and one interface over the four.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use candle_core::{D, DType, Device, IndexOp, Tensor};
 use candle_nn::VarBuilder;
@@ -17,7 +17,7 @@ use crate::graph_decode::GraphDecoder;
 use crate::shapes::{BYTE_TOKENIZER_KEY, Shape};
 use crate::static_cache::StaticLlama;
 use crate::tensor_parallel::{Collectives, TensorParallelLlama, WeightSource};
-use crate::{AppResult, app_error, weights};
+use crate::{AppResult, app_error, timed, weights};
 
 /// The static KV cache a graph-decoding model starts with, before [`Model::reserve`] sizes
 /// it to a request.
@@ -470,9 +470,9 @@ impl Model {
     /// `pos` (the prompt before it already run by [`forward`](Model::forward)), each the
     /// argmax of its logits on the device, handed to `on_token` as it reaches the host;
     /// `on_token` returning false stops. Returns how long the host waited for the tokens.
-    /// A graph-decoding model chooses each token inside
-    /// its captured step and reads it one step behind ([`GraphDecoder::decode_greedy`]);
-    /// the others run [`forward`](Model::forward) and an argmax per step.
+    /// A graph-decoding model chooses each token inside its captured step and reads it one
+    /// step behind ([`GraphDecoder::decode_greedy`]); the others run
+    /// [`forward`](Model::forward) and an argmax per step.
     pub fn decode_greedy(
         &mut self,
         token: u32,
@@ -487,9 +487,7 @@ impl Model {
         for step in 0..steps {
             let input = Tensor::new(&[[token]], &self.device)?;
             let chosen = self.forward(&input, pos + step)?.argmax(D::Minus1)?;
-            let read = Instant::now();
-            token = chosen.to_vec1::<u32>()?[0];
-            waited += read.elapsed();
+            token = timed(&mut waited, || Ok(chosen.to_vec1::<u32>()?[0]))?;
             if !on_token(token)? {
                 break;
             }
@@ -526,8 +524,8 @@ impl Model {
         Ok(())
     }
 
-    /// The operations of the captured decode step, for a graph-decoding model that has
-    /// decoded a token.
+    /// The operations of the captured decode step (the greedy one where it was captured), for
+    /// a graph-decoding model that has decoded a token.
     pub fn graph_nodes(&self) -> Option<usize> {
         match &self.net {
             Net::GraphLlama(model) => model.graph_nodes(),

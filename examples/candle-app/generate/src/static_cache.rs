@@ -566,10 +566,10 @@ impl StaticLlama {
     }
 
     /// [`step`](StaticLlama::step), then the greedy choice made on the device: the logits'
-    /// argmax (ties broken as Candle's `argmax` breaks them) becomes the step's token input and the position
-    /// advances by one, so that the next call decodes the token this one chose with no
-    /// host work in between. Capturable as `step` is. The host must not let the position
-    /// reach `max_len`: the step cannot check it.
+    /// argmax (ties broken as Candle's `argmax` breaks them) becomes the step's token input
+    /// and the position advances by one, so that the next call decodes the token this one
+    /// chose with no host work in between. Capturable as `step` is. The host must not let
+    /// the position reach `max_len`: the step cannot check it.
     pub fn step_greedy(&self) -> candle_core::Result<()> {
         self.step()?;
         let chosen = self.logits.argmax(D::Minus1)?;
