@@ -53,8 +53,8 @@ impl GraphDecoder {
 
     /// Makes room for `positions` tokens (prompt and generated): a cache shorter than
     /// that, or more than twice as long as needed, is replaced (rounded up to a multiple
-    /// of 256, at most `max_positions`), and the graph is captured again at the next
-    /// step. The unfused attention (the CPU, f32) of a step reads the whole cache, so a
+    /// of 256, at most `max_positions`), and the graphs are captured again at their next
+    /// steps. The unfused attention (the CPU, f32) of a step reads the whole cache, so a
     /// cache sized to the request keeps decode cheap.
     pub fn reserve(&mut self, positions: usize, max_positions: usize) -> AppResult<()> {
         let len = positions.next_multiple_of(CACHE_STEP).min(max_positions);
