@@ -177,14 +177,13 @@ pub fn generate(
         }
         input = Tensor::new(&[token], model.device())?.unsqueeze(0)?;
     }
-    let out = Outcome {
+    Ok(Outcome {
         prompt: prompt.to_vec(),
         generated,
         time_to_first_token,
         decode_time: start.elapsed() - time_to_first_token,
         logits: logits_kept,
-    };
-    Ok(out)
+    })
 }
 
 /// One benchmark case's results.
