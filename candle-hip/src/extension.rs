@@ -54,7 +54,7 @@ use candle_core::{DType, Device, Layout, Result, Shape, Storage};
 use hip_safe::DeviceBuffer;
 
 pub use crate::fused::StepCache;
-pub use attention::{FlashAttn, flash_attn, flash_attn_with_key_lens};
+pub use attention::{FlashAttn, flash_attn, flash_attn_quantized_linear, flash_attn_with_key_lens};
 pub use collective::AllReduce;
 pub use decode::{rope_append, silu_mul};
 pub use device::BridgeDevice;

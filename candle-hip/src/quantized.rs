@@ -39,7 +39,10 @@ use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Layout, Shape};
 
 use crate::error::{Result, hip, invalid};
-use crate::fused::{LinearInput, StepRope, StepTarget, is_one_row, operand_vector};
+use crate::fused::attention::{self, Attended, Splits};
+use crate::fused::{
+    FlashAttnExtras, FlashAttnParams, LinearInput, StepRope, StepTarget, is_one_row, operand_vector,
+};
 use crate::kernel::catalogue as cat;
 use crate::kernel::launch::{to_u32, view_or_null};
 use crate::kernel::{grid, header};
@@ -134,6 +137,16 @@ fn activation_type(block: GgmlDType) -> GgmlDType {
         GgmlDType::Q4_0 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => GgmlDType::Q8_0,
         GgmlDType::Q4_1 | GgmlDType::Q5_1 | GgmlDType::Q8_1 => GgmlDType::Q8_1,
         _ => GgmlDType::Q8K,
+    }
+}
+
+/// The code of an activation type in the kernels that take it as an
+/// argument (`flash_combine_round`'s `act`: `q_round<ACT>` of `common.h`).
+fn activation_code(act: GgmlDType) -> u32 {
+    match act {
+        GgmlDType::Q8_0 => 0,
+        GgmlDType::Q8_1 => 1,
+        _ => 2,
     }
 }
 
@@ -400,18 +413,89 @@ impl QuantizedStorage {
             .map(|r| operand_vector(OP, x, r, "residual", n).map(|_| r))
             .transpose()?;
         let act = Rounded::of(parts[0].0, (x, x_l.start_offset()), k, 1, input)?;
+        Self::matvec_parts(parts, &widths, &act, residual)
+    }
+
+    /// The mat-vecs of `parts` (of `widths`, `(n_i, k)`) with the rounded
+    /// activations `act`, plus `residual` (checked against the outputs by
+    /// the caller), each writing its slice of the outputs.
+    fn matvec_parts(
+        parts: &[(&QuantizedStorage, &Shape)],
+        widths: &[(usize, usize)],
+        act: &Rounded,
+        residual: Option<(&HipStorage, &Layout)>,
+    ) -> Result<HipStorage> {
+        const OP: &str = "fused_qmatvec";
+        let n: usize = widths.iter().map(|&(n, _)| n).sum();
         // SAFETY: the parts' mat-vecs write every one of the n outputs.
-        let mut y = unsafe { x.device().alloc_uninit(&Shape::from(n), x.dtype()) }?;
+        let mut y = unsafe { act.q.device().alloc_uninit(&Shape::from(n), act.dtype) }?;
         let mut start = 0;
-        for (&(q, _), &(n_part, _)) in parts.iter().zip(&widths) {
+        for (&(q, _), &(n_part, _)) in parts.iter().zip(widths) {
             let res = residual
                 .map(|(r, l)| r.view_range(OP, l.start_offset() + start, n_part))
                 .transpose()?;
             let yv = y.view_range_mut(OP, start, n_part)?;
-            q.launch_matvec(&act, n_part, &yv, res.as_ref(), QRope::default())?;
+            q.launch_matvec(act, n_part, &yv, res.as_ref(), QRope::default())?;
             start += n_part;
         }
         Ok(y)
+    }
+
+    /// One decode step's attention and output projection: the fused
+    /// attention of `q` (one query of one sequence) over `k` and `v`, as
+    /// [`crate::fused::flash_attn`] takes them, multiplied by the weights
+    /// stacked from `parts` (each `(n_i, h_q · head_dim)`), plus `residual`:
+    /// what [`fused_matvec_parts`](Self::fused_matvec_parts) gives of
+    /// `flash_attn`'s output, bit for bit. Where the attention ends with
+    /// flash-decoding's merge, the merge rounds the activations itself
+    /// (`flash_combine_round`): a launch fewer than the two ops.
+    ///
+    /// Errors: those of both ops, and an attention of more than one row.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fused_attention_matvec_parts(
+        parts: &[(&QuantizedStorage, &Shape)],
+        (q, q_l): (&HipStorage, &Layout),
+        (k, k_l): (&HipStorage, &Layout),
+        (v, v_l): (&HipStorage, &Layout),
+        extras: FlashAttnExtras,
+        params: &FlashAttnParams,
+        residual: Option<(&HipStorage, &Layout)>,
+    ) -> Result<HipStorage> {
+        const OP: &str = "fused_attention_qmatvec";
+        let splits = match attention::attend(q, q_l, k, k_l, v, v_l, extras, params)? {
+            Attended::Output(out) => {
+                let row = Layout::contiguous((1, out.len()));
+                return Self::fused_matvec_parts(parts, &out, &row, LinearInput::Plain, residual);
+            }
+            Attended::Splits(splits) => splits,
+        };
+        let width = splits.row_width();
+        let row = Layout::contiguous((splits.rows(), width));
+        if !Self::fused_parts_take(parts, splits.dtype(), &row, false) {
+            let weights: Vec<_> = parts.iter().map(|(q, s)| (s.dims(), q.dtype)).collect();
+            return Err(invalid(
+                OP,
+                format!(
+                    "no fused product of {} attention rows of {width} ({:?}) and the weights \
+                     {weights:?}",
+                    splits.rows(),
+                    splits.dtype()
+                ),
+            ));
+        }
+        let mut widths = Vec::with_capacity(parts.len());
+        for (w, shape) in parts {
+            w.data.check_device(q, OP)?;
+            widths.push(shape.dims2()?);
+        }
+        let n = widths
+            .iter()
+            .try_fold(0usize, |sum, &(n, _)| size::add(OP, "the outputs", sum, n))?;
+        let residual = residual
+            .map(|r| operand_vector(OP, q, r, "residual", n).map(|_| r))
+            .transpose()?;
+        let act = Rounded::of_splits(parts[0].0, &splits)?;
+        Self::matvec_parts(parts, &widths, &act, residual)
     }
 
     /// One decode step's query/key/value product against `parts` (as
@@ -653,15 +737,10 @@ impl Rounded {
                 format!("the norm or SwiGLU of {rows} rows: the fused input takes one"),
             ));
         }
-        let device = weights.device();
-        let launcher = device.kernels();
-        let count = size::mul(OP, "the input", rows, k)?;
-        let scales = count / SUB;
-        // SAFETY (the three allocations): quantize_act_* writes every
-        // integer, scale and sum before qmatvec_* reads them.
-        let mut q = unsafe { device.alloc_uninit(&Shape::from(count), DType::U8) }?;
-        let mut d = unsafe { device.alloc_uninit(&Shape::from(scales), DType::F32) }?;
-        let mut s = unsafe { device.alloc_uninit(&Shape::from(scales), DType::F32) }?;
+        let launcher = weights.device().kernels();
+        // SAFETY: quantize_act_* below writes every integer, scale and sum.
+        let mut act = unsafe { Rounded::uninit(weights.device(), block, x.dtype(), rows, k) }?;
+        let (count, scales) = (rows * k, rows * k / SUB);
         {
             let x_count = if matches!(input, LinearInput::SwiGlu) {
                 size::mul(OP, "the input", count, 2)?
@@ -679,9 +758,9 @@ impl Rounded {
             };
             let norm_arg = view_or_null(norm_w.as_ref());
             let (qv, dv, sv) = (
-                q.view_range_mut(OP, 0, count)?,
-                d.view_range_mut(OP, 0, scales)?,
-                s.view_range_mut(OP, 0, scales)?,
+                act.q.view_range_mut(OP, 0, count)?,
+                act.d.view_range_mut(OP, 0, scales)?,
+                act.s.view_range_mut(OP, 0, scales)?,
             );
             let cfg = grid::grid_stride((count / ACT_PER_LANE) as u64, launcher.compute_units());
             let kernel = cat::QUANTIZE_ACT.quantized(OP, block, x.dtype())?;
@@ -701,15 +780,60 @@ impl Rounded {
                 )
             }?;
         }
+        Ok(act)
+    }
+
+    /// Room for `rows` rows of `k` activations rounded to `block`, for
+    /// products in `dtype`.
+    ///
+    /// # Safety
+    /// Every integer, scale and sum must be written before a mat-vec reads
+    /// them.
+    unsafe fn uninit(
+        device: &HipDevice,
+        block: GgmlDType,
+        dtype: DType,
+        rows: usize,
+        k: usize,
+    ) -> Result<Rounded> {
+        let count = size::mul("qmatmul", "the input", rows, k)?;
+        let scales = count / SUB;
+        // SAFETY (the three allocations): forwarded to the caller.
+        let (q, d, s) = unsafe {
+            (
+                device.alloc_uninit(&Shape::from(count), DType::U8)?,
+                device.alloc_uninit(&Shape::from(scales), DType::F32)?,
+                device.alloc_uninit(&Shape::from(scales), DType::F32)?,
+            )
+        };
         Ok(Rounded {
             block,
-            dtype: x.dtype(),
+            dtype,
             rows,
             k,
             q,
             d,
             s,
         })
+    }
+
+    /// The merge of flash-decoding's `splits` (one row of `h_q · head_dim`
+    /// values, whole blocks of `weights`' type: the caller checks) rounded
+    /// for the mat-vec of `weights`' blocks by the merge itself.
+    fn of_splits(weights: &QuantizedStorage, splits: &Splits) -> Result<Rounded> {
+        const OP: &str = "qmatmul";
+        let block = activation_type(weights.dtype);
+        let (rows, k) = (splits.rows(), splits.row_width());
+        // SAFETY: flash_combine_round writes every integer, scale and sum.
+        let mut act = unsafe { Rounded::uninit(weights.device(), block, splits.dtype(), rows, k) }?;
+        let (count, scales) = (rows * k, rows * k / SUB);
+        splits.merge_rounded(
+            activation_code(block),
+            &act.q.view_range_mut(OP, 0, count)?,
+            &act.d.view_range_mut(OP, 0, scales)?,
+            &act.s.view_range_mut(OP, 0, scales)?,
+        )?;
+        Ok(act)
     }
 
     /// The integers, scales and sums as the mat-vec reads them.
@@ -738,7 +862,7 @@ mod tests {
     #[test]
     fn constants_match_quantized_hip() {
         assert_eq!(
-            candle_hip_kernels::QUANTIZED.define("CH_QACT_PER_LANE"),
+            candle_hip_kernels::COMMON_HEADER.define("CH_QACT_PER_LANE"),
             Some(ACT_PER_LANE.to_string().as_str())
         );
         assert_eq!(

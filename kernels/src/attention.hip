@@ -44,6 +44,16 @@
 //     Merges the splits of each row into the output. Grid (s_q * h_q,
 //     batch); block: D threads rounded up to a multiple of the wave size.
 //
+//   flash_combine_round_d<D>_<T>(AttnArgs a, const float* part,
+//                                signed char* q, float* d, float* s,
+//                                ch_u32 act)
+//     The same merge, each (batch, query) row of h_q * D values rounded
+//     for a product against GGML blocks instead of written: exactly what
+//     quantize_act_<a>_<T> (quantized.hip) makes of flash_combine's output,
+//     a = q8_0, q8_1 or q8k for act 0, 1 or 2; h_q * D must be whole
+//     blocks of a. Grid (ceil(h_q * D / 256), s_q, batch); block: 256
+//     threads.
+//
 // Matrix instructions (one 16x16x16 product per wave, `Mma` below): MFMA on
 // CDNA (gfx908 for f16; gfx90a, gfx942 for f16 and bf16), WMMA on RDNA 3
 // (gfx11) and RDNA 4 (gfx12), `mma.sync` on the NVIDIA test platform
@@ -1194,6 +1204,44 @@ struct SplitStats {
   }
 };
 
+// The weights of one row's splits (its records from `src` on) into w[s]
+// and their sum into *sum, computed by one wave (this lane `lane`): the
+// splits' maxima and sums merged with a wave reduction.
+template <int D>
+__device__ __forceinline__ void split_weights(const float* __restrict__ src, int splits, float* w, float* sum,
+                                              int lane) {
+  SplitStats::State st = SplitStats::identity();
+  for (int s = lane; s < splits; s += CANDLE_HIP_WAVE)
+    st = SplitStats::combine(st, SplitStats::State{src[s * (D + 2) + D], src[s * (D + 2) + D + 1]});
+  st = wave_reduce<SplitStats>(st);
+  for (int s = lane; s < splits; s += CANDLE_HIP_WAVE) w[s] = attn_exp2(src[s * (D + 2) + D], st.m);
+  if (lane == 0) *sum = st.l;
+}
+
+// Element d of one row merged from its splits' records at `src` with the
+// weights w and their sum (split_weights).
+template <int D>
+__device__ __forceinline__ float split_merge(const float* __restrict__ src, int splits, const float* w, float sum,
+                                             int d) {
+  // Four independent sums: the loads of four splits are in flight at once.
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int s = 0;
+  for (; s + 4 <= splits; s += 4) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc[u] += w[s + u] * src[(s + u) * (D + 2) + d];
+  }
+  for (; s < splits; ++s) acc[0] += w[s] * src[s * (D + 2) + d];
+  const float out = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  return sum > 0.0f ? out / sum : 0.0f;
+}
+
+// The records of row (batch b, query i, head h).
+template <int D>
+__device__ __forceinline__ const float* split_records(const AttnArgs& a, const float* part, ch_u32 b, ch_u32 i,
+                                                      ch_u32 h) {
+  return part + (((ch_u64)b * a.h_q + h) * a.s_q + i) * a.splits * (D + 2);
+}
+
 // One block per (query, head): the first wave merges the splits' maxima
 // and sums and leaves each split's weight in shared memory, then thread d
 // takes the weighted sum of the splits' element d. The block is D threads
@@ -1205,29 +1253,67 @@ __device__ __forceinline__ void flash_combine(const AttnArgs& a, const float* __
   const ch_u32 hi = blockIdx.x, b = blockIdx.y;
   const ch_u32 i = hi / a.h_q, h = hi % a.h_q;
   const int d = (int)threadIdx.x;
-  const int splits = (int)a.splits;
-  const float* src = part + (((ch_u64)b * a.h_q + h) * a.s_q + i) * a.splits * (D + 2);
-  if (d < CANDLE_HIP_WAVE) {
-    SplitStats::State st = SplitStats::identity();
-    for (int s = d; s < splits; s += CANDLE_HIP_WAVE)
-      st = SplitStats::combine(st, SplitStats::State{src[s * (D + 2) + D], src[s * (D + 2) + D + 1]});
-    st = wave_reduce<SplitStats>(st);
-    for (int s = d; s < splits; s += CANDLE_HIP_WAVE) s_w[s] = attn_exp2(src[s * (D + 2) + D], st.m);
-    if (d == 0) s_sum = st.l;
-  }
+  const float* src = split_records<D>(a, part, b, i, h);
+  if (d < CANDLE_HIP_WAVE) split_weights<D>(src, (int)a.splits, s_w, &s_sum, d);
   __syncthreads();
   if (d >= D) return;
-  // Four independent sums: the loads of four splits are in flight at once.
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int s = 0;
-  for (; s + 4 <= splits; s += 4) {
-#pragma unroll
-    for (int u = 0; u < 4; ++u) acc[u] += s_w[s + u] * src[(s + u) * (D + 2) + d];
+  o[(((ch_u64)b * a.s_q + i) * a.h_q + h) * D + d] = Num<T>::from_acc(split_merge<D>(src, (int)a.splits, s_w, s_sum, d));
+}
+
+// Values of a row a block of flash_combine_round merges and rounds: one a
+// thread, one q8k block (eight of q8_0 / q8_1).
+#define CH_MERGE_ROUND_VALUES 256
+// The most heads such a block touches (head dim 32, or more where a head
+// straddles two blocks).
+#define CH_MERGE_ROUND_HEADS (CH_MERGE_ROUND_VALUES / 32 + 1)
+
+// flash_combine's values of each row (batch, query: the h_q * D values of
+// every head, a quantized o product's input), rounded to T, then to 8 bits
+// as quantize_act_<a> rounds them (act 0 q8_0, 1 q8_1, 2 q8k): q the
+// integers of row r from r * h_q * D on, d and s its scales and sums from
+// r * h_q * D / 32 on. The waves weigh the splits of the block's heads,
+// each thread merges one value into shared memory, then the first
+// CH_MERGE_ROUND_VALUES / CH_QACT_PER_LANE lanes (of one wave) round them.
+template <typename T, int D>
+__device__ __forceinline__ void flash_combine_round(const AttnArgs& a, const float* __restrict__ part,
+                                                    signed char* __restrict__ q, float* __restrict__ d,
+                                                    float* __restrict__ s, ch_u32 act) {
+  __shared__ float s_w[CH_MERGE_ROUND_HEADS][CH_DECODE_MAX_SPLITS];
+  __shared__ float s_sum[CH_MERGE_ROUND_HEADS];
+  __shared__ float s_v[CH_MERGE_ROUND_VALUES];
+  static_assert(CH_MERGE_ROUND_VALUES / CH_QACT_PER_LANE <= CANDLE_HIP_WAVE, "one wave rounds the block");
+  const ch_u32 i = blockIdx.y, b = blockIdx.z;
+  const int tid = (int)threadIdx.x, lane = tid % CANDLE_HIP_WAVE, wave = tid / CANDLE_HIP_WAVE;
+  const int splits = (int)a.splits;
+  const ch_u64 width = (ch_u64)a.h_q * D, first = (ch_u64)blockIdx.x * CH_MERGE_ROUND_VALUES;
+  const ch_u64 past = first + CH_MERGE_ROUND_VALUES < width ? first + CH_MERGE_ROUND_VALUES : width;
+  const ch_u32 h0 = (ch_u32)(first / D), heads = (ch_u32)((past + D - 1) / D) - h0;
+  for (ch_u32 h = (ch_u32)wave; h < heads; h += blockDim.x / CANDLE_HIP_WAVE)
+    split_weights<D>(split_records<D>(a, part, b, i, h0 + h), splits, s_w[h], &s_sum[h], lane);
+  __syncthreads();
+  const ch_u64 e = first + tid;
+  float v = 0.0f;
+  if (e < width) {
+    const ch_u32 h = (ch_u32)(e / D) - h0;
+    const float merged = split_merge<D>(split_records<D>(a, part, b, i, h0 + h), splits, s_w[h], s_sum[h],
+                                        (int)(e % D));
+    v = Num<T>::to_acc(Num<T>::from_acc(merged));
   }
-  for (; s < splits; ++s) acc[0] += s_w[s] * src[s * (D + 2) + d];
-  const float out = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-  const float sum = s_sum;
-  o[(((ch_u64)b * a.s_q + i) * a.h_q + h) * D + d] = Num<T>::from_acc(sum > 0.0f ? out / sum : 0.0f);
+  s_v[tid] = v;
+  __syncthreads();
+  if (tid >= CH_MERGE_ROUND_VALUES / CH_QACT_PER_LANE) return;
+  float vals[CH_QACT_PER_LANE];
+#pragma unroll
+  for (int k = 0; k < CH_QACT_PER_LANE; ++k) vals[k] = s_v[tid * CH_QACT_PER_LANE + k];
+  const ch_u64 row = (ch_u64)b * a.s_q + i;
+  const ch_u64 t = first / CH_QACT_PER_LANE + (ch_u64)tid;
+  const bool live = first + (ch_u64)tid * CH_QACT_PER_LANE < width;
+  q += row * width;
+  d += row * (width / 32);
+  s += row * (width / 32);
+  if (act == 0) q_round<0>(q, d, s, t, live, vals);
+  if (act == 1) q_round<1>(q, d, s, t, live, vals);
+  if (act == 2) q_round<2>(q, d, s, t, live, vals);
 }
 
 #define FLASH_ATTN(NAME, D, TYPE)                                                                      \
@@ -1253,6 +1339,12 @@ __device__ __forceinline__ void flash_combine(const AttnArgs& a, const float* __
     flash_combine<ch_##TYPE, D>(a, part, o);                                                           \
   }
 
+#define FLASH_COMBINE_ROUND(NAME, D, TYPE)                                                             \
+  extern "C" __global__ void __launch_bounds__(CH_MERGE_ROUND_VALUES)                                  \
+      NAME##_##TYPE(AttnArgs a, const float* part, signed char* q, float* d, float* s, ch_u32 act) {   \
+    flash_combine_round<ch_##TYPE, D>(a, part, q, d, s, act);                                          \
+  }
+
 #define CH_HALVES(M, NAME, OP) CH_EACH(M, NAME, OP, f16) CH_EACH(M, NAME, OP, bf16)
 
 #if CH_PART(1)
@@ -1276,10 +1368,16 @@ CH_HALVES(FLASH_COMBINE, flash_combine_d32, 32)
 CH_HALVES(FLASH_COMBINE, flash_combine_d64, 64)
 CH_HALVES(FLASH_COMBINE, flash_combine_d80, 80)
 CH_HALVES(FLASH_COMBINE, flash_combine_d96, 96)
+CH_HALVES(FLASH_COMBINE_ROUND, flash_combine_round_d32, 32)
+CH_HALVES(FLASH_COMBINE_ROUND, flash_combine_round_d64, 64)
+CH_HALVES(FLASH_COMBINE_ROUND, flash_combine_round_d80, 80)
+CH_HALVES(FLASH_COMBINE_ROUND, flash_combine_round_d96, 96)
 #endif
 #if CH_PART(5)
 CH_HALVES(FLASH_DECODE, flash_decode_d128, 128)
 CH_HALVES(FLASH_DECODE, flash_decode_d256, 256)
 CH_HALVES(FLASH_COMBINE, flash_combine_d128, 128)
 CH_HALVES(FLASH_COMBINE, flash_combine_d256, 256)
+CH_HALVES(FLASH_COMBINE_ROUND, flash_combine_round_d128, 128)
+CH_HALVES(FLASH_COMBINE_ROUND, flash_combine_round_d256, 256)
 #endif

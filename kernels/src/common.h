@@ -1153,4 +1153,117 @@ __device__ __forceinline__ void nchw_split(ch_u64 o, ch_u64 c_dim, ch_u64 h_dim,
   n = divmod(rest, c_dim, c);
 }
 
+// ---------------------------------------------------------------------------
+// Rounding activations to 8 bits as candle's CPU from_float of the vec-dot
+// types does (q8_0, q8_1, q8k): quantized.hip's quantize_act and the
+// attention merge that feeds a quantized product (attention.hip).
+
+// The f32 value of the f16 nearest to v (ties to even).
+__device__ __forceinline__ float q_round_half(float v) { return Num<ch_f16>::to_f32(Num<ch_f16>::from_f32(v)); }
+
+// Each thread rounds CH_QACT_PER_LANE consecutive values, so a block of 32
+// (q8_0, q8_1) is rounded by 4 adjacent lanes and a block of 256 (q8k) by
+// 32, which combine their maxima and sums with shuffles that stay inside
+// the group: the lanes of a group must be converged; lanes past the end
+// compute on the first values and store nothing.
+#define CH_QACT_PER_LANE 8
+
+// `v` combined over the G adjacent lanes of this lane's aligned group.
+template <int G, typename S, typename F>
+__device__ __forceinline__ S q_group_reduce(S v, const F& combine) {
+#pragma unroll
+  for (int m = G / 2; m > 0; m /= 2) v = combine(v, shfl_xor_state(v, m));
+  return v;
+}
+
+// The signed bytes `q` of this thread, stored at its 8-byte-aligned place.
+__device__ __forceinline__ void q_act_store(signed char* __restrict__ q, ch_u64 t, const int (&v)[CH_QACT_PER_LANE]) {
+  Pack<ch_u32, 2> packed;
+  packed.v[0] = packed.v[1] = 0;
+#pragma unroll
+  for (int e = 0; e < CH_QACT_PER_LANE; ++e) packed.v[e / 4] |= ((ch_u32)v[e] & 0xffu) << (8 * (e % 4));
+  *reinterpret_cast<Pack<ch_u32, 2>*>(q + t * CH_QACT_PER_LANE) = packed;
+}
+
+// Candle's BlockQ8_0 / BlockQ8_1 from_float of thread t's values v (t a real
+// item where `live`; the lanes of a group call together): d = amax / 127
+// (stored as f16), q = round(x / d) (through 1 / d, half away from zero);
+// q8_1 adds s = f16(sum q) * d, rounded to f16.
+template <bool SUM>
+__device__ __forceinline__ void q_round_32(signed char* __restrict__ q, float* __restrict__ d,
+                                           float* __restrict__ s, ch_u64 t, bool live,
+                                           const float (&v)[CH_QACT_PER_LANE]) {
+  const int G = 32 / CH_QACT_PER_LANE;
+  float amax = 0.0f;
+#pragma unroll
+  for (int e = 0; e < CH_QACT_PER_LANE; ++e) amax = fmaxf(amax, fabsf(v[e]));
+  amax = q_group_reduce<G>(amax, [](float a, float b) { return fmaxf(a, b); });
+  const float scale = amax / 127.0f;
+  const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+  int iv[CH_QACT_PER_LANE], sum = 0;
+#pragma unroll
+  for (int e = 0; e < CH_QACT_PER_LANE; ++e) {
+    iv[e] = (int)roundf(v[e] * inv);
+    sum += iv[e];
+  }
+  sum = q_group_reduce<G>(sum, [](int a, int b) { return a + b; });
+  if (live) {
+    q_act_store(q, t, iv);
+    if (t % G == 0) {
+      const float stored = q_round_half(scale);
+      d[t / G] = stored;
+      if (SUM) s[t / G] = q_round_half(q_round_half((float)sum) * stored);
+    }
+  }
+}
+
+// The largest magnitude of a q8k block and the value that has it first.
+struct QAbsMax {
+  float amax, max;
+  ch_u32 index;
+};
+
+// Candle's BlockQ8K from_float: per 256 values, the first value of largest
+// magnitude `max` gives iscale = -127 / max, q = round(iscale * x) clamped to
+// [-128, 127], d = 1 / iscale (f32, repeated for each of the 8 sub-blocks);
+// called as q_round_32.
+__device__ __forceinline__ void q_round_256(signed char* __restrict__ q, float* __restrict__ d, ch_u64 t, bool live,
+                                            const float (&v)[CH_QACT_PER_LANE]) {
+  const int G = 256 / CH_QACT_PER_LANE;
+  QAbsMax m = {0.0f, 0.0f, 0u};
+#pragma unroll
+  for (int e = 0; e < CH_QACT_PER_LANE; ++e) {
+    if (m.amax < fabsf(v[e])) {
+      m.amax = fabsf(v[e]);
+      m.max = v[e];
+      m.index = (ch_u32)e;
+    }
+  }
+  m.index += (ch_u32)(t % G) * CH_QACT_PER_LANE;
+  // The larger magnitude; of equal ones, the earlier value (NaN never
+  // becomes the maximum, as in the CPU's comparison).
+  m = q_group_reduce<G>(m, [](QAbsMax a, QAbsMax b) {
+    return (b.amax > a.amax || (b.amax == a.amax && b.index < a.index)) ? b : a;
+  });
+  const float iscale = m.amax == 0.0f ? 0.0f : -127.0f / m.max;
+  int iv[CH_QACT_PER_LANE];
+#pragma unroll
+  for (int e = 0; e < CH_QACT_PER_LANE; ++e) iv[e] = (int)fminf(fmaxf(roundf(iscale * v[e]), -128.0f), 127.0f);
+  if (live) {
+    q_act_store(q, t, iv);
+    if (t % G < 256 / 32) d[(t / G) * (256 / 32) + t % G] = m.amax == 0.0f ? 0.0f : 1.0f / iscale;
+  }
+}
+
+// Thread t's values v rounded to activation type ACT (q_round_*).
+template <int ACT>
+__device__ __forceinline__ void q_round(signed char* q, float* d, float* s, ch_u64 t, bool live,
+                                        const float (&v)[CH_QACT_PER_LANE]) {
+  if (ACT == 2) {
+    q_round_256(q, d, t, live, v);
+  } else {
+    q_round_32<ACT == 1>(q, d, s, t, live, v);
+  }
+}
+
 #endif  // CANDLE_HIP_COMMON_H

@@ -30,7 +30,7 @@
 
 use candle_core::backend::BackendStorage;
 use candle_core::{DType, Layout};
-use hip_safe::{DevicePtr, DeviceRepr, LaunchConfig};
+use hip_safe::{DevicePtr, DeviceRepr, DeviceViewMut, LaunchConfig};
 
 use crate::error::{Result, invalid};
 use crate::kernel::catalogue::{self as cat, Family};
@@ -220,37 +220,43 @@ fn readable<'a>(
 }
 
 /// The kernel family of a head dim.
-fn families(d: usize) -> Option<[&'static Family; 3]> {
+fn families(d: usize) -> Option<[&'static Family; 4]> {
     Some(match d {
         32 => [
             &cat::FLASH_ATTN_D32,
             &cat::FLASH_DECODE_D32,
             &cat::FLASH_COMBINE_D32,
+            &cat::FLASH_COMBINE_ROUND_D32,
         ],
         64 => [
             &cat::FLASH_ATTN_D64,
             &cat::FLASH_DECODE_D64,
             &cat::FLASH_COMBINE_D64,
+            &cat::FLASH_COMBINE_ROUND_D64,
         ],
         80 => [
             &cat::FLASH_ATTN_D80,
             &cat::FLASH_DECODE_D80,
             &cat::FLASH_COMBINE_D80,
+            &cat::FLASH_COMBINE_ROUND_D80,
         ],
         96 => [
             &cat::FLASH_ATTN_D96,
             &cat::FLASH_DECODE_D96,
             &cat::FLASH_COMBINE_D96,
+            &cat::FLASH_COMBINE_ROUND_D96,
         ],
         128 => [
             &cat::FLASH_ATTN_D128,
             &cat::FLASH_DECODE_D128,
             &cat::FLASH_COMBINE_D128,
+            &cat::FLASH_COMBINE_ROUND_D128,
         ],
         256 => [
             &cat::FLASH_ATTN_D256,
             &cat::FLASH_DECODE_D256,
             &cat::FLASH_COMBINE_D256,
+            &cat::FLASH_COMBINE_ROUND_D256,
         ],
         _ => return None,
     })
@@ -278,6 +284,10 @@ fn decode_waves(d: usize, arch: &str) -> u32 {
         (false, false) => 2,
     }
 }
+
+/// Values a block of `flash_combine_round_d*` merges and rounds
+/// (`CH_MERGE_ROUND_VALUES` of `attention.hip`), one a thread.
+const MERGE_ROUND_VALUES: usize = 256;
 
 /// Query rows per decode block (`CH_DECODE_ROWS` of `attention.hip`).
 const DECODE_ROWS: usize = 16;
@@ -323,6 +333,151 @@ pub fn flash_attn(
     extras: FlashAttnExtras,
     params: &FlashAttnParams,
 ) -> candle_core::Result<HipStorage> {
+    match attend(q, q_l, k, k_l, v, v_l, extras, params)? {
+        Attended::Output(out) => Ok(out),
+        Attended::Splits(splits) => splits.merge(),
+    }
+}
+
+/// What the attention kernels of [`attend`] left.
+pub(crate) enum Attended {
+    /// The output, as [`flash_attn`] returns it.
+    Output(HipStorage),
+    /// Flash-decoding's records of each key split, to merge.
+    Splits(Splits),
+}
+
+/// The records of flash-decoding's key splits, for every (batch, head,
+/// query) row: the unnormalised partial output, the maximum and the sum of
+/// each split (d + 2 floats).
+pub(crate) struct Splits {
+    part: HipStorage,
+    args: AttnArgs,
+    batch: usize,
+    head_dim: usize,
+    dtype: DType,
+}
+
+impl Splits {
+    /// The number of values of each (batch, query) row of the output:
+    /// every head's.
+    pub(crate) fn row_width(&self) -> usize {
+        self.args.h_q as usize * self.head_dim
+    }
+
+    /// The (batch, query) rows of the output.
+    pub(crate) fn rows(&self) -> usize {
+        self.batch * self.args.s_q as usize
+    }
+
+    /// The dtype of the attention's output.
+    pub(crate) fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The merge of the splits into [`flash_attn`]'s output.
+    fn merge(self) -> candle_core::Result<HipStorage> {
+        let (args, d) = (&self.args, self.head_dim);
+        let device = self.part.device();
+        let launcher = device.kernels();
+        let len = size::mul(OP, "the output", self.rows() * args.h_q as usize, d)?;
+        // SAFETY: the merge writes every element: one block per (query,
+        // head) and batch, a thread per element of the head.
+        let mut out = unsafe { device.alloc_storage(self.dtype, len) }?;
+        let pr = self.part.view_range(OP, 0, self.part.len())?;
+        let o = out.view_all_mut();
+        let wave = launcher.wave_size() as usize;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                to_u32(OP, "queries x heads", args.s_q as usize * args.h_q as usize)?,
+                to_u32(OP, "batch", self.batch)?,
+                1,
+            ),
+            block_dim: (to_u32(OP, "merge threads", d.next_multiple_of(wave))?, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let kernel = self.families()?[2].kernel(OP, self.dtype)?;
+        // SAFETY: flash_combine_d<D>_T takes (AttnArgs, const float* part,
+        // T* o); part holds the records of b*h_q*s_q rows of `splits`
+        // splits, o b*s_q*h_q*d elements; one block of d threads rounded up
+        // to whole waves per (query, head) and batch.
+        unsafe { launcher.launch(kernel, cfg, &[args, &pr, &o]) }?;
+        Ok(out)
+    }
+
+    /// The merge rounded for a product against GGML blocks whose vec-dot
+    /// type is `act` (`flash_combine_round_d<D>`: 0 q8_0, 1 q8_1, 2 q8k)
+    /// instead of written: each row's integers into `q` (row r from r *
+    /// [`row_width`](Splits::row_width) on), its scales and sums into `d`
+    /// and `s` (one per 32 values), as `quantize_act` rounds the merged
+    /// output. The row width must be whole blocks of the activation type
+    /// (the caller checks it against the weights); the views are checked
+    /// here.
+    pub(crate) fn merge_rounded(
+        &self,
+        act: u32,
+        q: &DeviceViewMut<'_, u8>,
+        d: &DeviceViewMut<'_, u8>,
+        s: &DeviceViewMut<'_, u8>,
+    ) -> candle_core::Result<()> {
+        let count = size::mul(OP, "the rounded rows", self.rows(), self.row_width())?;
+        let scales = size::mul(OP, "the scales", count / 32, 4)?;
+        if !count.is_multiple_of(32) || q.len() < count || d.len() < scales || s.len() < scales {
+            return Err(invalid(
+                OP,
+                format!(
+                    "{count} merged values do not fit the rounding's {} integers and {} / {} \
+                     scale bytes",
+                    q.len(),
+                    d.len(),
+                    s.len()
+                ),
+            ));
+        }
+        let launcher = self.part.device().kernels();
+        let cfg = LaunchConfig {
+            grid_dim: (
+                to_u32(
+                    OP,
+                    "merge blocks",
+                    self.row_width().div_ceil(MERGE_ROUND_VALUES),
+                )?,
+                self.args.s_q,
+                to_u32(OP, "batch", self.batch)?,
+            ),
+            block_dim: (MERGE_ROUND_VALUES as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let pr = self.part.view_range(OP, 0, self.part.len())?;
+        let kernel = self.families()?[3].kernel(OP, self.dtype)?;
+        // SAFETY: flash_combine_round_d<D>_T takes (AttnArgs, const float*
+        // part, i8* q, float* d, float* s, u32 act); part holds the records
+        // of b*h_q*s_q rows, q `count` bytes, d and s count / 32 floats
+        // (checked above); the grid covers (row blocks of 256 values, s_q,
+        // b) with 256 threads a block.
+        unsafe { launcher.launch(kernel, cfg, &[&self.args, &pr, q, d, s, &act]) }
+    }
+
+    /// The kernel families of the head dim.
+    fn families(&self) -> candle_core::Result<[&'static Family; 4]> {
+        families(self.head_dim)
+            .ok_or_else(|| invalid(OP, format!("head_dim {} has no kernel", self.head_dim)))
+    }
+}
+
+/// [`flash_attn`] up to flash-decoding's merge: the output, or (more than
+/// one key split) the splits' records.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attend(
+    q: &HipStorage,
+    q_l: &Layout,
+    k: &HipStorage,
+    k_l: &Layout,
+    v: &HipStorage,
+    v_l: &Layout,
+    extras: FlashAttnExtras,
+    params: &FlashAttnParams,
+) -> candle_core::Result<Attended> {
     for other in [k, v] {
         q.check_device(other, OP)?;
         q.check_dtype(other, OP)?;
@@ -353,7 +508,7 @@ pub fn flash_attn(
             format!("{h_k} key/value heads must divide {h_q} query heads"),
         ));
     }
-    let Some([prefill, decode, combine]) = families(d) else {
+    let Some([prefill, decode, _, _]) = families(d) else {
         return Err(invalid(
             OP,
             format!("head_dim {d} has no kernel (supported: {HEAD_DIMS:?})"),
@@ -379,11 +534,11 @@ pub fn flash_attn(
         .transpose()?;
     let device = q.device();
     let len = size::product(OP, "the output", &[b, s_q, h_q, d])?;
-    // SAFETY: every element of the output is written by one of the kernels
-    // below (every row of every head), or the output is empty.
-    let mut out = unsafe { device.alloc_storage(dtype, len) }?;
+    // SAFETY (every use): every element of the output is written by one of
+    // the kernels below (every row of every head), or the output is empty.
+    let alloc_out = || unsafe { device.alloc_storage(dtype, len) };
     if len == 0 {
-        return Ok(out);
+        return Ok(Attended::Output(alloc_out()?));
     }
     let u32_of = |what, v| to_u32(OP, what, v);
     let mut args = AttnArgs {
@@ -434,6 +589,7 @@ pub fn flash_attn(
             block_dim: (waves * launcher.wave_size(), 1, 1),
             shared_mem_bytes: 0,
         };
+        let mut out = alloc_out()?;
         let o = out.view_all_mut();
         let kernel = prefill.kernel(OP, dtype)?;
         // SAFETY: flash_attn_d<D>_T takes (AttnArgs, const T* q, k, v, T* o,
@@ -442,7 +598,7 @@ pub fn flash_attn(
         // h_q floats or is null; the grid covers (query blocks, h_q, b) with
         // ATTN_WAVES(d) waves per block.
         unsafe { launcher.launch(kernel, cfg, &[&args, &qv, &kv, &vv, &o, slopes]) }?;
-        return Ok(out);
+        return Ok(Attended::Output(out));
     }
 
     // Flash-decoding: partial results per key split, then their merge; one
@@ -471,6 +627,10 @@ pub fn flash_attn(
     // SAFETY: the decode kernel writes the d + 2 floats of every (row,
     // split) before the merge reads them; with one split it writes none.
     let mut part = unsafe { device.alloc_storage(DType::F32, part_len) }?;
+    let mut out = match merged {
+        true => None,
+        false => Some(alloc_out()?),
+    };
     let cfg = LaunchConfig {
         grid_dim: (
             args.splits,
@@ -481,9 +641,10 @@ pub fn flash_attn(
         shared_mem_bytes: 0,
     };
     {
-        let (part_view, out_view) = (part.view_all_mut(), out.view_all_mut());
+        let part_view = part.view_all_mut();
+        let out_view = out.as_mut().map(HipStorage::view_all_mut);
         let part_arg = mut_view_or_null(merged.then_some(&part_view));
-        let out_arg = mut_view_or_null((!merged).then_some(&out_view));
+        let out_arg = mut_view_or_null(out_view.as_ref());
         // SAFETY: flash_decode_d<D>_T takes (AttnArgs, const T* q, k, v,
         // float* part, const float* alibi, const u32* key_lens, T* o); views
         // as above, key_lens b u32 or null; either part holds
@@ -498,23 +659,16 @@ pub fn flash_attn(
             )
         }?;
     }
-    if !merged {
-        return Ok(out);
+    if let Some(out) = out {
+        return Ok(Attended::Output(out));
     }
-    let pr = part.view_range(OP, 0, part_len)?;
-    let o = out.view_all_mut();
-    let wave = launcher.wave_size() as usize;
-    let cfg = LaunchConfig {
-        grid_dim: (u32_of("queries x heads", s_q * h_q)?, batch, 1),
-        block_dim: (u32_of("merge threads", d.next_multiple_of(wave))?, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let kernel = combine.kernel(OP, dtype)?;
-    // SAFETY: flash_combine_d<D>_T takes (AttnArgs, const float* part, T*
-    // o); part as written above, o holds b*s_q*h_q*d elements; one block of
-    // d threads rounded up to whole waves per (query, head) and batch.
-    unsafe { launcher.launch(kernel, cfg, &[&args, &pr, &o]) }?;
-    Ok(out)
+    Ok(Attended::Splits(Splits {
+        part,
+        args,
+        batch: b,
+        head_dim: d,
+        dtype,
+    }))
 }
 
 #[cfg(test)]
@@ -589,13 +743,16 @@ mod tests {
             src.define("CH_DECODE_ROWS"),
             Some(DECODE_ROWS.to_string().as_str())
         );
+        assert_eq!(
+            src.define("CH_MERGE_ROUND_VALUES"),
+            Some(MERGE_ROUND_VALUES.to_string().as_str())
+        );
     }
 
     #[test]
     fn every_head_dim_has_its_kernels() {
         for d in HEAD_DIMS {
-            let [p, dec, c] = families(d).unwrap();
-            for f in [p, dec, c] {
+            for f in families(d).unwrap() {
                 assert!(f.name.ends_with(&format!("_d{d}")), "{}", f.name);
             }
         }

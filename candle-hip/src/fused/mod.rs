@@ -28,7 +28,7 @@
 //! (which round intermediate results to the storage type) by rounding only.
 
 mod argsort;
-mod attention;
+pub(crate) mod attention;
 mod linear;
 mod rope;
 mod rows;

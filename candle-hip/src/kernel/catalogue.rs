@@ -482,6 +482,12 @@ families! {
     FLASH_COMBINE_D96 = "flash_combine_d96" in ATTENTION part 4: Halves;
     FLASH_COMBINE_D128 = "flash_combine_d128" in ATTENTION part 5: Halves;
     FLASH_COMBINE_D256 = "flash_combine_d256" in ATTENTION part 5: Halves;
+    FLASH_COMBINE_ROUND_D32 = "flash_combine_round_d32" in ATTENTION part 4: Halves;
+    FLASH_COMBINE_ROUND_D64 = "flash_combine_round_d64" in ATTENTION part 4: Halves;
+    FLASH_COMBINE_ROUND_D80 = "flash_combine_round_d80" in ATTENTION part 4: Halves;
+    FLASH_COMBINE_ROUND_D96 = "flash_combine_round_d96" in ATTENTION part 4: Halves;
+    FLASH_COMBINE_ROUND_D128 = "flash_combine_round_d128" in ATTENTION part 5: Halves;
+    FLASH_COMBINE_ROUND_D256 = "flash_combine_round_d256" in ATTENTION part 5: Halves;
 }
 
 /// The family of candle's `UnaryOpT::KERNEL` or `BinaryOpT::KERNEL` name
@@ -989,7 +995,7 @@ mod tests {
         // What the sandbox check compiles for each AMD target (each kernel
         // more or fewer is compile time; see kernels/README.md).
         let total: usize = FAMILIES.iter().map(|f| f.kernels().len()).sum();
-        assert_eq!(total, 710);
+        assert_eq!(total, 722);
     }
 
     #[test]

@@ -592,6 +592,118 @@ fn fused_quantized_parts_equal_the_separate_products() {
     t.finish("conformance fused_qmatvec parts");
 }
 
+/// `fused_attention_matvec_parts` (a decoding step's attention, its merge
+/// rounding the o product's input) against `flash_attn` followed by
+/// `fused_matvec_parts` of its output, plus the residual: bit for bit. Key
+/// caches long enough for several splits (the merge rounds) and short (one
+/// split: the attention writes its output, rounded as before), head dims
+/// whose heads fill the merge's blocks of 256 values or straddle them
+/// (80), the three activation types, and weights of two block types.
+#[test]
+#[ignore = "needs a HIP device"]
+fn fused_attention_product_equals_the_separate_ops() {
+    use candle_hip::fused::{self, FlashAttnExtras, FlashAttnParams, LinearInput};
+    let (dev, mut t, mut rng) = start(0x5eed_0057);
+    // (weights as (block type, rows), heads, kv heads, head dim, cache, filled)
+    type Case = (
+        &'static [(GgmlDType, usize)],
+        usize,
+        usize,
+        usize,
+        usize,
+        u32,
+    );
+    let cases: [Case; 6] = [
+        (&[(GgmlDType::Q4K, 24)], 8, 2, 64, 512, 300),
+        (
+            &[(GgmlDType::Q4K, 16), (GgmlDType::Q6K, 8)],
+            4,
+            4,
+            128,
+            1024,
+            1000,
+        ),
+        (&[(GgmlDType::Q8_0, 40)], 16, 4, 80, 700, 650),
+        (&[(GgmlDType::Q4_1, 9)], 2, 1, 80, 512, 77),
+        (&[(GgmlDType::Q4_0, 33)], 8, 8, 32, 300, 300),
+        (&[(GgmlDType::Q4K, 24)], 8, 2, 64, 40, 40),
+    ];
+    for (weights, h_q, h_k, d, s_k, filled) in cases {
+        for dtype in [DType::BF16, DType::F16] {
+            let case =
+                || format!("{weights:?}, h_q {h_q}, h_k {h_k}, d {d}, {filled} of {s_k} keys");
+            let op = "fused_attention_qmatvec";
+            let outcome = (|| -> candle_core::Result<std::result::Result<(), String>> {
+                let k = h_q * d;
+                let up = |values: Vec<f64>, dtype: DType| upload(&dev, values, dtype);
+                let blocks: Vec<(QuantizedStorage, Shape)> = weights
+                    .iter()
+                    .map(|&(wt, n)| {
+                        let values = block_values(&mut rng, wt, n * k / wt.block_size(), true);
+                        (
+                            load(&dev, &quantize(&values, n, k, wt)),
+                            Shape::from((n, k)),
+                        )
+                    })
+                    .collect();
+                let parts: Vec<_> = blocks.iter().map(|(q, s)| (q, s)).collect();
+                let n: usize = weights.iter().map(|&(_, n)| n).sum();
+                let mut values = |count: usize| -> Vec<f64> {
+                    (0..count).map(|_| rng.uniform(-2.0, 2.0)).collect()
+                };
+                let (q, kc, vc) = (
+                    up(values(k), dtype)?,
+                    up(values(s_k * h_k * d), dtype)?,
+                    up(values(s_k * h_k * d), dtype)?,
+                );
+                let residual = up(values(n), dtype)?;
+                let lens = up(vec![filled as f64], DType::U32)?;
+                let (q_l, kv_l) = (
+                    Layout::contiguous((1, 1, h_q, d)),
+                    Layout::contiguous((1, s_k, h_k, d)),
+                );
+                let (res_l, lens_l, row) = (
+                    Layout::contiguous(n),
+                    Layout::contiguous(1),
+                    Layout::contiguous((1, k)),
+                );
+                let extras = || FlashAttnExtras {
+                    alibi_slopes: None,
+                    key_lens: Some((&lens, &lens_l)),
+                };
+                let params = FlashAttnParams::new(1.0 / (d as f32).sqrt(), false);
+                let got = QuantizedStorage::fused_attention_matvec_parts(
+                    &parts,
+                    (&q, &q_l),
+                    (&kc, &kv_l),
+                    (&vc, &kv_l),
+                    extras(),
+                    &params,
+                    Some((&residual, &res_l)),
+                )?;
+                let attended =
+                    fused::flash_attn(&q, &q_l, &kc, &kv_l, &vc, &kv_l, extras(), &params)?;
+                let want = QuantizedStorage::fused_matvec_parts(
+                    &parts,
+                    &attended,
+                    &row,
+                    LinearInput::Plain,
+                    Some((&residual, &res_l)),
+                )?;
+                Ok(compare_bits(
+                    &got.to_cpu_storage()?,
+                    &want.to_cpu_storage()?,
+                ))
+            })();
+            match outcome {
+                Ok(o) => t.record(op, dtype, case, o),
+                Err(e) => t.error(op, dtype, case(), e),
+            }
+        }
+    }
+    t.finish("conformance fused_attention_qmatvec");
+}
+
 /// `fused_matvec_parts_rope_append` (the step's q/k/v mat-vecs storing its
 /// rotary pairs) against `fused_matvec_parts` followed by `rope_append`, bit
 /// for bit: the state starts random, so a stray write shows, and a position

@@ -51,8 +51,10 @@
 //! activation before a product rides on its activation rounding, the residual addition
 //! on its mat-vec (`fused_quantized_linear`), and RoPE with the cache writes on the qkv
 //! mat-vec's store (`fused_quantized_linear_rope_append`: each wave of it holds an
-//! interleaved rotary pair), so a layer's step is ten launches: each of the four products
-//! takes two, flash-decoding and its merge one each. Where q, k and v have different block
+//! interleaved rotary pair), and flash-decoding's merge rounds the o product's input itself
+//! (`flash_attn_quantized_linear`), so a layer's step is nine launches: the qkv, gate/up
+//! and down products take two each, flash-decoding, its merge with the rounding and the o
+//! mat-vec one each. Where q, k and v have different block
 //! types (Q4_K_M's Q6_K values) the three share one activation rounding and each writes
 //! its rows of the step (`fused_quantized_linear_parts`): one launch more than a stacked
 //! product.
@@ -703,6 +705,13 @@ impl StaticLlama {
             (Some(bias), _) => attend(&q, &keys, &values, bias)?,
             (None, CacheWrite::Rows { .. }) => attend_fused(&q, &keys, &values, None)?,
             (None, CacheWrite::At { .. } | CacheWrite::Appended) => {
+                // Against GGML blocks the attention's merge rounds the o product's input.
+                if let Some(ws) = quantized_weights(&layer.o)
+                    && let Some(out) =
+                        attend_quantized_o(&q, &keys, &values, &self.key_len, &ws, x)?
+                {
+                    return Ok(out);
+                }
                 attend_fused(&q, &keys, &values, Some(&self.key_len))?
             }
         };
@@ -1056,6 +1065,31 @@ fn attend(
         .reshape((1, heads, tokens, head_dim))?
         .transpose(1, 2)?
         .reshape((1, tokens, heads * head_dim))
+}
+
+/// [`attend_fused`] over the first `key_len` cached positions, then the o projection
+/// against the GGML blocks `o` plus `residual`, with candle-hip's
+/// `flash_attn_quantized_linear` (the attention's merge rounds the product's input: one
+/// launch fewer); `None` where that does not take the operands.
+fn attend_quantized_o(
+    q: &Tensor,
+    keys: &Tensor,
+    values: &Tensor,
+    key_len: &Tensor,
+    o: &[&QTensor],
+    residual: &Tensor,
+) -> candle_core::Result<Option<Tensor>> {
+    let head_dim = q.dim(3)?;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    candle_hip::extension::flash_attn_quantized_linear(
+        &q.transpose(1, 2)?,
+        &keys.transpose(1, 2)?,
+        &values.transpose(1, 2)?,
+        key_len,
+        candle_hip::fused::FlashAttnParams::new(scale, false),
+        o,
+        Some(residual),
+    )
 }
 
 /// Attention through candle-hip's fused kernels: `q` (`[1, heads, tokens, head_dim]`) over
