@@ -388,10 +388,27 @@ impl QuantizedStorage {
     ) -> Result<HipStorage> {
         const OP: &str = "fused_qmatvec";
         let swiglu = matches!(input, LinearInput::SwiGlu);
+        let widths = Self::checked_parts(OP, parts, (x, x_l), swiglu, residual)?;
+        let act = Rounded::of(parts[0].0, (x, x_l.start_offset()), widths[0].1, 1, input)?;
+        Self::matvec_parts(parts, &widths, &act, residual)
+    }
+
+    /// The `(n_i, k)` of `parts` for a fused product of `x` (read with
+    /// `x_l`; `swiglu` as [`fused_parts_take`](Self::fused_parts_take)
+    /// takes it) plus `residual`, after checking that the fused kernels take
+    /// them, that the parts live on `x`'s device and that the residual is a
+    /// vector of the `Σ n_i` outputs; op `op`'s error otherwise.
+    fn checked_parts(
+        op: &'static str,
+        parts: &[(&QuantizedStorage, &Shape)],
+        (x, x_l): (&HipStorage, &Layout),
+        swiglu: bool,
+        residual: Option<(&HipStorage, &Layout)>,
+    ) -> Result<Vec<(usize, usize)>> {
         if !Self::fused_parts_take(parts, x.dtype(), x_l, swiglu) {
             let weights: Vec<_> = parts.iter().map(|(q, s)| (s.dims(), q.dtype)).collect();
             return Err(invalid(
-                OP,
+                op,
                 format!(
                     "no fused product of x {:?} ({:?}) and the weights {weights:?}: compute it \
                      unfused",
@@ -402,18 +419,16 @@ impl QuantizedStorage {
         }
         let mut widths = Vec::with_capacity(parts.len());
         for (q, shape) in parts {
-            q.data.check_device(x, OP)?;
+            q.data.check_device(x, op)?;
             widths.push(shape.dims2()?);
         }
-        let k = widths[0].1;
         let n = widths
             .iter()
-            .try_fold(0usize, |sum, &(n, _)| size::add(OP, "the outputs", sum, n))?;
-        let residual = residual
-            .map(|r| operand_vector(OP, x, r, "residual", n).map(|_| r))
-            .transpose()?;
-        let act = Rounded::of(parts[0].0, (x, x_l.start_offset()), k, 1, input)?;
-        Self::matvec_parts(parts, &widths, &act, residual)
+            .try_fold(0usize, |sum, &(n, _)| size::add(op, "the outputs", sum, n))?;
+        if let Some(r) = residual {
+            operand_vector(op, x, r, "residual", n)?;
+        }
+        Ok(widths)
     }
 
     /// The mat-vecs of `parts` (of `widths`, `(n_i, k)`) with the rounded
@@ -469,31 +484,9 @@ impl QuantizedStorage {
             }
             Attended::Splits(splits) => splits,
         };
-        let width = splits.row_width();
-        let row = Layout::contiguous((splits.rows(), width));
-        if !Self::fused_parts_take(parts, splits.dtype(), &row, false) {
-            let weights: Vec<_> = parts.iter().map(|(q, s)| (s.dims(), q.dtype)).collect();
-            return Err(invalid(
-                OP,
-                format!(
-                    "no fused product of {} attention rows of {width} ({:?}) and the weights \
-                     {weights:?}",
-                    splits.rows(),
-                    splits.dtype()
-                ),
-            ));
-        }
-        let mut widths = Vec::with_capacity(parts.len());
-        for (w, shape) in parts {
-            w.data.check_device(q, OP)?;
-            widths.push(shape.dims2()?);
-        }
-        let n = widths
-            .iter()
-            .try_fold(0usize, |sum, &(n, _)| size::add(OP, "the outputs", sum, n))?;
-        let residual = residual
-            .map(|r| operand_vector(OP, q, r, "residual", n).map(|_| r))
-            .transpose()?;
+        // The attention's output rows, of q's dtype and on its device.
+        let rows = Layout::contiguous((splits.rows(), splits.row_width()));
+        let widths = Self::checked_parts(OP, parts, (q, &rows), false, residual)?;
         let act = Rounded::of_splits(parts[0].0, &splits)?;
         Self::matvec_parts(parts, &widths, &act, residual)
     }
