@@ -76,21 +76,23 @@ impl GraphDecoder {
             .map(HipGraph::node_count)
     }
 
-    /// Runs `ids` (`[1, tokens]`) at position `pos` and returns the last token's f32
-    /// logits, `[1, vocab]`: one token after the prompt goes through the static step
-    /// (replayed from the graph on HIP), anything else through the chunk path.
+    /// Runs `ids` (`[batch, tokens]`, a row per sequence) at position `pos` and returns
+    /// each sequence's last f32 logits, `[batch, vocab]`: one token per sequence after the
+    /// prompt goes through the static step (replayed from the graph on HIP), anything else
+    /// through the chunk path. A prompt (`pos` 0) of another batch than the model's makes
+    /// new caches for that batch, to be captured again.
     pub fn forward(&mut self, ids: &Tensor, pos: usize) -> AppResult<Tensor> {
         let (batch, tokens) = ids.dims2()?;
-        if batch != 1 {
-            return Err(app_error(format!(
-                "graph decoding runs batch size 1, not {batch}"
-            )));
+        if pos == 0 && batch != self.model.batch() {
+            self.logits_graph = None;
+            self.greedy_graph = None;
+            self.model.set_batch(batch)?;
         }
         if tokens != 1 || pos == 0 {
             return self.model.forward(ids, pos);
         }
-        let token = ids.flatten_all()?.to_vec1::<u32>()?[0];
-        self.model.set_step_inputs(token, pos)?;
+        let tokens = ids.to_dtype(DType::U32)?.flatten_all()?.to_vec1::<u32>()?;
+        self.model.set_step_inputs(&tokens, pos)?;
         self.step(Step::Logits)?;
         // A copy: the next replay rewrites the step's logits in place.
         Ok(self.model.step_logits().copy()?)
@@ -105,8 +107,9 @@ impl GraphDecoder {
     /// while the host's work per token (`on_token` included) takes less than a step; a stop
     /// leaves the step after it computed and unread.
     ///
-    /// Errors, before any step runs: steps whose positions would pass the cache (`pos +
-    /// steps > max_len`) and, for at least one step, a token outside the vocabulary.
+    /// Errors, before any step runs: a model holding another batch than one sequence,
+    /// steps whose positions would pass the cache (`pos + steps > max_len`) and, for at
+    /// least one step, a token outside the vocabulary.
     pub fn decode_greedy(
         &mut self,
         token: u32,
@@ -114,6 +117,12 @@ impl GraphDecoder {
         steps: usize,
         mut on_token: impl FnMut(u32) -> AppResult<bool>,
     ) -> AppResult<Duration> {
+        if self.model.batch() != 1 {
+            return Err(app_error(format!(
+                "greedy decoding continues one sequence; the caches hold {}",
+                self.model.batch()
+            )));
+        }
         let max_len = self.model.max_len();
         if pos.checked_add(steps).is_none_or(|end| end > max_len) {
             return Err(app_error(format!(
@@ -124,7 +133,7 @@ impl GraphDecoder {
         if steps == 0 {
             return Ok(waited);
         }
-        self.model.set_step_inputs(token, pos)?;
+        self.model.set_step_inputs(&[token], pos)?;
         let Some(hip) = candle_hip::extension::as_hip_device(self.model.device()).cloned() else {
             // The CPU runs each step before returning: nothing to overlap.
             for _ in 0..steps {

@@ -268,8 +268,9 @@ impl Model {
     /// Loads a Llama from `source` (a folder, a shape or a `llama` GGUF file) in `dtype`
     /// with a static KV cache whose one-token decode step is captured into a HIP graph and
     /// replayed (see [`crate::graph_decode`]; on the CPU the step runs eagerly). A GGUF
-    /// file's matrices stay quantized (see [`StaticLlama::load_gguf`]). Batch size 1; the
-    /// cache is sized by [`Model::reserve`], which generation and the benchmark call.
+    /// file's matrices stay quantized (see [`StaticLlama::load_gguf`]). A batch of sequences
+    /// of one length decodes together (the caches follow the prompt's batch); the cache
+    /// length is set by [`Model::reserve`], which generation and the benchmark call.
     ///
     /// Errors: an architecture other than Llama, a dtype the device cannot compute in.
     pub fn load_graph_decode(source: &Source, dtype: DType, device: &Device) -> AppResult<Model> {

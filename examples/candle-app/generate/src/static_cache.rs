@@ -59,7 +59,10 @@
 //! its rows of the step (`fused_quantized_linear_parts`): one launch more than a stacked
 //! product.
 //!
-//! Batch size 1 only.
+//! A batch of sequences at one position: the products take every sequence's row at once
+//! (one read of the weights), while each sequence has its own caches, RoPE write and
+//! attention. The one-row fused launches above serve batch 1; a larger batch runs the
+//! norms, activations and residual additions as their own launches.
 
 use std::io::{Read, Seek};
 
@@ -92,9 +95,9 @@ pub struct StaticLlama {
     cos: Tensor,
     /// The sine table, likewise.
     sin: Tensor,
-    /// Each layer's key and value caches (and its step's rotated query), written in
-    /// place.
-    caches: Vec<LayerCache>,
+    /// Each layer's key and value caches (and its step's rotated query) for each sequence
+    /// of the batch (`caches[layer][sequence]`), written in place.
+    caches: Vec<Vec<LayerCache>>,
     /// `0..max_len` as u32: compared with the step's position to mask later keys.
     key_positions: Tensor,
     /// `max_len` zeros (model dtype): the step's mask where a key is visible. Made once, with
@@ -102,18 +105,20 @@ pub struct StaticLlama {
     zeros: Tensor,
     /// `max_len` times -inf (model dtype): the step's mask where a key comes later.
     neg_inf: Tensor,
-    /// The step's inputs, one u32 tensor `[token, position, position + 1]`, so that
-    /// [`StaticLlama::set_step_inputs`] makes a single host-to-device copy.
+    /// The step's inputs, one u32 tensor `[token of each sequence.., position, position +
+    /// 1]`, so that [`StaticLlama::set_step_inputs`] makes a single host-to-device copy.
     step_inputs: Tensor,
-    /// The token id: a view of `step_inputs`, shape `[1]`.
+    /// The token ids: a view of `step_inputs`, shape `[batch]`.
     token: Tensor,
     /// Its position: a view of `step_inputs`, shape `[1]`.
     pos: Tensor,
     /// The filled cache positions once the step's keys are written (position + 1): a view
     /// of `step_inputs`, shape `[1]`, the fused attention's key length.
     key_len: Tensor,
-    /// The step's output logits, `[1, vocab]` f32, overwritten by every step.
+    /// The step's output logits, `[batch, vocab]` f32, overwritten by every step.
     logits: Tensor,
+    /// The sequences the caches and the step hold.
+    batch: usize,
     heads: usize,
     kv_heads: usize,
     head_dim: usize,
@@ -200,31 +205,62 @@ impl LayerCache {
     }
 }
 
-/// What depends on the cache length: the zeroed caches and the step's mask operands.
+/// What depends on the cache length and the batch: the zeroed caches and the step's mask
+/// operands.
 struct PositionBuffers {
-    caches: Vec<LayerCache>,
+    caches: Vec<Vec<LayerCache>>,
     key_positions: Tensor,
     zeros: Tensor,
     neg_inf: Tensor,
 }
 
 impl PositionBuffers {
-    /// Buffers for `layers` layers of `layout`'s caches (its `max_len` positions).
+    /// Buffers for `layers` layers of `batch` sequences' caches of `layout` (its `max_len`
+    /// positions).
     fn new(
         layers: usize,
+        batch: usize,
         layout: StepCache,
         dtype: DType,
         device: &Device,
     ) -> candle_core::Result<PositionBuffers> {
         let max_len = layout.max_len;
         let caches = (0..layers)
-            .map(|_| LayerCache::new(layout, dtype, device))
+            .map(|_| {
+                (0..batch)
+                    .map(|_| LayerCache::new(layout, dtype, device))
+                    .collect::<candle_core::Result<Vec<_>>>()
+            })
             .collect::<candle_core::Result<Vec<_>>>()?;
         Ok(PositionBuffers {
             caches,
             key_positions: Tensor::arange(0, max_len as u32, device)?,
             zeros: Tensor::zeros(max_len, dtype, device)?,
             neg_inf: Tensor::full(f32::NEG_INFINITY, max_len, device)?.to_dtype(dtype)?,
+        })
+    }
+}
+
+/// The step's fixed inputs and output for `batch` sequences.
+struct StepTensors {
+    step_inputs: Tensor,
+    token: Tensor,
+    pos: Tensor,
+    key_len: Tensor,
+    logits: Tensor,
+}
+
+impl StepTensors {
+    /// Zeroed inputs (`batch` tokens, the position and the key length, one u32 tensor) and
+    /// `[batch, vocab]` f32 logits.
+    fn new(batch: usize, vocab: usize, device: &Device) -> candle_core::Result<StepTensors> {
+        let step_inputs = Tensor::zeros(batch + 2, DType::U32, device)?;
+        Ok(StepTensors {
+            token: step_inputs.narrow(0, 0, batch)?,
+            pos: step_inputs.narrow(0, batch, 1)?,
+            key_len: step_inputs.narrow(0, batch + 1, 1)?,
+            step_inputs,
+            logits: Tensor::zeros((batch, vocab), DType::F32, device)?,
         })
     }
 }
@@ -352,8 +388,8 @@ impl StaticLlama {
             max_len,
             interleaved: weights.interleaved_rope,
         };
-        let positions = PositionBuffers::new(cfg.num_hidden_layers, layout, dtype, &device)?;
-        let step_inputs = Tensor::zeros(3, DType::U32, &device)?;
+        let positions = PositionBuffers::new(cfg.num_hidden_layers, 1, layout, dtype, &device)?;
+        let step = StepTensors::new(1, vocab, &device)?;
         Ok(StaticLlama {
             embed: Embedding::new(weights.table, cfg.hidden_size),
             layers: weights.layers,
@@ -366,11 +402,12 @@ impl StaticLlama {
             key_positions: positions.key_positions,
             zeros: positions.zeros,
             neg_inf: positions.neg_inf,
-            token: step_inputs.narrow(0, 0, 1)?,
-            pos: step_inputs.narrow(0, 1, 1)?,
-            key_len: step_inputs.narrow(0, 2, 1)?,
-            step_inputs,
-            logits: Tensor::zeros((1, vocab), DType::F32, &device)?,
+            step_inputs: step.step_inputs,
+            token: step.token,
+            pos: step.pos,
+            key_len: step.key_len,
+            logits: step.logits,
+            batch: 1,
             heads: split.heads,
             kv_heads: split.kv_heads,
             head_dim: split.head_dim,
@@ -384,25 +421,56 @@ impl StaticLlama {
     }
 
     /// Replaces the KV caches (and the step's mask operands) with zeroed ones of `max_len`
-    /// positions, keeping the weights: the next forward starts a new sequence. A graph
-    /// captured from [`step`](StaticLlama::step) before names the old caches and must be
-    /// captured again.
+    /// positions, keeping the weights and the batch: the next forward starts new
+    /// sequences. A graph captured from [`step`](StaticLlama::step) before names the old
+    /// caches and must be captured again.
     ///
     /// Errors: a `max_len` of 0 or past `max_position_embeddings`.
     pub fn set_max_len(&mut self, max_len: usize) -> AppResult<()> {
+        self.resize(self.batch, max_len)
+    }
+
+    /// Replaces the KV caches and the step's inputs and logits with zeroed ones for
+    /// `batch` sequences, keeping the weights and the cache length: the next forward
+    /// starts new sequences. A graph captured from [`step`](StaticLlama::step) before
+    /// names the old buffers and must be captured again.
+    ///
+    /// Errors: a batch of 0.
+    pub fn set_batch(&mut self, batch: usize) -> AppResult<()> {
+        if batch == 0 {
+            return Err(app_error("a batch needs at least one sequence"));
+        }
+        self.resize(batch, self.max_len)
+    }
+
+    /// Zeroed caches of `max_len` positions for `batch` sequences, and the step's tensors
+    /// for that batch (both checked by the callers but the cache length).
+    fn resize(&mut self, batch: usize, max_len: usize) -> AppResult<()> {
         check_max_len(max_len, self.max_positions)?;
         let layout = StepCache {
             max_len,
             ..self.step_cache()
         };
-        let positions =
-            PositionBuffers::new(self.layers.len(), layout, self.cos.dtype(), &self.device)?;
+        let (dtype, layers) = (self.cos.dtype(), self.layers.len());
+        let positions = PositionBuffers::new(layers, batch, layout, dtype, &self.device)?;
+        let step = StepTensors::new(batch, self.vocab, &self.device)?;
         self.caches = positions.caches;
         self.key_positions = positions.key_positions;
         self.zeros = positions.zeros;
         self.neg_inf = positions.neg_inf;
         self.max_len = max_len;
+        self.step_inputs = step.step_inputs;
+        self.token = step.token;
+        self.pos = step.pos;
+        self.key_len = step.key_len;
+        self.logits = step.logits;
+        self.batch = batch;
         Ok(())
+    }
+
+    /// The sequences the caches and the step hold (1 until [`set_batch`](Self::set_batch)).
+    pub fn batch(&self) -> usize {
+        self.batch
     }
 
     /// The layout of each layer's [`LayerCache`].
@@ -431,20 +499,23 @@ impl StaticLlama {
         &self.device
     }
 
-    /// Runs the chunk `ids` (`[1, tokens]`, u32) at positions `pos..pos + tokens`: writes
-    /// its keys and values into rows `pos..pos + tokens` of the caches (rows after it are
-    /// left as they are and never read by this call), attends causally over positions
-    /// `0..pos + tokens`, and returns the last position's logits, `[1, vocab]` f32. The
-    /// shapes follow the chunk (this is the prompt's path, driven from the host; the ids
-    /// are read back to check them).
+    /// Runs the chunk `ids` (`[batch, tokens]`, u32, a row per sequence) at positions
+    /// `pos..pos + tokens`: writes its keys and values into rows `pos..pos + tokens` of
+    /// each sequence's caches (rows after it are left as they are and never read by this
+    /// call), attends causally over positions `0..pos + tokens`, and returns each
+    /// sequence's last position's logits, `[batch, vocab]` f32. The shapes follow the chunk
+    /// (this is the prompt's path, driven from the host; the ids are read back to check
+    /// them).
     ///
-    /// Errors, before anything is written: a batch other than 1, no tokens,
-    /// `pos + tokens > max_len`, and an id outside the vocabulary.
+    /// Errors, before anything is written: a batch other than the model's
+    /// ([`set_batch`](Self::set_batch)), no tokens, `pos + tokens > max_len`, and an id
+    /// outside the vocabulary.
     pub fn forward(&mut self, ids: &Tensor, pos: usize) -> AppResult<Tensor> {
         let (batch, tokens) = ids.dims2()?;
-        if batch != 1 {
+        if batch != self.batch {
             return Err(app_error(format!(
-                "StaticLlama runs batch size 1, not {batch}"
+                "the static caches hold {} sequences, not {batch} (set_batch)",
+                self.batch
             )));
         }
         if tokens == 0 {
@@ -491,35 +562,44 @@ impl StaticLlama {
         Ok(self.run(self.embed.forward(&ids)?, &pass)?)
     }
 
-    /// Writes the next step's token id and position into the step's fixed device inputs
-    /// (one host-to-device copy of two u32 into the existing storage). Call it outside any
-    /// graph capture, before each [`step`](StaticLlama::step).
+    /// Writes the next step's token ids (one per sequence) and their position into the
+    /// step's fixed device inputs (one host-to-device copy into the existing storage). Call
+    /// it outside any graph capture, before each [`step`](StaticLlama::step).
     ///
-    /// Errors: `pos >= max_len` and a token outside the vocabulary (the step itself cannot
-    /// check them, it never reads them on the host).
-    pub fn set_step_inputs(&self, token: u32, pos: usize) -> AppResult<()> {
+    /// Errors: not one token per sequence, `pos >= max_len` and a token outside the
+    /// vocabulary (the step itself cannot check them, it never reads them on the host).
+    pub fn set_step_inputs(&self, tokens: &[u32], pos: usize) -> AppResult<()> {
+        if tokens.len() != self.batch {
+            return Err(app_error(format!(
+                "a step of {} sequences takes as many tokens, not {}",
+                self.batch,
+                tokens.len()
+            )));
+        }
         if pos >= self.max_len {
             return Err(app_error(format!(
                 "position {pos} is past the static KV cache of {} positions",
                 self.max_len
             )));
         }
-        if token as usize >= self.vocab {
+        if let Some(token) = tokens.iter().find(|&&t| t as usize >= self.vocab) {
             return Err(app_error(format!(
                 "token {token} is outside the vocabulary of {}",
                 self.vocab
             )));
         }
         // max_len fits u32 (the key positions are a u32 arange), so pos + 1 does too.
-        let inputs = Tensor::new(&[token, pos as u32, pos as u32 + 1], &self.device)?;
+        let mut inputs = tokens.to_vec();
+        inputs.extend([pos as u32, pos as u32 + 1]);
+        let inputs = Tensor::new(inputs, &self.device)?;
         self.step_inputs.slice_set(&inputs, 0, 0)?;
         Ok(())
     }
 
-    /// The decode step: reads the token and its position from the inputs
-    /// [`set_step_inputs`](StaticLlama::set_step_inputs) wrote, runs the model for that
-    /// token, writes its keys and values into the caches at that position and its logits
-    /// into [`step_logits`](StaticLlama::step_logits), all in place.
+    /// The decode step: reads the tokens and their position from the inputs
+    /// [`set_step_inputs`](StaticLlama::set_step_inputs) wrote, runs the model for them,
+    /// writes their keys and values into each sequence's caches at that position and their
+    /// logits into [`step_logits`](StaticLlama::step_logits), all in place.
     ///
     /// Capturable: the shapes and kernel arguments are the same on every call whatever the
     /// position, nothing is read back to the host, nothing is uploaded, and every tensor it
@@ -563,7 +643,7 @@ impl StaticLlama {
             write,
         };
         let x = self.embed.embeddings().index_select(&self.token, 0)?;
-        let logits = self.run(x.unsqueeze(0)?, &pass)?;
+        let logits = self.run(x.unsqueeze(1)?, &pass)?;
         self.logits.slice_set(&logits, 0, 0)
     }
 
@@ -575,47 +655,54 @@ impl StaticLlama {
     pub fn step_greedy(&self) -> candle_core::Result<()> {
         self.step()?;
         let chosen = self.logits.argmax(D::Minus1)?;
-        let advanced = self.step_inputs.narrow(0, 1, 2)?.affine(1.0, 1.0)?;
+        let advanced = self
+            .step_inputs
+            .narrow(0, self.batch, 2)?
+            .affine(1.0, 1.0)?;
         self.step_inputs.slice_set(&chosen, 0, 0)?;
-        self.step_inputs.slice_set(&advanced, 0, 1)
+        self.step_inputs.slice_set(&advanced, 0, self.batch)
     }
 
-    /// The step's token input, `[1]` u32: after [`step_greedy`](StaticLlama::step_greedy),
-    /// the token it chose. The same tensor (a view of the same storage) on every call.
+    /// The step's token inputs, `[batch]` u32: after
+    /// [`step_greedy`](StaticLlama::step_greedy), the tokens it chose. The same tensor (a
+    /// view of the same storage) on every call.
     pub fn step_token(&self) -> &Tensor {
         &self.token
     }
 
-    /// The fixed output of [`step`](StaticLlama::step): the last step's logits, `[1, vocab]`
-    /// f32 (zeros before the first step). The same tensor (same storage) on every call.
+    /// The fixed output of [`step`](StaticLlama::step): the last step's logits, `[batch,
+    /// vocab]` f32 (zeros before the first step). The same tensor (same storage) on every
+    /// call.
     pub fn step_logits(&self) -> &Tensor {
         &self.logits
     }
 
     /// The layers, the final norm and `lm_head` on the embedded tokens `x`
-    /// (`[1, tokens, hidden]`): the f32 logits of the last token, `[1, vocab]`. The norm
-    /// of the last token only (a norm is per token), riding on `lm_head` ([`project`]).
+    /// (`[batch, tokens, hidden]`): the f32 logits of each sequence's last token, `[batch,
+    /// vocab]`. The norm of the last tokens only (a norm is per token), riding on `lm_head`
+    /// ([`project`]).
     fn run(&self, mut x: Tensor, pass: &Pass) -> candle_core::Result<Tensor> {
-        for (layer, cache) in self.layers.iter().zip(&self.caches) {
-            x = self.layer(layer, cache, &x, pass)?;
+        for (layer, caches) in self.layers.iter().zip(&self.caches) {
+            x = self.layer(layer, caches, &x, pass)?;
         }
         let tokens = x.dim(1)?;
         let last = x.i((.., tokens - 1, ..))?.contiguous()?;
         project(&self.lm_head, &last, Input::Norm(&self.norm), None)?.to_dtype(DType::F32)
     }
 
-    /// One decoder layer on `x` (`[1, tokens, hidden]`), as candle-transformers' `Block`:
+    /// One decoder layer on `x` (`[batch, tokens, hidden]`, a row per sequence of
+    /// `caches`), as candle-transformers' `Block`:
     /// `x + attention(norm(x))`, then that plus `down(silu(gate) * up)` of its norm. Each
     /// norm, each residual addition and (against quantized weights) SwiGLU's activation
     /// ride on a projection ([`project`]).
     fn layer(
         &self,
         layer: &Block,
-        cache: &LayerCache,
+        caches: &[LayerCache],
         x: &Tensor,
         pass: &Pass,
     ) -> candle_core::Result<Tensor> {
-        let x = self.attention(layer, cache, x, pass)?;
+        let x = self.attention(layer, caches, x, pass)?;
         let post_norm = Input::Norm(&layer.post_norm);
         // A dense gate/up product takes SwiGLU's activation into its launch.
         if let Projection::Dense(gate_up) = &layer.gate_up
@@ -627,18 +714,110 @@ impl StaticLlama {
         project(&layer.down, &gate_up, Input::SwiGlu, Some(&x))
     }
 
-    /// `x` plus the self-attention of its norm (`x`: `[1, tokens, hidden]`): projections,
-    /// RoPE, the keys and values written into `cache` as `pass` says, attention over the
-    /// cached positions `pass` gives, and the output projection.
+    /// `x` plus the self-attention of its norm (`x`: `[batch, tokens, hidden]`, a row per
+    /// sequence of `caches`, one [`LayerCache`] each): projections, RoPE, the keys and
+    /// values written into each sequence's cache as `pass` says, attention over the cached
+    /// positions `pass` gives, and the output projection. The products take every
+    /// sequence at once; the caches and the attention are per sequence.
     fn attention(
+        &self,
+        layer: &Block,
+        caches: &[LayerCache],
+        x: &Tensor,
+        pass: &Pass,
+    ) -> candle_core::Result<Tensor> {
+        let one_step = caches.len() == 1 && matches!(pass.write, CacheWrite::Appended);
+        // One sequence's step: the product writes the step itself where it can (RoPE and
+        // the cache writes in its launch).
+        let qkv = match caches {
+            [cache] if one_step && self.project_rope_append(layer, cache, x, pass)? => None,
+            _ => Some(project(
+                &layer.qkv,
+                x,
+                Input::Norm(&layer.input_norm),
+                None,
+            )?),
+        };
+        let mut outputs = Vec::with_capacity(caches.len());
+        for (b, cache) in caches.iter().enumerate() {
+            let qkv = qkv.as_ref().map(|qkv| qkv.narrow(0, b, 1)).transpose()?;
+            let (q, keys, values) = self.write_cache(cache, qkv.as_ref(), pass)?;
+            let y = match (&pass.bias, pass.write) {
+                (Some(bias), _) => attend(&q, &keys, &values, bias)?,
+                (None, CacheWrite::Rows { .. }) => attend_fused(&q, &keys, &values, None)?,
+                (None, CacheWrite::At { .. } | CacheWrite::Appended) => {
+                    // Against GGML blocks the attention's merge rounds the o product's
+                    // input (one sequence: the product then takes its only row).
+                    if caches.len() == 1
+                        && let Some(ws) = quantized_weights(&layer.o)
+                        && let Some(out) =
+                            attend_quantized_o(&q, &keys, &values, &self.key_len, &ws, x)?
+                    {
+                        return Ok(out);
+                    }
+                    attend_fused(&q, &keys, &values, Some(&self.key_len))?
+                }
+            };
+            outputs.push(y);
+        }
+        let y = match outputs.len() {
+            1 => outputs.swap_remove(0),
+            _ => Tensor::cat(&outputs, 0)?,
+        };
+        project(&layer.o, &y, Input::Plain, Some(x))
+    }
+
+    /// One sequence's qkv product with RoPE and the cache writes in its launch (candle-hip's
+    /// `fused_linear_rope_append` or its GGML twin), writing `cache`; false, with nothing
+    /// written, where those do not take the operands.
+    fn project_rope_append(
         &self,
         layer: &Block,
         cache: &LayerCache,
         x: &Tensor,
         pass: &Pass,
-    ) -> candle_core::Result<Tensor> {
-        let tokens = x.dim(1)?;
-        let head_dim = self.head_dim;
+    ) -> candle_core::Result<bool> {
+        let input_norm = Input::Norm(&layer.input_norm);
+        let (cos, sin, step) = (&pass.cos, &pass.sin, self.step_cache());
+        let (state, fused) = (&cache.state, input_norm.fused());
+        match (&layer.qkv, quantized_weights(&layer.qkv)) {
+            (Projection::Dense(qkv), _) => {
+                fused_linear_rope_append(state, x, qkv.weight(), fused, cos, sin, &self.pos, step)
+            }
+            (_, Some(ws)) => {
+                fused_quantized_linear_rope_append(state, x, &ws, fused, cos, sin, &self.pos, step)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// One sequence's query, keys and values (`[1, heads, tokens, head_dim]` and its caches'
+    /// `[1, kv_heads, len, head_dim]` views) for attention, with its keys and values written
+    /// into `cache` as `pass` says: from its `qkv` product (`[1, tokens, (heads + 2
+    /// kv_heads) * head_dim]`), or, with `qkv` `None`, already written by
+    /// [`project_rope_append`](Self::project_rope_append).
+    fn write_cache(
+        &self,
+        cache: &LayerCache,
+        qkv: Option<&Tensor>,
+        pass: &Pass,
+    ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let cached = || {
+            (
+                cache.query.clone(),
+                cache.keys.clone(),
+                cache.values.clone(),
+            )
+        };
+        let Some(qkv) = qkv else {
+            return Ok(cached());
+        };
+        if let CacheWrite::Appended = pass.write {
+            let step = self.step_cache();
+            rope_append(&cache.state, qkv, &pass.cos, &pass.sin, &self.pos, step)?;
+            return Ok(cached());
+        }
+        let (tokens, head_dim) = (qkv.dim(1)?, self.head_dim);
         // [1, tokens, n * head_dim] -> [1, n, tokens, head_dim], contiguous (RoPE and the
         // cache writes need it).
         let by_head = |t: Tensor, n: usize| {
@@ -646,76 +825,19 @@ impl StaticLlama {
                 .transpose(1, 2)?
                 .contiguous()
         };
-        // One product for the three projections; at one token the parts are contiguous
-        // views of it. The query and key heads are rotated together, one launch.
-        let input_norm = Input::Norm(&layer.input_norm);
-        let (q, keys, values) = if let CacheWrite::Appended = pass.write {
-            // The product writes the step itself where it can (RoPE and the cache writes in
-            // its launch), otherwise `rope_append` follows it.
-            let (cos, sin, step) = (&pass.cos, &pass.sin, self.step_cache());
-            let (state, fused) = (&cache.state, input_norm.fused());
-            let written = match (&layer.qkv, quantized_weights(&layer.qkv)) {
-                (Projection::Dense(qkv), _) => fused_linear_rope_append(
-                    state,
-                    x,
-                    qkv.weight(),
-                    fused,
-                    cos,
-                    sin,
-                    &self.pos,
-                    step,
-                )?,
-                (_, Some(ws)) => fused_quantized_linear_rope_append(
-                    state, x, &ws, fused, cos, sin, &self.pos, step,
-                )?,
-                _ => false,
-            };
-            if !written {
-                let qkv = project(&layer.qkv, x, input_norm, None)?;
-                rope_append(
-                    &cache.state,
-                    &qkv,
-                    &pass.cos,
-                    &pass.sin,
-                    &self.pos,
-                    self.step_cache(),
-                )?;
-            }
-            (
-                cache.query.clone(),
-                cache.keys.clone(),
-                cache.values.clone(),
-            )
+        let (heads, kv_heads) = (self.heads, self.kv_heads);
+        let (qk_width, kv_width) = ((heads + kv_heads) * head_dim, kv_heads * head_dim);
+        let qk = by_head(qkv.narrow(2, 0, qk_width)?, heads + kv_heads)?;
+        // The query and key heads are rotated together, one launch.
+        let qk = if self.interleaved_rope {
+            candle_nn::rotary_emb::rope_i(&qk, &pass.cos, &pass.sin)?
         } else {
-            let qkv = project(&layer.qkv, x, input_norm, None)?;
-            let (heads, kv_heads) = (self.heads, self.kv_heads);
-            let (qk_width, kv_width) = ((heads + kv_heads) * head_dim, kv_heads * head_dim);
-            let qk = by_head(qkv.narrow(2, 0, qk_width)?, heads + kv_heads)?;
-            let qk = if self.interleaved_rope {
-                candle_nn::rotary_emb::rope_i(&qk, &pass.cos, &pass.sin)?
-            } else {
-                candle_nn::rotary_emb::rope(&qk, &pass.cos, &pass.sin)?
-            };
-            let (q, k) = (qk.narrow(1, 0, heads)?, qk.narrow(1, heads, kv_heads)?);
-            let v = by_head(qkv.narrow(2, qk_width, kv_width)?, kv_heads)?;
-            let (keys, values) = pass.write.store(cache, &k, &v)?;
-            (q, keys, values)
+            candle_nn::rotary_emb::rope(&qk, &pass.cos, &pass.sin)?
         };
-        let y = match (&pass.bias, pass.write) {
-            (Some(bias), _) => attend(&q, &keys, &values, bias)?,
-            (None, CacheWrite::Rows { .. }) => attend_fused(&q, &keys, &values, None)?,
-            (None, CacheWrite::At { .. } | CacheWrite::Appended) => {
-                // Against GGML blocks the attention's merge rounds the o product's input.
-                if let Some(ws) = quantized_weights(&layer.o)
-                    && let Some(out) =
-                        attend_quantized_o(&q, &keys, &values, &self.key_len, &ws, x)?
-                {
-                    return Ok(out);
-                }
-                attend_fused(&q, &keys, &values, Some(&self.key_len))?
-            }
-        };
-        project(&layer.o, &y, Input::Plain, Some(x))
+        let (q, k) = (qk.narrow(1, 0, heads)?, qk.narrow(1, heads, kv_heads)?);
+        let v = by_head(qkv.narrow(2, qk_width, kv_width)?, kv_heads)?;
+        let (keys, values) = pass.write.store(cache, &k, &v)?;
+        Ok((q, keys, values))
     }
 }
 

@@ -1,11 +1,13 @@
 //! The static-cache Llama on the CPU against candle-transformers' `llama` on the same seeded
 //! weights: the prompt's logits, greedy decoding through the device-input step, the bounds
-//! of the fixed cache, and the step reused after a longer sequence (stale cache rows); and,
-//! `#[ignore]`d, the same model on HIP against the CPU (run with `--include-ignored` on a GPU
-//! machine).
+//! of the fixed cache, the step reused after a longer sequence (stale cache rows), and a
+//! batch of sequences against each sequence alone; and, `#[ignore]`d, the same model on HIP
+//! against the CPU, batches and graph replay included (run with `--include-ignored` on a
+//! GPU machine).
 
 use std::collections::HashMap;
 
+use candle_app_generate::graph_decode::GraphDecoder;
 use candle_app_generate::shapes::Shape;
 use candle_app_generate::static_cache::StaticLlama;
 use candle_app_generate::weights;
@@ -114,6 +116,11 @@ fn row(t: Tensor) -> Vec<f32> {
     t.squeeze(0).unwrap().to_vec1::<f32>().unwrap()
 }
 
+/// A `[batch, vocab]` f32 tensor (on any device) as a vector per sequence.
+fn rows(t: &Tensor) -> Vec<Vec<f32>> {
+    t.to_device(&Device::Cpu).unwrap().to_vec2::<f32>().unwrap()
+}
+
 fn prompt(len: usize) -> Vec<u32> {
     (0..len).map(|i| ((i * 31 + 7) % 256) as u32).collect()
 }
@@ -131,7 +138,7 @@ fn argmax(logits: &[f32]) -> u32 {
 /// One decode step through the device inputs: `token` at `pos`, returning the fixed
 /// output's logits.
 fn step(model: &StaticLlama, token: u32, pos: usize) -> Vec<f32> {
-    model.set_step_inputs(token, pos).expect("step inputs");
+    model.set_step_inputs(&[token], pos).expect("step inputs");
     model.step().expect("step");
     row(model.step_logits().clone())
 }
@@ -237,9 +244,10 @@ fn step_at_the_last_position_works_and_inputs_past_it_are_refused() {
     );
     assert!(diff < TOLERANCE, "{diff}");
 
-    assert!(model.set_step_inputs(1, max_len).is_err());
-    assert!(model.set_step_inputs(1, max_len + 100).is_err());
-    assert!(model.set_step_inputs(258, 0).is_err());
+    assert!(model.set_step_inputs(&[1], max_len).is_err());
+    assert!(model.set_step_inputs(&[1], max_len + 100).is_err());
+    assert!(model.set_step_inputs(&[258], 0).is_err());
+    assert!(model.set_step_inputs(&[1, 2], 0).is_err());
     // A refused input leaves the last accepted one: the step still gives the same logits.
     model.step().expect("step");
     assert_eq!(row(model.step_logits().clone()), got);
@@ -303,7 +311,7 @@ fn hip_against_the_cpu(dtype: DType) -> f32 {
     for i in 0..64 {
         let (token, pos) = (argmax(&expected), ids.len() + i);
         expected = step(&cpu, token, pos);
-        gpu.set_step_inputs(token, pos).expect("HIP step inputs");
+        gpu.set_step_inputs(&[token], pos).expect("HIP step inputs");
         gpu.step().expect("HIP step");
         let got = row(gpu.step_logits().to_device(&Device::Cpu).unwrap());
         worst = worst.max(relative_difference(&got, &expected));
@@ -336,4 +344,161 @@ fn hip_half_precision_steps_take_the_fused_attention_and_match_the_cpu() {
         let worst = hip_against_the_cpu(dtype);
         assert!(worst < 5e-2, "{dtype:?}: {worst}");
     }
+}
+
+/// A batch's logits, a row per sequence.
+type Logits = Vec<Vec<f32>>;
+
+/// The sequences of the batch tests: three 7-token prompts.
+fn batch_prompts() -> Vec<Vec<u32>> {
+    (0..3)
+        .map(|b| {
+            (0..7)
+                .map(|i| ((i * 31 + 7 + 50 * b) % 256) as u32)
+                .collect()
+        })
+        .collect()
+}
+
+/// The largest relative logit difference of a batch's rows against each sequence's
+/// logits, and how many of the rows' greedy choices are the same.
+fn compare_rows(got: &[Vec<f32>], expected: &[Vec<f32>]) -> (f32, usize) {
+    assert_eq!(got.len(), expected.len(), "one row per sequence");
+    got.iter()
+        .zip(expected)
+        .fold((0f32, 0), |(worst, same), (g, e)| {
+            (
+                worst.max(relative_difference(g, e)),
+                same + usize::from(argmax(g) == argmax(e)),
+            )
+        })
+}
+
+/// [`batch_prompts`] as one batch through `forward` (`[3, 7]` on `device`), then `steps`
+/// teacher-forced steps of all three (each sequence's token its reference's greedy choice)
+/// through `step`, against candle-transformers' model on the CPU running each sequence
+/// alone (its own cache); returns the largest relative logit difference and how many of
+/// the batch's greedy choices (of 3 per pass) matched the references'.
+fn batch_against_each_alone(
+    forward: &mut dyn FnMut(&Tensor, usize) -> Logits,
+    step: &mut dyn FnMut(&[u32], usize) -> Logits,
+    cpu: &Weights,
+    device: &Device,
+    steps: usize,
+) -> (f32, usize) {
+    let prompts = batch_prompts();
+    let mut references: Vec<Reference> = prompts.iter().map(|_| cpu.reference()).collect();
+    let ids = Tensor::from_vec(prompts.concat(), (prompts.len(), 7), device).unwrap();
+    let mut expected: Vec<Vec<f32>> = references
+        .iter_mut()
+        .zip(&prompts)
+        .map(|(r, p)| r.forward(p, 0))
+        .collect();
+    let (mut worst, mut same) = compare_rows(&forward(&ids, 0), &expected);
+    for i in 0..steps {
+        let pos = 7 + i;
+        let tokens: Vec<u32> = expected.iter().map(|l| argmax(l)).collect();
+        expected = references
+            .iter_mut()
+            .zip(&tokens)
+            .map(|(r, &t)| r.forward(&[t], pos))
+            .collect();
+        let (w, s) = compare_rows(&step(&tokens, pos), &expected);
+        worst = worst.max(w);
+        same += s;
+    }
+    (worst, same)
+}
+
+/// `model` (of [`tiny_llama3`]) decoding [`batch_prompts`] as one batch through its
+/// `forward` and `step`, against each sequence alone on the CPU (see
+/// [`batch_against_each_alone`]).
+fn static_batch_against_each_alone(model: &mut StaticLlama, steps: usize) -> (f32, usize) {
+    let cpu = Weights::new(&tiny_llama3());
+    let device = model.device().clone();
+    model.set_batch(3).expect("a batch of 3");
+    let model = std::cell::RefCell::new(model);
+    batch_against_each_alone(
+        &mut |ids, pos| rows(&model.borrow_mut().forward(ids, pos).expect("batch forward")),
+        &mut |tokens, pos| {
+            let model = model.borrow();
+            model.set_step_inputs(tokens, pos).expect("batch inputs");
+            model.step().expect("batch step");
+            rows(model.step_logits())
+        },
+        &cpu,
+        &device,
+        steps,
+    )
+}
+
+#[test]
+fn a_batch_of_sequences_matches_each_sequence_alone() {
+    let mut model = Weights::new(&tiny_llama3()).static_llama(48);
+    let (worst, same) = static_batch_against_each_alone(&mut model, 16);
+    println!(
+        "3 sequences as one batch, prompt and 16 steps: largest relative logit difference \
+         {worst:.2e}, same greedy choice {same} of 51"
+    );
+    assert!(worst < TOLERANCE, "{worst}");
+    assert_eq!(same, 51);
+    // The batch's inputs are checked: one token per sequence, the model's batch.
+    assert!(model.set_step_inputs(&[1], 7).is_err());
+    assert!(model.set_step_inputs(&[1, 2, 258], 7).is_err());
+    assert!(model.forward(&ids_tensor(&prompt(3)), 0).is_err());
+    assert!(model.set_batch(0).is_err());
+    // Back to one sequence, the step still matches candle-transformers.
+    model.set_batch(1).expect("batch of 1");
+    prompt_then_greedy(
+        &mut model,
+        &mut Weights::new(&tiny_llama3()).reference(),
+        &prompt(5),
+        4,
+    );
+}
+
+/// A batch on HIP in `dtype` against each sequence alone on the CPU, through the static
+/// model's step and through the graph decoder (captured at its second step, replayed
+/// after); returns the largest relative logit difference of the two.
+fn hip_batch_against_each_alone(dtype: DType) -> f32 {
+    let hip = candle_hip::extension::hip_device(0).expect("HIP device 0");
+    let weights = Weights::of(&tiny_llama3(), dtype, &hip);
+    let (direct, same) = static_batch_against_each_alone(&mut weights.static_llama(48), 16);
+    println!("HIP {dtype:?} batch of 3, step: {direct:.2e}, same greedy choice {same} of 51");
+    let decoder = std::cell::RefCell::new(GraphDecoder::new(weights.static_llama(48)));
+    let cpu = Weights::new(&tiny_llama3());
+    let (graph, same) = batch_against_each_alone(
+        &mut |ids, pos| {
+            rows(
+                &decoder
+                    .borrow_mut()
+                    .forward(ids, pos)
+                    .expect("graph forward"),
+            )
+        },
+        &mut |tokens, pos| {
+            let ids = Tensor::from_vec(tokens.to_vec(), (tokens.len(), 1), &hip).unwrap();
+            rows(&decoder.borrow_mut().forward(&ids, pos).expect("graph step"))
+        },
+        &cpu,
+        &hip,
+        16,
+    );
+    let nodes = decoder.borrow().graph_nodes();
+    println!(
+        "HIP {dtype:?} batch of 3, graph ({nodes:?} nodes): {graph:.2e}, same greedy choice \
+         {same} of 51"
+    );
+    assert!(nodes.is_some(), "the batch's step was captured");
+    direct.max(graph)
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn hip_batch_steps_and_graph_replay_match_each_sequence_alone() {
+    let worst = hip_batch_against_each_alone(DType::F32);
+    assert!(worst < TOLERANCE, "f32: {worst}");
+    // The bound of the half-precision test above.
+    let worst = hip_batch_against_each_alone(DType::BF16);
+    assert!(worst < 5e-2, "bf16: {worst}");
 }

@@ -19,8 +19,8 @@
 //!     takes it, as candle-transformers builds it with its flash-attn feature): the default
 //!     on one HIP device in f16/bf16, --no-flash-attn runs candle-transformers' unfused
 //!     attention there too. --graph runs a Llama with a static KV cache whose one-token decode step is
-//!     captured into a HIP graph once and replayed for every token (batch 1; on the CPU the
-//!     step runs eagerly); with --gguf, a `llama` file's matrices stay quantized and the
+//!     captured into a HIP graph once and replayed for every token (bench --batch B: B
+//!     sequences in one step; on the CPU the step runs eagerly); with --gguf, a `llama` file's matrices stay quantized and the
 //!     model computes in --dtype.
 //! generate write-model --shape NAME --out DIR [--dtype D] [--weights-seed S]
 //!     writes a seeded random-weight model folder (config.json, model.safetensors)
