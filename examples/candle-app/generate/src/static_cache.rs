@@ -60,9 +60,11 @@
 //! product.
 //!
 //! A batch of sequences at one position: the products take every sequence's row at once
-//! (one read of the weights), while each sequence has its own caches, RoPE write and
-//! attention. The one-row fused launches above serve batch 1; a larger batch runs the
-//! norms, activations and residual additions as their own launches.
+//! (one read of the weights), each sequence has its own caches and RoPE write, and the
+//! step's fused attention reads every sequence's caches in one launch (they share one
+//! storage at a fixed stride, [`BatchCache`]). The one-row fused launches above serve batch
+//! 1; a larger batch runs the norms, activations and residual additions as launches of
+//! their own.
 
 use std::io::{Read, Seek};
 
@@ -96,8 +98,8 @@ pub struct StaticLlama {
     /// The sine table, likewise.
     sin: Tensor,
     /// Each layer's key and value caches (and its step's rotated query) for each sequence
-    /// of the batch (`caches[layer][sequence]`), written in place.
-    caches: Vec<Vec<LayerCache>>,
+    /// of the batch, written in place.
+    caches: Vec<BatchCache>,
     /// `0..max_len` as u32: compared with the step's position to mask later keys.
     key_positions: Tensor,
     /// `max_len` zeros (model dtype): the step's mask where a key is visible. Made once, with
@@ -106,14 +108,16 @@ pub struct StaticLlama {
     /// `max_len` times -inf (model dtype): the step's mask where a key comes later.
     neg_inf: Tensor,
     /// The step's inputs, one u32 tensor `[token of each sequence.., position, position +
-    /// 1]`, so that [`StaticLlama::set_step_inputs`] makes a single host-to-device copy.
+    /// 1 for each sequence..]`, so that [`StaticLlama::set_step_inputs`] makes a single
+    /// host-to-device copy.
     step_inputs: Tensor,
     /// The token ids: a view of `step_inputs`, shape `[batch]`.
     token: Tensor,
     /// Its position: a view of `step_inputs`, shape `[1]`.
     pos: Tensor,
-    /// The filled cache positions once the step's keys are written (position + 1): a view
-    /// of `step_inputs`, shape `[1]`, the fused attention's key length.
+    /// The filled cache positions once the step's keys are written (position + 1), for
+    /// each sequence: a view of `step_inputs`, shape `[batch]`, the fused attention's key
+    /// lengths.
     key_len: Tensor,
     /// The step's output logits, `[batch, vocab]` f32, overwritten by every step.
     logits: Tensor,
@@ -166,11 +170,11 @@ fn checked_split(cfg: &Config, max_len: usize) -> AppResult<Split> {
     Ok(split)
 }
 
-/// One layer's caches: one zeroed storage laid out as candle-hip's [`StepCache`] (keys,
-/// values, the step's rotated query), so that `rope_append` writes all three in one launch,
-/// and views of its parts.
+/// One sequence's caches of one layer: a storage laid out as candle-hip's [`StepCache`]
+/// (keys, values, the step's rotated query), so that `rope_append` writes all three in one
+/// launch, and views of its parts.
 struct LayerCache {
-    /// The whole storage, 1-D.
+    /// The whole storage, 1-D (a view of the batch's storage).
     state: Tensor,
     /// The key cache, `[1, kv_heads, max_len, head_dim]`.
     keys: Tensor,
@@ -182,14 +186,10 @@ struct LayerCache {
 }
 
 impl LayerCache {
-    /// Zeroed caches with `layout`'s sizes.
-    fn new(layout: StepCache, dtype: DType, device: &Device) -> candle_core::Result<LayerCache> {
-        let too_large = || candle_core::Error::Msg(format!("a KV cache of {layout:?} overflows"));
-        let (len, cache) = (
-            layout.state_len().ok_or_else(too_large)?,
-            layout.cache_len().ok_or_else(too_large)?,
-        );
-        let state = Tensor::zeros(len, dtype, device)?;
+    /// The views of `state` (`layout`'s [`StepCache::state_len`] elements, 1-D).
+    fn of(state: Tensor, layout: StepCache) -> candle_core::Result<LayerCache> {
+        let len = state.elem_count();
+        let cache = layout.kv_heads * layout.max_len * layout.head_dim;
         let cache_shape = (1, layout.kv_heads, layout.max_len, layout.head_dim);
         Ok(LayerCache {
             keys: state.narrow(0, 0, cache)?.reshape(cache_shape)?,
@@ -205,10 +205,66 @@ impl LayerCache {
     }
 }
 
+/// One layer's caches for a batch of sequences: one zeroed storage holding each sequence's
+/// [`LayerCache`] at a fixed stride, and views of all sequences at once for the step's
+/// attention (one launch for the batch).
+///
+/// A sequence's share is `2 kv_heads + ceil(heads / max_len)` blocks of `max_len *
+/// head_dim` elements: its keys, its values, then its query heads padded to whole blocks,
+/// so that the storage reshapes to `[batch, blocks, max_len, head_dim]` and the keys (or
+/// values) of every sequence are one strided view of it.
+struct BatchCache {
+    sequences: Vec<LayerCache>,
+    /// Every sequence's keys, `[batch, kv_heads, max_len, head_dim]`.
+    keys: Tensor,
+    /// Every sequence's values, likewise.
+    values: Tensor,
+    /// Every sequence's rotated query heads, `[batch, heads, 1, head_dim]`.
+    query: Tensor,
+}
+
+impl BatchCache {
+    /// Zeroed caches of `layout`'s sizes for `batch` sequences.
+    fn new(
+        layout: StepCache,
+        batch: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> candle_core::Result<BatchCache> {
+        let too_large = || candle_core::Error::Msg(format!("a KV cache of {layout:?} overflows"));
+        let StepCache {
+            heads,
+            kv_heads,
+            head_dim,
+            max_len,
+            ..
+        } = layout;
+        let state_len = layout.state_len().ok_or_else(too_large)?;
+        let blocks = 2 * kv_heads + heads.div_ceil(max_len);
+        let block = max_len.checked_mul(head_dim).ok_or_else(too_large)?;
+        let share = blocks.checked_mul(block).ok_or_else(too_large)?;
+        let total = share.checked_mul(batch).ok_or_else(too_large)?;
+        let storage = Tensor::zeros(total, dtype, device)?;
+        let sequences = (0..batch)
+            .map(|b| LayerCache::of(storage.narrow(0, b * share, state_len)?, layout))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let grid = storage.reshape((batch, blocks, max_len, head_dim))?;
+        let rows = storage.reshape((batch, share / head_dim, head_dim))?;
+        Ok(BatchCache {
+            sequences,
+            keys: grid.narrow(1, 0, kv_heads)?,
+            values: grid.narrow(1, kv_heads, kv_heads)?,
+            query: rows
+                .narrow(1, 2 * kv_heads * max_len, heads)?
+                .unsqueeze(2)?,
+        })
+    }
+}
+
 /// What depends on the cache length and the batch: the zeroed caches and the step's mask
 /// operands.
 struct PositionBuffers {
-    caches: Vec<Vec<LayerCache>>,
+    caches: Vec<BatchCache>,
     key_positions: Tensor,
     zeros: Tensor,
     neg_inf: Tensor,
@@ -226,11 +282,7 @@ impl PositionBuffers {
     ) -> candle_core::Result<PositionBuffers> {
         let max_len = layout.max_len;
         let caches = (0..layers)
-            .map(|_| {
-                (0..batch)
-                    .map(|_| LayerCache::new(layout, dtype, device))
-                    .collect::<candle_core::Result<Vec<_>>>()
-            })
+            .map(|_| BatchCache::new(layout, batch, dtype, device))
             .collect::<candle_core::Result<Vec<_>>>()?;
         Ok(PositionBuffers {
             caches,
@@ -251,14 +303,14 @@ struct StepTensors {
 }
 
 impl StepTensors {
-    /// Zeroed inputs (`batch` tokens, the position and the key length, one u32 tensor) and
-    /// `[batch, vocab]` f32 logits.
+    /// Zeroed inputs (`batch` tokens, the position and `batch` key lengths, one u32
+    /// tensor) and `[batch, vocab]` f32 logits.
     fn new(batch: usize, vocab: usize, device: &Device) -> candle_core::Result<StepTensors> {
-        let step_inputs = Tensor::zeros(batch + 2, DType::U32, device)?;
+        let step_inputs = Tensor::zeros(2 * batch + 1, DType::U32, device)?;
         Ok(StepTensors {
             token: step_inputs.narrow(0, 0, batch)?,
             pos: step_inputs.narrow(0, batch, 1)?,
-            key_len: step_inputs.narrow(0, batch + 1, 1)?,
+            key_len: step_inputs.narrow(0, batch + 1, batch)?,
             step_inputs,
             logits: Tensor::zeros((batch, vocab), DType::F32, device)?,
         })
@@ -590,7 +642,8 @@ impl StaticLlama {
         }
         // max_len fits u32 (the key positions are a u32 arange), so pos + 1 does too.
         let mut inputs = tokens.to_vec();
-        inputs.extend([pos as u32, pos as u32 + 1]);
+        inputs.push(pos as u32);
+        inputs.extend(std::iter::repeat_n(pos as u32 + 1, self.batch));
         let inputs = Tensor::new(inputs, &self.device)?;
         self.step_inputs.slice_set(&inputs, 0, 0)?;
         Ok(())
@@ -657,7 +710,7 @@ impl StaticLlama {
         let chosen = self.logits.argmax(D::Minus1)?;
         let advanced = self
             .step_inputs
-            .narrow(0, self.batch, 2)?
+            .narrow(0, self.batch, self.batch + 1)?
             .affine(1.0, 1.0)?;
         self.step_inputs.slice_set(&chosen, 0, 0)?;
         self.step_inputs.slice_set(&advanced, 0, self.batch)
@@ -698,7 +751,7 @@ impl StaticLlama {
     fn layer(
         &self,
         layer: &Block,
-        caches: &[LayerCache],
+        caches: &BatchCache,
         x: &Tensor,
         pass: &Pass,
     ) -> candle_core::Result<Tensor> {
@@ -715,22 +768,23 @@ impl StaticLlama {
     }
 
     /// `x` plus the self-attention of its norm (`x`: `[batch, tokens, hidden]`, a row per
-    /// sequence of `caches`, one [`LayerCache`] each): projections, RoPE, the keys and
-    /// values written into each sequence's cache as `pass` says, attention over the cached
-    /// positions `pass` gives, and the output projection. The products take every
-    /// sequence at once; the caches and the attention are per sequence.
+    /// sequence of `caches`): projections, RoPE, the keys and values written into each
+    /// sequence's caches as `pass` says, attention over the cached positions `pass` gives,
+    /// and the output projection. The products take every sequence at once, and so does the
+    /// step's fused attention; the caches are written per sequence.
     fn attention(
         &self,
         layer: &Block,
-        caches: &[LayerCache],
+        caches: &BatchCache,
         x: &Tensor,
         pass: &Pass,
     ) -> candle_core::Result<Tensor> {
-        let one_step = caches.len() == 1 && matches!(pass.write, CacheWrite::Appended);
+        let sequences = caches.sequences.as_slice();
+        let appended = matches!(pass.write, CacheWrite::Appended);
         // One sequence's step: the product writes the step itself where it can (RoPE and
         // the cache writes in its launch).
-        let qkv = match caches {
-            [cache] if one_step && self.project_rope_append(layer, cache, x, pass)? => None,
+        let qkv = match sequences {
+            [cache] if appended && self.project_rope_append(layer, cache, x, pass)? => None,
             _ => Some(project(
                 &layer.qkv,
                 x,
@@ -738,24 +792,34 @@ impl StaticLlama {
                 None,
             )?),
         };
-        let mut outputs = Vec::with_capacity(caches.len());
-        for (b, cache) in caches.iter().enumerate() {
-            let qkv = qkv.as_ref().map(|qkv| qkv.narrow(0, b, 1)).transpose()?;
-            let (q, keys, values) = self.write_cache(cache, qkv.as_ref(), pass)?;
+        let qkv_of = |b: usize| qkv.as_ref().map(|qkv| qkv.narrow(0, b, 1)).transpose();
+        // Several sequences' step with the fused attention: each sequence's rotated query,
+        // keys and values go into its caches, then one launch attends for all of them.
+        if sequences.len() > 1 && appended && pass.bias.is_none() {
+            for (b, cache) in sequences.iter().enumerate() {
+                self.write_cache(cache, qkv_of(b)?.as_ref(), pass)?;
+            }
+            let (q, keys, values) = (&caches.query, &caches.keys, &caches.values);
+            let y = attend_fused(q, keys, values, Some(&self.key_len))?;
+            return project(&layer.o, &y, Input::Plain, Some(x));
+        }
+        let mut outputs = Vec::with_capacity(sequences.len());
+        for (b, cache) in sequences.iter().enumerate() {
+            let (q, keys, values) = self.write_cache(cache, qkv_of(b)?.as_ref(), pass)?;
+            let key_len = self.key_len.narrow(0, b, 1)?;
             let y = match (&pass.bias, pass.write) {
                 (Some(bias), _) => attend(&q, &keys, &values, bias)?,
                 (None, CacheWrite::Rows { .. }) => attend_fused(&q, &keys, &values, None)?,
                 (None, CacheWrite::At { .. } | CacheWrite::Appended) => {
                     // Against GGML blocks the attention's merge rounds the o product's
                     // input (one sequence: the product then takes its only row).
-                    if caches.len() == 1
+                    if sequences.len() == 1
                         && let Some(ws) = quantized_weights(&layer.o)
-                        && let Some(out) =
-                            attend_quantized_o(&q, &keys, &values, &self.key_len, &ws, x)?
+                        && let Some(out) = attend_quantized_o(&q, &keys, &values, &key_len, &ws, x)?
                     {
                         return Ok(out);
                     }
-                    attend_fused(&q, &keys, &values, Some(&self.key_len))?
+                    attend_fused(&q, &keys, &values, Some(&key_len))?
                 }
             };
             outputs.push(y);
@@ -1214,23 +1278,23 @@ fn attend_quantized_o(
     )
 }
 
-/// Attention through candle-hip's fused kernels: `q` (`[1, heads, tokens, head_dim]`) over
-/// the cached `keys` and `values` (`[1, kv_heads, len, head_dim]` views, read in place),
-/// O(tokens) memory instead of the `[tokens, len]` scores. Returns
-/// `[1, tokens, heads * head_dim]`.
+/// Attention through candle-hip's fused kernels: `q` (`[batch, heads, tokens, head_dim]`)
+/// over the cached `keys` and `values` (`[batch, kv_heads, len, head_dim]` views, read in
+/// place), O(tokens) memory instead of the `[tokens, len]` scores. Returns
+/// `[batch, tokens, heads * head_dim]`.
 ///
 /// - `key_len` `None` (the prompt): causal, through candle-flash-attn's API, the last query
 ///   aligned with the last key as the mask of [`attend`] aligns them.
-/// - `key_len` a `[1]` u32 device tensor (the step): flash-decoding over the caches filled
-///   to that many positions, read on the device so that a captured step serves every
-///   position (`len` is the whole cache).
+/// - `key_len` a `[batch]` u32 device tensor (the step): flash-decoding over the caches
+///   filled to that many positions, read on the device so that a captured step serves
+///   every position (`len` is the whole cache).
 fn attend_fused(
     q: &Tensor,
     keys: &Tensor,
     values: &Tensor,
     key_len: Option<&Tensor>,
 ) -> candle_core::Result<Tensor> {
-    let (_, heads, tokens, head_dim) = q.dims4()?;
+    let (batch, heads, tokens, head_dim) = q.dims4()?;
     let scale = 1.0 / (head_dim as f32).sqrt();
     let (q, keys, values) = (
         q.transpose(1, 2)?,
@@ -1247,5 +1311,5 @@ fn attend_fused(
             candle_hip::fused::FlashAttnParams::new(scale, false),
         )?,
     };
-    y.reshape((1, tokens, heads * head_dim))
+    y.reshape((batch, tokens, heads * head_dim))
 }
