@@ -41,7 +41,7 @@ use candle_core::{DType, Layout, Shape};
 use crate::error::{Result, hip, invalid};
 use crate::fused::attention::{self, Attended, Splits};
 use crate::fused::{
-    FlashAttnExtras, FlashAttnParams, LinearInput, StepRope, StepTarget, is_one_row, operand_vector,
+    FlashAttnExtras, FlashAttnParams, LinearInput, StepRope, StepTarget, operand_vector,
 };
 use crate::kernel::catalogue as cat;
 use crate::kernel::launch::{to_u32, view_or_null};
@@ -53,6 +53,20 @@ use hip_safe::{DevicePtr, DeviceRepr, DeviceView, DeviceViewMut};
 /// The most rows of `x` that go through the matrix-vector kernel (it reads
 /// the weight once per 8 rows); more go through dequantization and a GEMM.
 pub const MATVEC_MAX_ROWS: usize = 32;
+
+/// The rows of `x` (`x_l`) a fused product takes against a weight of `k`
+/// columns: 1 to [`MATVEC_MAX_ROWS`] contiguous rows of `k` values (`2k`
+/// for SwiGLU, `swiglu`); `None` otherwise.
+fn fused_rows(x_l: &Layout, k: usize, swiglu: bool) -> Option<usize> {
+    let width = k.checked_mul(if swiglu { 2 } else { 1 })?;
+    let count = x_l.shape().elem_count();
+    let rows = count.checked_div(width)?;
+    (x_l.is_contiguous()
+        && x_l.dims().last() == Some(&width)
+        && rows * width == count
+        && (1..=MATVEC_MAX_ROWS).contains(&rows))
+    .then_some(rows)
+}
 
 /// Values per sub-block, the unit of work of the kernels.
 const SUB: usize = 32;
@@ -311,9 +325,9 @@ impl QuantizedStorage {
     /// Whether [`fused_matvec`](Self::fused_matvec) takes `x` (`x_l`) against
     /// a weight of shape `w_shape`, `(n, k)`, held by these blocks: GGML
     /// blocks (not a plain type), `x` contiguous of f32, f16 or bf16 with
-    /// one row (its last dimension) of `k` values (`2k` for SwiGLU,
-    /// `swiglu`). Otherwise compute
-    /// the same unfused.
+    /// 1 to [`MATVEC_MAX_ROWS`] rows (along its last dimension) of `k`
+    /// values (`2k` for SwiGLU, `swiglu`). Otherwise compute the same
+    /// unfused.
     pub fn fused_matvec_takes(
         &self,
         w_shape: &Shape,
@@ -327,7 +341,8 @@ impl QuantizedStorage {
     /// Whether [`fused_matvec_parts`](Self::fused_matvec_parts) takes `x`
     /// against `parts`: each as [`fused_matvec_takes`](Self::fused_matvec_takes)
     /// says, all with the same `k` and rounding their activations to the same
-    /// type (q4_0, q5_0, q8_0; q4_1, q5_1, q8_1; or the k-quants).
+    /// type (q4_0, q5_0, q8_0; q4_1, q5_1, q8_1; or the k-quants), and one row
+    /// of `x` where there are several parts.
     pub fn fused_parts_take(
         parts: &[(&QuantizedStorage, &Shape)],
         dtype: DType,
@@ -347,20 +362,35 @@ impl QuantizedStorage {
         };
         matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
             && k > 0
-            && is_one_row(x_l, k, swiglu)
+            && fused_rows(x_l, k, swiglu).is_some_and(|rows| rows == 1 || parts.len() == 1)
             && parts.iter().all(part_takes)
     }
 
+    /// Whether [`fused_matvec_parts_rope_append`](Self::fused_matvec_parts_rope_append)
+    /// takes `x` against `parts`: as [`fused_parts_take`](Self::fused_parts_take)
+    /// says, with one row of `x` (one sequence's step).
+    pub fn fused_step_takes(
+        parts: &[(&QuantizedStorage, &Shape)],
+        dtype: DType,
+        x_l: &Layout,
+        swiglu: bool,
+    ) -> bool {
+        let k = parts.first().and_then(|(_, shape)| shape.dims2().ok());
+        Self::fused_parts_take(parts, dtype, x_l, swiglu)
+            && k.is_some_and(|(_, k)| fused_rows(x_l, k, swiglu) == Some(1))
+    }
+
     /// One decode step's `x'·Wᵀ (+ residual)`, where this storage holds `W`
-    /// of shape `w_shape`, `(n, k)`, and `x'` is `x`, its RMS norm or the
-    /// SwiGLU of its halves (`input`, as [`crate::fused::fused_linear`]
-    /// takes it; the norm weight a contiguous vector of `k`): the rounding
-    /// of `x'` to 8 bits and the mat-vec, two launches. `x` is one row
+    /// of shape `w_shape`, `(n, k)`, and `x'` is `x`, the RMS norm of each of
+    /// its rows or the SwiGLU of each row's halves (`input`, as
+    /// [`crate::fused::fused_linear`] takes it; the norm weight a contiguous
+    /// vector of `k`): the rounding of `x'` to 8 bits and the mat-vec, two
+    /// launches. `x` holds a few rows
     /// ([`fused_matvec_takes`](Self::fused_matvec_takes)); `residual`
-    /// (optional) a contiguous vector of `n` in `x`'s dtype. Returns the `n`
-    /// outputs, contiguous, in `x`'s dtype: what `rms_norm` or `silu_mul`,
-    /// [`matmul_t`](Self::matmul_t) and the addition give one after the
-    /// other, up to the order of the norm's sum.
+    /// (optional) a contiguous `rows * n` values in `x`'s dtype. Returns the
+    /// `rows * n` outputs, contiguous, in `x`'s dtype: what `rms_norm` or
+    /// `silu_mul`, [`matmul_t`](Self::matmul_t) and the addition give one
+    /// after the other, up to the order of the norm's sum.
     pub fn fused_matvec(
         &self,
         w_shape: &Shape,
@@ -389,7 +419,9 @@ impl QuantizedStorage {
         const OP: &str = "fused_qmatvec";
         let swiglu = matches!(input, LinearInput::SwiGlu);
         let widths = Self::checked_parts(OP, parts, (x, x_l), swiglu, residual)?;
-        let act = Rounded::of(parts[0].0, (x, x_l.start_offset()), widths[0].1, 1, input)?;
+        let k = widths[0].1;
+        let rows = fused_rows(x_l, k, swiglu).unwrap_or(1);
+        let act = Rounded::of(parts[0].0, (x, x_l.start_offset()), k, rows, input)?;
         Self::matvec_parts(parts, &widths, &act, residual)
     }
 
@@ -397,7 +429,8 @@ impl QuantizedStorage {
     /// `x_l`; `swiglu` as [`fused_parts_take`](Self::fused_parts_take)
     /// takes it) plus `residual`, after checking that the fused kernels take
     /// them, that the parts live on `x`'s device and that the residual is a
-    /// vector of the `Σ n_i` outputs; op `op`'s error otherwise.
+    /// vector of the `Σ n_i` outputs of each of `x`'s rows; op `op`'s error
+    /// otherwise.
     fn checked_parts(
         op: &'static str,
         parts: &[(&QuantizedStorage, &Shape)],
@@ -426,14 +459,16 @@ impl QuantizedStorage {
             .iter()
             .try_fold(0usize, |sum, &(n, _)| size::add(op, "the outputs", sum, n))?;
         if let Some(r) = residual {
-            operand_vector(op, x, r, "residual", n)?;
+            let rows = fused_rows(x_l, widths[0].1, swiglu).unwrap_or(1);
+            operand_vector(op, x, r, "residual", size::mul(op, "the outputs", rows, n)?)?;
         }
         Ok(widths)
     }
 
     /// The mat-vecs of `parts` (of `widths`, `(n_i, k)`) with the rounded
     /// activations `act`, plus `residual` (checked against the outputs by
-    /// the caller), each writing its slice of the outputs.
+    /// the caller), each writing its slice of the outputs (several parts
+    /// take one row, [`fused_parts_take`](Self::fused_parts_take)).
     fn matvec_parts(
         parts: &[(&QuantizedStorage, &Shape)],
         widths: &[(usize, usize)],
@@ -442,16 +477,18 @@ impl QuantizedStorage {
     ) -> Result<HipStorage> {
         const OP: &str = "fused_qmatvec";
         let n: usize = widths.iter().map(|&(n, _)| n).sum();
-        // SAFETY: the parts' mat-vecs write every one of the n outputs.
-        let mut y = unsafe { act.q.device().alloc_uninit(&Shape::from(n), act.dtype) }?;
+        let count = size::mul(OP, "the outputs", act.rows, n)?;
+        // SAFETY: the parts' mat-vecs write every one of the rows * n outputs.
+        let mut y = unsafe { act.q.device().alloc_uninit(&Shape::from(count), act.dtype) }?;
         let mut start = 0;
         for (&(q, _), &(n_part, _)) in parts.iter().zip(widths) {
+            let len = act.rows * n_part;
             let res = residual
-                .map(|(r, l)| r.view_range(OP, l.start_offset() + start, n_part))
+                .map(|(r, l)| r.view_range(OP, l.start_offset() + start, len))
                 .transpose()?;
-            let yv = y.view_range_mut(OP, start, n_part)?;
+            let yv = y.view_range_mut(OP, start, len)?;
             q.launch_matvec(act, n_part, &yv, res.as_ref(), QRope::default())?;
-            start += n_part;
+            start += len;
         }
         Ok(y)
     }
@@ -513,7 +550,7 @@ impl QuantizedStorage {
         const OP: &str = "fused_qmatvec_rope_append";
         let cache = step.cache;
         let swiglu = matches!(input, LinearInput::SwiGlu);
-        if !Self::fused_parts_take(parts, x.dtype(), x_l, swiglu) || !cache.interleaved {
+        if !Self::fused_step_takes(parts, x.dtype(), x_l, swiglu) || !cache.interleaved {
             return Err(invalid(
                 OP,
                 format!(
@@ -707,8 +744,8 @@ struct Rounded {
 
 impl Rounded {
     /// `rows` contiguous rows of `k` values of `x` from its element `x.1`
-    /// on (of `2k` for SwiGLU; `rows` 1 unless `input` is plain), made `x'`
-    /// by `input` and rounded for the mat-vec of `weights`' blocks.
+    /// on (of `2k` for SwiGLU), made `x'` by `input` (row by row) and
+    /// rounded for the mat-vec of `weights`' blocks.
     fn of(
         weights: &QuantizedStorage,
         (x, x_start): (&HipStorage, usize),
@@ -722,12 +759,6 @@ impl Rounded {
             return Err(invalid(
                 OP,
                 format!("{k} columns are not whole {:?} blocks", weights.dtype),
-            ));
-        }
-        if !matches!(input, LinearInput::Plain) && rows != 1 {
-            return Err(invalid(
-                OP,
-                format!("the norm or SwiGLU of {rows} rows: the fused input takes one"),
             ));
         }
         let launcher = weights.device().kernels();
@@ -755,16 +786,25 @@ impl Rounded {
                 act.d.view_range_mut(OP, 0, scales)?,
                 act.s.view_range_mut(OP, 0, scales)?,
             );
-            let cfg = grid::grid_stride((count / ACT_PER_LANE) as u64, launcher.compute_units());
+            // The norm and SwiGLU take a row of blocks (grid y) per row.
+            let cfg = if matches!(input, LinearInput::Plain) {
+                grid::grid_stride((count / ACT_PER_LANE) as u64, launcher.compute_units())
+            } else {
+                let mut cfg =
+                    grid::grid_stride((k / ACT_PER_LANE) as u64, launcher.compute_units());
+                // The fused products take at most MATVEC_MAX_ROWS rows.
+                cfg.grid_dim.1 = to_u32(OP, "rows", rows)?;
+                cfg
+            };
             let kernel = cat::QUANTIZE_ACT.quantized(OP, block, x.dtype())?;
             let (count, code) = (count as u64, input.code());
             // SAFETY: quantize_act_<a>_<dtype>(const T* x, i8* q, float* d,
             // float* s, u64 count, u32 input, const T* norm_w, float eps): x
             // holds count values (2 * count for SwiGLU), q count bytes, d and
-            // s count / 32 f32, norm_w k = count values or null (checked
-            // views; the norm and SwiGLU take one row); count is whole
-            // blocks of the activation type (k is whole weight blocks, 32 or
-            // 256 values).
+            // s count / 32 f32, norm_w k values or null (checked views); the
+            // norm and SwiGLU take a row of k = count / grid y values per
+            // grid row; k is whole blocks of the activation type (whole
+            // weight blocks, 32 or 256 values).
             unsafe {
                 launcher.launch(
                     kernel,

@@ -16,11 +16,12 @@
 //     and q8_0, q8_1 for q4_1, q5_1 and q8_1: 32 values per scale; q8k for
 //     the k-quants: 256; one kernel serves every weight type of its a),
 //     where x' (count values, whole blocks; dtype f16, bf16, f32, widened to
-//     f32 exactly) is x itself, its RMS norm (one row) or the SwiGLU of its
-//     halves, by `input` (CH_QACT_INPUT_* below; norm_w and eps are read
-//     for the norm only): q[i] the integers, d[i / 32] the scale of value
-//     i's block (as stored: f16-rounded for q8_0 and q8_1), s[i / 32] q8_1's
-//     scaled sum (unused otherwise)
+//     f32 exactly) is x itself, the RMS norm of each of its rows or the
+//     SwiGLU of each row's halves, by `input` (CH_QACT_INPUT_* below; norm_w
+//     and eps are read for the norm only; the norm and SwiGLU take a row
+//     of count / gridDim.y values per blockIdx.y): q[i] the integers, d[i /
+//     32] the scale of value i's block (as stored: f16-rounded for q8_0 and
+//     q8_1), s[i / 32] q8_1's scaled sum (unused otherwise)
 //
 //   qmatvec_<q>(const ch_u8* w, const signed char* q, const float* d,
 //               const float* s, void* y, ch_u32 y_dtype, ch_u32 n, ch_u32 k,
@@ -688,12 +689,13 @@ __device__ __forceinline__ void dequantize(const ch_u8* __restrict__ blocks, T* 
   }
 }
 
-// What quantize_act rounds, by `input` (as gemv.hip's CH_GEMV_INPUT_*):
-//   PLAIN     x itself (count values, any number of rows);
-//   RMS_NORM  x / sqrt(mean(x^2) + eps) * norm_w over one row of count
-//             values (as rms_norm_*);
-//   SWIGLU    silu(x[i]) * x[count + i] (x holds 2 * count values, gate
-//             then up; as silu_mul_*);
+// What quantize_act rounds of one row of `count` values, by `input` (as
+// gemv.hip's CH_GEMV_INPUT_*):
+//   PLAIN     x itself (any number of rows as one);
+//   RMS_NORM  x / sqrt(mean(x^2) + eps) * norm_w over the row (as
+//             rms_norm_*);
+//   SWIGLU    silu(x[i]) * x[count + i] (the row holds 2 * count values,
+//             gate then up; as silu_mul_*);
 // each value rounded to T as the separate kernel rounds it, so that the
 // rounding of the activations sees what it would after that kernel.
 #define CH_QACT_INPUT_PLAIN 0
@@ -1048,6 +1050,17 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
 template <int ACT, typename T>
 __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* d, float* s, ch_u64 count,
                                              ch_u32 input, const T* norm_w, float eps) {
+  // The norm and SwiGLU work per row: row blockIdx.y of gridDim.y, each of
+  // count / gridDim.y values (whole blocks of 32), its x twice as long for
+  // SwiGLU. Plain input is one row whatever its shape (gridDim.y 1).
+  if (input != CH_QACT_INPUT_PLAIN) {
+    const ch_u64 k = count / gridDim.y, row = blockIdx.y;
+    x += row * k * (input == CH_QACT_INPUT_SWIGLU ? 2 : 1);
+    q += row * k;
+    d += row * k / 32;
+    s += row * k / 32;
+    count = k;
+  }
   QActInput<T> in;
   in.x = x;
   in.norm_w = norm_w;
@@ -1058,8 +1071,8 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
   float v[CH_QACT_PER_LANE], w[CH_QACT_PER_LANE];
   if (input == CH_QACT_INPUT_RMS_NORM) {
     // The thread's first values and weights are read before the sum of
-    // squares, so that both reads are in flight together. The norm takes
-    // one row: count is k, which the host checks fits 32 bits.
+    // squares, so that both reads are in flight together. count is the
+    // row's k, which the host checks fits 32 bits.
     in.load_norm(start + threadIdx.x, start + threadIdx.x < items, v, w);
     const float inv = q_act_rms_inv(x, (ch_u32)count, eps);
     for (ch_u64 first = start; first < items; first += global_threads()) {

@@ -312,14 +312,15 @@ impl CustomOp1 for FusedQuantizedLinear<'_> {
 }
 
 /// [`fused_linear`] against a quantized weight (a `QTensor` of GGML blocks
-/// on a HIP device, as `QMatMul` holds it): one token's `x'·weightᵀ (+
-/// residual)`, the norm or SwiGLU riding on the rounding of the activations
-/// and the residual on the product, two launches. What it computes equals
-/// `QMatMul::forward` of the separate ops' `x'` plus the residual, up to the
-/// order of the norm's sum.
+/// on a HIP device, as `QMatMul` holds it): a decoding step's `x'·weightᵀ (+
+/// residual)` for one token of each of a few sequences (the rows of `x`, up
+/// to [`crate::quantized::MATVEC_MAX_ROWS`]), the norm or SwiGLU of each row
+/// riding on the rounding of the activations and the residual on the
+/// product, two launches. What it computes equals `QMatMul::forward` of the
+/// separate ops' `x'` plus the residual, up to the order of the norm's sum.
 ///
 /// `Ok(None)` when the fused kernels do not take the operands (not on a HIP
-/// device, a plain f32/f16/bf16 weight, more than one row:
+/// device, a plain f32/f16/bf16 weight, more rows:
 /// [`QuantizedStorage::fused_matvec_takes`]): compute it unfused. Errors: a
 /// residual of another shape, operands on different devices or of
 /// different dtypes.
@@ -337,8 +338,8 @@ pub fn fused_quantized_linear(
 /// 1's, ...), as when a GGUF layer's q, k and v matrices have different block
 /// types: the activations are rounded once for all parts, one launch, then
 /// one mat-vec per part. `Ok(None)` also when the parts round their
-/// activations to different types
-/// ([`QuantizedStorage::fused_parts_take`]).
+/// activations to different types, and for several parts and more than one
+/// row ([`QuantizedStorage::fused_parts_take`]).
 pub fn fused_quantized_linear_parts(
     x: &Tensor,
     parts: &[&QTensor],
@@ -404,7 +405,7 @@ pub fn fused_quantized_linear_rope_append(
     };
     if !cache.interleaved
         || super::as_hip_device(x.device()).is_none()
-        || !QuantizedStorage::fused_parts_take(&blocks, x.dtype(), x.layout(), swiglu)
+        || !QuantizedStorage::fused_step_takes(&blocks, x.dtype(), x.layout(), swiglu)
     {
         return Ok(false);
     }

@@ -109,7 +109,7 @@ pub fn fused_linear_plan(
 
 /// Whether `x_l` is one contiguous row, its last dimension, of `k` elements
 /// (`2k` for SwiGLU, `swiglu`): the input of the fused one-token products.
-pub(crate) fn is_one_row(x_l: &Layout, k: usize, swiglu: bool) -> bool {
+fn is_one_row(x_l: &Layout, k: usize, swiglu: bool) -> bool {
     let width = k.checked_mul(if swiglu { 2 } else { 1 });
     x_l.is_contiguous()
         && x_l.dims().last().copied() == width

@@ -37,11 +37,11 @@ pub use argsort::{arg_sort_last_dim, shared_sort_max_cols};
 pub use attention::{
     AttentionKernel, DECODE_MAX_QUERIES, FlashAttnExtras, FlashAttnParams, HEAD_DIMS, flash_attn,
 };
+pub(crate) use linear::operand_vector;
 pub use linear::{
     LinearInput, MAX_STAGED_BYTES, fused_linear, fused_linear_plan, fused_linear_rope_append,
     fused_linear_swiglu,
 };
-pub(crate) use linear::{is_one_row, operand_vector};
 pub(crate) use rope::StepRope;
 pub use rope::{StepCache, StepTarget, rope, rope_append, rope_i, rope_thd};
 pub use rows::{layer_norm, rms_norm, softmax_last_dim};

@@ -405,21 +405,29 @@ struct FusedCase {
     x_dtype: DType,
     input: usize,
     residual: bool,
+    /// Rows of `x` (sequences of a batched decoding step).
+    rows: usize,
 }
 
-/// `fused_matvec` against the same ops run one after the other on the
-/// device (`fused::rms_norm` or `fused::silu_mul`, `matmul_t`, the
-/// addition), which the tests above hold to candle's CPU: bit for bit. The
-/// activations are multiples of 1/4 in [-2, 2], whose squares sum exactly
-/// in any order, so the norm's sum (the one computation the fused kernel
-/// orders differently) is the same too.
+/// `fused_matvec` of `rows` rows against the same ops run one after the
+/// other on the device for each row alone (`fused::rms_norm` or
+/// `fused::silu_mul`, `matmul_t`, the addition), which the tests above hold
+/// to candle's CPU: bit for bit. The activations are multiples of 1/4 in
+/// [-2, 2], whose squares sum exactly in any order, so the norm's sum (the
+/// one computation the fused kernel orders differently) is the same too.
 fn fused_against_separate(
     dev: &candle_hip::HipDevice,
     rng: &mut Rng,
     c: &FusedCase,
 ) -> candle_core::Result<std::result::Result<(), String>> {
     use candle_hip::fused::{self, LinearInput};
-    let FusedCase { n, k, x_dtype, .. } = *c;
+    let FusedCase {
+        n,
+        k,
+        x_dtype,
+        rows,
+        ..
+    } = *c;
     let up = |values: &[f64], dtype: DType| upload(dev, values.to_vec(), dtype);
     let quarters = |rng: &mut Rng, len: usize| -> Vec<f64> {
         (0..len)
@@ -435,17 +443,20 @@ fn fused_against_separate(
     );
     let hip_q = load(dev, &q);
     let width = if c.input == 2 { 2 * k } else { k };
-    let x = up(&quarters(rng, width), x_dtype)?;
-    let x_l = Layout::contiguous((1, width));
+    let x = up(&quarters(rng, rows * width), x_dtype)?;
+    let x_l = Layout::contiguous((rows, width));
     let norm_w = up(
         &(0..k).map(|_| rng.uniform(0.5, 1.5)).collect::<Vec<_>>(),
         x_dtype,
     )?;
     let residual = up(
-        &(0..n).map(|_| rng.uniform(-4.0, 4.0)).collect::<Vec<_>>(),
+        &(0..rows * n)
+            .map(|_| rng.uniform(-4.0, 4.0))
+            .collect::<Vec<_>>(),
         x_dtype,
     )?;
-    let (vec_k, vec_n) = (Layout::contiguous(k), Layout::contiguous(n));
+    let vec_k = Layout::contiguous(k);
+    let all_n = Layout::contiguous(rows * n);
     let eps = 1e-5;
     let input = match c.input {
         1 => LinearInput::RmsNorm {
@@ -455,29 +466,55 @@ fn fused_against_separate(
         2 => LinearInput::SwiGlu,
         _ => LinearInput::Plain,
     };
-    let res = c.residual.then_some((&residual, &vec_n));
+    let res = c.residual.then_some((&residual, &all_n));
     let w_shape = Shape::from((n, k));
     let got = hip_q.fused_matvec(&w_shape, &x, &x_l, input, res)?;
 
-    let row = Layout::contiguous((1, k));
-    let x_prime = match c.input {
-        1 => fused::rms_norm(&x, &row, &norm_w, &vec_k, eps)?,
-        2 => {
-            let up_l = Layout::contiguous_with_offset((1, k), k);
-            fused::silu_mul(&x, &row, &x, &up_l)?
-        }
-        _ => x.try_clone(&row)?,
-    };
-    let (y, _) = hip_q.matmul_t(&w_shape, &x_prime, &row)?;
+    // x' row by row through the one-row ops (f16, bf16 and f32 widen to f64
+    // and back exactly), then one product of all rows.
+    let x_host = cpu_values(&x.to_cpu_storage()?);
+    let mut x_prime = Vec::with_capacity(rows * k);
+    for r in 0..rows {
+        let x_row = Layout::contiguous_with_offset((1, k), r * width);
+        let row = match c.input {
+            1 => fused::rms_norm(&x, &x_row, &norm_w, &vec_k, eps)?,
+            2 => {
+                let up_l = Layout::contiguous_with_offset((1, k), r * width + k);
+                fused::silu_mul(&x, &x_row, &x, &up_l)?
+            }
+            _ => {
+                x_prime.extend_from_slice(&x_host[r * width..][..k]);
+                continue;
+            }
+        };
+        x_prime.extend(cpu_values(&row.to_cpu_storage()?));
+    }
+    let all_rows = Layout::contiguous((rows, k));
+    let (y, _) = hip_q.matmul_t(&w_shape, &up(&x_prime, x_dtype)?, &all_rows)?;
     let want = if c.residual {
-        y.binary_impl::<candle_core::op::Add>(&residual, &vec_n, &vec_n)?
+        y.binary_impl::<candle_core::op::Add>(&residual, &all_n, &all_n)?
     } else {
         y
     };
-    Ok(compare_bits(
-        &got.to_cpu_storage()?,
-        &want.to_cpu_storage()?,
-    ))
+    let want = cpu_values(&want.to_cpu_storage()?);
+    // f16, bf16 and f32 widen to f64 exactly: equal values are equal bits.
+    let got = cpu_values(&got.to_cpu_storage()?);
+    Ok(match got.iter().zip(&want).position(|(g, w)| g != w) {
+        None if got.len() == want.len() => Ok(()),
+        None => Err(format!("{} outputs, expected {}", got.len(), want.len())),
+        Some(i) => Err(format!("output {i}: {} against {}", got[i], want[i])),
+    })
+}
+
+/// The (input, residual, rows) of each fused product case: every input
+/// with and without the residual for one row, and for three (a batched
+/// decoding step: the norm and SwiGLU per row).
+fn cases() -> impl Iterator<Item = (usize, bool, usize)> {
+    (0..3).flat_map(|input| {
+        [false, true]
+            .into_iter()
+            .flat_map(move |residual| [1, 3].map(|rows| (input, residual, rows)))
+    })
 }
 
 #[test]
@@ -491,25 +528,24 @@ fn fused_quantized_products_equal_the_separate_ops() {
         let bs = dtype.block_size().max(32);
         for (n, k) in [(3, 2 * bs), (67, 2048.max(bs) + 2 * bs)] {
             for x_dtype in [DType::F32, DType::F16, DType::BF16] {
-                for input in 0..3 {
-                    for residual in [false, true] {
-                        let c = FusedCase {
-                            dtype,
-                            n,
-                            k,
-                            x_dtype,
-                            input,
-                            residual,
-                        };
-                        let case = format!(
-                            "n {n} k {k} input {} residual {residual}",
-                            ["plain", "rms_norm", "swiglu"][input]
-                        );
-                        let op = format!("fused_qmatvec {dtype:?}");
-                        match fused_against_separate(&dev, &mut rng, &c) {
-                            Ok(outcome) => t.record(&op, x_dtype, || case.clone(), outcome),
-                            Err(e) => t.error(&op, x_dtype, case, e),
-                        }
+                for (input, residual, rows) in cases() {
+                    let c = FusedCase {
+                        dtype,
+                        n,
+                        k,
+                        x_dtype,
+                        input,
+                        residual,
+                        rows,
+                    };
+                    let case = format!(
+                        "n {n} k {k} input {} residual {residual} rows {rows}",
+                        ["plain", "rms_norm", "swiglu"][input]
+                    );
+                    let op = format!("fused_qmatvec {dtype:?}");
+                    match fused_against_separate(&dev, &mut rng, &c) {
+                        Ok(outcome) => t.record(&op, x_dtype, || case.clone(), outcome),
+                        Err(e) => t.error(&op, x_dtype, case, e),
                     }
                 }
             }
@@ -881,10 +917,13 @@ fn fused_quantized_product_refuses_what_it_does_not_take() {
     .unwrap();
     let w = Shape::from((2, 64));
     let one = Layout::contiguous((1, 64));
-    // Two rows, a row of the wrong length, a SwiGLU input of one half.
+    // More rows than the mat-vec takes, a row of the wrong length, a SwiGLU
+    // input of one half.
     let two = Layout::contiguous((2, 64));
+    let many = Layout::contiguous((MATVEC_MAX_ROWS + 1, 64));
+    assert!(!q.fused_matvec_takes(&w, DType::F32, &many, false));
     assert!(
-        q.fused_matvec(&w, &x, &two, LinearInput::Plain, None)
+        q.fused_matvec(&w, &x, &many, LinearInput::Plain, None)
             .is_err()
     );
     let short = Layout::contiguous((1, 32));
@@ -928,6 +967,20 @@ fn fused_quantized_product_refuses_what_it_does_not_take() {
         p.fused_matvec(&w, &x, &one, LinearInput::Plain, None)
             .is_err()
     );
+    // Several parts take one row only (each writes its columns of it).
+    let halves = [(&q, &Shape::from((1, 64))), (&q, &Shape::from((1, 64)))];
+    assert!(QuantizedStorage::fused_parts_take(
+        &halves,
+        DType::F32,
+        &one,
+        false
+    ));
+    assert!(!QuantizedStorage::fused_parts_take(
+        &halves,
+        DType::F32,
+        &two,
+        false
+    ));
     // Parts that round their activations to different types.
     let k = QuantizedStorage::from_blocks(&dev, GgmlDType::Q4K, &[0u8; 144]).unwrap();
     let (w32, w256) = (Shape::from((2, 256)), Shape::from((1, 256)));
