@@ -62,9 +62,12 @@
 //! A batch of sequences at one position: the products take every sequence's row at once
 //! (one read of the weights), each sequence has its own caches and RoPE write, and the
 //! step's fused attention reads every sequence's caches in one launch (they share one
-//! storage at a fixed stride, [`BatchCache`]). The one-row fused launches above serve batch
-//! 1; a larger batch runs the norms, activations and residual additions as launches of
-//! their own.
+//! storage at a fixed stride, [`BatchCache`]). Against GGML blocks the products of a batch
+//! take each row's norm or SwiGLU and the residual as at batch 1 (`fused_quantized_linear`
+//! takes a few rows; q/k/v of different block types take one); the other one-row fusions
+//! above (RoPE in the q/k/v product, the merge rounding the o product's input, the dense
+//! products' norms, SwiGLU and residuals) serve batch 1 only, and a larger batch runs
+//! those steps as launches of their own.
 
 use std::io::{Read, Seek};
 
