@@ -63,7 +63,6 @@ fn fused_rows(x_l: &Layout, k: usize, swiglu: bool) -> Option<usize> {
     let rows = count.checked_div(width)?;
     (x_l.is_contiguous()
         && x_l.dims().last() == Some(&width)
-        && rows * width == count
         && (1..=MATVEC_MAX_ROWS).contains(&rows))
     .then_some(rows)
 }
@@ -418,16 +417,21 @@ impl QuantizedStorage {
     ) -> Result<HipStorage> {
         const OP: &str = "fused_qmatvec";
         let swiglu = matches!(input, LinearInput::SwiGlu);
-        let widths = Self::checked_parts(OP, parts, (x, x_l), swiglu, residual)?;
-        let k = widths[0].1;
-        let rows = fused_rows(x_l, k, swiglu).unwrap_or(1);
-        let act = Rounded::of(parts[0].0, (x, x_l.start_offset()), k, rows, input)?;
+        let (widths, rows) = Self::checked_parts(OP, parts, (x, x_l), swiglu, residual)?;
+        let act = Rounded::of(
+            parts[0].0,
+            (x, x_l.start_offset()),
+            widths[0].1,
+            rows,
+            input,
+        )?;
         Self::matvec_parts(parts, &widths, &act, residual)
     }
 
-    /// The `(n_i, k)` of `parts` for a fused product of `x` (read with
-    /// `x_l`; `swiglu` as [`fused_parts_take`](Self::fused_parts_take)
-    /// takes it) plus `residual`, after checking that the fused kernels take
+    /// The `(n_i, k)` of `parts` and the rows of `x` for a fused product of
+    /// `x` (read with `x_l`; `swiglu` as
+    /// [`fused_parts_take`](Self::fused_parts_take) takes it) plus
+    /// `residual`, after checking that the fused kernels take
     /// them, that the parts live on `x`'s device and that the residual is a
     /// vector of the `Σ n_i` outputs of each of `x`'s rows; op `op`'s error
     /// otherwise.
@@ -437,8 +441,12 @@ impl QuantizedStorage {
         (x, x_l): (&HipStorage, &Layout),
         swiglu: bool,
         residual: Option<(&HipStorage, &Layout)>,
-    ) -> Result<Vec<(usize, usize)>> {
-        if !Self::fused_parts_take(parts, x.dtype(), x_l, swiglu) {
+    ) -> Result<(Vec<(usize, usize)>, usize)> {
+        let k = parts.first().and_then(|(_, shape)| shape.dims2().ok());
+        let rows = k
+            .and_then(|(_, k)| fused_rows(x_l, k, swiglu))
+            .filter(|_| Self::fused_parts_take(parts, x.dtype(), x_l, swiglu));
+        let Some(rows) = rows else {
             let weights: Vec<_> = parts.iter().map(|(q, s)| (s.dims(), q.dtype)).collect();
             return Err(invalid(
                 op,
@@ -449,7 +457,7 @@ impl QuantizedStorage {
                     x.dtype(),
                 ),
             ));
-        }
+        };
         let mut widths = Vec::with_capacity(parts.len());
         for (q, shape) in parts {
             q.data.check_device(x, op)?;
@@ -459,10 +467,9 @@ impl QuantizedStorage {
             .iter()
             .try_fold(0usize, |sum, &(n, _)| size::add(op, "the outputs", sum, n))?;
         if let Some(r) = residual {
-            let rows = fused_rows(x_l, widths[0].1, swiglu).unwrap_or(1);
             operand_vector(op, x, r, "residual", size::mul(op, "the outputs", rows, n)?)?;
         }
-        Ok(widths)
+        Ok((widths, rows))
     }
 
     /// The mat-vecs of `parts` (of `widths`, `(n_i, k)`) with the rounded
@@ -476,6 +483,16 @@ impl QuantizedStorage {
         residual: Option<(&HipStorage, &Layout)>,
     ) -> Result<HipStorage> {
         const OP: &str = "fused_qmatvec";
+        if parts.len() > 1 && act.rows > 1 {
+            return Err(invalid(
+                OP,
+                format!(
+                    "{} parts of {} rows: each part writes its columns of one row",
+                    parts.len(),
+                    act.rows
+                ),
+            ));
+        }
         let n: usize = widths.iter().map(|&(n, _)| n).sum();
         let count = size::mul(OP, "the outputs", act.rows, n)?;
         // SAFETY: the parts' mat-vecs write every one of the rows * n outputs.
@@ -514,6 +531,13 @@ impl QuantizedStorage {
         residual: Option<(&HipStorage, &Layout)>,
     ) -> Result<HipStorage> {
         const OP: &str = "fused_attention_qmatvec";
+        let dims = q_l.dims();
+        if dims.len() != 4 || dims[0] * dims[1] != 1 {
+            return Err(invalid(
+                OP,
+                format!("an attention of one query row, not q {dims:?}"),
+            ));
+        }
         let splits = match attention::attend(q, q_l, k, k_l, v, v_l, extras, params)? {
             Attended::Output(out) => {
                 let row = Layout::contiguous((1, out.len()));
@@ -523,7 +547,7 @@ impl QuantizedStorage {
         };
         // The attention's output rows, of q's dtype and on its device.
         let rows = Layout::contiguous((splits.rows(), splits.row_width()));
-        let widths = Self::checked_parts(OP, parts, (q, &rows), false, residual)?;
+        let (widths, _) = Self::checked_parts(OP, parts, (q, &rows), false, residual)?;
         let act = Rounded::of_splits(parts[0].0, &splits)?;
         Self::matvec_parts(parts, &widths, &act, residual)
     }
@@ -774,7 +798,7 @@ impl Rounded {
             let xv = x.view_range(OP, x_start, x_count)?;
             let (norm_w, eps) = match input {
                 LinearInput::RmsNorm { weight, eps } => {
-                    // The kernel's norm walks its one row with a u32 count.
+                    // The kernel's norm walks each row with a u32 count.
                     to_u32(OP, "k", k)?;
                     (Some(operand_vector(OP, x, weight, "norm weight", k)?), eps)
                 }

@@ -382,7 +382,8 @@ pub fn fused_quantized_linear_parts(
 /// by [`super::rope_append`] does.
 ///
 /// `Ok(false)`, writing nothing, where [`fused_quantized_linear_parts`]
-/// gives `None` or RoPE rotates the halves: compute it unfused. Errors:
+/// gives `None`, for more than one row of `x` (one sequence's step) or
+/// where RoPE rotates the halves: compute it unfused. Errors:
 /// those of both.
 #[allow(clippy::too_many_arguments)]
 pub fn fused_quantized_linear_rope_append(

@@ -497,13 +497,20 @@ fn fused_against_separate(
         y
     };
     let want = cpu_values(&want.to_cpu_storage()?);
-    // f16, bf16 and f32 widen to f64 exactly: equal values are equal bits.
+    // f16, bf16 and f32 widen to f64 exactly, sign and NaN payload kept:
+    // equal bits there are equal bits here.
     let got = cpu_values(&got.to_cpu_storage()?);
-    Ok(match got.iter().zip(&want).position(|(g, w)| g != w) {
-        None if got.len() == want.len() => Ok(()),
-        None => Err(format!("{} outputs, expected {}", got.len(), want.len())),
-        Some(i) => Err(format!("output {i}: {} against {}", got[i], want[i])),
-    })
+    Ok(
+        match got
+            .iter()
+            .zip(&want)
+            .position(|(g, w)| g.to_bits() != w.to_bits())
+        {
+            None if got.len() == want.len() => Ok(()),
+            None => Err(format!("{} outputs, expected {}", got.len(), want.len())),
+            Some(i) => Err(format!("output {i}: {} against {}", got[i], want[i])),
+        },
+    )
 }
 
 /// The (input, residual, rows) of each fused product case: every input

@@ -194,7 +194,8 @@ impl GraphDecoder {
         if let Some(hip) = candle_hip::extension::as_hip_device(model.device()) {
             // SAFETY: the graph names the model's weights, caches and step tensors, which
             // live as long as the model; the graph is dropped before them (field order)
-            // and before the caches are replaced (`reserve`).
+            // and before the caches are replaced (`reserve`, and `forward` on a batch of
+            // another size).
             let ((), graph) = unsafe { hip.capture(run) }?;
             *slot = Some(graph);
         }

@@ -3,14 +3,16 @@
 //!
 //! [`StaticLlama`] holds the weights of candle-transformers' `llama` (same tensor names, same
 //! operations: RMS norm, RoPE with Llama 3's rescaling, grouped-query attention with f32
-//! softmax, SwiGLU, tied or separate `lm_head`) and, per layer, a key and a value cache of a
-//! fixed `max_len` positions, allocated once and zeroed. Two ways in:
+//! softmax, SwiGLU, tied or separate `lm_head`) and, per layer and per sequence of its batch,
+//! a key and a value cache of a fixed `max_len` positions, allocated once and zeroed. Two ways
+//! in:
 //!
 //! - [`StaticLlama::forward`] runs a chunk of tokens at a host-known position (the prompt):
 //!   it writes the chunk's keys and values into the caches with `slice_set` and attends,
 //!   causally, over cache positions `0..pos + tokens`. Its shapes follow the chunk.
-//! - [`StaticLlama::step`] runs one token whose id and position it reads from fixed device
-//!   tensors, which [`StaticLlama::set_step_inputs`] fills before each step. Nothing in it
+//! - [`StaticLlama::step`] runs one token of each sequence, whose ids and position it reads
+//!   from fixed device tensors, which [`StaticLlama::set_step_inputs`] fills before each
+//!   step. Nothing in it
 //!   depends on the position on the host: the RoPE row is an `index_select` of the tables
 //!   at the device position and the keys and values are written with `scatter_set` at
 //!   indices made from that position (on HIP, one kernel reads the position and does both,
@@ -67,7 +69,8 @@
 //! takes a few rows; q/k/v of different block types take one); the other one-row fusions
 //! above (RoPE in the q/k/v product, the merge rounding the o product's input, the dense
 //! products' norms, SwiGLU and residuals) serve batch 1 only, and a larger batch runs
-//! those steps as launches of their own.
+//! those steps as launches of their own. A prompt of up to 32 tokens takes the fused
+//! GGML products the same way, a row per token.
 
 use std::io::{Read, Seek};
 
@@ -215,7 +218,9 @@ impl LayerCache {
 /// A sequence's share is `2 kv_heads + ceil(heads / max_len)` blocks of `max_len *
 /// head_dim` elements: its keys, its values, then its query heads padded to whole blocks,
 /// so that the storage reshapes to `[batch, blocks, max_len, head_dim]` and the keys (or
-/// values) of every sequence are one strided view of it.
+/// values) of every sequence are one strided view of it. The padding costs
+/// `ceil(heads / max_len) * max_len - heads` heads' worth of elements per sequence, at most
+/// one block beside the `2 kv_heads` of the caches.
 struct BatchCache {
     sequences: Vec<LayerCache>,
     /// Every sequence's keys, `[batch, kv_heads, max_len, head_dim]`.
@@ -475,10 +480,12 @@ impl StaticLlama {
         })
     }
 
-    /// Replaces the KV caches (and the step's mask operands) with zeroed ones of `max_len`
-    /// positions, keeping the weights and the batch: the next forward starts new
-    /// sequences. A graph captured from [`step`](StaticLlama::step) before names the old
-    /// caches and must be captured again.
+    /// Replaces the KV caches (and the step's mask operands, inputs and logits) with zeroed
+    /// ones of `max_len` positions, keeping the weights and the batch: the next forward
+    /// starts new sequences, and [`step_token`](Self::step_token) and
+    /// [`step_logits`](Self::step_logits) give the new tensors. A graph captured from
+    /// [`step`](StaticLlama::step) before names the old buffers and must be captured again.
+    /// The old buffers are freed once the new ones exist (both are held for a moment).
     ///
     /// Errors: a `max_len` of 0 or past `max_position_embeddings`.
     pub fn set_max_len(&mut self, max_len: usize) -> AppResult<()> {
@@ -486,9 +493,8 @@ impl StaticLlama {
     }
 
     /// Replaces the KV caches and the step's inputs and logits with zeroed ones for
-    /// `batch` sequences, keeping the weights and the cache length: the next forward
-    /// starts new sequences. A graph captured from [`step`](StaticLlama::step) before
-    /// names the old buffers and must be captured again.
+    /// `batch` sequences, keeping the weights and the cache length, as
+    /// [`set_max_len`](Self::set_max_len) replaces them.
     ///
     /// Errors: a batch of 0.
     pub fn set_batch(&mut self, batch: usize) -> AppResult<()> {
@@ -720,14 +726,16 @@ impl StaticLlama {
     }
 
     /// The step's token inputs, `[batch]` u32: after
-    /// [`step_greedy`](StaticLlama::step_greedy), the tokens it chose. The same tensor (a
+    /// [`step_greedy`](StaticLlama::step_greedy), the tokens it chose. Until
+    /// [`set_batch`](Self::set_batch) or [`set_max_len`](Self::set_max_len), the same tensor (a
     /// view of the same storage) on every call.
     pub fn step_token(&self) -> &Tensor {
         &self.token
     }
 
     /// The fixed output of [`step`](StaticLlama::step): the last step's logits, `[batch,
-    /// vocab]` f32 (zeros before the first step). The same tensor (same storage) on every
+    /// vocab]` f32 (zeros before the first step). Until [`set_batch`](Self::set_batch) or
+    /// [`set_max_len`](Self::set_max_len), the same tensor (same storage) on every
     /// call.
     pub fn step_logits(&self) -> &Tensor {
         &self.logits

@@ -458,7 +458,7 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
 }
 
 /// A batch on HIP in `dtype` against each sequence alone on the CPU, through the static
-/// model's step and through the graph decoder (captured at its second step, replayed
+/// model's step and through the graph decoder (captured after its first, eager step, replayed
 /// after); returns the largest relative logit difference of the two.
 fn hip_batch_against_each_alone(dtype: DType) -> f32 {
     let hip = candle_hip::extension::hip_device(0).expect("HIP device 0");
