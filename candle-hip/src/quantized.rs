@@ -374,9 +374,20 @@ impl QuantizedStorage {
         x_l: &Layout,
         swiglu: bool,
     ) -> bool {
-        let k = parts.first().and_then(|(_, shape)| shape.dims2().ok());
-        Self::fused_parts_take(parts, dtype, x_l, swiglu)
-            && k.is_some_and(|(_, k)| fused_rows(x_l, k, swiglu) == Some(1))
+        Self::fused_parts_rows(parts, dtype, x_l, swiglu) == Some(1)
+    }
+
+    /// The rows of `x` that [`fused_matvec_parts`](Self::fused_matvec_parts)
+    /// multiplies with `parts`, or `None` where it does not take them
+    /// ([`fused_parts_take`](Self::fused_parts_take)).
+    fn fused_parts_rows(
+        parts: &[(&QuantizedStorage, &Shape)],
+        dtype: DType,
+        x_l: &Layout,
+        swiglu: bool,
+    ) -> Option<usize> {
+        let (_, k) = parts.first()?.1.dims2().ok()?;
+        fused_rows(x_l, k, swiglu).filter(|_| Self::fused_parts_take(parts, dtype, x_l, swiglu))
     }
 
     /// One decode step's `x'·Wᵀ (+ residual)`, where this storage holds `W`
@@ -442,11 +453,7 @@ impl QuantizedStorage {
         swiglu: bool,
         residual: Option<(&HipStorage, &Layout)>,
     ) -> Result<(Vec<(usize, usize)>, usize)> {
-        let k = parts.first().and_then(|(_, shape)| shape.dims2().ok());
-        let rows = k
-            .and_then(|(_, k)| fused_rows(x_l, k, swiglu))
-            .filter(|_| Self::fused_parts_take(parts, x.dtype(), x_l, swiglu));
-        let Some(rows) = rows else {
+        let Some(rows) = Self::fused_parts_rows(parts, x.dtype(), x_l, swiglu) else {
             let weights: Vec<_> = parts.iter().map(|(q, s)| (s.dims(), q.dtype)).collect();
             return Err(invalid(
                 op,

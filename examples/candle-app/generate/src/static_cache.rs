@@ -12,12 +12,11 @@
 //!   causally, over cache positions `0..pos + tokens`. Its shapes follow the chunk.
 //! - [`StaticLlama::step`] runs one token of each sequence, whose ids and position it reads
 //!   from fixed device tensors, which [`StaticLlama::set_step_inputs`] fills before each
-//!   step. Nothing in it
-//!   depends on the position on the host: the RoPE row is an `index_select` of the tables
-//!   at the device position and the keys and values are written with `scatter_set` at
-//!   indices made from that position (on HIP, one kernel reads the position and does both,
-//!   see below), and the attention reads the number of filled positions from the device
-//!   too. Every call therefore launches the same kernels with the same shapes and
+//!   step. Nothing in it depends on the position on the host: the RoPE row is an
+//!   `index_select` of the tables at the device position and the keys and values are
+//!   written with `scatter_set` at indices made from that position (on HIP, one kernel
+//!   reads the position and does both, see below), and the attention reads the number of
+//!   filled positions from the device too. Every call therefore launches the same kernels with the same shapes and
 //!   arguments, reads nothing back to the host, and leaves its results only in the caches
 //!   and in a fixed logits tensor ([`StaticLlama::step_logits`]), which is what graph
 //!   capture needs.
@@ -113,22 +112,8 @@ pub struct StaticLlama {
     zeros: Tensor,
     /// `max_len` times -inf (model dtype): the step's mask where a key comes later.
     neg_inf: Tensor,
-    /// The step's inputs, one u32 tensor `[token of each sequence.., position, position +
-    /// 1 for each sequence..]`, so that [`StaticLlama::set_step_inputs`] makes a single
-    /// host-to-device copy.
-    step_inputs: Tensor,
-    /// The token ids: a view of `step_inputs`, shape `[batch]`.
-    token: Tensor,
-    /// Its position: a view of `step_inputs`, shape `[1]`.
-    pos: Tensor,
-    /// The filled cache positions once the step's keys are written (position + 1), for
-    /// each sequence: a view of `step_inputs`, shape `[batch]`, the fused attention's key
-    /// lengths.
-    key_len: Tensor,
-    /// The step's output logits, `[batch, vocab]` f32, overwritten by every step.
-    logits: Tensor,
-    /// The sequences the caches and the step hold.
-    batch: usize,
+    /// The step's fixed inputs and logits, for as many sequences as the caches hold.
+    step: StepTensors,
     heads: usize,
     kv_heads: usize,
     head_dim: usize,
@@ -192,10 +177,10 @@ struct LayerCache {
 }
 
 impl LayerCache {
-    /// The views of `state` (`layout`'s [`StepCache::state_len`] elements, 1-D).
-    fn of(state: Tensor, layout: StepCache) -> candle_core::Result<LayerCache> {
+    /// The views of `state` (`layout`'s [`StepCache::state_len`] elements, 1-D; `cache` its
+    /// [`StepCache::cache_len`]).
+    fn of(state: Tensor, cache: usize, layout: StepCache) -> candle_core::Result<LayerCache> {
         let len = state.elem_count();
-        let cache = layout.kv_heads * layout.max_len * layout.head_dim;
         let cache_shape = (1, layout.kv_heads, layout.max_len, layout.head_dim);
         Ok(LayerCache {
             keys: state.narrow(0, 0, cache)?.reshape(cache_shape)?,
@@ -248,13 +233,17 @@ impl BatchCache {
             ..
         } = layout;
         let state_len = layout.state_len().ok_or_else(too_large)?;
+        let cache_len = layout.cache_len().ok_or_else(too_large)?;
         let blocks = 2 * kv_heads + heads.div_ceil(max_len);
         let block = max_len.checked_mul(head_dim).ok_or_else(too_large)?;
         let share = blocks.checked_mul(block).ok_or_else(too_large)?;
         let total = share.checked_mul(batch).ok_or_else(too_large)?;
         let storage = Tensor::zeros(total, dtype, device)?;
         let sequences = (0..batch)
-            .map(|b| LayerCache::of(storage.narrow(0, b * share, state_len)?, layout))
+            .map(|b| {
+                let state = storage.narrow(0, b * share, state_len)?;
+                LayerCache::of(state, cache_len, layout)
+            })
             .collect::<candle_core::Result<Vec<_>>>()?;
         let grid = storage.reshape((batch, blocks, max_len, head_dim))?;
         let rows = storage.reshape((batch, share / head_dim, head_dim))?;
@@ -301,12 +290,21 @@ impl PositionBuffers {
     }
 }
 
-/// The step's fixed inputs and output for `batch` sequences.
+/// The step's fixed inputs and output for a batch of sequences.
 struct StepTensors {
-    step_inputs: Tensor,
+    /// The inputs, one u32 tensor `[token of each sequence.., position, position + 1 for
+    /// each sequence..]`, so that [`StaticLlama::set_step_inputs`] makes a single
+    /// host-to-device copy.
+    inputs: Tensor,
+    /// The token ids: a view of `inputs`, shape `[batch]`.
     token: Tensor,
+    /// Their position: a view of `inputs`, shape `[1]`.
     pos: Tensor,
+    /// The filled cache positions once the step's keys are written (position + 1), for
+    /// each sequence: a view of `inputs`, shape `[batch]`, the fused attention's key
+    /// lengths.
     key_len: Tensor,
+    /// The step's output logits, `[batch, vocab]` f32, overwritten by every step.
     logits: Tensor,
 }
 
@@ -314,14 +312,19 @@ impl StepTensors {
     /// Zeroed inputs (`batch` tokens, the position and `batch` key lengths, one u32
     /// tensor) and `[batch, vocab]` f32 logits.
     fn new(batch: usize, vocab: usize, device: &Device) -> candle_core::Result<StepTensors> {
-        let step_inputs = Tensor::zeros(2 * batch + 1, DType::U32, device)?;
+        let inputs = Tensor::zeros(2 * batch + 1, DType::U32, device)?;
         Ok(StepTensors {
-            token: step_inputs.narrow(0, 0, batch)?,
-            pos: step_inputs.narrow(0, batch, 1)?,
-            key_len: step_inputs.narrow(0, batch + 1, batch)?,
-            step_inputs,
+            token: inputs.narrow(0, 0, batch)?,
+            pos: inputs.narrow(0, batch, 1)?,
+            key_len: inputs.narrow(0, batch + 1, batch)?,
+            inputs,
             logits: Tensor::zeros((batch, vocab), DType::F32, device)?,
         })
+    }
+
+    /// The sequences they hold.
+    fn batch(&self) -> usize {
+        self.token.elem_count()
     }
 }
 
@@ -462,12 +465,7 @@ impl StaticLlama {
             key_positions: positions.key_positions,
             zeros: positions.zeros,
             neg_inf: positions.neg_inf,
-            step_inputs: step.step_inputs,
-            token: step.token,
-            pos: step.pos,
-            key_len: step.key_len,
-            logits: step.logits,
-            batch: 1,
+            step,
             heads: split.heads,
             kv_heads: split.kv_heads,
             head_dim: split.head_dim,
@@ -489,7 +487,7 @@ impl StaticLlama {
     ///
     /// Errors: a `max_len` of 0 or past `max_position_embeddings`.
     pub fn set_max_len(&mut self, max_len: usize) -> AppResult<()> {
-        self.resize(self.batch, max_len)
+        self.resize(self.batch(), max_len)
     }
 
     /// Replaces the KV caches and the step's inputs and logits with zeroed ones for
@@ -520,18 +518,13 @@ impl StaticLlama {
         self.zeros = positions.zeros;
         self.neg_inf = positions.neg_inf;
         self.max_len = max_len;
-        self.step_inputs = step.step_inputs;
-        self.token = step.token;
-        self.pos = step.pos;
-        self.key_len = step.key_len;
-        self.logits = step.logits;
-        self.batch = batch;
+        self.step = step;
         Ok(())
     }
 
     /// The sequences the caches and the step hold (1 until [`set_batch`](Self::set_batch)).
     pub fn batch(&self) -> usize {
-        self.batch
+        self.step.batch()
     }
 
     /// The layout of each layer's [`LayerCache`].
@@ -573,10 +566,10 @@ impl StaticLlama {
     /// outside the vocabulary.
     pub fn forward(&mut self, ids: &Tensor, pos: usize) -> AppResult<Tensor> {
         let (batch, tokens) = ids.dims2()?;
-        if batch != self.batch {
+        if batch != self.batch() {
             return Err(app_error(format!(
                 "the static caches hold {} sequences, not {batch} (set_batch)",
-                self.batch
+                self.batch()
             )));
         }
         if tokens == 0 {
@@ -630,10 +623,10 @@ impl StaticLlama {
     /// Errors: not one token per sequence, `pos >= max_len` and a token outside the
     /// vocabulary (the step itself cannot check them, it never reads them on the host).
     pub fn set_step_inputs(&self, tokens: &[u32], pos: usize) -> AppResult<()> {
-        if tokens.len() != self.batch {
+        if tokens.len() != self.batch() {
             return Err(app_error(format!(
                 "a step of {} sequences takes as many tokens, not {}",
-                self.batch,
+                self.batch(),
                 tokens.len()
             )));
         }
@@ -652,9 +645,9 @@ impl StaticLlama {
         // max_len fits u32 (the key positions are a u32 arange), so pos + 1 does too.
         let mut inputs = tokens.to_vec();
         inputs.push(pos as u32);
-        inputs.extend(std::iter::repeat_n(pos as u32 + 1, self.batch));
+        inputs.extend(std::iter::repeat_n(pos as u32 + 1, self.batch()));
         let inputs = Tensor::new(inputs, &self.device)?;
-        self.step_inputs.slice_set(&inputs, 0, 0)?;
+        self.step.inputs.slice_set(&inputs, 0, 0)?;
         Ok(())
     }
 
@@ -676,13 +669,14 @@ impl StaticLlama {
             (self.cos.clone(), self.sin.clone(), CacheWrite::Appended)
         } else {
             index = self
+                .step
                 .pos
                 .reshape((1, 1, 1, 1))?
                 .broadcast_as((1, kv_heads, 1, head_dim))?
                 .contiguous()?;
             (
-                self.cos.index_select(&self.pos, 0)?,
-                self.sin.index_select(&self.pos, 0)?,
+                self.cos.index_select(&self.step.pos, 0)?,
+                self.sin.index_select(&self.step.pos, 0)?,
                 CacheWrite::At { index: &index },
             )
         };
@@ -691,7 +685,7 @@ impl StaticLlama {
         } else {
             let later = self
                 .key_positions
-                .gt(&self.pos.broadcast_as(self.max_len)?)?;
+                .gt(&self.step.pos.broadcast_as(self.max_len)?)?;
             Some(
                 later
                     .where_cond(&self.neg_inf, &self.zeros)?
@@ -704,9 +698,9 @@ impl StaticLlama {
             bias,
             write,
         };
-        let x = self.embed.embeddings().index_select(&self.token, 0)?;
+        let x = self.embed.embeddings().index_select(&self.step.token, 0)?;
         let logits = self.run(x.unsqueeze(1)?, &pass)?;
-        self.logits.slice_set(&logits, 0, 0)
+        self.step.logits.slice_set(&logits, 0, 0)
     }
 
     /// [`step`](StaticLlama::step), then the greedy choice made on the device: the logits'
@@ -716,13 +710,14 @@ impl StaticLlama {
     /// the position reach `max_len`: the step cannot check it.
     pub fn step_greedy(&self) -> candle_core::Result<()> {
         self.step()?;
-        let chosen = self.logits.argmax(D::Minus1)?;
+        let chosen = self.step.logits.argmax(D::Minus1)?;
         let advanced = self
-            .step_inputs
-            .narrow(0, self.batch, self.batch + 1)?
+            .step
+            .inputs
+            .narrow(0, self.batch(), self.batch() + 1)?
             .affine(1.0, 1.0)?;
-        self.step_inputs.slice_set(&chosen, 0, 0)?;
-        self.step_inputs.slice_set(&advanced, 0, self.batch)
+        self.step.inputs.slice_set(&chosen, 0, 0)?;
+        self.step.inputs.slice_set(&advanced, 0, self.batch())
     }
 
     /// The step's token inputs, `[batch]` u32: after
@@ -730,7 +725,7 @@ impl StaticLlama {
     /// [`set_batch`](Self::set_batch) or [`set_max_len`](Self::set_max_len), the same tensor (a
     /// view of the same storage) on every call.
     pub fn step_token(&self) -> &Tensor {
-        &self.token
+        &self.step.token
     }
 
     /// The fixed output of [`step`](StaticLlama::step): the last step's logits, `[batch,
@@ -738,7 +733,7 @@ impl StaticLlama {
     /// [`set_max_len`](Self::set_max_len), the same tensor (same storage) on every
     /// call.
     pub fn step_logits(&self) -> &Tensor {
-        &self.logits
+        &self.step.logits
     }
 
     /// The layers, the final norm and `lm_head` on the embedded tokens `x`
@@ -811,13 +806,13 @@ impl StaticLlama {
                 self.write_cache(cache, qkv_of(b)?.as_ref(), pass)?;
             }
             let (q, keys, values) = (&caches.query, &caches.keys, &caches.values);
-            let y = attend_fused(q, keys, values, Some(&self.key_len))?;
+            let y = attend_fused(q, keys, values, Some(&self.step.key_len))?;
             return project(&layer.o, &y, Input::Plain, Some(x));
         }
         let mut outputs = Vec::with_capacity(sequences.len());
         for (b, cache) in sequences.iter().enumerate() {
             let (q, keys, values) = self.write_cache(cache, qkv_of(b)?.as_ref(), pass)?;
-            let key_len = self.key_len.narrow(0, b, 1)?;
+            let key_len = self.step.key_len.narrow(0, b, 1)?;
             let y = match (&pass.bias, pass.write) {
                 (Some(bias), _) => attend(&q, &keys, &values, bias)?,
                 (None, CacheWrite::Rows { .. }) => attend_fused(&q, &keys, &values, None)?,
@@ -856,12 +851,26 @@ impl StaticLlama {
         let (cos, sin, step) = (&pass.cos, &pass.sin, self.step_cache());
         let (state, fused) = (&cache.state, input_norm.fused());
         match (&layer.qkv, quantized_weights(&layer.qkv)) {
-            (Projection::Dense(qkv), _) => {
-                fused_linear_rope_append(state, x, qkv.weight(), fused, cos, sin, &self.pos, step)
-            }
-            (_, Some(ws)) => {
-                fused_quantized_linear_rope_append(state, x, &ws, fused, cos, sin, &self.pos, step)
-            }
+            (Projection::Dense(qkv), _) => fused_linear_rope_append(
+                state,
+                x,
+                qkv.weight(),
+                fused,
+                cos,
+                sin,
+                &self.step.pos,
+                step,
+            ),
+            (_, Some(ws)) => fused_quantized_linear_rope_append(
+                state,
+                x,
+                &ws,
+                fused,
+                cos,
+                sin,
+                &self.step.pos,
+                step,
+            ),
             _ => Ok(false),
         }
     }
@@ -889,7 +898,14 @@ impl StaticLlama {
         };
         if let CacheWrite::Appended = pass.write {
             let step = self.step_cache();
-            rope_append(&cache.state, qkv, &pass.cos, &pass.sin, &self.pos, step)?;
+            rope_append(
+                &cache.state,
+                qkv,
+                &pass.cos,
+                &pass.sin,
+                &self.step.pos,
+                step,
+            )?;
             return Ok(cached());
         }
         let (tokens, head_dim) = (qkv.dim(1)?, self.head_dim);
