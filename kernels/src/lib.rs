@@ -158,7 +158,7 @@ sources! {
     IM2COL = "im2col.hip";
     /// `gemv.hip`: matrix-vector products for decoding one token (a row
     /// times a row-major weight).
-    GEMV = "gemv.hip";
+    GEMV = "gemv.hip" per dtype;
     /// `quantized.hip`: GGML's quantized blocks (dequantization and the
     /// matrix-vector product of decoding).
     QUANTIZED = "quantized.hip";
