@@ -22,11 +22,10 @@
 //       SWIGLU    silu(x[i]) * x[k + i] (x holds 2k elements: gate, up);
 //     each x'[i] rounded to T as the separate kernels round it. The decode
 //     step's norm, activation and residual addition ride on its products:
-//     every block writes x' into shared memory (k elements of T, the
+//     every block first writes x' into shared memory (k elements of T, the
 //     launch's dynamic shared memory; in 16-byte packs when x and norm_w
-//     are aligned) while its lanes' first loads of W are in flight, except
-//     that a plain x on a 16-byte boundary is read in place
-//     (gemv_reads_in_place); then its waves multiply as gemv_*
+//     are aligned), except that a plain x on a 16-byte boundary is read in
+//     place (gemv_reads_in_place); then its waves multiply as gemv_*
 //     (split 1) or gemv_split_* do, the block taking the outputs of block
 //     indices blockIdx.x, blockIdx.x + gridDim.x, ... (a grid of a few
 //     blocks per compute unit stages x' a few times per unit, not once per
@@ -90,26 +89,14 @@ struct GemvRows {
   }
 };
 
-// A lane's first CH_GEMV_UNROLL / R packs of each of its R rows of W in
-// its block's first turn (gemv_first_loads), loaded before the block stages
-// x' so that the weight's first bytes are in flight meanwhile.
-template <typename T, class Out>
-struct GemvFirst {
-  static const int R = Out::R, U = CH_GEMV_UNROLL / Out::R;
-  Pack<T, CH_VEC_BYTES / sizeof(T)> v[U][R];
-};
-
 // The outputs of block index `block` (blockIdx.x, or a block's turn of a
 // loop over them); every thread of the block calls it. Each group of S
 // waves takes one item j < n of `out` (Out::R rows of the weight,
 // out.row(j, r), multiplied together so that each x pack serves all of
-// them) and hands their sums to out.store(j, ...). With `preloaded`, the
-// lane's first packs are those of `first` (this is the block's first
-// turn).
+// them) and hands their sums to out.store(j, ...).
 template <typename T, int S, class Out>
 __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restrict__ w, ch_u32 n, ch_u32 k,
-                                     ch_u64 w_stride, const Out& out, ch_u32 block,
-                                     const GemvFirst<T, Out>& first, bool preloaded) {
+                                     ch_u64 w_stride, const Out& out, ch_u32 block) {
   typedef typename Num<T>::acc A;
   const int V = CH_VEC_BYTES / (int)sizeof(T);
   const int R = Out::R;
@@ -150,13 +137,6 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restric
   // p never wraps in 32 bits.
   const ch_u32 stride = S * CANDLE_HIP_WAVE;
   ch_u32 p = part * CANDLE_HIP_WAVE + lane;
-  if (preloaded) {
-    // Packs p, p + stride, ... as the loops below take them.
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (p + u * stride < packs) fma_packs(first.v[u], p + u * stride);
-    p += U * stride;
-  }
   for (; p + (U - 1) * stride < packs; p += U * stride) {
     P wp[U][R];
 #pragma unroll
@@ -221,8 +201,7 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restric
   extern "C" __global__ void NAME##_##TYPE(const ch_##TYPE* x, const ch_##TYPE* w, ch_##TYPE* y,   \
                                            ch_u32 n, ch_u32 k, ch_u64 w_stride) {                  \
     const GemvRows<ch_##TYPE> out = {y, nullptr};                                                   \
-    const GemvFirst<ch_##TYPE, GemvRows<ch_##TYPE> > none = {};                                     \
-    gemv<ch_##TYPE, 1>(x, w, n, k, w_stride, out, blockIdx.x, none, false);                         \
+    gemv<ch_##TYPE, 1>(x, w, n, k, w_stride, out, blockIdx.x);                                      \
   }
 
 // The items of S-wave groups: of block index blockIdx.x alone (gemv_split_*,
@@ -232,19 +211,17 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restric
 // its own loop, so what the compiler hoists out of one loop is live only
 // while that split runs (one loop around the switch below held every
 // split's at once and ran out of registers).
-// `first` and `preloaded` are the first turn's (gemv).
 template <typename T, int S, bool LOOP, class Out>
 __device__ __forceinline__ void gemv_blocks(const T* x, const T* w, ch_u32 n, ch_u32 k, ch_u64 w_stride,
-                                            const Out& out, const GemvFirst<T, Out>& first, bool preloaded) {
+                                            const Out& out) {
   if (!LOOP) {
-    gemv<T, S>(x, w, n, k, w_stride, out, blockIdx.x, first, preloaded);
+    gemv<T, S>(x, w, n, k, w_stride, out, blockIdx.x);
     return;
   }
   const ch_u32 per_block = blockDim.x / CANDLE_HIP_WAVE / S;
   if (per_block == 0) return; /* not a launch the host makes */
   const ch_u32 blocks = (n + per_block - 1) / per_block;
-  for (ch_u32 b = blockIdx.x; b < blocks; b += gridDim.x)
-    gemv<T, S>(x, w, n, k, w_stride, out, b, first, preloaded && b == blockIdx.x);
+  for (ch_u32 b = blockIdx.x; b < blocks; b += gridDim.x) gemv<T, S>(x, w, n, k, w_stride, out, b);
 }
 
 // The product of a launch's `split` (the same for the whole launch, so every
@@ -252,23 +229,22 @@ __device__ __forceinline__ void gemv_blocks(const T* x, const T* w, ch_u32 n, ch
 // blocks gemv_blocks names.
 template <typename T, bool LOOP, class Out>
 __device__ __forceinline__ void gemv_of_split(ch_u32 split, const T* x, const T* w, ch_u32 n, ch_u32 k,
-                                              ch_u64 w_stride, const Out& out, const GemvFirst<T, Out>& first,
-                                              bool preloaded) {
+                                              ch_u64 w_stride, const Out& out) {
   switch (split) {
     case 1:
-      gemv_blocks<T, 1, LOOP>(x, w, n, k, w_stride, out, first, preloaded);
+      gemv_blocks<T, 1, LOOP>(x, w, n, k, w_stride, out);
       break;
     case 2:
-      gemv_blocks<T, 2, LOOP>(x, w, n, k, w_stride, out, first, preloaded);
+      gemv_blocks<T, 2, LOOP>(x, w, n, k, w_stride, out);
       break;
     case 4:
-      gemv_blocks<T, 4, LOOP>(x, w, n, k, w_stride, out, first, preloaded);
+      gemv_blocks<T, 4, LOOP>(x, w, n, k, w_stride, out);
       break;
     case 8:
-      gemv_blocks<T, 8, LOOP>(x, w, n, k, w_stride, out, first, preloaded);
+      gemv_blocks<T, 8, LOOP>(x, w, n, k, w_stride, out);
       break;
     case 16:
-      gemv_blocks<T, 16, LOOP>(x, w, n, k, w_stride, out, first, preloaded);
+      gemv_blocks<T, 16, LOOP>(x, w, n, k, w_stride, out);
       break;
     default: /* not a split the host passes: nothing is read or written */
       break;
@@ -351,28 +327,6 @@ __device__ __forceinline__ bool gemv_reads_in_place(const void* x, ch_u32 input)
   return input == CH_GEMV_INPUT_PLAIN && (ch_u64)x % CH_VEC_BYTES == 0;
 }
 
-// Loads `first` as gemv<T, split> would in the block's first turn (of
-// gemv_blocks' loop, block index blockIdx.x), split at run time, so that
-// one copy of the staging follows it for every split.
-template <typename T, class Out>
-__device__ __forceinline__ void gemv_first_loads(const T* __restrict__ w, ch_u32 n, ch_u32 k, ch_u64 w_stride,
-                                                 ch_u32 split, const Out& out, GemvFirst<T, Out>& first) {
-  typedef Pack<T, CH_VEC_BYTES / sizeof(T)> P;
-  const int U = GemvFirst<T, Out>::U, R = Out::R;
-  if (split == 0) return; /* not a split the host passes */
-  const ch_u32 lane = threadIdx.x % CANDLE_HIP_WAVE, wave = threadIdx.x / CANDLE_HIP_WAVE;
-  const ch_u64 j = (ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE / split) + wave / split;
-  if (j >= n) return;
-  const ch_u32 packs = k / (CH_VEC_BYTES / sizeof(T)), stride = split * CANDLE_HIP_WAVE;
-  const ch_u32 p = (wave % split) * CANDLE_HIP_WAVE + lane;
-#pragma unroll
-  for (int u = 0; u < U; ++u)
-    if (p + u * stride < packs)
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        first.v[u][r] = reinterpret_cast<const P*>(w + out.row(j, r) * w_stride)[p + u * stride];
-}
-
 // Multiplies x' (gemv_fused's input, staged or read in place) over the
 // launch's split, for out's items.
 template <typename T, class Out>
@@ -382,14 +336,12 @@ __device__ __forceinline__ void gemv_fused(const T* x, const T* w, ch_u32 n, ch_
   // The staged input: the launch's dynamic shared memory, one type for
   // every dtype's kernel, 16-byte aligned for the packs.
   extern __shared__ Pack<ch_u32, 4> ch_gemv_input[];
-  GemvFirst<T, Out> first;
   if (gemv_reads_in_place(x, input)) {
-    gemv_of_split<T, true>(split, x, w, n, k, w_stride, out, first, false);
+    gemv_of_split<T, true>(split, x, w, n, k, w_stride, out);
   } else {
     T* xs = reinterpret_cast<T*>(ch_gemv_input);
-    gemv_first_loads<T>(w, n, k, w_stride, split, out, first);
     gemv_stage_input<T>(xs, x, k, input, norm_w, eps);
-    gemv_of_split<T, true>(split, xs, w, n, k, w_stride, out, first, true);
+    gemv_of_split<T, true>(split, xs, w, n, k, w_stride, out);
   }
 }
 
@@ -415,7 +367,6 @@ struct GemvPairs {
   const T* cos;
   const T* sin;
   ch_u32 output, n;
-  bool writes;     // RoPE: the position is within the cache and the tables
   StepState step;  // RoPE only
   __device__ __forceinline__ ch_u64 row(ch_u64 j, int r) const {
     if (output == CH_GEMV_PAIRS_SWIGLU) return j + (ch_u64)r * n;
@@ -430,7 +381,6 @@ struct GemvPairs {
       y[j] = Num<T>::from_acc(g / ((A)1 + ch_exp(-g)) * Num<T>::to_acc(t2));
       return;
     }
-    if (!writes) return;
     const ch_u32 half = step.d / 2, i = (ch_u32)(j % half);
     const bool interleaved = output == CH_GEMV_PAIRS_ROPE_I;
     const ch_u32 i1 = interleaved ? 2 * i : i, i2 = interleaved ? i1 + 1 : i + half;
@@ -452,8 +402,7 @@ struct GemvPairs {
   extern "C" __global__ void NAME##_##TYPE(const ch_##TYPE* x, const ch_##TYPE* w, ch_##TYPE* y,   \
                                            ch_u32 n, ch_u32 k, ch_u64 w_stride, ch_u32 split) {    \
     const GemvRows<ch_##TYPE> out = {y, nullptr};                                                   \
-    const GemvFirst<ch_##TYPE, GemvRows<ch_##TYPE> > none = {};                                     \
-    gemv_of_split<ch_##TYPE, false>(split, x, w, n, k, w_stride, out, none, false);                \
+    gemv_of_split<ch_##TYPE, false>(split, x, w, n, k, w_stride, out);                             \
   }
 
 CH_FLOATS(GEMV, gemv, unused)
@@ -463,8 +412,8 @@ CH_FLOATS(GEMV_FUSED, gemv_fused, unused)
 
 #if CH_PART(2)
 // The position is read on the device (a captured step serves every
-// position) and used only by the stores, so that its load does not hold up
-// the weight's; one past the cache or the tables writes nothing.
+// position); one past the cache or the tables writes nothing, and the
+// whole block leaves before any barrier.
 #define GEMV_PAIRS(NAME, OP, TYPE)                                                                 \
   extern "C" __global__ void NAME##_##TYPE(const ch_##TYPE* x, const ch_##TYPE* w, ch_##TYPE* y,   \
                                            ch_u32 n, ch_u32 k, ch_u64 w_stride, ch_u32 split,      \
@@ -472,9 +421,9 @@ CH_FLOATS(GEMV_FUSED, gemv_fused, unused)
                                            ch_u32 output, const ch_##TYPE* cos,                    \
                                            const ch_##TYPE* sin, const ch_u32* pos, GemvRope rope) { \
     const ch_u32 p = output == CH_GEMV_PAIRS_SWIGLU ? 0 : *pos;                                    \
-    const bool writes = output == CH_GEMV_PAIRS_SWIGLU || (p < rope.max_len && p < rope.rows);     \
+    if (output != CH_GEMV_PAIRS_SWIGLU && (p >= rope.max_len || p >= rope.rows)) return;           \
     const StepState step = {rope.heads, rope.kv_heads, rope.d, rope.max_len, p};                   \
-    const GemvPairs<ch_##TYPE> out = {y, cos, sin, output, n, writes, step};                       \
+    const GemvPairs<ch_##TYPE> out = {y, cos, sin, output, n, step};                               \
     gemv_fused(x, w, n, k, w_stride, split, input, norm_w, eps, out);                              \
   }
 
