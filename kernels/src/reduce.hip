@@ -1,6 +1,9 @@
 // Reductions over any set of dimensions: reduce_<op>_<dtype> with op one of
 // sum, minmax (min or max; output dtype = input dtype) and argminmax (argmin
-// or argmax; output u32).
+// or argmax; output u32), for u8, u32, i64, f16, bf16, f32 and f64. The host
+// reduces i16 and i32 as i64 and f8e4m3 as f32 (dtypes that hold them
+// exactly; a sum's result converted back wraps or rounds as theirs would), so
+// that kernels of their own do not add to the compile time.
 //
 // Signature: (const ReduceInfo info, const T* src, Out* dst, State* work),
 // and for minmax and argminmax a last `ch_u32 largest`: 1 for max/argmax, 0
@@ -33,7 +36,7 @@
 // - FINISH_BLOCK / FINISH_THREAD: combine the `split` partial states of each
 //   output with a block / a thread per output.
 //
-// Semantics follow Candle's CPU backend: f16/bf16/f8e4m3 sum in f32 (Candle
+// Semantics follow Candle's CPU backend: f16/bf16 (and f8e4m3) sum in f32 (Candle
 // sums in the narrow type, rounding every partial sum, so results differ by
 // rounding); integer sums wrap; min/max
 // and argmin/argmax pick the first extremum in reduction order, skip NaN
@@ -635,14 +638,14 @@ __device__ __forceinline__ void reduce_body(const R& r, const ReduceInfo& info, 
 
 // Parts: 1 sum, 2 min/max, 3 argmin/argmax, each with its COLS_PACKED kernel.
 #if CH_PART(1)
-CH_NUMERIC(CH_REDUCE_KERNEL, reduce_sum, SumR)
-CH_NUMERIC(CH_REDUCE_PACKED_KERNEL, reduce_cols_sum, SumR)
+CH_ALL(CH_REDUCE_KERNEL, reduce_sum, SumR)
+CH_ALL(CH_REDUCE_PACKED_KERNEL, reduce_cols_sum, SumR)
 #endif
 #if CH_PART(2)
-CH_NUMERIC(CH_DIRECTED_REDUCE_KERNEL, reduce_minmax, MinMaxR)
-CH_NUMERIC(CH_DIRECTED_REDUCE_PACKED_KERNEL, reduce_cols_minmax, MinMaxR)
+CH_ALL(CH_DIRECTED_REDUCE_KERNEL, reduce_minmax, MinMaxR)
+CH_ALL(CH_DIRECTED_REDUCE_PACKED_KERNEL, reduce_cols_minmax, MinMaxR)
 #endif
 #if CH_PART(3)
-CH_NUMERIC(CH_DIRECTED_REDUCE_KERNEL, reduce_argminmax, ArgMinMaxR)
-CH_NUMERIC(CH_DIRECTED_REDUCE_PACKED_KERNEL, reduce_cols_argminmax, ArgMinMaxR)
+CH_ALL(CH_DIRECTED_REDUCE_KERNEL, reduce_argminmax, ArgMinMaxR)
+CH_ALL(CH_DIRECTED_REDUCE_PACKED_KERNEL, reduce_cols_argminmax, ArgMinMaxR)
 #endif

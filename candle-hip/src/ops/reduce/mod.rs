@@ -9,7 +9,7 @@ use candle_core::{DType, Layout};
 use hip_safe::KernelArg;
 
 use crate::error::{Result, invalid};
-use crate::kernel::catalogue::{reduce_direction, reduce_family};
+use crate::kernel::catalogue::{reduce_direction, reduce_dtype, reduce_family};
 use crate::kernel::header::{REDUCE_MAX_DIMS, REDUCE_STATE_BYTES};
 use crate::kernel::info::{ReduceInfo, ReduceMode};
 use crate::size;
@@ -24,6 +24,10 @@ pub(crate) fn reduce(
     layout: &Layout,
     dims: &[usize],
 ) -> Result<HipStorage> {
+    let wide = reduce_dtype(src.dtype());
+    if wide != src.dtype() {
+        return reduce_widened(src, op, layout, dims, wide);
+    }
     let family = reduce_family(op, false);
     let name = family.name;
     let kernel = family.kernel(name, src.dtype())?;
@@ -117,13 +121,37 @@ pub(crate) fn reduce(
     Ok(out)
 }
 
+/// Reduces `src` (i16, i32 or f8e4m3) as `wide`, the dtype whose kernels
+/// reduce it ([`reduce_dtype`]), which holds each of its values exactly:
+/// minima, maxima and positions are the same, and a sum converted back
+/// wraps (integers) or rounds once (f8e4m3, whose kernels would sum in f32
+/// too) as the narrow dtype's own kernel would.
+fn reduce_widened(
+    src: &HipStorage,
+    op: ReduceOp,
+    layout: &Layout,
+    dims: &[usize],
+    wide: DType,
+) -> Result<HipStorage> {
+    let widened = src.to_dtype(layout, wide)?;
+    let out = reduce(&widened, op, &Layout::contiguous(layout.shape()), dims)?;
+    if matches!(op, ReduceOp::ArgMin | ReduceOp::ArgMax) {
+        return Ok(out);
+    }
+    let outputs: usize = (0..layout.dims().len())
+        .filter(|d| !dims.contains(d))
+        .map(|d| layout.dims()[d])
+        .product();
+    out.to_dtype(&Layout::contiguous(outputs), src.dtype())
+}
+
 /// Reduces a source with more kept or reduced dimensions, after merging,
 /// than the kernels index ([`REDUCE_MAX_DIMS`]; `reduce_dims` sorted and
 /// valid). A strided source is reduced from a contiguous copy, whose runs
 /// of kept and reduced dimensions merge (at most four of each up to rank
 /// 8). Past that, sum, min and max reduce the later half of the dimensions
 /// first, then the rest of that result (whose reduced dimensions have size
-/// 1), in f32 for a sum of 16- or 8-bit floats as the kernels sum them.
+/// 1), in f32 for a sum of 16-bit floats as the kernels sum them.
 /// `None`: no way round it (argmin/argmax, or one reduced dimension, of a
 /// contiguous source), which [`ReduceInfo::new`] reports.
 fn reduce_in_steps(
@@ -142,7 +170,7 @@ fn reduce_in_steps(
     if matches!(op, ReduceOp::ArgMin | ReduceOp::ArgMax) || reduce_dims.len() < 2 {
         return Ok(None);
     }
-    let narrow = matches!(src.dtype(), DType::F16 | DType::BF16 | DType::F8E4M3);
+    let narrow = matches!(src.dtype(), DType::F16 | DType::BF16);
     if op == ReduceOp::Sum && narrow {
         let wide = src.to_dtype(layout, DType::F32)?;
         let sum = reduce(&wide, op, &Layout::contiguous(layout.shape()), reduce_dims)?;
