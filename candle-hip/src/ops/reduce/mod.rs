@@ -121,11 +121,13 @@ pub(crate) fn reduce(
     Ok(out)
 }
 
-/// Reduces `src` (i16, i32 or f8e4m3) as `wide`, the dtype whose kernels
-/// reduce it ([`reduce_dtype`]), which holds each of its values exactly:
-/// minima, maxima and positions are the same, and a sum converted back
-/// wraps (integers) or rounds once (f8e4m3, whose kernels would sum in f32
-/// too) as the narrow dtype's own kernel would.
+/// Reduces `src` as `wide`, a dtype that holds each of its values exactly,
+/// and converts a sum, minimum or maximum back (positions stay u32): i16,
+/// i32 and f8e4m3 as the dtype whose kernels reduce them ([`reduce_dtype`]),
+/// where minima, maxima and positions are the same and a sum wraps
+/// (integers) or rounds once (f8e4m3, whose kernels would sum in f32 too) as
+/// the narrow dtype's own kernel would; and the f16/bf16 sums that
+/// [`reduce_in_steps`] takes in two passes, in f32 as the kernels sum them.
 fn reduce_widened(
     src: &HipStorage,
     op: ReduceOp,
@@ -172,15 +174,7 @@ fn reduce_in_steps(
     }
     let narrow = matches!(src.dtype(), DType::F16 | DType::BF16);
     if op == ReduceOp::Sum && narrow {
-        let wide = src.to_dtype(layout, DType::F32)?;
-        let sum = reduce(&wide, op, &Layout::contiguous(layout.shape()), reduce_dims)?;
-        let outputs: usize = (0..layout.dims().len())
-            .filter(|d| !reduce_dims.contains(d))
-            .map(|d| layout.dims()[d])
-            .product();
-        return sum
-            .to_dtype(&Layout::contiguous(outputs), src.dtype())
-            .map(Some);
+        return reduce_widened(src, op, layout, reduce_dims, DType::F32).map(Some);
     }
     let (first, later) = reduce_dims.split_at(reduce_dims.len() / 2);
     let partial = reduce(src, op, layout, later)?;
