@@ -16,10 +16,10 @@
 //!   `index_select` of the tables at the device position and the keys and values are
 //!   written with `scatter_set` at indices made from that position (on HIP, one kernel
 //!   reads the position and does both, see below), and the attention reads the number of
-//!   filled positions from the device too. Every call therefore launches the same kernels with the same shapes and
-//!   arguments, reads nothing back to the host, and leaves its results only in the caches
-//!   and in a fixed logits tensor ([`StaticLlama::step_logits`]), which is what graph
-//!   capture needs.
+//!   filled positions from the device too. Every call therefore launches the same kernels
+//!   with the same shapes and arguments, reads nothing back to the host, and leaves its
+//!   results only in the caches and in a fixed logits tensor ([`StaticLlama::step_logits`]),
+//!   which is what graph capture needs.
 //!
 //! Attention never repeats the caches per query head (candle-transformers' `repeat_kv`
 //! copies them). On a HIP device in f16/bf16 it is candle-hip's fused kernel: the prompt's
