@@ -810,15 +810,15 @@ impl QuantizedStorage {
         // blocks) holds n rows of k / QK blocks; rounded activations: q
         // rows * k bytes (fresh, so 16-byte aligned), d and s rows * k / 32
         // f32, and stage.x null; staged (one row, so qmatvec_few_): q, d and
-        // s null, stage's x and norm_w checked views of k values of y's
-        // dtype, alive in `act`, and staged_bytes(k) of
-        // shared memory; y rows * n values of y_dtype, the activations'
-        // dtype (the kernel lookup accepted it), residual as many of that
-        // dtype (the caller's checked view) or null; one wave per
-        // MATVEC_OUTS_PER_WAVE outputs. With rope (one row, so qmatvec_few_,
-        // which stores it; even n) y is the step's state and rope's tables
-        // and position its checked views, alive in the caller's StepRope
-        // while the kernel is queued.
+        // s null, stage's x (16-byte aligned) and norm_w checked views of k
+        // values of y's dtype, alive in `act`, and staged_bytes(k) of shared
+        // memory; y rows * n values of y_dtype, the activations' dtype (the
+        // kernel lookup accepted it), residual as many of that dtype (the
+        // caller's checked view) or null; one wave per MATVEC_OUTS_PER_WAVE
+        // outputs. With rope (one row, so qmatvec_few_, which stores it;
+        // even n) y is the step's state and rope's tables and position its
+        // checked views, alive in the caller's StepRope while the kernel is
+        // queued.
         unsafe {
             launcher.launch(
                 kernel,
