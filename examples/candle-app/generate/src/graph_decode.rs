@@ -103,7 +103,7 @@ impl GraphDecoder {
     /// `on_token` returning false stops the decoding. Returns how long the host waited for
     /// the tokens to reach it (the rest of the time was its own). On HIP the steps replay
     /// the captured [`StaticLlama::step_greedy`], each queued before the host reads the
-    /// previous step's token ([`TokenReader`]), so the device does not wait for the host
+    /// previous step's token (`TokenReader`), so the device does not wait for the host
     /// while the host's work per token (`on_token` included) takes less than a step; a stop
     /// leaves the step after it computed and unread.
     ///

@@ -25,7 +25,7 @@
 //! copies them). On a HIP device in f16/bf16 it is candle-hip's fused kernel: the prompt's
 //! through candle-flash-attn's API, the step's through flash-decoding over the caches with
 //! their filled length read on the device (`flash_attn_with_key_lens`), so a step reads
-//! only the filled positions. Elsewhere it is [`attend`]: the query heads that share a
+//! only the filled positions. Elsewhere it is `attend`: the query heads that share a
 //! key/value head (consecutive heads, as `repeat_kv` pairs them) are stacked as rows of one
 //! product with that head's keys, and the scores are computed in the model's dtype, scaled,
 //! masked and softmaxed; in f32 that is candle-transformers' computation (its masked keys
@@ -35,9 +35,9 @@
 //! Fewer launches per layer, which is what a one-token step costs: the q, k and v
 //! projections are one product, as are gate and up (weights concatenated at load); on HIP
 //! each norm and each residual addition ride on the product next to them (candle-hip's
-//! `fused_linear`, see [`project`]); and RoPE rotates the query and key heads in one launch.
+//! `fused_linear`, see `project`); and RoPE rotates the query and key heads in one launch.
 //! On HIP the step also rotates its query and key heads and writes the keys and values
-//! into the caches (into each layer's [`LayerCache`]) in the qkv product's own launch
+//! into the caches (into each layer's `LayerCache`) in the qkv product's own launch
 //! (candle-hip's `fused_linear_rope_append`; `rope_append`, one launch after the product,
 //! against GGML blocks), and SwiGLU's activation rides on the gate/up product
 //! (`fused_linear_swiglu`; `silu_mul` where that does not take the operands). A layer's
@@ -63,7 +63,7 @@
 //! A batch of sequences at one position: the products take every sequence's row at once
 //! (one read of the weights), each sequence has its own caches and RoPE write, and the
 //! step's fused attention reads every sequence's caches in one launch (they share one
-//! storage at a fixed stride, [`BatchCache`]). Against GGML blocks the products of a batch
+//! storage at a fixed stride, `BatchCache`). Against GGML blocks the products of a batch
 //! take each row's norm or SwiGLU and the residual as at batch 1 (`fused_quantized_linear`
 //! takes a few rows; q/k/v of different block types take one); the other one-row fusions
 //! above (RoPE in the q/k/v product, the merge rounding the o product's input, the dense
