@@ -256,8 +256,15 @@ fn sandbox_kernels_compile_for_amd() {
         }
     }
 
+    // The unit column as wide as the longest name (`gemv.hip[f64+i16+i32+f8e4m3,1]`).
+    let width = units
+        .iter()
+        .map(|u| u.name().len())
+        .max()
+        .unwrap_or(0)
+        .max(4);
     println!(
-        "{:<22}{:>8}  {}",
+        "{:<width$}{:>8}  {}",
         "unit",
         "kernels",
         TARGETS.map(|(a, _)| format!("{a:>22}")).join("")
@@ -272,7 +279,11 @@ fn sandbox_kernels_compile_for_amd() {
                 },
             })
             .collect();
-        println!("{:<22}{:>8}  {row}", unit.name(), unit.kernel_names().len());
+        println!(
+            "{:<width$}{:>8}  {row}",
+            unit.name(),
+            unit.kernel_names().len()
+        );
     }
     let unreported = cells.iter().filter(|c| c.len() != 1).count();
     if unreported != 0 {
