@@ -36,9 +36,9 @@
 // - FINISH_BLOCK / FINISH_THREAD: combine the `split` partial states of each
 //   output with a block / a thread per output.
 //
-// Semantics follow Candle's CPU backend: f16/bf16 (and f8e4m3) sum in f32 (Candle
-// sums in the narrow type, rounding every partial sum, so results differ by
-// rounding); integer sums wrap; min/max
+// Semantics follow Candle's CPU backend: f16/bf16 (and f8e4m3, reduced as
+// f32) sum in f32 (Candle sums in the narrow type, rounding every partial
+// sum, so results differ by rounding); integer sums wrap; min/max
 // and argmin/argmax pick the first extremum in reduction order, skip NaN
 // unless the first element is NaN (then the result is that NaN, index 0).
 

@@ -140,11 +140,7 @@ fn reduce_widened(
     if matches!(op, ReduceOp::ArgMin | ReduceOp::ArgMax) {
         return Ok(out);
     }
-    let outputs: usize = (0..layout.dims().len())
-        .filter(|d| !dims.contains(d))
-        .map(|d| layout.dims()[d])
-        .product();
-    out.to_dtype(&Layout::contiguous(outputs), src.dtype())
+    out.to_dtype(&Layout::contiguous(out.len()), src.dtype())
 }
 
 /// Reduces a source with more kept or reduced dimensions, after merging,
