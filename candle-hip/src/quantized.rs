@@ -29,9 +29,7 @@
 //! with its neighbours folded in: the RMS norm or SwiGLU before the product
 //! rides on the activation rounding, the residual addition after it on the
 //! product's own store, so that a projection takes two launches where the
-//! separate ops take four. For one row after an RMS norm (a step's q/k/v
-//! and gate/up products) the mat-vec's blocks round the row themselves,
-//! each into its shared memory, and the projection takes one launch.
+//! separate ops take four.
 //!
 //! The plain GGML types (f32, f16, bf16) are stored as a storage of that
 //! dtype, dequantized by a cast.
@@ -46,7 +44,6 @@ use crate::fused::{
     FlashAttnExtras, FlashAttnParams, LinearInput, StepRope, StepTarget, operand_vector,
 };
 use crate::kernel::catalogue as cat;
-use crate::kernel::header::{ELEM_BLOCK, VEC_BYTES};
 use crate::kernel::launch::{to_u32, view_or_null};
 use crate::kernel::{grid, header};
 use crate::ops::copy::Dense;
@@ -117,34 +114,6 @@ unsafe impl DeviceRepr for QRope {}
 const _: () = assert!(std::mem::size_of::<QRope>() == 3 * 8 + 6 * 4);
 // The step's rotary pairs are each wave's adjacent outputs.
 const _: () = assert!(MATVEC_OUTS_PER_WAVE.is_multiple_of(2));
-
-/// `QStage` of `quantized.hip`: one row whose RMS norm each block of
-/// `qmatvec_few_*` rounds itself (device addresses of `x` and the norm
-/// weight, null `x` for activations rounded before), the norm's eps and
-/// `x`'s dtype code.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct QStage {
-    x: u64,
-    norm_w: u64,
-    eps: f32,
-    x_dtype: u32,
-}
-
-// SAFETY: `#[repr(C)]`, two u64 then an f32 and a u32 as the C struct of two
-// pointers, a float and a ch_u32: no padding, every bit pattern valid (the
-// kernel reads the pointers only where `x` is not null).
-unsafe impl DeviceRepr for QStage {}
-const _: () = assert!(std::mem::size_of::<QStage>() == 2 * 8 + 2 * 4);
-
-/// Blocks per compute unit of a mat-vec that rounds its row itself: each
-/// block rounds the row once, then loops over its share of the outputs.
-const STAGED_BLOCKS_PER_CU: u32 = 4;
-
-/// The most shared memory a mat-vec's own rounding takes (`k` bytes of
-/// integers and `k / 32` scales and sums): the 48 KiB every HIP device
-/// gives a block.
-const STAGED_MAX_BYTES: usize = 48 * 1024;
 
 /// Zero bytes after the blocks of every allocation: the mat-vec reads a
 /// block's integers as whole aligned words, up to 4 bytes past the last
@@ -426,8 +395,7 @@ impl QuantizedStorage {
     /// its rows or the SwiGLU of each row's halves (`input`, as
     /// [`crate::fused::fused_linear`] takes it; the norm weight a contiguous
     /// vector of `k`): the rounding of `x'` to 8 bits and the mat-vec, two
-    /// launches, or one where the mat-vec rounds its one row itself.
-    /// `x` holds a few rows
+    /// launches. `x` holds a few rows
     /// ([`fused_matvec_takes`](Self::fused_matvec_takes)); `residual`
     /// (optional) a contiguous `rows * n` values in `x`'s dtype. Returns the
     /// `rows * n` outputs, contiguous, in `x`'s dtype: what `rms_norm` or
@@ -461,10 +429,14 @@ impl QuantizedStorage {
         const OP: &str = "fused_qmatvec";
         let swiglu = matches!(input, LinearInput::SwiGlu);
         let (widths, rows) = Self::checked_parts(OP, parts, (x, x_l), swiglu, residual)?;
-        let x = (x, x_l.start_offset());
-        with_activations(parts[0].0, x, widths[0].1, rows, input, |act| {
-            Self::matvec_parts(parts, &widths, act, residual)
-        })
+        let act = Rounded::of(
+            parts[0].0,
+            (x, x_l.start_offset()),
+            widths[0].1,
+            rows,
+            input,
+        )?;
+        Self::matvec_parts(parts, &widths, &act, residual)
     }
 
     /// The `(n_i, k)` of `parts` and the rows of `x` for a fused product of
@@ -514,32 +486,27 @@ impl QuantizedStorage {
     fn matvec_parts(
         parts: &[(&QuantizedStorage, &Shape)],
         widths: &[(usize, usize)],
-        act: &Activations<'_>,
+        act: &Rounded,
         residual: Option<(&HipStorage, &Layout)>,
     ) -> Result<HipStorage> {
         const OP: &str = "fused_qmatvec";
-        let (_, rows, dtype) = act.dims();
-        if parts.len() > 1 && rows > 1 {
+        if parts.len() > 1 && act.rows > 1 {
             return Err(invalid(
                 OP,
                 format!(
-                    "{} parts of {rows} rows: each part writes its columns of one row",
+                    "{} parts of {} rows: each part writes its columns of one row",
                     parts.len(),
+                    act.rows
                 ),
             ));
         }
-        let device = parts
-            .first()
-            .ok_or_else(|| invalid(OP, "a product of no weight parts"))?
-            .0
-            .device();
         let n: usize = widths.iter().map(|&(n, _)| n).sum();
-        let count = size::mul(OP, "the outputs", rows, n)?;
+        let count = size::mul(OP, "the outputs", act.rows, n)?;
         // SAFETY: the parts' mat-vecs write every one of the rows * n outputs.
-        let mut y = unsafe { device.alloc_uninit(&Shape::from(count), dtype) }?;
+        let mut y = unsafe { act.q.device().alloc_uninit(&Shape::from(count), act.dtype) }?;
         let mut start = 0;
         for (&(q, _), &(n_part, _)) in parts.iter().zip(widths) {
-            let len = rows * n_part;
+            let len = act.rows * n_part;
             let res = residual
                 .map(|(r, l)| r.view_range(OP, l.start_offset() + start, len))
                 .transpose()?;
@@ -589,7 +556,7 @@ impl QuantizedStorage {
         let rows = Layout::contiguous((splits.rows(), splits.row_width()));
         let (widths, _) = Self::checked_parts(OP, parts, (q, &rows), false, residual)?;
         let act = Rounded::of_splits(parts[0].0, &splits)?;
-        Self::matvec_parts(parts, &widths, &Activations::Rounded(&act), residual)
+        Self::matvec_parts(parts, &widths, &act, residual)
     }
 
     /// One decode step's query/key/value product against `parts` (as
@@ -646,24 +613,10 @@ impl QuantizedStorage {
                 format!("the weights have {n} rows; the step's heads are {cache:?}"),
             ));
         }
-        let x = (x, x_l.start_offset());
-        with_activations(parts[0].0, x, widths[0].1, 1, input, |act| {
-            Self::step_matvecs(parts, &widths, act, &step)
-        })
-    }
-
-    /// The mat-vecs of [`fused_matvec_parts_rope_append`](Self::fused_matvec_parts_rope_append)
-    /// with the activations `act`, storing the step's rotary pairs.
-    fn step_matvecs(
-        parts: &[(&QuantizedStorage, &Shape)],
-        widths: &[(usize, usize)],
-        act: &Activations<'_>,
-        step: &StepRope<'_>,
-    ) -> Result<()> {
-        const OP: &str = "fused_qmatvec_rope_append";
+        let act = Rounded::of(parts[0].0, (x, x_l.start_offset()), widths[0].1, 1, input)?;
         let [heads, kv_heads, d, max_len, rows] = step.dims;
         let mut first = 0;
-        for (&(q, _), &(n_part, _)) in parts.iter().zip(widths) {
+        for (&(q, _), &(n_part, _)) in parts.iter().zip(&widths) {
             let rope = QRope {
                 cos: step.cos.device_ptr() as u64,
                 sin: step.sin.device_ptr() as u64,
@@ -675,7 +628,7 @@ impl QuantizedStorage {
                 max_len,
                 rows,
             };
-            q.launch_matvec(act, n_part, &step.state, None, rope)?;
+            q.launch_matvec(&act, n_part, &step.state, None, rope)?;
             first += n_part;
         }
         Ok(())
@@ -691,7 +644,6 @@ impl QuantizedStorage {
         rows: usize,
     ) -> Result<HipStorage> {
         let act = Rounded::of(self, x, k, rows, LinearInput::Plain)?;
-        let act = Activations::Rounded(&act);
         let out_count = size::mul("qmatmul", "the product", rows, n)?;
         // SAFETY: the kernel writes every one of the rows * n values.
         let mut y = unsafe {
@@ -703,22 +655,22 @@ impl QuantizedStorage {
         Ok(y)
     }
 
-    /// `qmatvec_*` of these blocks, `W` of shape `(n, k)`, with the
-    /// activations `act` (`rows` rows of `k`): the `rows * n` outputs (in
-    /// the activations' dtype) into `yv`, plus `residual` (as many values,
-    /// or none); or, where `rope.cos` is not null (one row, no residual),
-    /// the step's rotary pairs into the state `yv` (`QRope` of
-    /// quantized.hip, whose tables, position and state the caller checked).
+    /// `qmatvec_*` of these blocks, `W` of shape `(n, act.k)`, with the
+    /// rounded activations `act`: the `act.rows * n` outputs (in the
+    /// activations' dtype) into `yv`, plus `residual` (as many values, or
+    /// none); or, where `rope.cos` is not null (one row, no residual), the
+    /// step's rotary pairs into the state `yv` (`QRope` of quantized.hip,
+    /// whose tables, position and state the caller checked).
     fn launch_matvec(
         &self,
-        act: &Activations<'_>,
+        act: &Rounded,
         n: usize,
         yv: &DeviceViewMut<'_, u8>,
         residual: Option<&DeviceView<'_, u8>>,
         rope: QRope,
     ) -> Result<()> {
         const OP: &str = "qmatmul";
-        let (k, rows, dtype) = act.dims();
+        let (k, rows, dtype) = (act.k, act.rows, act.dtype);
         let block = self.dtype.block_size();
         let w_count = size::mul(OP, "the weight", n, k)?;
         if !k.is_multiple_of(block) || w_count > self.capacity() {
@@ -731,16 +683,14 @@ impl QuantizedStorage {
                 ),
             ));
         }
-        if let Activations::Rounded(r) = act
-            && activation_type(self.dtype) != r.block
-        {
+        if activation_type(self.dtype) != act.block {
             return Err(invalid(
                 OP,
                 format!(
                     "{:?} weights take activations rounded to {:?}, not {:?}",
                     self.dtype,
                     activation_type(self.dtype),
-                    r.block
+                    act.block
                 ),
             ));
         }
@@ -762,72 +712,40 @@ impl QuantizedStorage {
         let w = self
             .data
             .view_range(OP, 0, w_count / block * self.dtype.type_size())?;
+        let (qv, dv, sv) = act.views()?;
         let residual_arg = view_or_null(residual);
         let (n32, k32) = (to_u32(OP, "n", n)?, to_u32(OP, "k", k)?);
+        // One wave per MATVEC_OUTS_PER_WAVE outputs: n / outputs per block
+        // stays far below the grid's limit for a 32-bit n.
+        let waves_per_block = (MATVEC_BLOCK / launcher.wave_size().max(1)).max(1);
+        let outs_per_block = waves_per_block * MATVEC_OUTS_PER_WAVE;
+        let cfg = grid::linear(u64::from(n32.div_ceil(outs_per_block)), MATVEC_BLOCK);
         let rows32 = to_u32(OP, "rows", rows)?;
         let family = cat::qmatvec_family(self.dtype, rows <= MATVEC_FEW_ROWS);
         let kernel = family.quantized(OP, self.dtype, dtype)?;
         let y_dtype = header::dtype_code(dtype)
             .ok_or_else(|| candle_core::Error::UnsupportedDTypeForOp(dtype, OP).bt())?;
-        let wave = launcher.wave_size().max(1);
-        let (rounded, stage, cfg) = match act {
-            Activations::Rounded(r) => {
-                // One wave per MATVEC_OUTS_PER_WAVE outputs: n / outputs per
-                // block stays far below the grid's limit for a 32-bit n.
-                let outs_per_block = (MATVEC_BLOCK / wave).max(1) * MATVEC_OUTS_PER_WAVE;
-                let cfg = grid::linear(u64::from(n32.div_ceil(outs_per_block)), MATVEC_BLOCK);
-                (Some(r.views()?), QStage::default(), cfg)
-            }
-            Activations::Staged(st) => {
-                // Blocks of quantize_act's size, so that each rounds the row
-                // as that kernel does, a few per compute unit.
-                let outs_per_block = (ELEM_BLOCK / wave).max(1) * MATVEC_OUTS_PER_WAVE;
-                let groups = n32.div_ceil(outs_per_block);
-                let resident = launcher
-                    .compute_units()
-                    .max(1)
-                    .saturating_mul(STAGED_BLOCKS_PER_CU);
-                let mut cfg = grid::linear(u64::from(groups.min(resident)), ELEM_BLOCK);
-                let bytes = staged_bytes(k).ok_or_else(|| invalid(OP, "the staged row"))?;
-                cfg.shared_mem_bytes = to_u32(OP, "the staged row", bytes)?;
-                let stage = QStage {
-                    x: st.x.device_ptr() as u64,
-                    norm_w: st.norm_w.device_ptr() as u64,
-                    eps: st.eps,
-                    x_dtype: y_dtype,
-                };
-                (None, stage, cfg)
-            }
-        };
-        let (qv, dv, sv) = match &rounded {
-            Some((q, d, s)) => (Some(q), Some(d), Some(s)),
-            None => (None, None, None),
-        };
         // SAFETY: qmatvec[_few]_<q>(const u8* w, const i8* q, const float* d,
         // const float* s, void* y, u32 y_dtype, u32 n, u32 k, u32 rows,
-        // const void* residual, QRope rope, QStage stage): w (the start of a
-        // fresh allocation, so 16-byte aligned, Q_PAD bytes after the
-        // blocks) holds n rows of k / QK blocks; rounded activations: q
-        // rows * k bytes (fresh, so 16-byte aligned), d and s rows * k / 32
-        // f32, and stage.x null; staged (one row, so qmatvec_few_): q, d and
-        // s null, stage's x (16-byte aligned) and norm_w checked views of k
-        // values of y's dtype, alive in `act`, and staged_bytes(k) of shared
-        // memory; y rows * n values of y_dtype, the activations' dtype (the
-        // kernel lookup accepted it), residual as many of that dtype (the
-        // caller's checked view) or null; one wave per MATVEC_OUTS_PER_WAVE
-        // outputs. With rope (one row, so qmatvec_few_, which stores it;
-        // even n) y is the step's state and rope's tables and position its
-        // checked views, alive in the caller's StepRope while the kernel is
-        // queued.
+        // const void* residual, QRope rope): w (the start of a fresh
+        // allocation, so 16-byte aligned, Q_PAD bytes after the blocks)
+        // holds n rows of k / QK blocks, q rows * k bytes (fresh, so 16-byte
+        // aligned), d and s rows * k / 32 f32, y rows * n values of y_dtype,
+        // the activations' dtype (checked above; the kernel lookup accepted
+        // it), residual as many of that dtype (the caller's checked view) or
+        // null; one wave per MATVEC_OUTS_PER_WAVE outputs. With rope (one
+        // row, so qmatvec_few_, which stores it; even n) y is the step's
+        // state and rope's tables and position its checked views, alive in
+        // the caller's StepRope while the kernel is queued.
         unsafe {
             launcher.launch(
                 kernel,
                 cfg,
                 &[
                     &w,
-                    view_or_null(qv),
-                    view_or_null(dv),
-                    view_or_null(sv),
+                    &qv,
+                    &dv,
+                    &sv,
                     yv,
                     &y_dtype,
                     &n32,
@@ -835,7 +753,6 @@ impl QuantizedStorage {
                     &rows32,
                     residual_arg,
                     &rope,
-                    &stage,
                 ],
             )
         }
@@ -879,38 +796,54 @@ impl Rounded {
         // SAFETY: quantize_act_* below writes every integer, scale and sum.
         let mut act = unsafe { Rounded::uninit(weights.device(), block, x.dtype(), rows, k) }?;
         let (count, scales) = (rows * k, rows * k / SUB);
-        let (xv, norm_w, eps) = input_views(OP, (x, x_start), k, rows, input)?;
-        let norm_arg = view_or_null(norm_w.as_ref());
-        let (qv, dv, sv) = (
-            act.q.view_range_mut(OP, 0, count)?,
-            act.d.view_range_mut(OP, 0, scales)?,
-            act.s.view_range_mut(OP, 0, scales)?,
-        );
-        // The norm and SwiGLU take a row of blocks (grid y) per row.
-        let cfg = if matches!(input, LinearInput::Plain) {
-            grid::grid_stride((count / ACT_PER_LANE) as u64, launcher.compute_units())
-        } else {
-            let mut cfg = grid::grid_stride((k / ACT_PER_LANE) as u64, launcher.compute_units());
-            // The fused products take at most MATVEC_MAX_ROWS rows.
-            cfg.grid_dim.1 = to_u32(OP, "rows", rows)?;
-            cfg
-        };
-        let kernel = cat::QUANTIZE_ACT.quantized(OP, block, x.dtype())?;
-        let (count, code) = (count as u64, input.code());
-        // SAFETY: quantize_act_<a>_<dtype>(const T* x, i8* q, float* d,
-        // float* s, u64 count, u32 input, const T* norm_w, float eps): x
-        // holds count values (2 * count for SwiGLU), q count bytes, d and
-        // s count / 32 f32, norm_w k values or null (checked views); the
-        // norm and SwiGLU take a row of k = count / grid y values per
-        // grid row; k is whole blocks of the activation type (whole
-        // weight blocks, 32 or 256 values).
-        unsafe {
-            launcher.launch(
-                kernel,
-                cfg,
-                &[&xv, &qv, &dv, &sv, &count, &code, norm_arg, &eps],
-            )
-        }?;
+        {
+            let x_count = if matches!(input, LinearInput::SwiGlu) {
+                size::mul(OP, "the input", count, 2)?
+            } else {
+                count
+            };
+            let xv = x.view_range(OP, x_start, x_count)?;
+            let (norm_w, eps) = match input {
+                LinearInput::RmsNorm { weight, eps } => {
+                    // The kernel's norm walks each row with a u32 count.
+                    to_u32(OP, "k", k)?;
+                    (Some(operand_vector(OP, x, weight, "norm weight", k)?), eps)
+                }
+                _ => (None, 0.0f32),
+            };
+            let norm_arg = view_or_null(norm_w.as_ref());
+            let (qv, dv, sv) = (
+                act.q.view_range_mut(OP, 0, count)?,
+                act.d.view_range_mut(OP, 0, scales)?,
+                act.s.view_range_mut(OP, 0, scales)?,
+            );
+            // The norm and SwiGLU take a row of blocks (grid y) per row.
+            let cfg = if matches!(input, LinearInput::Plain) {
+                grid::grid_stride((count / ACT_PER_LANE) as u64, launcher.compute_units())
+            } else {
+                let mut cfg =
+                    grid::grid_stride((k / ACT_PER_LANE) as u64, launcher.compute_units());
+                // The fused products take at most MATVEC_MAX_ROWS rows.
+                cfg.grid_dim.1 = to_u32(OP, "rows", rows)?;
+                cfg
+            };
+            let kernel = cat::QUANTIZE_ACT.quantized(OP, block, x.dtype())?;
+            let (count, code) = (count as u64, input.code());
+            // SAFETY: quantize_act_<a>_<dtype>(const T* x, i8* q, float* d,
+            // float* s, u64 count, u32 input, const T* norm_w, float eps): x
+            // holds count values (2 * count for SwiGLU), q count bytes, d and
+            // s count / 32 f32, norm_w k values or null (checked views); the
+            // norm and SwiGLU take a row of k = count / grid y values per
+            // grid row; k is whole blocks of the activation type (whole
+            // weight blocks, 32 or 256 values).
+            unsafe {
+                launcher.launch(
+                    kernel,
+                    cfg,
+                    &[&xv, &qv, &dv, &sv, &count, &code, norm_arg, &eps],
+                )
+            }?;
+        }
         Ok(act)
     }
 
@@ -983,126 +916,6 @@ impl Rounded {
             self.d.view_range(OP, 0, scales)?,
             self.s.view_range(OP, 0, scales)?,
         ))
-    }
-}
-
-/// The views of `rows` contiguous rows of `k` values of `x` from its element
-/// `x.1` on (`2k` for SwiGLU) and of the norm weight (`k` values, for the
-/// norm), and the norm's eps, that `input` reads: checked for op `op`.
-fn input_views<'a>(
-    op: &'static str,
-    (x, x_start): (&'a HipStorage, usize),
-    k: usize,
-    rows: usize,
-    input: LinearInput<'a>,
-) -> Result<(DeviceView<'a, u8>, Option<DeviceView<'a, u8>>, f32)> {
-    let count = size::mul(op, "the input", rows, k)?;
-    let x_count = if matches!(input, LinearInput::SwiGlu) {
-        size::mul(op, "the input", count, 2)?
-    } else {
-        count
-    };
-    let xv = x.view_range(op, x_start, x_count)?;
-    let (norm_w, eps) = match input {
-        LinearInput::RmsNorm { weight, eps } => {
-            // The kernels' norm walks each row with a u32 count.
-            to_u32(op, "k", k)?;
-            (Some(operand_vector(op, x, weight, "norm weight", k)?), eps)
-        }
-        _ => (None, 0.0f32),
-    };
-    Ok((xv, norm_w, eps))
-}
-
-/// Calls `f` with the activations of `rows` rows of `k` values of `x` from
-/// its element `x.1` on, made `x'` by `input`, for the mat-vecs of
-/// `weights`' blocks: a row the mat-vecs round themselves where
-/// [`Staged::of`] takes it, else rounded by a launch ([`Rounded::of`]).
-fn with_activations<'a, T>(
-    weights: &QuantizedStorage,
-    x: (&'a HipStorage, usize),
-    k: usize,
-    rows: usize,
-    input: LinearInput<'a>,
-    f: impl FnOnce(&Activations<'_>) -> Result<T>,
-) -> Result<T> {
-    if rows == 1
-        && let Some(staged) = Staged::of(weights, x, k, input)?
-    {
-        return f(&Activations::Staged(&staged));
-    }
-    let rounded = Rounded::of(weights, x, k, rows, input)?;
-    f(&Activations::Rounded(&rounded))
-}
-
-/// One row whose RMS norm each block of `qmatvec_few_*` rounds into its
-/// shared memory (`QStage`) instead of a launch of `quantize_act_*` before
-/// it: the same integers, scales and sums.
-struct Staged<'a> {
-    x: DeviceView<'a, u8>,
-    norm_w: DeviceView<'a, u8>,
-    eps: f32,
-    dtype: DType,
-    k: usize,
-}
-
-impl<'a> Staged<'a> {
-    /// The row of `k` values of `x` from its element `x.1` on, made `x'` by
-    /// `input`, for the mat-vecs of `weights`' blocks, where they round it
-    /// themselves: an RMS norm's output (the step's q/k/v and gate/up
-    /// products, which then take one launch instead of two), on a 16-byte
-    /// boundary, whose rounding fits [`STAGED_MAX_BYTES`]. `None` otherwise:
-    /// round it with [`Rounded::of`].
-    fn of(
-        weights: &QuantizedStorage,
-        x: (&'a HipStorage, usize),
-        k: usize,
-        input: LinearInput<'a>,
-    ) -> Result<Option<Staged<'a>>> {
-        const OP: &str = "qmatmul";
-        if staged_bytes(k).is_none_or(|bytes| bytes > STAGED_MAX_BYTES)
-            || !k.is_multiple_of(weights.dtype.block_size())
-        {
-            return Ok(None);
-        }
-        let (xv, Some(norm_w), eps) = input_views(OP, x, k, 1, input)? else {
-            return Ok(None);
-        };
-        // The kernel's norm reads x in 16-byte packs, as quantize_act's
-        // does for such an x (the same order of the sum).
-        if !(xv.device_ptr() as usize).is_multiple_of(VEC_BYTES) {
-            return Ok(None);
-        }
-        Ok(Some(Staged {
-            x: xv,
-            norm_w,
-            eps,
-            dtype: x.0.dtype(),
-            k,
-        }))
-    }
-}
-
-/// Bytes of shared memory a mat-vec's own rounding of `k` values takes:
-/// the integers, then a scale and a sum per 32 values.
-fn staged_bytes(k: usize) -> Option<usize> {
-    k.checked_add((k / SUB).checked_mul(2 * std::mem::size_of::<f32>())?)
-}
-
-/// The activations of a mat-vec launch: rounded by a launch before it, or
-/// one row its blocks round themselves.
-enum Activations<'a> {
-    Rounded(&'a Rounded),
-    Staged(&'a Staged<'a>),
-}
-
-impl Activations<'_> {
-    /// The values per row, the rows and their dtype (the outputs').
-    fn dims(&self) -> (usize, usize, DType) {
-        match self {
-            Activations::Rounded(r) => (r.k, r.rows, r.dtype),
-            Activations::Staged(s) => (s.k, 1, s.dtype),
-        }
     }
 }
 

@@ -25,7 +25,7 @@
 //
 //   qmatvec_<q>(const ch_u8* w, const signed char* q, const float* d,
 //               const float* s, void* y, ch_u32 y_dtype, ch_u32 n, ch_u32 k,
-//               ch_u32 rows, const void* residual, QRope rope, QStage stage)
+//               ch_u32 rows, const void* residual, QRope rope)
 //     y[r * n + j] = sum over the blocks of row j of W of candle's vec_dot of
 //     the block with row r's quantized activations, for r < rows and j < n
 //     (summed in f32, rounded once to y's dtype: y_dtype is CH_DTYPE_f16,
@@ -40,15 +40,10 @@
 //     qmatvec_few_<q>'s output pairs are a decoding step's interleaved
 //     rotary pairs instead, rotated and written into the step's state y as
 //     rope_i_append_* writes them (qmatvec_<q> ignores rope).
-//     With stage.x not null (QStage below; one row), each block of
-//     qmatvec_few_<q> rounds the row's RMS norm itself, as quantize_act_<a>
-//     does, into its dynamic shared memory, and q, d and s are unused
-//     (qmatvec_<q> ignores stage).
 //
 // With the input and the residual, a decode step's product against a
 // quantized weight takes two launches, its norm or activation and its
-// residual addition included, where separate kernels take four; one where
-// the mat-vec rounds its row itself.
+// residual addition included, where separate kernels take four.
 //
 // Every block type is read through two functions: `sub` dequantizes 32
 // consecutive values (a sub-block) with the arithmetic of candle's CPU
@@ -748,31 +743,39 @@ struct QActInput {
   }
 };
 
+// The sum of x's squares over one row of `count` values, as this thread
+// sees it (for row_of_block: the row is x whichever block runs it).
+template <typename T>
+struct QActSquares {
+  const T* __restrict__ x;
+  ch_u32 count;
+  float sum;
+
+  template <int V, bool CACHED>
+  __device__ __forceinline__ void row(ch_u64) {
+    RowView<T, V, CACHED> view(x, count / V);
+    AccSum<float>::State ss = AccSum<float>::identity();
+    view.visit([&](float (&v)[V], ch_u32) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) ss.v += v[e] * v[e];
+    });
+    sum = ss.v;
+  }
+};
+
 // The RMS norm's 1 / sqrt(mean(x^2) + eps) over the count values of x, in
 // every thread of the block (each block computes it for itself: a row of a
-// decode step is a few thousand values), x read in packs of V: each thread
-// sums the squares of packs threadIdx.x, threadIdx.x + blockDim.x, ... in
-// that order (as norm.hip's row kernels do), several loads in flight.
-template <typename T, int V>
-__device__ __forceinline__ float q_act_rms_inv_packs(const T* __restrict__ x, ch_u32 count, float eps) {
-  __shared__ ch_u64 scratch[CH_ROW_SCRATCH_WORDS];
-  RowView<T, V, false> view(x, count / V);
-  AccSum<float>::State ss = AccSum<float>::identity();
-  view.visit([&](float (&v)[V], ch_u32) {
-#pragma unroll
-    for (int e = 0; e < V; ++e) ss.v += v[e] * v[e];
-  });
-  ss = block_allreduce<AccSum<float> >(ss, reinterpret_cast<AccSum<float>::State*>(scratch));
-  return 1.0f / ch_sqrt(ss.v / (float)count + eps);
-}
-
-// q_act_rms_inv_packs in 16-byte packs where x is aligned to them, else
-// element by element.
+// decode step is a few thousand values, read in 16-byte packs where x is
+// aligned to them, every thread's loads in flight at once).
 template <typename T>
 __device__ __forceinline__ float q_act_rms_inv(const T* __restrict__ x, ch_u32 count, float eps) {
+  __shared__ ch_u64 scratch[CH_ROW_SCRATCH_WORDS];
   const int V = CH_VEC_BYTES / (int)sizeof(T);
-  return rows_vectorizable<V>(count, x, x, x, x) ? q_act_rms_inv_packs<T, V>(x, count, eps)
-                                                 : q_act_rms_inv_packs<T, 1>(x, count, eps);
+  QActSquares<T> body{x, count, 0.0f};
+  row_of_block<T>(count, rows_vectorizable<V>(count, x, x, x, x), body);
+  AccSum<float>::State ss = {body.sum};
+  ss = block_allreduce<AccSum<float> >(ss, reinterpret_cast<AccSum<float>::State*>(scratch));
+  return 1.0f / ch_sqrt(ss.v / (float)count + eps);
 }
 
 // 32 activations (16-byte aligned) as two packs of 16.
@@ -844,18 +847,6 @@ struct QRope {
   const void* sin;
   const ch_u32* pos;
   ch_u32 first, heads, kv_heads, d, max_len, rows;
-};
-
-// The activations a mat-vec for few rows rounds itself, for one row of
-// activations (qmatvec_launch): where x is not null, the RMS norm of x
-// (x_dtype: CH_DTYPE_f16, CH_DTYPE_bf16 or CH_DTYPE_f32, k values, 16-byte
-// aligned) with the weight norm_w (k values of x's dtype) and eps, and q, d
-// and s are unused. candle-hip's quantized.rs mirrors it.
-struct QStage {
-  const void* x;
-  const void* norm_w;
-  float eps;
-  ch_u32 x_dtype;
 };
 
 // Output pair (j, j + 1) of the mat-vec's sums (v1, v2), each rounded to T
@@ -971,11 +962,11 @@ template <typename Q, int R, bool PAIRS, bool STEP>
 __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signed char* __restrict__ q,
                                         const float* __restrict__ d, const float* __restrict__ s,
                                         void* __restrict__ y, ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows,
-                                        const void* __restrict__ residual, const QRope& rope, ch_u64 group) {
+                                        const void* __restrict__ residual, const QRope& rope) {
   const int U = CH_QMATVEC_UNROLL, O = CH_QMATVEC_OUTS;
   static_assert(O % 2 == 0, "QRope's pairs are a wave's outputs");
   const ch_u32 lane = threadIdx.x % CANDLE_HIP_WAVE;
-  const ch_u64 j0 = (group * (blockDim.x / CANDLE_HIP_WAVE) + threadIdx.x / CANDLE_HIP_WAVE) * O;
+  const ch_u64 j0 = ((ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE) + threadIdx.x / CANDLE_HIP_WAVE) * O;
   // The whole wave leaves together: the reductions below stay converged.
   if (j0 >= n) return;
 
@@ -1056,32 +1047,6 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
   }
 }
 
-// The RMS norm of `in` rounded to ACT into q, d and s, items start +
-// threadIdx.x, then stride further, ... (every thread of the block takes
-// the same turns, so the lanes of each rounding group stay converged). The
-// block computes the norm's 1 / rms itself.
-// PACKED: x is read in 16-byte packs (the caller checked that it is aligned
-// to them).
-template <int ACT, bool PACKED, typename T>
-__device__ __forceinline__ void q_act_round_norm(const QActInput<T>& in, signed char* q, float* d, float* s,
-                                                 ch_u64 start, ch_u64 stride, float eps) {
-  const ch_u64 items = in.count / CH_QACT_PER_LANE;
-  float v[CH_QACT_PER_LANE], w[CH_QACT_PER_LANE];
-  // The thread's first values and weights are read before the sum of
-  // squares, so that both reads are in flight together. count is the row's
-  // k, which the host checks fits 32 bits.
-  in.load_norm(start + threadIdx.x, start + threadIdx.x < items, v, w);
-  const ch_u32 count = (ch_u32)in.count;
-  const float inv = PACKED ? q_act_rms_inv_packs<T, CH_VEC_BYTES / (int)sizeof(T)>(in.x, count, eps)
-                           : q_act_rms_inv(in.x, count, eps);
-  for (ch_u64 first = start; first < items; first += stride) {
-    const ch_u64 t = first + threadIdx.x;
-    if (first != start) in.load_norm(t, t < items, v, w);
-    in.normed(v, w, inv);
-    q_round<ACT>(q, d, s, t, t < items, v);
-  }
-}
-
 template <int ACT, typename T>
 __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* d, float* s, ch_u64 count,
                                              ch_u32 input, const T* norm_w, float eps) {
@@ -1101,70 +1066,28 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
   in.norm_w = norm_w;
   in.count = count;
   in.input = input;
+  const ch_u64 items = count / CH_QACT_PER_LANE;
   const ch_u64 start = (ch_u64)blockIdx.x * blockDim.x;
+  float v[CH_QACT_PER_LANE], w[CH_QACT_PER_LANE];
   if (input == CH_QACT_INPUT_RMS_NORM) {
-    q_act_round_norm<ACT, false>(in, q, d, s, start, global_threads(), eps);
+    // The thread's first values and weights are read before the sum of
+    // squares, so that both reads are in flight together. count is the
+    // row's k, which the host checks fits 32 bits.
+    in.load_norm(start + threadIdx.x, start + threadIdx.x < items, v, w);
+    const float inv = q_act_rms_inv(x, (ch_u32)count, eps);
+    for (ch_u64 first = start; first < items; first += global_threads()) {
+      const ch_u64 t = first + threadIdx.x;
+      if (first != start) in.load_norm(t, t < items, v, w);
+      in.normed(v, w, inv);
+      q_round<ACT>(q, d, s, t, t < items, v);
+    }
     return;
   }
-  const ch_u64 items = count / CH_QACT_PER_LANE;
-  float v[CH_QACT_PER_LANE];
   for (ch_u64 first = start; first < items; first += global_threads()) {
     const ch_u64 t = first + threadIdx.x;
     in.load(t, t < items, v);
     q_round<ACT>(q, d, s, t, t < items, v);
   }
-}
-
-// The one row of activations of qmatvec_few_<q> rounded by each block
-// itself (`stage.x` not null): the RMS norm of stage.x rounded to ACT as
-// quantize_act_<a>_<dtype> rounds it (the same functions over a block of the
-// same size: the same bits; x is 16-byte aligned, as the host checks, so
-// the norm reads it in packs as that kernel would), into q, d and s, then a
-// barrier.
-template <int ACT, typename T>
-__device__ __forceinline__ void q_stage_row(const QStage& stage, ch_u32 k, signed char* q, float* d, float* s) {
-  QActInput<T> in;
-  in.x = static_cast<const T*>(stage.x);
-  in.norm_w = static_cast<const T*>(stage.norm_w);
-  in.count = k;
-  in.input = CH_QACT_INPUT_RMS_NORM;
-  q_act_round_norm<ACT, true>(in, q, d, s, 0, blockDim.x, stage.eps);
-  __syncthreads();
-}
-
-// A qmatvec_<q> or qmatvec_few_<q> launch: the blocks take the groups of
-// outputs blockIdx.x, blockIdx.x + gridDim.x, ... in turn, from activations
-// rounded before or, for few rows with `stage.x` not null, from the row each
-// block first rounds into its dynamic shared memory (k bytes of integers,
-// then k / 32 scales and k / 32 sums). One loop reads either (q, d and s
-// are then generic pointers), so the mat-vec's code is generated once.
-template <typename Q, int R, bool PAIRS, bool STEP>
-__device__ __forceinline__ void qmatvec_launch(const ch_u8* w, const signed char* q, const float* d, const float* s,
-                                               void* y, ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows,
-                                               const void* residual, const QRope& rope, const QStage& stage) {
-  if (STEP && stage.x != nullptr) {
-    extern __shared__ Pack<ch_u32, 4> ch_qmatvec_act[];
-    signed char* sq = reinterpret_cast<signed char*>(ch_qmatvec_act);
-    float* sd = reinterpret_cast<float*>(sq + k);
-    float* ss = sd + k / 32;
-    switch (stage.x_dtype) {
-      case CH_DTYPE_f16:
-        q_stage_row<Q::ACT, ch_f16>(stage, k, sq, sd, ss);
-        break;
-      case CH_DTYPE_bf16:
-        q_stage_row<Q::ACT, ch_bf16>(stage, k, sq, sd, ss);
-        break;
-      default:
-        q_stage_row<Q::ACT, float>(stage, k, sq, sd, ss);
-    }
-    q = sq;
-    d = sd;
-    s = ss;
-  }
-  const ch_u64 outs_per_group = (ch_u64)(blockDim.x / CANDLE_HIP_WAVE) * CH_QMATVEC_OUTS;
-  const ch_u64 groups = ((ch_u64)n + outs_per_group - 1) / outs_per_group;
-  for (ch_u64 g = blockIdx.x; g < groups; g += gridDim.x)
-    qmatvec<Q, R, PAIRS, STEP>(w, q, d, s, y, y_dtype, n, k, rows, residual, rope, g);
 }
 
 #define DEQUANTIZE(Q, NAME, TYPE)                                                                  \
@@ -1177,8 +1100,8 @@ __device__ __forceinline__ void qmatvec_launch(const ch_u8* w, const signed char
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
       KIND##_##NAME(const ch_u8* w, const signed char* q, const float* d, const float* s, void* y, \
                     ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows, const void* residual,         \
-                    QRope rope, QStage stage) {                                                    \
-    qmatvec_launch<Q, R, PAIRS, STEP>(w, q, d, s, y, y_dtype, n, k, rows, residual, rope, stage);  \
+                    QRope rope) {                                                                  \
+    qmatvec<Q, R, PAIRS, STEP>(w, q, d, s, y, y_dtype, n, k, rows, residual, rope);                \
   }
 
 #define QUANTIZE_ACT(ACT, NAME, TYPE)                                                              \

@@ -316,9 +316,8 @@ impl CustomOp1 for FusedQuantizedLinear<'_> {
 /// residual)` for one token of each of a few sequences (the rows of `x`, up
 /// to [`crate::quantized::MATVEC_MAX_ROWS`]), the norm or SwiGLU of each row
 /// riding on the rounding of the activations and the residual on the
-/// product, two launches (one where the mat-vec rounds its one row after a
-/// norm itself). What it computes equals `QMatMul::forward` of the separate
-/// ops' `x'` plus the residual, up to the order of the norm's sum.
+/// product, two launches. What it computes equals `QMatMul::forward` of the
+/// separate ops' `x'` plus the residual, up to the order of the norm's sum.
 ///
 /// `Ok(None)` when the fused kernels do not take the operands (not on a HIP
 /// device, a plain f32/f16/bf16 weight, more rows:

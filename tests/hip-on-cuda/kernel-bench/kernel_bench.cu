@@ -700,8 +700,8 @@ static const QType kDqTypes[] = {{"q4_0", "", 18, 32, 0, {}},   {"q4_1", "", 20,
 // per block of the mat-vec (4); B: activations per quantize_act thread (8;
 // 0: one thread per activation block, the first kernel's rule); C: rows; D:
 // outputs per wave (2). `input` (CH_QACT_INPUT_*, with norm_w) and
-// `residual` (or null) as `fused_matvec` passes them, no step's RoPE and no
-// staged row; a source whose kernels take fewer arguments ignores them.
+// `residual` (or null) as `fused_matvec` passes them, and no step's RoPE;
+// a source whose kernels take fewer arguments ignores them.
 static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStream_t s, const QType& t, uint32_t n,
                        uint32_t k, const uint8_t* w, float* x, int8_t* q, float* d, float* sums, float* y,
                        uint32_t input, const float* norm_w, const float* residual) {
@@ -720,13 +720,7 @@ static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStre
     const void *cos, *sin, *pos;
     uint32_t first, heads, kv_heads, d, max_len, rows;
   } rope = {};
-  // quantized.hip's QStage, null: the activations rounded above.
-  struct {
-    const void *x, *norm_w;
-    float eps;
-    uint32_t x_dtype;
-  } stage = {};
-  void* mv_args[] = {&w, &q, &d, &sums, &y, &y_dtype, &n, &k, &rows, &residual, &rope, &stage};
+  void* mv_args[] = {&w, &q, &d, &sums, &y, &y_dtype, &n, &k, &rows, &residual, &rope};
   CHECK_CU(cuLaunchKernel(mv, (n + outs - 1) / outs, 1, 1, waves * 32, 1, 1, 0, s, mv_args, nullptr));
 }
 

@@ -53,12 +53,12 @@
 //! on its mat-vec (`fused_quantized_linear`), and RoPE with the cache writes on the qkv
 //! mat-vec's store (`fused_quantized_linear_rope_append`: each wave of it holds an
 //! interleaved rotary pair), and flash-decoding's merge rounds the o product's input itself
-//! (`flash_attn_quantized_linear`), and the qkv and gate/up mat-vecs round their normed row
-//! themselves, so a layer's step is seven launches: the down product takes two (the
-//! SwiGLU's rounding, the mat-vec), the qkv and gate/up products, flash-decoding, its merge
-//! with the rounding and the o mat-vec one each. Where q, k and v have different block
-//! types (Q4_K_M's Q6_K values) each writes its rows of the step
-//! (`fused_quantized_linear_parts`): two launches more than a stacked product.
+//! (`flash_attn_quantized_linear`), so a layer's step is nine launches: the qkv, gate/up
+//! and down products take two each, flash-decoding, its merge with the rounding and the o
+//! mat-vec one each. Where q, k and v have different block
+//! types (Q4_K_M's Q6_K values) the three share one activation rounding and each writes
+//! its rows of the step (`fused_quantized_linear_parts`): one launch more than a stacked
+//! product.
 //!
 //! A batch of sequences at one position: the products take every sequence's row at once
 //! (one read of the weights), each sequence has its own caches and RoPE write, and the
