@@ -89,28 +89,6 @@ const MATVEC_OUTS_PER_WAVE: u32 = 2;
 /// wave).
 const MATVEC_BLOCK: u32 = 128;
 
-/// Values per row from which one row's mat-vec splits ([`matvec_split`]).
-const MATVEC_SPLIT_MIN_K: usize = 8192;
-
-/// Waves per group of outputs of `qmatvec_*` (its `split`) for `rows` rows
-/// of `k` values against `block` weights on `waves_per_block`-wave blocks:
-/// 2 for one row of long rows (a decode step's down product) of the types
-/// measured faster that way, else 1. On the test platform (H100, the kernel
-/// bench's decode step products) two waves a group took the 8B down
-/// product (k = 14,336) from 31.5 to 28.9 us for Q6_K, 21.0 to 18.8 for
-/// Q4_0, 29.1 to 28.4 for Q8_0, and the 1B one (k = 8192) from 17.5 to 13.3
-/// us for Q6_K; shorter rows gained little or lost (Q4_0 at k = 4096), and
-/// Q4_K and Q5_K, whose few-rows mat-vec walks pairs of sub-blocks with
-/// more registers, lost at 8B (Q4_K down 18.1 -> 20.2 us).
-fn matvec_split(block: GgmlDType, k: usize, rows: usize, waves_per_block: u32) -> u32 {
-    let measured = matches!(block, GgmlDType::Q4_0 | GgmlDType::Q8_0 | GgmlDType::Q6K);
-    if measured && rows == 1 && k >= MATVEC_SPLIT_MIN_K && waves_per_block.is_multiple_of(2) {
-        2
-    } else {
-        1
-    }
-}
-
 /// `QRope` of `quantized.hip`: a step's rotary pairs on the mat-vec's
 /// outputs (device addresses of the tables and the position, null `cos`
 /// for none), the first global row of the launch, and the step's heads,
@@ -737,11 +715,10 @@ impl QuantizedStorage {
         let (qv, dv, sv) = act.views()?;
         let residual_arg = view_or_null(residual);
         let (n32, k32) = (to_u32(OP, "n", n)?, to_u32(OP, "k", k)?);
-        // `split` waves per MATVEC_OUTS_PER_WAVE outputs: n / outputs per
-        // block stays far below the grid's limit for a 32-bit n.
+        // One wave per MATVEC_OUTS_PER_WAVE outputs: n / outputs per block
+        // stays far below the grid's limit for a 32-bit n.
         let waves_per_block = (MATVEC_BLOCK / launcher.wave_size().max(1)).max(1);
-        let split = matvec_split(self.dtype, k, rows, waves_per_block);
-        let outs_per_block = waves_per_block / split * MATVEC_OUTS_PER_WAVE;
+        let outs_per_block = waves_per_block * MATVEC_OUTS_PER_WAVE;
         let cfg = grid::linear(u64::from(n32.div_ceil(outs_per_block)), MATVEC_BLOCK);
         let rows32 = to_u32(OP, "rows", rows)?;
         let family = cat::qmatvec_family(self.dtype, rows <= MATVEC_FEW_ROWS);
@@ -750,17 +727,16 @@ impl QuantizedStorage {
             .ok_or_else(|| candle_core::Error::UnsupportedDTypeForOp(dtype, OP).bt())?;
         // SAFETY: qmatvec[_few]_<q>(const u8* w, const i8* q, const float* d,
         // const float* s, void* y, u32 y_dtype, u32 n, u32 k, u32 rows,
-        // const void* residual, QRope rope, u32 split): w (the start of a
-        // fresh allocation, so 16-byte aligned, Q_PAD bytes after the
-        // blocks) holds n rows of k / QK blocks, q rows * k bytes (fresh, so
-        // 16-byte aligned), d and s rows * k / 32 f32, y rows * n values of
-        // y_dtype, the activations' dtype (checked above; the kernel lookup
-        // accepted it), residual as many of that dtype (the caller's checked
-        // view) or null; split (1 or 2, dividing the block's waves) waves per
-        // MATVEC_OUTS_PER_WAVE outputs. With rope (one row, so qmatvec_few_,
-        // which stores it; even n) y is the step's state and rope's tables
-        // and position its checked views, alive in the caller's StepRope
-        // while the kernel is queued.
+        // const void* residual, QRope rope): w (the start of a fresh
+        // allocation, so 16-byte aligned, Q_PAD bytes after the blocks)
+        // holds n rows of k / QK blocks, q rows * k bytes (fresh, so 16-byte
+        // aligned), d and s rows * k / 32 f32, y rows * n values of y_dtype,
+        // the activations' dtype (checked above; the kernel lookup accepted
+        // it), residual as many of that dtype (the caller's checked view) or
+        // null; one wave per MATVEC_OUTS_PER_WAVE outputs. With rope (one
+        // row, so qmatvec_few_, which stores it; even n) y is the step's
+        // state and rope's tables and position its checked views, alive in
+        // the caller's StepRope while the kernel is queued.
         unsafe {
             launcher.launch(
                 kernel,
@@ -777,7 +753,6 @@ impl QuantizedStorage {
                     &rows32,
                     residual_arg,
                     &rope,
-                    &split,
                 ],
             )
         }
