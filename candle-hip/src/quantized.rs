@@ -115,21 +115,6 @@ const _: () = assert!(std::mem::size_of::<QRope>() == 3 * 8 + 6 * 4);
 // The step's rotary pairs are each wave's adjacent outputs.
 const _: () = assert!(MATVEC_OUTS_PER_WAVE.is_multiple_of(2));
 
-/// `QLink` of `quantized.hip`, unused: every pointer null (no product
-/// rounds its outputs for the next, none reads such a rounding).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct QLink {
-    pointers: [u64; 6],
-    act: u32,
-    eps: f32,
-}
-
-// SAFETY: `#[repr(C)]`, six u64 then a u32 and an f32 as the C struct of
-// six pointers, a ch_u32 and a float: no padding, every bit pattern valid.
-unsafe impl DeviceRepr for QLink {}
-const _: () = assert!(std::mem::size_of::<QLink>() == 6 * 8 + 2 * 4);
-
 /// Zero bytes after the blocks of every allocation: the mat-vec reads a
 /// block's integers as whole aligned words, up to 4 bytes past the last
 /// block (`q_words` in `quantized.hip`).
@@ -742,7 +727,7 @@ impl QuantizedStorage {
             .ok_or_else(|| candle_core::Error::UnsupportedDTypeForOp(dtype, OP).bt())?;
         // SAFETY: qmatvec[_few]_<q>(const u8* w, const i8* q, const float* d,
         // const float* s, void* y, u32 y_dtype, u32 n, u32 k, u32 rows,
-        // const void* residual, QRope rope, QLink link): w (the start of a fresh
+        // const void* residual, QRope rope): w (the start of a fresh
         // allocation, so 16-byte aligned, Q_PAD bytes after the blocks)
         // holds n rows of k / QK blocks, q rows * k bytes (fresh, so 16-byte
         // aligned), d and s rows * k / 32 f32, y rows * n values of y_dtype,
@@ -751,8 +736,7 @@ impl QuantizedStorage {
         // null; one wave per MATVEC_OUTS_PER_WAVE outputs. With rope (one
         // row, so qmatvec_few_, which stores it; even n) y is the step's
         // state and rope's tables and position its checked views, alive in
-        // the caller's StepRope while the kernel is queued; the link is
-        // unused (null pointers).
+        // the caller's StepRope while the kernel is queued.
         unsafe {
             launcher.launch(
                 kernel,
@@ -769,7 +753,6 @@ impl QuantizedStorage {
                     &rows32,
                     residual_arg,
                     &rope,
-                    &QLink::default(),
                 ],
             )
         }

@@ -812,80 +812,27 @@ __device__ __forceinline__ void q_sums32(const QAct32& a, int& x0, int& x1) {
 }
 
 // y[i] = v rounded to T, plus residual[i] when residual is not null (that
-// sum rounded again: the separate addition's result). Returns what it
-// stored, as f32.
+// sum rounded again: the separate addition's result).
 template <typename T>
-__device__ __forceinline__ float q_store(void* y, ch_u64 i, float v, const void* residual) {
+__device__ __forceinline__ void q_store(void* y, ch_u64 i, float v, const void* residual) {
   T out = Num<T>::from_f32(v);
   if (residual != nullptr) out = Num<T>::from_f32(Num<T>::to_f32(out) + Num<T>::to_f32(static_cast<const T*>(residual)[i]));
   static_cast<T*>(y)[i] = out;
-  return Num<T>::to_f32(out);
 }
 
 // q_store in y's dtype (CH_DTYPE_f16, CH_DTYPE_bf16 or CH_DTYPE_f32).
-__device__ __forceinline__ float store_activation(void* y, ch_u32 y_dtype, ch_u64 i, float v, const void* residual) {
+__device__ __forceinline__ void store_activation(void* y, ch_u32 y_dtype, ch_u64 i, float v, const void* residual) {
   switch (y_dtype) {
     case CH_DTYPE_f16:
-      return q_store<ch_f16>(y, i, v, residual);
+      q_store<ch_f16>(y, i, v, residual);
+      break;
     case CH_DTYPE_bf16:
-      return q_store<ch_bf16>(y, i, v, residual);
+      q_store<ch_bf16>(y, i, v, residual);
+      break;
     default:
-      return q_store<float>(y, i, v, residual);
+      q_store<float>(y, i, v, residual);
   }
 }
-
-// Element i of a vector of y's dtype, as f32.
-__device__ __forceinline__ float load_activation(const void* x, ch_u32 dtype, ch_u64 i) {
-  switch (dtype) {
-    case CH_DTYPE_f16:
-      return Num<ch_f16>::to_f32(static_cast<const ch_f16*>(x)[i]);
-    case CH_DTYPE_bf16:
-      return Num<ch_bf16>::to_f32(static_cast<const ch_bf16*>(x)[i]);
-    default:
-      return static_cast<const float*>(x)[i];
-  }
-}
-
-// Two products of a decoding step linked without a rounding launch between
-// them: the first (a product whose outputs are a layer's residual stream)
-// rounds its own outputs for the second, whose input is their RMS norm.
-// The norm's 1 / sqrt(mean(h^2) + eps) is a factor of the whole row, so
-// the producer rounds h * norm_w, 32 outputs a block, and leaves each
-// group's sum of squares of h; the consumer sums those and multiplies its
-// outputs by the factor. (The integers are those of the normed row's
-// rounding up to the f32 rounding of the scale; every activation type
-// rounds with a scale per 32 values here, q8k's types too, whose mat-vecs
-// read a scale per 32 values anyway.)
-//
-// Producer (q not null): the kernel runs CH_QMATVEC_LINK_WAVES waves a
-// block, so that a block's outputs are whole groups of 32 (n a multiple of
-// 32), and rounds rows r of its stored outputs h (after the residual) as
-// q_round_32 does: q[r * n + j], d and s[(r * n + j) / 32] (s for act 1,
-// q8_1's sum), squares[(r * n + j) / 32] the group's sum of h^2, and the
-// values rounded are h * norm_w[j] (norm_w of y's dtype) or h itself where
-// norm_w is null. Consumer (in_squares not null): the activations are such
-// a producer's, in_squares holding rows * k / 32 sums; outputs are scaled
-// by the norm's factor before they are stored.
-struct QLink {
-  signed char* q;
-  float* d;
-  float* s;
-  float* squares;
-  const void* norm_w;
-  const float* in_squares;
-  ch_u32 act;
-  float eps;
-};
-
-// Waves of a producing mat-vec's block (QLink): 32 outputs at
-// CH_QMATVEC_OUTS a wave. The few-rows kernels take blocks that large at
-// wave 32 only: at wave 64 (1024 threads) CDNA's registers spill.
-#define CH_QMATVEC_LINK_WAVES (32 / CH_QMATVEC_OUTS)
-#if CANDLE_HIP_WAVE == 32
-#define CH_QMATVEC_FEW_THREADS (CH_QMATVEC_LINK_WAVES * CANDLE_HIP_WAVE)
-#else
-#define CH_QMATVEC_FEW_THREADS CH_ELEM_BLOCK
-#endif
 
 // A decoding step's RoPE and cache write on the mat-vec's outputs, for one
 // row of activations (fused_quantized_linear_rope_append): where cos is not
@@ -1011,47 +958,11 @@ struct PairLoop<Q, true> {
   }
 };
 
-// The RMS norm's factor 1 / sqrt(mean(h^2) + eps) of a row of k values
-// from a linked producer's k / 32 sums of squares (QLink), in every lane.
-__device__ __forceinline__ float q_link_norm(const float* __restrict__ squares, ch_u32 k, float eps) {
-  AccSum<float>::State st = AccSum<float>::identity();
-  for (ch_u32 g = threadIdx.x % CANDLE_HIP_WAVE; g < k / 32; g += CANDLE_HIP_WAVE) st.v += squares[g];
-  st = wave_reduce<AccSum<float> >(st);
-  return 1.0f / ch_sqrt(st.v / (float)k + eps);
-}
-
-// A linked producer's rounding (QLink) of the block's stored outputs `h`
-// ([R][32], rows r0 .. of this block's 32 outputs j0 ..), by the block's
-// first wave: lane 4r + i takes values 8i .. 8i + 7 of row r.
-template <int R>
-__device__ __forceinline__ void q_link_round(const QLink& link, const float (&h)[R][32], ch_u32 y_dtype,
-                                             ch_u64 j0, ch_u32 n, ch_u32 r0, ch_u32 rows) {
-  const int lane = (int)(threadIdx.x % CANDLE_HIP_WAVE), r = lane / 4, part = lane % 4;
-  static_assert(4 * R <= CANDLE_HIP_WAVE, "a lane group per row");
-  const bool live = r < R && r0 + r < rows;
-  float v[CH_QACT_PER_LANE], sq = 0.0f;
-#pragma unroll
-  for (int e = 0; e < CH_QACT_PER_LANE; ++e) {
-    const int at = part * CH_QACT_PER_LANE + e;
-    const float x = h[live ? r : 0][at];
-    sq += x * x;
-    v[e] = link.norm_w != nullptr ? x * load_activation(link.norm_w, y_dtype, j0 + at) : x;
-  }
-  sq = q_group_reduce<4>(sq, [](float a, float b) { return a + b; });
-  const ch_u64 t = ((ch_u64)(r0 + (live ? r : 0)) * n + j0) / CH_QACT_PER_LANE + part;
-  if (link.act == 1) {
-    q_round_32<true>(link.q, link.d, link.s, t, live, v);
-  } else {
-    q_round_32<false>(link.q, link.d, link.s, t, live, v);
-  }
-  if (live && part == 0 && link.squares != nullptr) link.squares[t / 4] = sq;
-}
-
 template <typename Q, int R, bool PAIRS, bool STEP>
 __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signed char* __restrict__ q,
                                         const float* __restrict__ d, const float* __restrict__ s,
                                         void* __restrict__ y, ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows,
-                                        const void* __restrict__ residual, const QRope& rope, const QLink& link) {
+                                        const void* __restrict__ residual, const QRope& rope) {
   const int U = CH_QMATVEC_UNROLL, O = CH_QMATVEC_OUTS;
   static_assert(O % 2 == 0, "QRope's pairs are a wave's outputs");
   const ch_u32 lane = threadIdx.x % CANDLE_HIP_WAVE;
@@ -1112,19 +1023,10 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
         }
       }
     }
-    // A linked consumer's rows' norm factors (STEP kernels only: QLink).
-    float scale[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      scale[r] = STEP && link.in_squares != nullptr && r0 + r < rows
-                     ? q_link_norm(link.in_squares + (ch_u64)(r0 + r) * (k / 32), k, link.eps)
-                     : 1.0f;
     // Whether the outputs are the step's rotary pairs (STEP: the kernel
     // stores them; others ignore `rope`). The step's row (one) pairs output
     // o - 1 (kept in `even`) with o; n is even (whole heads), so both exist.
     const bool step = STEP && rope.cos != nullptr;
-    const bool produce = STEP && link.q != nullptr;
-    __shared__ float s_h[R][32];
     float even = 0.0f;
 #pragma unroll
     for (int o = 0; o < O; ++o)
@@ -1134,22 +1036,14 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
           AccSum<float>::State st;
           st.v = acc[o][r];
           st = wave_reduce<AccSum<float> >(st);
-          st.v *= scale[r];
           if (step) {
             if (o % 2 == 0) even = st.v;
             else if (lane == 0) store_rope(y, y_dtype, rope, j0 + o - 1, even, st.v);
           } else if (lane == 0 && j0 + o < n) {
-            const float h = store_activation(y, y_dtype, (ch_u64)(r0 + r) * n + j0 + o, st.v, residual);
-            if (produce) s_h[r][j0 % 32 + o] = h;
+            store_activation(y, y_dtype, (ch_u64)(r0 + r) * n + j0 + o, st.v, residual);
           }
         }
       }
-    if (produce) {
-      // Every wave of the block is here (n is whole blocks of outputs).
-      __syncthreads();
-      if (threadIdx.x < CANDLE_HIP_WAVE) q_link_round<R>(link, s_h, y_dtype, j0 - j0 % 32, n, r0, rows);
-      __syncthreads();
-    }
   }
 }
 
@@ -1202,12 +1096,12 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
     dequantize<Q, ch_##TYPE>(blocks, y, subs);                                                     \
   }
 
-#define QMATVEC(Q, NAME, KIND, R, PAIRS, STEP, THREADS)                                               \
-  extern "C" __global__ void __launch_bounds__(THREADS)                                            \
+#define QMATVEC(Q, NAME, KIND, R, PAIRS, STEP)                                                        \
+  extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
       KIND##_##NAME(const ch_u8* w, const signed char* q, const float* d, const float* s, void* y, \
                     ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows, const void* residual,         \
-                    QRope rope, QLink link) {                                                      \
-    qmatvec<Q, R, PAIRS, STEP>(w, q, d, s, y, y_dtype, n, k, rows, residual, rope, link);          \
+                    QRope rope) {                                                                  \
+    qmatvec<Q, R, PAIRS, STEP>(w, q, d, s, y, y_dtype, n, k, rows, residual, rope);                \
   }
 
 #define QUANTIZE_ACT(ACT, NAME, TYPE)                                                              \
@@ -1232,9 +1126,8 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
 #define QUANTIZE_ACT_ALL(ACT, NAME)                                                    \
   CH_IF_f16(QUANTIZE_ACT(ACT, NAME, f16)) CH_IF_bf16(QUANTIZE_ACT(ACT, NAME, bf16)) \
       CH_IF_f32(QUANTIZE_ACT(ACT, NAME, f32))
-#define QMATVEC_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec, CH_QMATVEC_ROWS, false, false, CH_ELEM_BLOCK)
-#define QMATVEC_FEW_ALL(Q, NAME)                                                               \
-  QMATVEC(Q, NAME, qmatvec_few, CH_QMATVEC_FEW_ROWS, PairedFewRows<Q>::value, true, CH_QMATVEC_FEW_THREADS)
+#define QMATVEC_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec, CH_QMATVEC_ROWS, false, false)
+#define QMATVEC_FEW_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec_few, CH_QMATVEC_FEW_ROWS, PairedFewRows<Q>::value, true)
 
 // Part 1: dequantization (prefill) and the rounding of the mat-vec's
 // activations, the small kernels; parts 2 and 3: the mat-vec of the blocks

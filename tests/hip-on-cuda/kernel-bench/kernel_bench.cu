@@ -702,23 +702,9 @@ static const QType kDqTypes[] = {{"q4_0", "", 18, 32, 0, {}},   {"q4_1", "", 20,
 // outputs per wave (2). `input` (CH_QACT_INPUT_*, with norm_w) and
 // `residual` (or null) as `fused_matvec` passes them, and no step's RoPE;
 // a source whose kernels take fewer arguments ignores them.
-// quantized.hip's QLink: a product rounding its outputs for the next one
-// (q not null), or reading such a product's rounding (in_squares not null).
-struct QLinkArgs {
-  int8_t* q = nullptr;
-  float* d = nullptr;
-  float* s = nullptr;
-  float* squares = nullptr;
-  const void* norm_w = nullptr;
-  const float* in_squares = nullptr;
-  uint32_t act = 0;
-  float eps = 1e-5f;
-};
-
 static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStream_t s, const QType& t, uint32_t n,
                        uint32_t k, const uint8_t* w, float* x, int8_t* q, float* d, float* sums, float* y,
-                       uint32_t input, const float* norm_w, const float* residual, QLinkArgs link = QLinkArgs(),
-                       bool round = true) {
+                       uint32_t input, const float* norm_w, const float* residual) {
   uint32_t rows = v.c;
   uint64_t count = (uint64_t)rows * k;
   uint64_t work = v.b ? count / v.b : count / t.act_block;
@@ -726,17 +712,15 @@ static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStre
   float eps = 1e-5f;
   void* act_args[] = {&x, &q, &d, &sums, &count, &input, &norm_w, &eps};
   if (qmv_empty_act()) kb_empty<<<std::max(blocks, 1u), 256, 0, s>>>();
-  else if (!qmv_no_act() && round)
-    CHECK_CU(cuLaunchKernel(act, std::max(blocks, 1u), 1, 1, 256, 1, 1, 0, s, act_args, nullptr));
-  // A producing link's blocks hold 32 outputs (CH_QMATVEC_LINK_WAVES).
-  uint32_t waves = link.q != nullptr ? 32 / v.d : v.a, outs = waves * v.d;
+  else if (!qmv_no_act()) CHECK_CU(cuLaunchKernel(act, std::max(blocks, 1u), 1, 1, 256, 1, 1, 0, s, act_args, nullptr));
+  uint32_t waves = v.a, outs = waves * v.d;
   uint32_t y_dtype = 8;  // CH_DTYPE_f32
   // quantized.hip's QRope, null: plain outputs.
   struct {
     const void *cos, *sin, *pos;
     uint32_t first, heads, kv_heads, d, max_len, rows;
   } rope = {};
-  void* mv_args[] = {&w, &q, &d, &sums, &y, &y_dtype, &n, &k, &rows, &residual, &rope, &link};
+  void* mv_args[] = {&w, &q, &d, &sums, &y, &y_dtype, &n, &k, &rows, &residual, &rope};
   CHECK_CU(cuLaunchKernel(mv, (n + outs - 1) / outs, 1, 1, waves * 32, 1, 1, 0, s, mv_args, nullptr));
 }
 
@@ -778,8 +762,8 @@ static void qmv_bench(const std::vector<Variant>& variants) {
     for (int i = 0; i < 4; ++i) values_in_layer += (size_t)products[i].n * products[i].k;
     const size_t head_values = (size_t)sh.vocab * sh.hidden;
     const size_t vec = (size_t)2 * sh.inter + sh.vocab;
-    float *x, *d, *sums, *y, *res, *d2, *sums2, *squares;
-    int8_t *q, *q2;
+    float *x, *d, *sums, *y, *res;
+    int8_t* q;
     const int max_rows = 8;
     CHECK_CUDA(cudaMalloc(&x, vec * max_rows * 4));
     CHECK_CUDA(cudaMalloc(&res, vec * max_rows * 4));
@@ -788,11 +772,6 @@ static void qmv_bench(const std::vector<Variant>& variants) {
     CHECK_CUDA(cudaMalloc(&d, vec * max_rows / 8));
     CHECK_CUDA(cudaMalloc(&sums, vec * max_rows / 8));
     CHECK_CUDA(cudaMalloc(&y, vec * max_rows * 4));
-    CHECK_CUDA(cudaMalloc(&q2, vec * max_rows));
-    CHECK_CUDA(cudaMalloc(&d2, vec * max_rows / 8));
-    CHECK_CUDA(cudaMalloc(&sums2, vec * max_rows / 8));
-    CHECK_CUDA(cudaMalloc(&squares, vec * max_rows / 8));
-    CHECK_CUDA(cudaMemset(squares, 0, vec * max_rows / 8));
     {
       std::vector<float> hx(vec * max_rows);
       for (size_t i = 0; i < hx.size(); ++i) hx[i] = (float)((i * 2654435761u) >> 8 & 0xffff) / 32768.0f - 1.0f;
@@ -828,38 +807,12 @@ static void qmv_bench(const std::vector<Variant>& variants) {
       // KERNEL_BENCH_QMV_STEP: each product as the graph decode step runs
       // it (`fused_matvec`): the norm before qkv, gate/up and the head,
       // SwiGLU before down, the residual after o and down.
-      // A variant defining KB_LINK runs the step's products linked (QLink):
-      // o and down round their outputs for the next product (gate/up, the
-      // next layer's qkv or the head), which reads them with the norm's
-      // factor from their sums of squares, and no rounding launch precedes
-      // those.
-      auto linked = [&](size_t vi) {
-        for (const std::string& def : variants[vi].defines)
-          if (def.rfind("-DKB_LINK", 0) == 0) return true;
-        return false;
-      };
       auto launch = [&](size_t vi, int product, int l) {
         static const uint32_t step_input[5] = {1, 0, 1, 2, 1};
         const bool fused = qmv_step();
         const float* residual = fused && (product == 1 || product == 3) ? res : nullptr;
-        const QProduct& p = products[product];
-        if (!fused || !linked(vi)) {
-          launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, p.n, p.k, weights_of(product, l), x, q, d, sums, y,
-                     fused ? step_input[product] : 0, x, residual);
-          return;
-        }
-        QLinkArgs link;
-        link.act = strcmp(t.act, "q8_1") == 0 ? 1 : 0;
-        if (product == 1 || product == 3) {
-          // Rounds its plain or SwiGLU input, then its outputs for the next.
-          link.q = q2, link.d = d2, link.s = sums2, link.squares = squares, link.norm_w = x;
-          launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, p.n, p.k, weights_of(product, l), x, q, d, sums, y,
-                     step_input[product], x, residual, link);
-        } else {
-          link.in_squares = squares;
-          launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, p.n, p.k, weights_of(product, l), x, q2, d2, sums2,
-                     y, 0, x, residual, link, false);
-        }
+        launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, products[product].n, products[product].k,
+                   weights_of(product, l), x, q, d, sums, y, fused ? step_input[product] : 0, x, residual);
       };
       printf("\n%s %s (%d layers, %.2f GB)\n%-10s %6s %6s", sh.name, t.name, sh.layers, total / 1e9, "product", "n",
              "k");
@@ -903,56 +856,14 @@ static void qmv_bench(const std::vector<Variant>& variants) {
           const size_t used = (size_t)p.n * variants[vi].c;
           CHECK_CUDA(cudaMemcpy(vi == 0 ? first.data() : got.data(), y, used * 4, cudaMemcpyDeviceToHost));
           double worst = 0;
-          // Linked products round other values (per 32 outputs, the norm
-          // outside): compared by the conformance tests, not here.
-          const bool comparable = !(qmv_step() && (linked(vi) || linked(0)));
-          for (size_t i = 0; comparable && vi > 0 && variants[vi].c == variants[0].c && i < used; ++i)
+          for (size_t i = 0; vi > 0 && variants[vi].c == variants[0].c && i < used; ++i)
             worst = std::max(worst, (double)fabsf(first[i] - got[i]) / (fabsf(first[i]) + 1e-3));
           if (worst > 1e-5) printf("MISMATCH: %s of variant %zu, relative %.3g\n", p.name, vi, worst);
         }
       }
-      // Linked variants: o's outputs through the norm into gate/up, with
-      // the rounding launch (the first variant's rule) and linked, against
-      // each other (the roundings differ: a scale per 32 values, the norm's
-      // factor applied after the product).
-      for (size_t vi = 0; qmv_step() && vi < variants.size(); ++vi) {
-        if (!linked(vi) || variants[vi].c != 1) continue;
-        const QProduct &o = products[1], &gu = products[2];
-        float* ref;
-        CHECK_CUDA(cudaMalloc(&ref, (size_t)gu.n * 4));
-        launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, o.n, o.k, weights_of(1, 0), x, q, d, sums, y, 0, x,
-                   res);
-        launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, gu.n, gu.k, weights_of(2, 0), y, q, d, sums, ref, 1,
-                   x, nullptr);
-        QLinkArgs out;
-        out.act = strcmp(t.act, "q8_1") == 0 ? 1 : 0;
-        out.q = q2, out.d = d2, out.s = sums2, out.squares = squares, out.norm_w = x;
-        launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, o.n, o.k, weights_of(1, 0), x, q, d, sums, y, 0, x,
-                   res, out);
-        QLinkArgs in;
-        in.in_squares = squares;
-        float* got = y + o.n;
-        launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, gu.n, gu.k, weights_of(2, 0), x, q2, d2, sums2, got,
-                   0, x, nullptr, in, false);
-        CHECK_CUDA(cudaStreamSynchronize(s));
-        std::vector<float> a(gu.n), b(gu.n);
-        CHECK_CUDA(cudaMemcpy(a.data(), ref, gu.n * 4, cudaMemcpyDeviceToHost));
-        CHECK_CUDA(cudaMemcpy(b.data(), got, gu.n * 4, cudaMemcpyDeviceToHost));
-        double top = 0, worst = 0, sum_sq = 0, diff_sq = 0;
-        for (uint32_t i = 0; i < gu.n; ++i) {
-          top = std::max(top, (double)fabsf(a[i]));
-          worst = std::max(worst, (double)fabsf(a[i] - b[i]));
-          sum_sq += (double)a[i] * a[i], diff_sq += (double)(a[i] - b[i]) * (a[i] - b[i]);
-        }
-        printf("linked o -> gate/up against the rounding launch (variant %zu): max |diff| %.3g of max |ref| %.3g, "
-               "relative rms %.3g\n",
-               vi, worst, top, sqrt(diff_sq / std::max(sum_sq, 1e-30)));
-        cudaFree(ref);
-      }
       cudaFree(w);
     }
     cudaFree(x), cudaFree(q), cudaFree(d), cudaFree(sums), cudaFree(y), cudaFree(res);
-    cudaFree(q2), cudaFree(d2), cudaFree(sums2), cudaFree(squares);
   }
 }
 
