@@ -25,7 +25,7 @@
 //
 //   qmatvec_<q>(const ch_u8* w, const signed char* q, const float* d,
 //               const float* s, void* y, ch_u32 y_dtype, ch_u32 n, ch_u32 k,
-//               ch_u32 rows, const void* residual, QRope rope, ch_u32 split)
+//               ch_u32 rows, const void* residual, QRope rope)
 //     y[r * n + j] = sum over the blocks of row j of W of candle's vec_dot of
 //     the block with row r's quantized activations, for r < rows and j < n
 //     (summed in f32, rounded once to y's dtype: y_dtype is CH_DTYPE_f16,
@@ -40,10 +40,6 @@
 //     qmatvec_few_<q>'s output pairs are a decoding step's interleaved
 //     rotary pairs instead, rotated and written into the step's state y as
 //     rope_i_append_* writes them (qmatvec_<q> ignores rope).
-//     split (1 or 2, dividing the waves of a block): qmatvec_few_<q>'s waves
-//     per group of outputs, each taking every split-th share of the row (the
-//     host splits long rows of the SplitsLongRows types: quantized.rs
-//     `matvec_split`; other kernels ignore it).
 //
 // With the input and the residual, a decode step's product against a
 // quantized weight takes two launches, its norm or activation and its
@@ -62,16 +58,15 @@
 // each, stored in 16-byte packs: four where that measured faster for the
 // type (adjacent lanes store adjacent packs), else one. Activation
 // rounding: CH_QACT_PER_LANE values per thread, a group of adjacent lanes
-// per block. The product: one wave (`split` waves) per CH_QMATVEC_OUTS
+// per block. The product: one wave per CH_QMATVEC_OUTS
 // outputs j; its lanes take the sub-blocks of those rows in turn (adjacent
 // lanes read adjacent blocks; the q4k and q5k mat-vecs for few rows take
 // them in pairs that share their bytes, PairLoop), CH_QMATVEC_UNROLL at a
 // time, for up to CH_QMATVEC_ROWS (CH_QMATVEC_FEW_ROWS) rows of activations
 // at a time (each activation load serving every output of the wave), and
-// the wave sums its lanes (split waves then add their sums in wave
-// order). The host guarantees: w 16-byte aligned and followed by at least 4
-// readable bytes, k a multiple of the block size, q 16-byte aligned with
-// rows * k values, d and s rows * k / 32.
+// the wave sums its lanes. The host guarantees: w 16-byte aligned and
+// followed by at least 4 readable bytes, k a multiple of the block size, q
+// 16-byte aligned with rows * k values, d and s rows * k / 32.
 
 #include "common.h"
 
@@ -902,7 +897,7 @@ struct PairedFewRows<Q5K> {
 
 // The mat-vec's walk over the pairs of sub-blocks of its O rows of the
 // weight (row[o]), for R rows of activations from r0: a lane takes pairs
-// lane, lane + lanes, ... (pair p: sub-blocks 2p and 2p + 1), loads the
+// lane, lane + wave, ... (pair p: sub-blocks 2p and 2p + 1), loads the
 // words they share once (Q::pair_words: 16-byte loads) and splits them
 // where each sub-block is used (Q::pair_ints), and holds what the pair's
 // shares need of the block's head (Q::pair_head; q4k: its 16 bytes in one
@@ -917,19 +912,17 @@ template <typename Q, bool PAIRS>
 struct PairLoop {
   template <int O, int R>
   __device__ __forceinline__ static void run(const ch_u8* const (&)[O], const signed char*, const float*,
-                                             const float*, ch_u32, ch_u32, ch_u32, ch_u32, ch_u32,
-                                             float (&)[O][R]) {}
+                                             const float*, ch_u32, ch_u32, ch_u32, ch_u32, float (&)[O][R]) {}
 };
 template <typename Q>
 struct PairLoop<Q, true> {
   template <int O, int R>
   __device__ __forceinline__ static void run(const ch_u8* const (&row)[O], const signed char* __restrict__ q,
                                              const float* __restrict__ d, const float* __restrict__ s,
-                                             ch_u32 subs, ch_u32 r0, ch_u32 rows, ch_u32 lane, ch_u32 lanes,
-                                             float (&acc)[O][R]) {
+                                             ch_u32 subs, ch_u32 r0, ch_u32 rows, ch_u32 lane, float (&acc)[O][R]) {
     const int pairs_per_block = Q::QK / 64;
     const ch_u32 pairs = subs / 2;
-    for (ch_u32 pair = lane; pair < pairs; pair += lanes) {
+    for (ch_u32 pair = lane; pair < pairs; pair += CANDLE_HIP_WAVE) {
       const ch_u64 in_row = (ch_u64)(pair / pairs_per_block) * Q::BYTES;
       const int j = (int)(pair % pairs_per_block);
       ch_u32 words[O][Q::PAIR_WORDS];
@@ -965,23 +958,17 @@ struct PairLoop<Q, true> {
   }
 };
 
-template <typename Q, int R, bool PAIRS, bool STEP, int SPLIT>
+template <typename Q, int R, bool PAIRS, bool STEP>
 __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signed char* __restrict__ q,
                                         const float* __restrict__ d, const float* __restrict__ s,
                                         void* __restrict__ y, ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows,
                                         const void* __restrict__ residual, const QRope& rope) {
   const int U = CH_QMATVEC_UNROLL, O = CH_QMATVEC_OUTS;
-  const ch_u32 split = SPLIT;
   static_assert(O % 2 == 0, "QRope's pairs are a wave's outputs");
-  // The split waves of a group: part `part` of them, its lane `lane` of
-  // the group's `lanes`.
-  const ch_u32 wave = threadIdx.x / CANDLE_HIP_WAVE, part = wave % split;
-  const ch_u32 lane = part * CANDLE_HIP_WAVE + threadIdx.x % CANDLE_HIP_WAVE, lanes = split * CANDLE_HIP_WAVE;
-  const ch_u64 j0 = ((ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE / split) + wave / split) * O;
+  const ch_u32 lane = threadIdx.x % CANDLE_HIP_WAVE;
+  const ch_u64 j0 = ((ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE) + threadIdx.x / CANDLE_HIP_WAVE) * O;
   // The whole wave leaves together: the reductions below stay converged.
-  // A split group past n stays for the block's barriers and stores nothing.
-  if (split == 1 && j0 >= n) return;
-  __shared__ float s_part[SPLIT > 1 ? CH_ELEM_BLOCK / CANDLE_HIP_WAVE * O : 1];
+  if (j0 >= n) return;
 
   const ch_u32 subs = k / 32;
   const int per_block = Q::QK / 32;
@@ -996,14 +983,14 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
     for (int o = 0; o < O; ++o)
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[o][r] = 0.0f;
-    if (PAIRS) PairLoop<Q, PAIRS>::run(row, q, d, s, subs, r0, rows, lane, lanes, acc);
-    // Otherwise a lane takes sub-blocks lane, lane + lanes, ... in that
+    if (PAIRS) PairLoop<Q, PAIRS>::run(row, q, d, s, subs, r0, rows, lane, acc);
+    // Otherwise a lane takes sub-blocks lane, lane + wave, ... in that
     // order, U at a time with every weight load of the U issued first.
-    for (ch_u32 base = lane; !PAIRS && base < subs; base += U * lanes) {
+    for (ch_u32 base = lane; !PAIRS && base < subs; base += U * CANDLE_HIP_WAVE) {
       ch_u32 wv[U][O][8];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const ch_u32 sub = base + u * lanes;
+        const ch_u32 sub = base + u * CANDLE_HIP_WAVE;
         if (sub < subs) {
 #pragma unroll
           for (int o = 0; o < O; ++o)
@@ -1012,7 +999,7 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const ch_u32 sub = base + u * lanes;
+        const ch_u32 sub = base + u * CANDLE_HIP_WAVE;
         if (sub < subs) {
           const ch_u64 in_row = (ch_u64)(sub / per_block) * Q::BYTES;
           const int in_block = (int)(sub % per_block);
@@ -1049,16 +1036,6 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
           AccSum<float>::State st;
           st.v = acc[o][r];
           st = wave_reduce<AccSum<float> >(st);
-          if (split > 1) {
-            // The group's waves add their sums in wave order; its first
-            // wave stores them.
-            if (threadIdx.x % CANDLE_HIP_WAVE == 0) s_part[wave * O + o] = st.v;
-            __syncthreads();
-            st.v = 0.0f;
-            for (ch_u32 p = 0; p < split; ++p) st.v += s_part[(wave - part + p) * O + o];
-            __syncthreads();
-            if (part != 0 || j0 >= n) continue;
-          }
           if (step) {
             if (o % 2 == 0) even = st.v;
             else if (lane == 0) store_rope(y, y_dtype, rope, j0 + o - 1, even, st.v);
@@ -1113,39 +1090,6 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
   }
 }
 
-// The types whose few-rows mat-vec splits long rows (quantized.rs
-// `matvec_split`): those that walk single sub-blocks and measured faster.
-template <typename Q>
-struct SplitsLongRows {
-  static const bool value = false;
-};
-template <>
-struct SplitsLongRows<Q4_0> {
-  static const bool value = true;
-};
-template <>
-struct SplitsLongRows<Q8_0> {
-  static const bool value = true;
-};
-template <>
-struct SplitsLongRows<Q6K> {
-  static const bool value = true;
-};
-
-// A qmatvec_<q> or qmatvec_few_<q> launch: `split` waves per group of
-// outputs, 2 only for the few-rows kernels of SplitsLongRows types (each
-// split its own code, so that the unsplit products keep theirs), else 1.
-template <typename Q, int R, bool PAIRS, bool STEP>
-__device__ __forceinline__ void qmatvec_launch(const ch_u8* w, const signed char* q, const float* d, const float* s,
-                                               void* y, ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows,
-                                               const void* residual, const QRope& rope, ch_u32 split) {
-  if (STEP && SplitsLongRows<Q>::value && split == 2)
-    qmatvec<Q, R, PAIRS, STEP, (STEP && SplitsLongRows<Q>::value ? 2 : 1)>(w, q, d, s, y, y_dtype, n, k, rows,
-                                                                            residual, rope);
-  else
-    qmatvec<Q, R, PAIRS, STEP, 1>(w, q, d, s, y, y_dtype, n, k, rows, residual, rope);
-}
-
 #define DEQUANTIZE(Q, NAME, TYPE)                                                                  \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK) dequantize_##NAME##_##TYPE(const ch_u8* blocks, ch_##TYPE* y,         \
                                                         ch_u64 subs) {                             \
@@ -1156,8 +1100,8 @@ __device__ __forceinline__ void qmatvec_launch(const ch_u8* w, const signed char
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
       KIND##_##NAME(const ch_u8* w, const signed char* q, const float* d, const float* s, void* y, \
                     ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows, const void* residual,         \
-                    QRope rope, ch_u32 split) {                                                    \
-    qmatvec_launch<Q, R, PAIRS, STEP>(w, q, d, s, y, y_dtype, n, k, rows, residual, rope, split);  \
+                    QRope rope) {                                                                  \
+    qmatvec<Q, R, PAIRS, STEP>(w, q, d, s, y, y_dtype, n, k, rows, residual, rope);                \
   }
 
 #define QUANTIZE_ACT(ACT, NAME, TYPE)                                                              \

@@ -39,8 +39,7 @@
 // rows where the source has it; with KERNEL_BENCH_QMV_STEP each with the
 // graph decode step's norm, SwiGLU and residual; with KERNEL_BENCH_QMV_NO_ACT
 // without the rounding's launches, =empty with an empty kernel on the
-// rounding's grid in their place; KERNEL_BENCH_QMV_SPLIT=S forces S waves
-// per group of outputs) for q4_0, q8_0, q4k, q5k and q6k
+// rounding's grid in their place) for q4_0, q8_0, q4k, q5k and q6k
 // weights at the same decode shapes, per layer and for a whole token
 // against the bound (quantized weight bytes / the copy rate). dq (a
 // quantized.hip, A B C unused): dequantization to bf16 of each shape's
@@ -714,20 +713,14 @@ static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStre
   void* act_args[] = {&x, &q, &d, &sums, &count, &input, &norm_w, &eps};
   if (qmv_empty_act()) kb_empty<<<std::max(blocks, 1u), 256, 0, s>>>();
   else if (!qmv_no_act()) CHECK_CU(cuLaunchKernel(act, std::max(blocks, 1u), 1, 1, 256, 1, 1, 0, s, act_args, nullptr));
-  // quantized.rs's matvec_split, or KERNEL_BENCH_QMV_SPLIT's waves per group.
-  const std::string name = t.name;
-  const bool splits = name == "q4_0" || name == "q8_0" || name == "q6k";
-  const bool short_of_waves = (n + v.d - 1) / v.d < 12u * (uint32_t)g_sms;
-  uint32_t split = splits && rows == 1 && k >= 8192 && short_of_waves && v.a % 2 == 0 ? 2 : 1;
-  if (const char* forced = getenv("KERNEL_BENCH_QMV_SPLIT")) split = (uint32_t)atoi(forced);
-  uint32_t waves = v.a, outs = waves / split * v.d;
+  uint32_t waves = v.a, outs = waves * v.d;
   uint32_t y_dtype = 8;  // CH_DTYPE_f32
   // quantized.hip's QRope, null: plain outputs.
   struct {
     const void *cos, *sin, *pos;
     uint32_t first, heads, kv_heads, d, max_len, rows;
   } rope = {};
-  void* mv_args[] = {&w, &q, &d, &sums, &y, &y_dtype, &n, &k, &rows, &residual, &rope, &split};
+  void* mv_args[] = {&w, &q, &d, &sums, &y, &y_dtype, &n, &k, &rows, &residual, &rope};
   CHECK_CU(cuLaunchKernel(mv, (n + outs - 1) / outs, 1, 1, waves * 32, 1, 1, 0, s, mv_args, nullptr));
 }
 
