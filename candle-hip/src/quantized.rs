@@ -89,6 +89,47 @@ const MATVEC_OUTS_PER_WAVE: u32 = 2;
 /// wave).
 const MATVEC_BLOCK: u32 = 128;
 
+/// Values per row from which one row's mat-vec splits ([`matvec_split`]).
+const MATVEC_SPLIT_MIN_K: usize = 8192;
+
+/// Waves per compute unit below which an unsplit mat-vec leaves the device
+/// short of waves, so that one row's long rows split ([`matvec_split`]).
+const MATVEC_SPLIT_MAX_WAVES_PER_UNIT: usize = 12;
+
+/// Waves per group of outputs of the few-rows mat-vec for `rows` rows of
+/// `k` values and `n` outputs against `block` weights on
+/// `waves_per_block`-wave blocks, on a device of `compute_units`: 2 (its
+/// `qmatvec_few_split_*` kernel) for one row of long rows (a decode step's
+/// down product) of the types with a split kernel, where one wave per
+/// group would give the device fewer than
+/// [`MATVEC_SPLIT_MAX_WAVES_PER_UNIT`] waves per compute unit; else 1.
+/// On the test platform (H100), two waves a group took the 1B shape's
+/// Q6_K decode (down: n = 2048, k = 8192, 7.8 waves per unit unsplit) from
+/// 1.003 to 0.947 ms a token, and made the 8B one's (n = 4096, k = 14,336,
+/// 15.5 waves per unit) 2.1 % slower. Q4_K and Q5_K, whose few-rows
+/// mat-vec walks pairs of sub-blocks with more registers, lost in the
+/// kernel bench (8B Q4_K down 18.1 -> 20.2 us) and have no split kernel.
+fn matvec_split(
+    block: GgmlDType,
+    (n, k): (usize, usize),
+    rows: usize,
+    waves_per_block: u32,
+    compute_units: usize,
+) -> u32 {
+    let unsplit_waves = n.div_ceil(MATVEC_OUTS_PER_WAVE as usize);
+    let short_of_waves = unsplit_waves < MATVEC_SPLIT_MAX_WAVES_PER_UNIT * compute_units;
+    if cat::qmatvec_split_family(block).is_some()
+        && rows == 1
+        && k >= MATVEC_SPLIT_MIN_K
+        && short_of_waves
+        && waves_per_block.is_multiple_of(2)
+    {
+        2
+    } else {
+        1
+    }
+}
+
 /// `QRope` of `quantized.hip`: a step's rotary pairs on the mat-vec's
 /// outputs (device addresses of the tables and the position, null `cos`
 /// for none), the first global row of the launch, and the step's heads,
@@ -715,26 +756,32 @@ impl QuantizedStorage {
         let (qv, dv, sv) = act.views()?;
         let residual_arg = view_or_null(residual);
         let (n32, k32) = (to_u32(OP, "n", n)?, to_u32(OP, "k", k)?);
-        // One wave per MATVEC_OUTS_PER_WAVE outputs: n / outputs per block
-        // stays far below the grid's limit for a 32-bit n.
+        // One wave (`split` waves) per MATVEC_OUTS_PER_WAVE outputs: n /
+        // outputs per block stays far below the grid's limit for a 32-bit n.
         let waves_per_block = (MATVEC_BLOCK / launcher.wave_size().max(1)).max(1);
-        let outs_per_block = waves_per_block * MATVEC_OUTS_PER_WAVE;
+        let compute_units = launcher.compute_units() as usize;
+        let split = matvec_split(self.dtype, (n, k), rows, waves_per_block, compute_units);
+        let outs_per_block = waves_per_block / split * MATVEC_OUTS_PER_WAVE;
         let cfg = grid::linear(u64::from(n32.div_ceil(outs_per_block)), MATVEC_BLOCK);
         let rows32 = to_u32(OP, "rows", rows)?;
-        let family = cat::qmatvec_family(self.dtype, rows <= MATVEC_FEW_ROWS);
+        let family = match cat::qmatvec_split_family(self.dtype) {
+            Some(split_family) if split == 2 => split_family,
+            _ => cat::qmatvec_family(self.dtype, rows <= MATVEC_FEW_ROWS),
+        };
         let kernel = family.quantized(OP, self.dtype, dtype)?;
         let y_dtype = header::dtype_code(dtype)
             .ok_or_else(|| candle_core::Error::UnsupportedDTypeForOp(dtype, OP).bt())?;
-        // SAFETY: qmatvec[_few]_<q>(const u8* w, const i8* q, const float* d,
-        // const float* s, void* y, u32 y_dtype, u32 n, u32 k, u32 rows,
-        // const void* residual, QRope rope): w (the start of a fresh
+        // SAFETY: qmatvec[_few[_split]]_<q>(const u8* w, const i8* q, const
+        // float* d, const float* s, void* y, u32 y_dtype, u32 n, u32 k, u32
+        // rows, const void* residual, QRope rope): w (the start of a fresh
         // allocation, so 16-byte aligned, Q_PAD bytes after the blocks)
         // holds n rows of k / QK blocks, q rows * k bytes (fresh, so 16-byte
         // aligned), d and s rows * k / 32 f32, y rows * n values of y_dtype,
         // the activations' dtype (checked above; the kernel lookup accepted
         // it), residual as many of that dtype (the caller's checked view) or
-        // null; one wave per MATVEC_OUTS_PER_WAVE outputs. With rope (one
-        // row, so qmatvec_few_, which stores it; even n) y is the step's
+        // null; one wave per MATVEC_OUTS_PER_WAVE outputs (two for the split
+        // kernel, taken with an even number of waves a block). With rope (one
+        // row, so a few-rows kernel, which stores it; even n) y is the step's
         // state and rope's tables and position its checked views, alive in
         // the caller's StepRope while the kernel is queued.
         unsafe {
@@ -922,6 +969,20 @@ impl Rounded {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_rows_split_where_the_device_is_short_of_waves() {
+        let h100 = 132;
+        // Llama-3.2-1B's and Llama-3.1-8B's down products at batch 1.
+        assert_eq!(matvec_split(GgmlDType::Q6K, (2048, 8192), 1, 4, h100), 2);
+        assert_eq!(matvec_split(GgmlDType::Q6K, (4096, 14336), 1, 4, h100), 1);
+        assert_eq!(matvec_split(GgmlDType::Q4_0, (2048, 8192), 1, 4, h100), 2);
+        // Short rows, several rows, a type that walks pairs, odd waves.
+        assert_eq!(matvec_split(GgmlDType::Q6K, (2048, 4096), 1, 4, h100), 1);
+        assert_eq!(matvec_split(GgmlDType::Q6K, (2048, 8192), 2, 4, h100), 1);
+        assert_eq!(matvec_split(GgmlDType::Q4K, (2048, 8192), 1, 4, h100), 1);
+        assert_eq!(matvec_split(GgmlDType::Q8_0, (2048, 8192), 1, 1, h100), 1);
+    }
 
     #[test]
     fn constants_match_quantized_hip() {

@@ -40,6 +40,10 @@
 //     qmatvec_few_<q>'s output pairs are a decoding step's interleaved
 //     rotary pairs instead, rotated and written into the step's state y as
 //     rope_i_append_* writes them (qmatvec_<q> ignores rope).
+//     qmatvec_few_split_<q> (q4_0, q8_0, q6k): qmatvec_few_<q> with two
+//     waves per group of outputs, each taking every other share of the row
+//     (the host takes it for one row's long rows: quantized.rs
+//     `matvec_split`).
 //
 // With the input and the residual, a decode step's product against a
 // quantized weight takes two launches, its norm or activation and its
@@ -58,15 +62,16 @@
 // each, stored in 16-byte packs: four where that measured faster for the
 // type (adjacent lanes store adjacent packs), else one. Activation
 // rounding: CH_QACT_PER_LANE values per thread, a group of adjacent lanes
-// per block. The product: one wave per CH_QMATVEC_OUTS
+// per block. The product: one wave (two: _split) per CH_QMATVEC_OUTS
 // outputs j; its lanes take the sub-blocks of those rows in turn (adjacent
 // lanes read adjacent blocks; the q4k and q5k mat-vecs for few rows take
 // them in pairs that share their bytes, PairLoop), CH_QMATVEC_UNROLL at a
 // time, for up to CH_QMATVEC_ROWS (CH_QMATVEC_FEW_ROWS) rows of activations
 // at a time (each activation load serving every output of the wave), and
-// the wave sums its lanes. The host guarantees: w 16-byte aligned and
-// followed by at least 4 readable bytes, k a multiple of the block size, q
-// 16-byte aligned with rows * k values, d and s rows * k / 32.
+// the wave sums its lanes (a split group's two waves then add their sums
+// in wave order). The host guarantees: w 16-byte aligned and followed by at least 4
+// readable bytes, k a multiple of the block size, q 16-byte aligned with
+// rows * k values, d and s rows * k / 32.
 
 #include "common.h"
 
@@ -897,7 +902,7 @@ struct PairedFewRows<Q5K> {
 
 // The mat-vec's walk over the pairs of sub-blocks of its O rows of the
 // weight (row[o]), for R rows of activations from r0: a lane takes pairs
-// lane, lane + wave, ... (pair p: sub-blocks 2p and 2p + 1), loads the
+// lane, lane + lanes, ... (pair p: sub-blocks 2p and 2p + 1), loads the
 // words they share once (Q::pair_words: 16-byte loads) and splits them
 // where each sub-block is used (Q::pair_ints), and holds what the pair's
 // shares need of the block's head (Q::pair_head; q4k: its 16 bytes in one
@@ -912,17 +917,19 @@ template <typename Q, bool PAIRS>
 struct PairLoop {
   template <int O, int R>
   __device__ __forceinline__ static void run(const ch_u8* const (&)[O], const signed char*, const float*,
-                                             const float*, ch_u32, ch_u32, ch_u32, ch_u32, float (&)[O][R]) {}
+                                             const float*, ch_u32, ch_u32, ch_u32, ch_u32, ch_u32,
+                                             float (&)[O][R]) {}
 };
 template <typename Q>
 struct PairLoop<Q, true> {
   template <int O, int R>
   __device__ __forceinline__ static void run(const ch_u8* const (&row)[O], const signed char* __restrict__ q,
                                              const float* __restrict__ d, const float* __restrict__ s,
-                                             ch_u32 subs, ch_u32 r0, ch_u32 rows, ch_u32 lane, float (&acc)[O][R]) {
+                                             ch_u32 subs, ch_u32 r0, ch_u32 rows, ch_u32 lane, ch_u32 lanes,
+                                             float (&acc)[O][R]) {
     const int pairs_per_block = Q::QK / 64;
     const ch_u32 pairs = subs / 2;
-    for (ch_u32 pair = lane; pair < pairs; pair += CANDLE_HIP_WAVE) {
+    for (ch_u32 pair = lane; pair < pairs; pair += lanes) {
       const ch_u64 in_row = (ch_u64)(pair / pairs_per_block) * Q::BYTES;
       const int j = (int)(pair % pairs_per_block);
       ch_u32 words[O][Q::PAIR_WORDS];
@@ -958,17 +965,23 @@ struct PairLoop<Q, true> {
   }
 };
 
-template <typename Q, int R, bool PAIRS, bool STEP>
+template <typename Q, int R, bool PAIRS, bool STEP, int SPLIT>
 __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signed char* __restrict__ q,
                                         const float* __restrict__ d, const float* __restrict__ s,
                                         void* __restrict__ y, ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows,
                                         const void* __restrict__ residual, const QRope& rope) {
   const int U = CH_QMATVEC_UNROLL, O = CH_QMATVEC_OUTS;
+  const ch_u32 split = SPLIT;
   static_assert(O % 2 == 0, "QRope's pairs are a wave's outputs");
-  const ch_u32 lane = threadIdx.x % CANDLE_HIP_WAVE;
-  const ch_u64 j0 = ((ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE) + threadIdx.x / CANDLE_HIP_WAVE) * O;
+  // The split waves of a group: part `part` of them, its lane `lane` of
+  // the group's `lanes`.
+  const ch_u32 wave = threadIdx.x / CANDLE_HIP_WAVE, part = wave % split;
+  const ch_u32 lane = part * CANDLE_HIP_WAVE + threadIdx.x % CANDLE_HIP_WAVE, lanes = split * CANDLE_HIP_WAVE;
+  const ch_u64 j0 = ((ch_u64)blockIdx.x * (blockDim.x / CANDLE_HIP_WAVE / split) + wave / split) * O;
   // The whole wave leaves together: the reductions below stay converged.
-  if (j0 >= n) return;
+  // A split group past n stays for the block's barriers and stores nothing.
+  if (split == 1 && j0 >= n) return;
+  __shared__ float s_part[SPLIT > 1 ? CH_ELEM_BLOCK / CANDLE_HIP_WAVE * O : 1];
 
   const ch_u32 subs = k / 32;
   const int per_block = Q::QK / 32;
@@ -983,14 +996,14 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
     for (int o = 0; o < O; ++o)
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[o][r] = 0.0f;
-    if (PAIRS) PairLoop<Q, PAIRS>::run(row, q, d, s, subs, r0, rows, lane, acc);
-    // Otherwise a lane takes sub-blocks lane, lane + wave, ... in that
+    if (PAIRS) PairLoop<Q, PAIRS>::run(row, q, d, s, subs, r0, rows, lane, lanes, acc);
+    // Otherwise a lane takes sub-blocks lane, lane + lanes, ... in that
     // order, U at a time with every weight load of the U issued first.
-    for (ch_u32 base = lane; !PAIRS && base < subs; base += U * CANDLE_HIP_WAVE) {
+    for (ch_u32 base = lane; !PAIRS && base < subs; base += U * lanes) {
       ch_u32 wv[U][O][8];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const ch_u32 sub = base + u * CANDLE_HIP_WAVE;
+        const ch_u32 sub = base + u * lanes;
         if (sub < subs) {
 #pragma unroll
           for (int o = 0; o < O; ++o)
@@ -999,7 +1012,7 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const ch_u32 sub = base + u * CANDLE_HIP_WAVE;
+        const ch_u32 sub = base + u * lanes;
         if (sub < subs) {
           const ch_u64 in_row = (ch_u64)(sub / per_block) * Q::BYTES;
           const int in_block = (int)(sub % per_block);
@@ -1036,6 +1049,16 @@ __device__ __forceinline__ void qmatvec(const ch_u8* __restrict__ w, const signe
           AccSum<float>::State st;
           st.v = acc[o][r];
           st = wave_reduce<AccSum<float> >(st);
+          if (split > 1) {
+            // The group's waves add their sums in wave order; its first
+            // wave stores them.
+            if (threadIdx.x % CANDLE_HIP_WAVE == 0) s_part[wave * O + o] = st.v;
+            __syncthreads();
+            st.v = 0.0f;
+            for (ch_u32 p = 0; p < split; ++p) st.v += s_part[(wave - part + p) * O + o];
+            __syncthreads();
+            if (part != 0 || j0 >= n) continue;
+          }
           if (step) {
             if (o % 2 == 0) even = st.v;
             else if (lane == 0) store_rope(y, y_dtype, rope, j0 + o - 1, even, st.v);
@@ -1096,12 +1119,12 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
     dequantize<Q, ch_##TYPE>(blocks, y, subs);                                                     \
   }
 
-#define QMATVEC(Q, NAME, KIND, R, PAIRS, STEP)                                                        \
+#define QMATVEC(Q, NAME, KIND, R, PAIRS, STEP, SPLIT)                                             \
   extern "C" __global__ void __launch_bounds__(CH_ELEM_BLOCK)                                      \
       KIND##_##NAME(const ch_u8* w, const signed char* q, const float* d, const float* s, void* y, \
                     ch_u32 y_dtype, ch_u32 n, ch_u32 k, ch_u32 rows, const void* residual,         \
                     QRope rope) {                                                                  \
-    qmatvec<Q, R, PAIRS, STEP>(w, q, d, s, y, y_dtype, n, k, rows, residual, rope);                \
+    qmatvec<Q, R, PAIRS, STEP, SPLIT>(w, q, d, s, y, y_dtype, n, k, rows, residual, rope);         \
   }
 
 #define QUANTIZE_ACT(ACT, NAME, TYPE)                                                              \
@@ -1126,8 +1149,13 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
 #define QUANTIZE_ACT_ALL(ACT, NAME)                                                    \
   CH_IF_f16(QUANTIZE_ACT(ACT, NAME, f16)) CH_IF_bf16(QUANTIZE_ACT(ACT, NAME, bf16)) \
       CH_IF_f32(QUANTIZE_ACT(ACT, NAME, f32))
-#define QMATVEC_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec, CH_QMATVEC_ROWS, false, false)
-#define QMATVEC_FEW_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec_few, CH_QMATVEC_FEW_ROWS, PairedFewRows<Q>::value, true)
+#define QMATVEC_ALL(Q, NAME) QMATVEC(Q, NAME, qmatvec, CH_QMATVEC_ROWS, false, false, 1)
+#define QMATVEC_FEW_ALL(Q, NAME) \
+  QMATVEC(Q, NAME, qmatvec_few, CH_QMATVEC_FEW_ROWS, PairedFewRows<Q>::value, true, 1)
+// The few-rows mat-vec with two waves per group of outputs, for the types
+// whose long rows measured faster that way (catalogue.rs SPLIT_BLOCKS_*):
+// kernels of their own, so that the unsplit products keep their registers.
+#define QMATVEC_FEW_SPLIT(Q, NAME) QMATVEC(Q, NAME, qmatvec_few_split, CH_QMATVEC_FEW_ROWS, false, true, 2)
 
 // Part 1: dequantization (prefill) and the rounding of the mat-vec's
 // activations, the small kernels; parts 2 and 3: the mat-vec of the blocks
@@ -1146,7 +1174,9 @@ CH_EACH_BLOCK256(QMATVEC_ALL)
 #endif
 #if CH_PART(4)
 CH_EACH_BLOCK32(QMATVEC_FEW_ALL)
+QMATVEC_FEW_SPLIT(Q4_0, q4_0) QMATVEC_FEW_SPLIT(Q8_0, q8_0)
 #endif
 #if CH_PART(5)
 CH_EACH_BLOCK256(QMATVEC_FEW_ALL)
+QMATVEC_FEW_SPLIT(Q6K, q6k)
 #endif

@@ -128,6 +128,13 @@ const BLOCKS_OF_32: &[GgmlDType] = BLOCK_TYPES.split_at(6).0;
 /// The k-quants, blocks of 256 values (`CH_EACH_BLOCK256`).
 const BLOCKS_OF_256: &[GgmlDType] = BLOCK_TYPES.split_at(6).1;
 
+/// The blocks of 32 values whose few-rows mat-vec has a split form
+/// (`qmatvec_few_split_*`, part 4 of `quantized.hip`).
+const SPLIT_BLOCKS_OF_32: &[GgmlDType] = &[GgmlDType::Q4_0, GgmlDType::Q8_0];
+
+/// The k-quants whose few-rows mat-vec has a split form (part 5).
+const SPLIT_BLOCKS_OF_256: &[GgmlDType] = &[GgmlDType::Q6K];
+
 /// The block types activations are rounded to, the vec-dot types of the
 /// weights' blocks (`CH_EACH_ACT` in `quantized.hip`; `quantized.rs`
 /// `activation_type`): every weight type of one vec-dot type shares its
@@ -464,6 +471,8 @@ families! {
     QMATVEC256 = "qmatvec" in QUANTIZED part 3: ActivationArgument per BLOCKS_OF_256;
     QMATVEC_FEW32 = "qmatvec_few" in QUANTIZED part 4: ActivationArgument per BLOCKS_OF_32;
     QMATVEC_FEW256 = "qmatvec_few" in QUANTIZED part 5: ActivationArgument per BLOCKS_OF_256;
+    QMATVEC_FEW_SPLIT32 = "qmatvec_few_split" in QUANTIZED part 4: ActivationArgument per SPLIT_BLOCKS_OF_32;
+    QMATVEC_FEW_SPLIT256 = "qmatvec_few_split" in QUANTIZED part 5: ActivationArgument per SPLIT_BLOCKS_OF_256;
     FLASH_ATTN_D32 = "flash_attn_d32" in ATTENTION part 1: Halves;
     FLASH_ATTN_D64 = "flash_attn_d64" in ATTENTION part 1: Halves;
     FLASH_ATTN_D80 = "flash_attn_d80" in ATTENTION part 1: Halves;
@@ -542,6 +551,15 @@ pub(crate) fn qmatvec_family(block: GgmlDType, few: bool) -> &'static Family {
         (true, true) => &QMATVEC_FEW32,
         (false, true) => &QMATVEC_FEW256,
     }
+}
+
+/// The few-rows mat-vec family of `block` with two waves per group of
+/// outputs, if the block type has one (`matvec_split` in `quantized.rs`
+/// says when it is taken).
+pub(crate) fn qmatvec_split_family(block: GgmlDType) -> Option<&'static Family> {
+    [&QMATVEC_FEW_SPLIT32, &QMATVEC_FEW_SPLIT256]
+        .into_iter()
+        .find(|f| f.blocks.contains(&block))
 }
 
 /// The reduction family of `op`: the general kernels, or (`packed`) those
@@ -978,6 +996,12 @@ mod tests {
             .quantized("t", GgmlDType::Q8_0, DType::BF16)
             .unwrap();
         assert_eq!(k.name(), "qmatvec_few_q8_0");
+        let k = qmatvec_split_family(GgmlDType::Q6K)
+            .unwrap()
+            .quantized("t", GgmlDType::Q6K, DType::F32)
+            .unwrap();
+        assert_eq!(k.name(), "qmatvec_few_split_q6k");
+        assert!(qmatvec_split_family(GgmlDType::Q4K).is_none());
         let k = DEQUANTIZE
             .quantized("t", GgmlDType::Q8_0, DType::BF16)
             .unwrap();
@@ -1008,7 +1032,7 @@ mod tests {
         // What the sandbox check compiles for each AMD target (each kernel
         // more or fewer is compile time; see kernels/README.md).
         let total: usize = FAMILIES.iter().map(|f| f.kernels().len()).sum();
-        assert_eq!(total, 704);
+        assert_eq!(total, 707);
     }
 
     #[test]

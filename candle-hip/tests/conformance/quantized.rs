@@ -533,7 +533,8 @@ fn fused_quantized_products_equal_the_separate_ops() {
         .filter(|d| !matches!(d, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16))
     {
         let bs = dtype.block_size().max(32);
-        for (n, k) in [(3, 2 * bs), (67, 2048.max(bs) + 2 * bs)] {
+        // The last rows are long enough for the split mat-vec of one row.
+        for (n, k) in [(3, 2 * bs), (67, 2048.max(bs) + 2 * bs), (5, 8192 + 2 * bs)] {
             for x_dtype in [DType::F32, DType::F16, DType::BF16] {
                 for (input, residual, rows) in cases() {
                     let c = FusedCase {

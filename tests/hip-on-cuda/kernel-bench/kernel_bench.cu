@@ -39,7 +39,8 @@
 // rows where the source has it; with KERNEL_BENCH_QMV_STEP each with the
 // graph decode step's norm, SwiGLU and residual; with KERNEL_BENCH_QMV_NO_ACT
 // without the rounding's launches, =empty with an empty kernel on the
-// rounding's grid in their place) for q4_0, q8_0, q4k, q5k and q6k
+// rounding's grid in their place; KERNEL_BENCH_QMV_SPLIT=1 leaves the
+// split kernels of long rows out) for q4_0, q8_0, q4k, q5k and q6k
 // weights at the same decode shapes, per layer and for a whole token
 // against the bound (quantized weight bytes / the copy rate). dq (a
 // quantized.hip, A B C unused): dequantization to bf16 of each shape's
@@ -702,7 +703,7 @@ static const QType kDqTypes[] = {{"q4_0", "", 18, 32, 0, {}},   {"q4_1", "", 20,
 // outputs per wave (2). `input` (CH_QACT_INPUT_*, with norm_w) and
 // `residual` (or null) as `fused_matvec` passes them, and no step's RoPE;
 // a source whose kernels take fewer arguments ignores them.
-static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStream_t s, const QType& t, uint32_t n,
+static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, CUfunction mv_split, cudaStream_t s, const QType& t, uint32_t n,
                        uint32_t k, const uint8_t* w, float* x, int8_t* q, float* d, float* sums, float* y,
                        uint32_t input, const float* norm_w, const float* residual) {
   uint32_t rows = v.c;
@@ -713,7 +714,13 @@ static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStre
   void* act_args[] = {&x, &q, &d, &sums, &count, &input, &norm_w, &eps};
   if (qmv_empty_act()) kb_empty<<<std::max(blocks, 1u), 256, 0, s>>>();
   else if (!qmv_no_act()) CHECK_CU(cuLaunchKernel(act, std::max(blocks, 1u), 1, 1, 256, 1, 1, 0, s, act_args, nullptr));
-  uint32_t waves = v.a, outs = waves * v.d;
+  // quantized.rs's matvec_split (the source's qmatvec_few_split_<q>, where
+  // it has one), or KERNEL_BENCH_QMV_SPLIT=1 for none.
+  const bool short_of_waves = (n + v.d - 1) / v.d < 12u * (uint32_t)g_sms;
+  const bool unsplit = getenv("KERNEL_BENCH_QMV_SPLIT") && atoi(getenv("KERNEL_BENCH_QMV_SPLIT")) == 1;
+  uint32_t split = mv_split && !unsplit && rows == 1 && k >= 8192 && short_of_waves && v.a % 2 == 0 ? 2 : 1;
+  if (split == 2) mv = mv_split;
+  uint32_t waves = v.a, outs = waves / split * v.d;
   uint32_t y_dtype = 8;  // CH_DTYPE_f32
   // quantized.hip's QRope, null: plain outputs.
   struct {
@@ -725,7 +732,7 @@ static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, cudaStre
 }
 
 static void qmv_bench(const std::vector<Variant>& variants) {
-  std::vector<std::vector<CUfunction>> act(variants.size()), mv(variants.size());
+  std::vector<std::vector<CUfunction>> act(variants.size()), mv(variants.size()), mv_split(variants.size());
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     auto defs = variants[vi].defines;
     defs.push_back("-DCH_ONLY_DTYPES=(1<<CH_DTYPE_f32)");
@@ -738,6 +745,11 @@ static void qmv_bench(const std::vector<Variant>& variants) {
       // quantized.rs's choice: qmatvec_few_ for at most 2 rows.
       const std::string kind = variants[vi].c <= 2 ? "qmatvec_few_" : "qmatvec_";
       mv[vi].push_back(m ? function(m, (kind + t.name).c_str()) : nullptr);
+      CUfunction split = nullptr;
+      if (m && variants[vi].c == 1 &&
+          cuModuleGetFunction(&split, m, (std::string("qmatvec_few_split_") + t.name).c_str()) != CUDA_SUCCESS)
+        split = nullptr;
+      mv_split[vi].push_back(split);
     }
   }
   if (compile_only()) return;
@@ -811,7 +823,7 @@ static void qmv_bench(const std::vector<Variant>& variants) {
         static const uint32_t step_input[5] = {1, 0, 1, 2, 1};
         const bool fused = qmv_step();
         const float* residual = fused && (product == 1 || product == 3) ? res : nullptr;
-        launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], s, t, products[product].n, products[product].k,
+        launch_qmv(variants[vi], act[vi][ti], mv[vi][ti], mv_split[vi][ti], s, t, products[product].n, products[product].k,
                    weights_of(product, l), x, q, d, sums, y, fused ? step_input[product] : 0, x, residual);
       };
       printf("\n%s %s (%d layers, %.2f GB)\n%-10s %6s %6s", sh.name, t.name, sh.layers, total / 1e9, "product", "n",
