@@ -103,12 +103,10 @@ const MATVEC_SPLIT_MAX_WAVES_PER_UNIT: usize = 12;
 /// down product) of the types with a split kernel, where one wave per
 /// group would give the device fewer than
 /// [`MATVEC_SPLIT_MAX_WAVES_PER_UNIT`] waves per compute unit; else 1.
-/// On the test platform (H100), two waves a group took the 1B shape's
-/// Q6_K decode (down: n = 2048, k = 8192, 7.8 waves per unit unsplit) from
-/// 1.003 to 0.947 ms a token, and made the 8B one's (n = 4096, k = 14,336,
-/// 15.5 waves per unit) 2.1 % slower. Q4_K and Q5_K, whose few-rows
-/// mat-vec walks pairs of sub-blocks with more registers, lost in the
-/// kernel bench (8B Q4_K down 18.1 -> 20.2 us) and have no split kernel.
+/// Where the device has waves enough the split's barrier and shared-memory
+/// sum cost more than the shorter walk saves, and the types whose few-rows
+/// mat-vec walks pairs of sub-blocks (Q4_K, Q5_K) lost everywhere with
+/// their larger registers (`benches/results/h100-2026-12-07-split-rows.md`).
 fn matvec_split(
     block: GgmlDType,
     (n, k): (usize, usize),
