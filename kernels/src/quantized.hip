@@ -1075,8 +1075,10 @@ __device__ __forceinline__ void quantize_act(const T* x, signed char* q, float* 
                                              ch_u32 input, const T* norm_w, float eps) {
   // The norm and SwiGLU work per row: row blockIdx.y of gridDim.y, each of
   // count / gridDim.y values (whole blocks of 32), its x twice as long for
-  // SwiGLU. Plain input is one row whatever its shape (gridDim.y 1).
-  if (input != CH_QACT_INPUT_PLAIN) {
+  // SwiGLU. Plain input is one row whatever its shape (gridDim.y 1). One
+  // row (a decode step) skips the 64-bit division: the rounding is a chain
+  // of dependent instructions, and the division delayed its first loads.
+  if (input != CH_QACT_INPUT_PLAIN && gridDim.y > 1) {
     const ch_u64 k = count / gridDim.y, row = blockIdx.y;
     x += row * k * (input == CH_QACT_INPUT_SWIGLU ? 2 : 1);
     q += row * k;
