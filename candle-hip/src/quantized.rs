@@ -89,43 +89,37 @@ const MATVEC_OUTS_PER_WAVE: u32 = 2;
 /// wave).
 const MATVEC_BLOCK: u32 = 128;
 
-/// Values per row from which one row's mat-vec splits ([`matvec_split`]).
+/// Values per row from which one row's mat-vec splits ([`matvec_split_family`]).
 const MATVEC_SPLIT_MIN_K: usize = 8192;
 
 /// Waves per compute unit below which an unsplit mat-vec leaves the device
-/// short of waves, so that one row's long rows split ([`matvec_split`]).
+/// short of waves, so that one row's long rows split ([`matvec_split_family`]).
 const MATVEC_SPLIT_MAX_WAVES_PER_UNIT: usize = 12;
 
-/// Waves per group of outputs of the few-rows mat-vec for `rows` rows of
-/// `k` values and `n` outputs against `block` weights on
-/// `waves_per_block`-wave blocks, on a device of `compute_units`: 2 (its
-/// `qmatvec_few_split_*` kernel) for one row of long rows (a decode step's
-/// down product) of the types with a split kernel, where one wave per
+/// The split few-rows mat-vec (`qmatvec_few_split_*`: two waves per group
+/// of outputs) for `rows` rows of `k` values and `n` outputs against
+/// `block` weights on `waves_per_block`-wave blocks, on a device of
+/// `compute_units`, where it is taken: one row of long rows (a decode
+/// step's down product) of a type with a split kernel, where one wave per
 /// group would give the device fewer than
-/// [`MATVEC_SPLIT_MAX_WAVES_PER_UNIT`] waves per compute unit; else 1.
-/// Where the device has waves enough the split's barrier and shared-memory
-/// sum cost more than the shorter walk saves, and the types whose few-rows
-/// mat-vec walks pairs of sub-blocks (Q4_K, Q5_K) lost everywhere with
-/// their larger registers (`benches/results/h100-2026-12-07-split-rows.md`).
-fn matvec_split(
+/// [`MATVEC_SPLIT_MAX_WAVES_PER_UNIT`] waves per compute unit; else `None`
+/// (one wave per group). Where the device has waves enough the split's
+/// barrier and shared-memory sum cost more than the shorter walk saves,
+/// and the types whose few-rows mat-vec walks pairs of sub-blocks (Q4_K,
+/// Q5_K) lost everywhere with their larger registers
+/// (`benches/results/h100-2026-12-07-split-rows.md`).
+fn matvec_split_family(
     block: GgmlDType,
     (n, k): (usize, usize),
     rows: usize,
     waves_per_block: u32,
     compute_units: usize,
-) -> u32 {
+) -> Option<&'static cat::Family> {
     let unsplit_waves = n.div_ceil(MATVEC_OUTS_PER_WAVE as usize);
     let short_of_waves = unsplit_waves < MATVEC_SPLIT_MAX_WAVES_PER_UNIT * compute_units;
-    if cat::qmatvec_split_family(block).is_some()
-        && rows == 1
-        && k >= MATVEC_SPLIT_MIN_K
-        && short_of_waves
-        && waves_per_block.is_multiple_of(2)
-    {
-        2
-    } else {
-        1
-    }
+    let taken =
+        rows == 1 && k >= MATVEC_SPLIT_MIN_K && short_of_waves && waves_per_block.is_multiple_of(2);
+    cat::qmatvec_split_family(block).filter(|_| taken)
 }
 
 /// `QRope` of `quantized.hip`: a step's rotary pairs on the mat-vec's
@@ -758,14 +752,14 @@ impl QuantizedStorage {
         // outputs per block stays far below the grid's limit for a 32-bit n.
         let waves_per_block = (MATVEC_BLOCK / launcher.wave_size().max(1)).max(1);
         let compute_units = launcher.compute_units() as usize;
-        let split = matvec_split(self.dtype, (n, k), rows, waves_per_block, compute_units);
+        let split_family =
+            matvec_split_family(self.dtype, (n, k), rows, waves_per_block, compute_units);
+        let split = if split_family.is_some() { 2 } else { 1 };
         let outs_per_block = waves_per_block / split * MATVEC_OUTS_PER_WAVE;
         let cfg = grid::linear(u64::from(n32.div_ceil(outs_per_block)), MATVEC_BLOCK);
         let rows32 = to_u32(OP, "rows", rows)?;
-        let family = match cat::qmatvec_split_family(self.dtype) {
-            Some(split_family) if split == 2 => split_family,
-            _ => cat::qmatvec_family(self.dtype, rows <= MATVEC_FEW_ROWS),
-        };
+        let family = split_family
+            .unwrap_or_else(|| cat::qmatvec_family(self.dtype, rows <= MATVEC_FEW_ROWS));
         let kernel = family.quantized(OP, self.dtype, dtype)?;
         let y_dtype = header::dtype_code(dtype)
             .ok_or_else(|| candle_core::Error::UnsupportedDTypeForOp(dtype, OP).bt())?;
@@ -971,15 +965,24 @@ mod tests {
     #[test]
     fn long_rows_split_where_the_device_is_short_of_waves() {
         let h100 = 132;
+        let split = |block, shape, rows, waves| {
+            matvec_split_family(block, shape, rows, waves, h100).map(|f| f.name)
+        };
         // Llama-3.2-1B's and Llama-3.1-8B's down products at batch 1.
-        assert_eq!(matvec_split(GgmlDType::Q6K, (2048, 8192), 1, 4, h100), 2);
-        assert_eq!(matvec_split(GgmlDType::Q6K, (4096, 14336), 1, 4, h100), 1);
-        assert_eq!(matvec_split(GgmlDType::Q4_0, (2048, 8192), 1, 4, h100), 2);
+        assert_eq!(
+            split(GgmlDType::Q6K, (2048, 8192), 1, 4),
+            Some("qmatvec_few_split")
+        );
+        assert_eq!(split(GgmlDType::Q6K, (4096, 14336), 1, 4), None);
+        assert_eq!(
+            split(GgmlDType::Q4_0, (2048, 8192), 1, 4),
+            Some("qmatvec_few_split")
+        );
         // Short rows, several rows, a type that walks pairs, odd waves.
-        assert_eq!(matvec_split(GgmlDType::Q6K, (2048, 4096), 1, 4, h100), 1);
-        assert_eq!(matvec_split(GgmlDType::Q6K, (2048, 8192), 2, 4, h100), 1);
-        assert_eq!(matvec_split(GgmlDType::Q4K, (2048, 8192), 1, 4, h100), 1);
-        assert_eq!(matvec_split(GgmlDType::Q8_0, (2048, 8192), 1, 1, h100), 1);
+        assert_eq!(split(GgmlDType::Q6K, (2048, 4096), 1, 4), None);
+        assert_eq!(split(GgmlDType::Q6K, (2048, 8192), 2, 4), None);
+        assert_eq!(split(GgmlDType::Q4K, (2048, 8192), 1, 4), None);
+        assert_eq!(split(GgmlDType::Q8_0, (2048, 8192), 1, 1), None);
     }
 
     #[test]

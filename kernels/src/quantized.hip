@@ -43,7 +43,7 @@
 //     qmatvec_few_split_<q> (q4_0, q8_0, q6k): qmatvec_few_<q> with two
 //     waves per group of outputs, each taking every other share of the row
 //     (the host takes it for one row's long rows: quantized.rs
-//     `matvec_split`).
+//     `matvec_split_family`).
 //
 // With the input and the residual, a decode step's product against a
 // quantized weight takes two launches, its norm or activation and its
@@ -69,9 +69,9 @@
 // time, for up to CH_QMATVEC_ROWS (CH_QMATVEC_FEW_ROWS) rows of activations
 // at a time (each activation load serving every output of the wave), and
 // the wave sums its lanes (a split group's two waves then add their sums
-// in wave order). The host guarantees: w 16-byte aligned and followed by at least 4
-// readable bytes, k a multiple of the block size, q 16-byte aligned with
-// rows * k values, d and s rows * k / 32.
+// in wave order). The host guarantees: w 16-byte aligned and followed by
+// at least 4 readable bytes, k a multiple of the block size, q 16-byte
+// aligned with rows * k values, d and s rows * k / 32.
 
 #include "common.h"
 

@@ -554,7 +554,7 @@ pub(crate) fn qmatvec_family(block: GgmlDType, few: bool) -> &'static Family {
 }
 
 /// The few-rows mat-vec family of `block` with two waves per group of
-/// outputs, if the block type has one (`matvec_split` in `quantized.rs`
+/// outputs, if the block type has one (`matvec_split_family` in `quantized.rs`
 /// says when it is taken).
 pub(crate) fn qmatvec_split_family(block: GgmlDType) -> Option<&'static Family> {
     [&QMATVEC_FEW_SPLIT32, &QMATVEC_FEW_SPLIT256]

@@ -714,10 +714,11 @@ static void launch_qmv(const Variant& v, CUfunction act, CUfunction mv, CUfuncti
   void* act_args[] = {&x, &q, &d, &sums, &count, &input, &norm_w, &eps};
   if (qmv_empty_act()) kb_empty<<<std::max(blocks, 1u), 256, 0, s>>>();
   else if (!qmv_no_act()) CHECK_CU(cuLaunchKernel(act, std::max(blocks, 1u), 1, 1, 256, 1, 1, 0, s, act_args, nullptr));
-  // quantized.rs's matvec_split (the source's qmatvec_few_split_<q>, where
+  // quantized.rs's matvec_split_family (the source's qmatvec_few_split_<q>, where
   // it has one), or KERNEL_BENCH_QMV_SPLIT=1 for none.
   const bool short_of_waves = (n + v.d - 1) / v.d < 12u * (uint32_t)g_sms;
-  const bool unsplit = getenv("KERNEL_BENCH_QMV_SPLIT") && atoi(getenv("KERNEL_BENCH_QMV_SPLIT")) == 1;
+  const char* forced = getenv("KERNEL_BENCH_QMV_SPLIT");
+  const bool unsplit = forced && atoi(forced) == 1;
   uint32_t split = mv_split && !unsplit && rows == 1 && k >= 8192 && short_of_waves && v.a % 2 == 0 ? 2 : 1;
   if (split == 2) mv = mv_split;
   uint32_t waves = v.a, outs = waves / split * v.d;
