@@ -63,8 +63,13 @@ pub enum AttentionKernel {
     Auto,
     /// The prefill kernel, whatever the number of queries.
     Prefill,
-    /// The decoding kernel, whatever the number of queries.
+    /// The decoding kernels, whatever the number of queries: the
+    /// short-cache kernel where every key fits its one launch, else
+    /// flash-decoding.
     Decode,
+    /// Flash-decoding (key splits, then their merge), whatever the number
+    /// of queries and keys.
+    Split,
 }
 
 /// The parameters of a fused attention beside its operands.
@@ -260,6 +265,32 @@ fn families(d: usize) -> Option<[&'static Family; 4]> {
         ],
         _ => return None,
     })
+}
+
+/// The short-cache decode kernel of a head dim, where it has one: head
+/// dims whose rows are a power of two of 16-byte packs, at least four.
+fn short_family(d: usize) -> Option<&'static Family> {
+    Some(match d {
+        32 => &cat::FLASH_DECODE_SHORT_D32,
+        64 => &cat::FLASH_DECODE_SHORT_D64,
+        128 => &cat::FLASH_DECODE_SHORT_D128,
+        256 => &cat::FLASH_DECODE_SHORT_D256,
+        _ => return None,
+    })
+}
+
+/// Threads of a short-cache decode block (`ATTN_SHORT_THREADS`).
+const SHORT_THREADS: usize = 256;
+/// 16-byte packs of K (and of V) a short-cache decode thread loads
+/// (`ATTN_SHORT_PACKS`).
+const SHORT_PACKS: usize = 16;
+/// Query rows of a short-cache decode block (`ATTN_SHORT_ROWS`).
+const SHORT_ROWS: usize = 4;
+
+/// Keys the short-cache decode of head dim `d` takes at most
+/// (`ATTN_SHORT_KEYS`): every one of them in flight at once.
+fn short_keys(d: usize) -> usize {
+    SHORT_THREADS * SHORT_PACKS * 8 / d.max(1)
 }
 
 /// A window bound as the kernels take it.
@@ -566,7 +597,7 @@ pub(crate) fn attend(
     let use_decode = match params.kernel {
         AttentionKernel::Auto => s_q <= DECODE_MAX_QUERIES,
         AttentionKernel::Prefill => false,
-        AttentionKernel::Decode => true,
+        AttentionKernel::Decode | AttentionKernel::Split => true,
     };
     if !use_decode && key_lens.is_some() {
         return Err(invalid(
@@ -601,9 +632,32 @@ pub(crate) fn attend(
         return Ok(Attended::Output(out));
     }
 
+    let per_kv = h_q / h_k;
+    // A short cache: one launch reads every key at once and writes the
+    // output, no splits.
+    let short = short_family(d).filter(|_| s_k <= short_keys(d));
+    if let Some(family) = short.filter(|_| params.kernel != AttentionKernel::Split) {
+        let row_groups = (s_q * per_kv).div_ceil(SHORT_ROWS);
+        let cfg = LaunchConfig {
+            grid_dim: (u32_of("short decode blocks", h_k * row_groups)?, batch, 1),
+            block_dim: (SHORT_THREADS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut out = alloc_out()?;
+        let o = out.view_all_mut();
+        let kernel = family.kernel(OP, dtype)?;
+        // SAFETY: flash_decode_short_d<D>_T takes (AttnArgs, const T* q, k,
+        // v, const float* alibi, const u32* key_lens, T* o); the views span
+        // every element the strides of `args` reach for these dims, alibi
+        // h_q floats or null, key_lens b u32 or null, o b*s_q*h_q*d
+        // elements; s_k is at most ATTN_SHORT_KEYS(d), and the grid covers
+        // (h_k * row groups of ATTN_SHORT_ROWS, b).
+        unsafe { launcher.launch(kernel, cfg, &[&args, &qv, &kv, &vv, slopes, lens, &o]) }?;
+        return Ok(Attended::Output(out));
+    }
+
     // Flash-decoding: partial results per key split, then their merge; one
     // split writes the output itself.
-    let per_kv = h_q / h_k;
     let row_groups = (s_q * per_kv).div_ceil(DECODE_ROWS);
     let blocks = size::product(OP, "the decode blocks", &[b, h_k, row_groups])?;
     let kernel = decode.kernel(OP, dtype)?;
@@ -747,6 +801,13 @@ mod tests {
             src.define("CH_MERGE_ROUND_VALUES"),
             Some(MERGE_ROUND_VALUES.to_string().as_str())
         );
+        for (name, value) in [
+            ("ATTN_SHORT_THREADS", SHORT_THREADS),
+            ("ATTN_SHORT_PACKS", SHORT_PACKS),
+            ("ATTN_SHORT_ROWS", SHORT_ROWS),
+        ] {
+            assert_eq!(src.define(name), Some(value.to_string().as_str()), "{name}");
+        }
     }
 
     #[test]
@@ -757,5 +818,11 @@ mod tests {
             }
         }
         assert!(families(72).is_none());
+        for d in [32, 64, 128, 256] {
+            assert!(short_family(d).unwrap().name.ends_with(&format!("_d{d}")));
+        }
+        assert!(short_family(80).is_none() && short_family(96).is_none());
+        // Every key's 16-byte packs in flight: 256 threads of 16 packs.
+        assert_eq!((short_keys(64), short_keys(128)), (512, 256));
     }
 }

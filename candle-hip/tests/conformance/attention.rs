@@ -222,10 +222,11 @@ fn run_case(
     }
 }
 
-const KERNELS: [AttentionKernel; 3] = [
+const KERNELS: [AttentionKernel; 4] = [
     AttentionKernel::Auto,
     AttentionKernel::Prefill,
     AttentionKernel::Decode,
+    AttentionKernel::Split,
 ];
 
 #[test]
@@ -291,7 +292,7 @@ fn flash_attn_matches_a_host_reference() {
     for mut c in cached {
         c.key_lens = true;
         for dtype in [DType::F16, DType::BF16] {
-            for kernel in [AttentionKernel::Auto, AttentionKernel::Decode] {
+            for kernel in [AttentionKernel::Auto, AttentionKernel::Split] {
                 run_case(&mut t, &mut rng, &dev, c, dtype, kernel, None);
             }
         }
