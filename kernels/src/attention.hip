@@ -1339,10 +1339,19 @@ __device__ __forceinline__ void flash_combine_round(const AttnArgs& a, const flo
 // row each), in shared memory with the rows' maxima; the exponentials are
 // taken once per (row, key); P·V accumulates per lane over its passes and
 // the key groups' sums meet through shuffles and shared memory.
+//
+// With `rq` not null the block's values are rounded for a product against
+// GGML blocks instead of written, as flash_combine_round rounds them
+// (act, rq, rd, rs as there): the host passes it for one query per
+// sequence, whole row groups (ATTN_SHORT_ROWS divides h_q / h_k) and
+// ATTN_SHORT_ROWS * D values that are whole blocks of the activation type,
+// so that a block's rows are adjacent heads of one row of values.
 template <typename T, int D>
 __device__ __forceinline__ void attn_decode_short(const AttnArgs& a, const T* __restrict__ q,
                                                   const T* __restrict__ k, const T* __restrict__ v,
-                                                  const float* __restrict__ alibi, T* __restrict__ o) {
+                                                  const float* __restrict__ alibi, T* __restrict__ o,
+                                                  signed char* __restrict__ rq, float* __restrict__ rd,
+                                                  float* __restrict__ rs, ch_u32 act) {
   const int C = D / 8, THREADS = ATTN_SHORT_THREADS, NP = ATTN_SHORT_PACKS, RB = ATTN_SHORT_ROWS;
   const int KPP = THREADS / C, MAXK = KPP * NP, WAVES = THREADS / CANDLE_HIP_WAVE;
   const int GROUPS_IN_WAVE = CANDLE_HIP_WAVE / C;
@@ -1485,6 +1494,7 @@ __device__ __forceinline__ void attn_decode_short(const AttnArgs& a, const T* __
     }
   }
   __syncthreads();
+  __shared__ float s_v[RB * D];  // the values to round
   for (int idx = tid; idx < rows * D; idx += THREADS) {
     const int r = idx / D, d = idx % D;
     float out = 0.0f, sum = 0.0f;
@@ -1493,8 +1503,29 @@ __device__ __forceinline__ void attn_decode_short(const AttnArgs& a, const T* __
       out += s_o[w][r][d];
       sum += s_o[w][r][D];
     }
-    o[(((ch_u64)b * a.s_q + position(r)) * a.h_q + head(r)) * D + d] = Num<T>::from_acc(sum > 0.0f ? out / sum : 0.0f);
+    const T value = Num<T>::from_acc(sum > 0.0f ? out / sum : 0.0f);
+    if (rq == nullptr) {
+      o[(((ch_u64)b * a.s_q + position(r)) * a.h_q + head(r)) * D + d] = value;
+    } else {
+      s_v[idx] = Num<T>::to_acc(value);
+    }
   }
+  if (rq == nullptr) return;
+  __syncthreads();
+  // Whole groups of lanes (q8k: 32) round 8 values each.
+  static_assert(RB * D / CH_QACT_PER_LANE <= THREADS, "a value pack a thread");
+  if (tid >= RB * D / CH_QACT_PER_LANE) return;
+  float vals[CH_QACT_PER_LANE];
+#pragma unroll
+  for (int e = 0; e < CH_QACT_PER_LANE; ++e) vals[e] = s_v[tid * CH_QACT_PER_LANE + e];
+  const ch_u64 width = (ch_u64)a.h_q * D;
+  const ch_u64 t = (ch_u64)head(0) * D / CH_QACT_PER_LANE + (ch_u64)tid;
+  rq += b * width;
+  rd += b * (width / 32);
+  rs += b * (width / 32);
+  if (act == 0) q_round<0>(rq, rd, rs, t, true, vals);
+  if (act == 1) q_round<1>(rq, rd, rs, t, true, vals);
+  if (act == 2) q_round<2>(rq, rd, rs, t, true, vals);
 }
 
 #define FLASH_ATTN(NAME, D, TYPE)                                                                      \
@@ -1527,14 +1558,16 @@ __device__ __forceinline__ void attn_decode_short(const AttnArgs& a, const T* __
   }
 
 // A short cache: at most ATTN_SHORT_KEYS(D) keys (the host checks s_k),
-// `key_lens` as for flash_decode. Grid (h_k * row groups of
-// ATTN_SHORT_ROWS, batch); block: ATTN_SHORT_THREADS.
+// `key_lens` as for flash_decode; the output to o, or rounded (rq not
+// null, o then ignored). Grid (h_k * row groups of ATTN_SHORT_ROWS,
+// batch); block: ATTN_SHORT_THREADS.
 #define FLASH_DECODE_SHORT(NAME, D, TYPE)                                                              \
   extern "C" __global__ void __launch_bounds__(ATTN_SHORT_THREADS)                                     \
       NAME##_##TYPE(AttnArgs a, const ch_##TYPE* q, const ch_##TYPE* k, const ch_##TYPE* v,          \
-                    const float* alibi, const ch_u32* key_lens, ch_##TYPE* o) {                        \
+                    const float* alibi, const ch_u32* key_lens, ch_##TYPE* o, signed char* rq,        \
+                    float* rd, float* rs, ch_u32 act) {                                               \
     if (key_lens != nullptr && key_lens[blockIdx.y] < a.s_k) a.s_k = key_lens[blockIdx.y];            \
-    attn_decode_short<ch_##TYPE, D>(a, q, k, v, alibi, o);                                             \
+    attn_decode_short<ch_##TYPE, D>(a, q, k, v, alibi, o, rq, rd, rs, act);                            \
   }
 
 #define CH_HALVES(M, NAME, OP) CH_EACH(M, NAME, OP, f16) CH_EACH(M, NAME, OP, bf16)

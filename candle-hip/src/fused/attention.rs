@@ -364,9 +364,10 @@ pub fn flash_attn(
     extras: FlashAttnExtras,
     params: &FlashAttnParams,
 ) -> candle_core::Result<HipStorage> {
-    match attend(q, q_l, k, k_l, v, v_l, extras, params)? {
+    match attend(q, q_l, k, k_l, v, v_l, extras, params, None)? {
         Attended::Output(out) => Ok(out),
         Attended::Splits(splits) => splits.merge(),
+        Attended::Rounded => Err(invalid(OP, "an output rounded with no target")),
     }
 }
 
@@ -376,6 +377,22 @@ pub(crate) enum Attended {
     Output(HipStorage),
     /// Flash-decoding's records of each key split, to merge.
     Splits(Splits),
+    /// The output, rounded into the [`RoundInto`] target given.
+    Rounded,
+}
+
+/// Where a decode's output may go rounded for a product against GGML
+/// blocks instead of being written (the short-cache kernel does so for one
+/// query per sequence, whole row groups and whole activation blocks):
+/// `act` as [`Splits::merge_rounded`] takes it, `block` the activation
+/// type's values per block, and the integers, scales and sums of the
+/// batch's rows (row r from r · h_q · d on, as there).
+pub(crate) struct RoundInto<'a, 'b> {
+    pub act: u32,
+    pub block: usize,
+    pub q: &'a DeviceViewMut<'b, u8>,
+    pub d: &'a DeviceViewMut<'b, u8>,
+    pub s: &'a DeviceViewMut<'b, u8>,
 }
 
 /// The records of flash-decoding's key splits, for every (batch, head,
@@ -399,11 +416,6 @@ impl Splits {
     /// The (batch, query) rows of the output.
     pub(crate) fn rows(&self) -> usize {
         self.batch * self.args.s_q as usize
-    }
-
-    /// The dtype of the attention's output.
-    pub(crate) fn dtype(&self) -> DType {
-        self.dtype
     }
 
     /// The merge of the splits into [`flash_attn`]'s output.
@@ -497,7 +509,8 @@ impl Splits {
 }
 
 /// [`flash_attn`] up to flash-decoding's merge: the output, or (more than
-/// one key split) the splits' records.
+/// one key split) the splits' records, or (a short cache, where `round`
+/// is given and the shapes allow) the output rounded into `round`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend(
     q: &HipStorage,
@@ -508,6 +521,7 @@ pub(crate) fn attend(
     v_l: &Layout,
     extras: FlashAttnExtras,
     params: &FlashAttnParams,
+    round: Option<RoundInto>,
 ) -> candle_core::Result<Attended> {
     for other in [k, v] {
         q.check_device(other, OP)?;
@@ -643,16 +657,62 @@ pub(crate) fn attend(
             block_dim: (SHORT_THREADS as u32, 1, 1),
             shared_mem_bytes: 0,
         };
+        let kernel = family.kernel(OP, dtype)?;
+        let rounds = round.filter(|r| {
+            s_q == 1
+                && per_kv.is_multiple_of(SHORT_ROWS)
+                && (SHORT_ROWS * d).is_multiple_of(r.block)
+        });
+        if let Some(r) = rounds {
+            let count = size::product(OP, "the rounded rows", &[b, h_q, d])?;
+            let scales = size::mul(OP, "the scales", count / 32, 4)?;
+            if r.q.len() < count || r.d.len() < scales || r.s.len() < scales {
+                return Err(invalid(
+                    OP,
+                    format!(
+                        "{count} values do not fit the rounding's {} integers and {} / {} scale \
+                         bytes",
+                        r.q.len(),
+                        r.d.len(),
+                        r.s.len()
+                    ),
+                ));
+            }
+            let null = mut_view_or_null(None);
+            // SAFETY: flash_decode_short_d<D>_T takes (AttnArgs, const T* q,
+            // k, v, const float* alibi, const u32* key_lens, T* o, i8* rq,
+            // float* rd, float* rs, u32 act); the views span every element
+            // the strides of `args` reach for these dims, alibi h_q floats
+            // or null, key_lens b u32 or null, o unused (null), rq `count`
+            // bytes, rd and rs count / 32 floats (checked above); s_k is at
+            // most ATTN_SHORT_KEYS(d), one query per sequence, row groups
+            // within a head group and of whole activation blocks; the grid
+            // covers (h_k * row groups of ATTN_SHORT_ROWS, b).
+            unsafe {
+                launcher.launch(
+                    kernel,
+                    cfg,
+                    &[
+                        &args, &qv, &kv, &vv, slopes, lens, null, r.q, r.d, r.s, &r.act,
+                    ],
+                )
+            }?;
+            return Ok(Attended::Rounded);
+        }
         let mut out = alloc_out()?;
         let o = out.view_all_mut();
-        let kernel = family.kernel(OP, dtype)?;
-        // SAFETY: flash_decode_short_d<D>_T takes (AttnArgs, const T* q, k,
-        // v, const float* alibi, const u32* key_lens, T* o); the views span
-        // every element the strides of `args` reach for these dims, alibi
-        // h_q floats or null, key_lens b u32 or null, o b*s_q*h_q*d
-        // elements; s_k is at most ATTN_SHORT_KEYS(d), and the grid covers
-        // (h_k * row groups of ATTN_SHORT_ROWS, b).
-        unsafe { launcher.launch(kernel, cfg, &[&args, &qv, &kv, &vv, slopes, lens, &o]) }?;
+        let (null, act) = (mut_view_or_null(None), 0u32);
+        // SAFETY: as above, with o b*s_q*h_q*d elements, every one written,
+        // and rq, rd, rs null (act unused).
+        unsafe {
+            launcher.launch(
+                kernel,
+                cfg,
+                &[
+                    &args, &qv, &kv, &vv, slopes, lens, &o, null, null, null, &act,
+                ],
+            )
+        }?;
         return Ok(Attended::Output(out));
     }
 

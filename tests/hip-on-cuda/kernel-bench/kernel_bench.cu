@@ -582,7 +582,9 @@ static void attn_bench(const std::vector<Variant>& variants) {
           uint16_t *kc = k + kv * copy, *vc = v + kv * copy;
           void* alibi = nullptr;
           void* key_lens = c.filled ? (void*)lens : nullptr;
-          void* args[] = {&a, &q, &kc, &vc, &alibi, &key_lens, &o};
+          void* unrounded = nullptr;  // rq, rd, rs: the output goes to o
+          uint32_t act = 0;
+          void* args[] = {&a, &q, &kc, &vc, &alibi, &key_lens, &o, &unrounded, &unrounded, &unrounded, &act};
           CHECK_CU(cuLaunchKernel(short_decode[di][vi], hk * ((hq / hk + 3) / 4), c.batch, 1, var.a, 1, 1, 0, s,
                                   args, nullptr));
           return;
