@@ -604,7 +604,6 @@ impl QuantizedStorage {
             }
             Attended::Rounded => {}
         }
-        drop((aq, ad, as_));
         Self::matvec_parts(parts, &widths, &act, residual)
     }
 
