@@ -1399,16 +1399,14 @@ __device__ __forceinline__ void attn_decode_short(const AttnArgs& a, const T* __
   if (tid < RB) s_rows[tid] = attn_row(a, position(tid), alibi != nullptr ? alibi[head(tid)] : 0.0f);
   __syncthreads();
 
-  // Scores. After the reduce-scatter, lane c holds row rr's dot product
-  // (rr from c's two top bits), as do the C / 4 lanes beside it.
+  // Dot products. After the reduce-scatter, lane c holds row rr's (rr
+  // from c's two top bits), as do the C / 4 lanes beside it.
   const int rr = ((c & (C / 2)) ? 2 : 0) + ((c & (C / 4)) ? 1 : 0);
-  const AttnRow row = s_rows[rr];
   float qf[RB][8];
 #pragma unroll
   for (int r = 0; r < RB; ++r)
 #pragma unroll
     for (int e = 0; e < 8; ++e) qf[r][e] = attn_to_float<T>(attn_half(qw[r].v, e));
-  float m = -__builtin_huge_valf();
 #pragma unroll
   for (int p = 0; p < NP; ++p) {
     if (j_begin + p * KPP >= j_end) break;  // the same for the whole block
@@ -1422,35 +1420,35 @@ __device__ __forceinline__ void attn_decode_short(const AttnArgs& a, const T* __
     // Halve the rows twice (keeping those of rr), then sum the one left.
     const bool upper = (c & (C / 2)) != 0, odd = (c & (C / 4)) != 0;
     const float send0 = upper ? dot[0] : dot[2], send1 = upper ? dot[1] : dot[3];
-    float h0 = (upper ? dot[2] : dot[0]) + __shfl_xor(send0, C / 2, CANDLE_HIP_WAVE);
-    float h1 = (upper ? dot[3] : dot[1]) + __shfl_xor(send1, C / 2, CANDLE_HIP_WAVE);
+    const float h0 = (upper ? dot[2] : dot[0]) + __shfl_xor(send0, C / 2, CANDLE_HIP_WAVE);
+    const float h1 = (upper ? dot[3] : dot[1]) + __shfl_xor(send1, C / 2, CANDLE_HIP_WAVE);
     float s = (odd ? h1 : h0) + __shfl_xor(odd ? h0 : h1, C / 4, CANDLE_HIP_WAVE);
 #pragma unroll
     for (int w = C / 8; w >= 1; w /= 2) s += __shfl_xor(s, w, CANDLE_HIP_WAVE);
-    const int key = kg + p * KPP;
-    s = attn_score(a, row, j_begin + key, s);  // -inf past j_end (row.hi < j_end)
-    m = fmaxf(m, s);
-    if ((c & (C / 4 - 1)) == 0) s_p[key][rr] = s;
+    if ((c & (C / 4 - 1)) == 0) s_p[kg + p * KPP][rr] = s;
   }
-  // Each row's maximum: over the wave's key groups, then the waves.
-#pragma unroll
-  for (int w = C; w < CANDLE_HIP_WAVE; w *= 2) m = fmaxf(m, __shfl_xor(m, w, CANDLE_HIP_WAVE));
-  if (lane < C && (c & (C / 4 - 1)) == 0) s_m[wave][rr] = m;
   __syncthreads();
-  float row_m[RB];
-#pragma unroll
-  for (int r = 0; r < RB; ++r) {
-    row_m[r] = s_m[0][r];
-#pragma unroll
-    for (int w = 1; w < WAVES; ++w) row_m[r] = fmaxf(row_m[r], s_m[w][r]);
+  // Scores (masks, scale, softcap, ALiBi) and each row's maximum: thread t
+  // takes row t % RB of every THREADS / RB-th key, then the lanes of its
+  // row in the wave, then the waves.
+  static_assert(THREADS % RB == 0 && CANDLE_HIP_WAVE % RB == 0, "a thread keeps its row");
+  const int n = (int)(j_end - j_begin), my_row = tid % RB;
+  const AttnRow row = s_rows[my_row];
+  float m = -__builtin_huge_valf();
+  for (int key = tid / RB; key < n; key += THREADS / RB) {
+    const float s = attn_score(a, row, j_begin + key, s_p[key][my_row]);
+    s_p[key][my_row] = s;
+    m = fmaxf(m, s);
   }
+#pragma unroll
+  for (int w = RB; w < CANDLE_HIP_WAVE; w *= 2) m = fmaxf(m, __shfl_xor(m, w, CANDLE_HIP_WAVE));
+  if (lane < RB) s_m[wave][my_row] = m;
+  __syncthreads();
+  float row_m = s_m[0][my_row];
+#pragma unroll
+  for (int w = 1; w < WAVES; ++w) row_m = fmaxf(row_m, s_m[w][my_row]);
   // Probabilities, one exponential per (key, row).
-  const int n = (int)(j_end - j_begin);
-  for (int idx = tid; idx < n * RB; idx += THREADS) {
-    const int r = idx % RB;
-    const float mr = r == 0 ? row_m[0] : r == 1 ? row_m[1] : r == 2 ? row_m[2] : row_m[3];
-    s_p[idx / RB][r] = attn_exp2(s_p[idx / RB][r], mr);
-  }
+  for (int key = tid / RB; key < n; key += THREADS / RB) s_p[key][my_row] = attn_exp2(s_p[key][my_row], row_m);
   __syncthreads();
 
   // P·V over this lane's passes, with each row's sum of probabilities.
