@@ -40,6 +40,18 @@
 //     has min(key_lens[b], s_k) keys: a KV cache of s_k positions filled to
 //     that length.
 //
+//   flash_decode_short_d<D>_<T>(AttnArgs a, const T* q, const T* k,
+//                               const T* v, const float* alibi,
+//                               const ch_u32* key_lens, T* o,
+//                               signed char* rq, float* rd, float* rs,
+//                               ch_u32 act)
+//     Decode over a short cache (at most ATTN_SHORT_KEYS(D) keys; D = 32,
+//     64, 128, 256) in one launch: a block owns ATTN_SHORT_ROWS rows of one
+//     (batch, key/value head) and every key, all of its K and V loads in
+//     flight at once; plain FMA products. Writes o, or (rq not null) the
+//     output rounded as flash_combine_round rounds it. Grid (h_k * row
+//     groups, batch); block: ATTN_SHORT_THREADS.
+//
 //   flash_combine_d<D>_<T>(AttnArgs a, const float* part, T* o)
 //     Merges the splits of each row into the output. Grid (s_q * h_q,
 //     batch); block: D threads rounded up to a multiple of the wave size.

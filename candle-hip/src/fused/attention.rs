@@ -17,7 +17,12 @@
 //! flash-decoding with the same products (the keys split across blocks,
 //! each block's 16 rows being the query heads of one key/value head, so a
 //! key is read once for its whole group; then a merge of the splits, which
-//! one split skips: its decode writes the output).
+//! one split skips: its decode writes the output). A cache short enough
+//! that every key fits one block's loads in flight (at most 32768 / head
+//! dim keys, head dims 32, 64, 128, 256) takes a third kernel instead: one
+//! launch, four query rows of a key/value head a block, FMA products, no
+//! splits and no merge; it can round its output for a product against GGML
+//! blocks (`QuantizedStorage::fused_attention_matvec_parts`).
 //!
 //! Which matrix path ran where: `mma.sync` (NVIDIA sm_80+) on the NVIDIA test
 //! platform; MFMA (gfx908 f16, gfx90a/gfx942), WMMA (gfx11, gfx12) and the
