@@ -39,7 +39,7 @@ use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Layout, Shape};
 
 use crate::error::{Result, hip, invalid};
-use crate::fused::attention::{self, Attended};
+use crate::fused::attention::{self, Attended, Splits};
 use crate::fused::{
     FlashAttnExtras, FlashAttnParams, LinearInput, StepRope, StepTarget, operand_vector,
 };
@@ -578,32 +578,17 @@ impl QuantizedStorage {
                 format!("an attention of one query row, not q {dims:?}"),
             ));
         }
-        // The attention's output row, of q's dtype and on its device.
-        let width = dims[2] * dims[3];
-        let row = Layout::contiguous((1, width));
-        let (widths, _) = Self::checked_parts(OP, parts, (q, &row), false, residual)?;
-        let block = activation_type(parts[0].0.dtype);
-        // SAFETY: the attention (short cache) or the merge of its splits
-        // rounds every value into `act` before the mat-vec reads it; where
-        // the attention writes its output instead, `act` goes unread.
-        let mut act = unsafe { Rounded::uninit(q.device(), block, q.dtype(), 1, width) }?;
-        let (aq, ad, as_) = act.views_mut()?;
-        let round = attention::RoundInto {
-            act: activation_code(block),
-            block: block.block_size(),
-            q: &aq,
-            d: &ad,
-            s: &as_,
-        };
-        match attention::attend(q, q_l, k, k_l, v, v_l, extras, params, Some(round))? {
+        let splits = match attention::attend(q, q_l, k, k_l, v, v_l, extras, params)? {
             Attended::Output(out) => {
+                let row = Layout::contiguous((1, out.len()));
                 return Self::fused_matvec_parts(parts, &out, &row, LinearInput::Plain, residual);
             }
-            Attended::Splits(splits) => {
-                splits.merge_rounded(activation_code(block), &aq, &ad, &as_)?;
-            }
-            Attended::Rounded => {}
-        }
+            Attended::Splits(splits) => splits,
+        };
+        // The attention's output rows, of q's dtype and on its device.
+        let rows = Layout::contiguous((splits.rows(), splits.row_width()));
+        let (widths, _) = Self::checked_parts(OP, parts, (q, &rows), false, residual)?;
+        let act = Rounded::of_splits(parts[0].0, &splits)?;
         Self::matvec_parts(parts, &widths, &act, residual)
     }
 
@@ -935,22 +920,23 @@ impl Rounded {
         })
     }
 
-    /// The integers, scales and sums for a kernel that writes them.
-    #[allow(clippy::type_complexity)]
-    fn views_mut(
-        &mut self,
-    ) -> Result<(
-        hip_safe::DeviceViewMut<'_, u8>,
-        hip_safe::DeviceViewMut<'_, u8>,
-        hip_safe::DeviceViewMut<'_, u8>,
-    )> {
+    /// The merge of flash-decoding's `splits` (one row of `h_q · head_dim`
+    /// values, whole blocks of `weights`' type: the caller checks) rounded
+    /// for the mat-vec of `weights`' blocks by the merge itself.
+    fn of_splits(weights: &QuantizedStorage, splits: &Splits) -> Result<Rounded> {
         const OP: &str = "qmatmul";
-        let (count, scales) = (self.rows * self.k, self.rows * self.k / SUB);
-        Ok((
-            self.q.view_range_mut(OP, 0, count)?,
-            self.d.view_range_mut(OP, 0, scales)?,
-            self.s.view_range_mut(OP, 0, scales)?,
-        ))
+        let block = activation_type(weights.dtype);
+        let (rows, k) = (splits.rows(), splits.row_width());
+        // SAFETY: flash_combine_round writes every integer, scale and sum.
+        let mut act = unsafe { Rounded::uninit(weights.device(), block, splits.dtype(), rows, k) }?;
+        let (count, scales) = (rows * k, rows * k / SUB);
+        splits.merge_rounded(
+            activation_code(block),
+            &act.q.view_range_mut(OP, 0, count)?,
+            &act.d.view_range_mut(OP, 0, scales)?,
+            &act.s.view_range_mut(OP, 0, scales)?,
+        )?;
+        Ok(act)
     }
 
     /// The integers, scales and sums as the mat-vec reads them.

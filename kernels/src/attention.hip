@@ -40,18 +40,6 @@
 //     has min(key_lens[b], s_k) keys: a KV cache of s_k positions filled to
 //     that length.
 //
-//   flash_decode_short_d<D>_<T>(AttnArgs a, const T* q, const T* k,
-//                               const T* v, const float* alibi,
-//                               const ch_u32* key_lens, T* o,
-//                               signed char* rq, float* rd, float* rs,
-//                               ch_u32 act)
-//     Decode over a short cache (at most ATTN_SHORT_KEYS(D) keys; D = 32,
-//     64, 128, 256) in one launch: a block owns ATTN_SHORT_ROWS rows of one
-//     (batch, key/value head) and every key, all of its K and V loads in
-//     flight at once; plain FMA products. Writes o, or (rq not null) the
-//     output rounded as flash_combine_round rounds it. Grid (h_k * row
-//     groups, batch); block: ATTN_SHORT_THREADS.
-//
 //   flash_combine_d<D>_<T>(AttnArgs a, const float* part, T* o)
 //     Merges the splits of each row into the output. Grid (s_q * h_q,
 //     batch); block: D threads rounded up to a multiple of the wave size.
@@ -1328,216 +1316,6 @@ __device__ __forceinline__ void flash_combine_round(const AttnArgs& a, const flo
   if (act == 2) q_round<2>(q, d, s, t, live, vals);
 }
 
-// ---------------------------------------------------------------------------
-// Decode over a short cache: one launch, no key splits.
-
-// Threads of a short-decode block, the 16-byte packs of K (and as many of V)
-// each thread has in flight, and the query rows a block owns
-// (fused/attention.rs mirrors them).
-#define ATTN_SHORT_THREADS 256
-#define ATTN_SHORT_PACKS 16
-#define ATTN_SHORT_ROWS 4
-// Keys a short-decode block of head dim D reads at most: its threads' packs
-// cover them in ATTN_SHORT_PACKS passes.
-#define ATTN_SHORT_KEYS(D) (ATTN_SHORT_THREADS * ATTN_SHORT_PACKS * 8 / (D))
-
-// A block owns ATTN_SHORT_ROWS rows (query position, head of the group) of
-// one (batch, key/value head) and every key they see, at most
-// ATTN_SHORT_KEYS(D). The D / 8 lanes of a key group hold one key's row, a
-// 16-byte pack each, and the block's key groups take consecutive keys, a
-// pass at a time; every K and V pack of every pass is loaded before the
-// first product, so the block waits for memory once. Scores are plain FMA
-// dot products, reduced and scattered across the key group's lanes (one
-// row each), in shared memory with the rows' maxima; the exponentials are
-// taken once per (row, key); P·V accumulates per lane over its passes and
-// the key groups' sums meet through shuffles and shared memory.
-//
-// With `rq` not null the block's values are rounded for a product against
-// GGML blocks instead of written, as flash_combine_round rounds them
-// (act, rq, rd, rs as there): the host passes it for one query per
-// sequence, whole row groups (ATTN_SHORT_ROWS divides h_q / h_k) and
-// ATTN_SHORT_ROWS * D values that are whole blocks of the activation type,
-// so that a block's rows are adjacent heads of one row of values.
-template <typename T, int D>
-__device__ __forceinline__ void attn_decode_short(const AttnArgs& a, const T* __restrict__ q,
-                                                  const T* __restrict__ k, const T* __restrict__ v,
-                                                  const float* __restrict__ alibi, T* __restrict__ o,
-                                                  signed char* __restrict__ rq, float* __restrict__ rd,
-                                                  float* __restrict__ rs, ch_u32 act) {
-  const int C = D / 8, THREADS = ATTN_SHORT_THREADS, NP = ATTN_SHORT_PACKS, RB = ATTN_SHORT_ROWS;
-  const int KPP = THREADS / C, MAXK = KPP * NP, WAVES = THREADS / CANDLE_HIP_WAVE;
-  const int GROUPS_IN_WAVE = CANDLE_HIP_WAVE / C;
-  static_assert(RB == 4, "the scores' reduce-scatter halves four rows twice");
-  static_assert(C >= 4 && (C & (C - 1)) == 0 && C <= CANDLE_HIP_WAVE, "a key's lanes: a power of two in a wave");
-  static_assert(THREADS % CANDLE_HIP_WAVE == 0, "whole waves");
-  __shared__ AttnRow s_rows[RB];
-  __shared__ __attribute__((aligned(16))) float s_p[MAXK][RB];  // scores, then probabilities
-  __shared__ float s_m[WAVES][RB];
-  __shared__ float s_o[WAVES][RB][D + 1];  // the waves' sums; element D: the row sum
-
-  const int tid = (int)threadIdx.x, lane = tid % CANDLE_HIP_WAVE, wave = tid / CANDLE_HIP_WAVE;
-  const int c = tid % C, kg = tid / C;
-  const ch_u32 b = blockIdx.y, per_kv = a.h_q / a.h_k, row_count = a.s_q * per_kv;
-  const ch_u32 row_groups = (row_count + RB - 1) / RB;
-  const ch_u32 kvh = blockIdx.x / row_groups, i0 = (blockIdx.x % row_groups) * RB;
-  const int rows = row_count - i0 < (ch_u32)RB ? (int)(row_count - i0) : RB;
-  // Row r's query position and head (rows past the last repeat row 0).
-  auto position = [&](int r) -> ch_u32 { return (i0 + (r < rows ? r : 0)) / per_kv; };
-  auto head = [&](int r) -> ch_u32 { return kvh * per_kv + (i0 + (r < rows ? r : 0)) % per_kv; };
-  // The keys any row sees (positions grow with r, and so do both bounds).
-  const ch_i64 j_begin = attn_row(a, position(0), 0.0f).lo;
-  const ch_i64 j_end = attn_row(a, position(rows - 1), 0.0f).hi + 1;
-
-  // Every load first: this lane's pack of each row of Q, then of K and V
-  // for each pass.
-  const ch_u16* qb = reinterpret_cast<const ch_u16*>(q) + b * a.q_stride[0] + c * 8;
-  AttnWords qw[RB];
-#pragma unroll
-  for (int r = 0; r < RB; ++r)
-    qw[r] = attn_read16(qb + (ch_u64)position(r) * a.q_stride[1] + (ch_u64)head(r) * a.q_stride[2], true);
-  const ch_u16* kb = reinterpret_cast<const ch_u16*>(k) + b * a.k_stride[0] + kvh * a.k_stride[2] + c * 8;
-  const ch_u16* vb = reinterpret_cast<const ch_u16*>(v) + b * a.v_stride[0] + kvh * a.v_stride[2] + c * 8;
-  AttnWords kw[NP], vw[NP];
-#pragma unroll
-  for (int p = 0; p < NP; ++p) {
-    const ch_i64 j = j_begin + kg + p * KPP;
-    kw[p] = attn_read16(kb + (ch_u64)j * a.k_stride[1], j < j_end);
-  }
-#pragma unroll
-  for (int p = 0; p < NP; ++p) {
-    const ch_i64 j = j_begin + kg + p * KPP;
-    vw[p] = attn_read16(vb + (ch_u64)j * a.v_stride[1], j < j_end);
-  }
-  if (tid < RB) s_rows[tid] = attn_row(a, position(tid), alibi != nullptr ? alibi[head(tid)] : 0.0f);
-  __syncthreads();
-
-  // Dot products. After the reduce-scatter, lane c holds row rr's (rr
-  // from c's two top bits), as do the C / 4 lanes beside it.
-  const int rr = ((c & (C / 2)) ? 2 : 0) + ((c & (C / 4)) ? 1 : 0);
-  float qf[RB][8];
-#pragma unroll
-  for (int r = 0; r < RB; ++r)
-#pragma unroll
-    for (int e = 0; e < 8; ++e) qf[r][e] = attn_to_float<T>(attn_half(qw[r].v, e));
-#pragma unroll
-  for (int p = 0; p < NP; ++p) {
-    if (j_begin + p * KPP >= j_end) break;  // the same for the whole block
-    float dot[RB] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float kv = attn_to_float<T>(attn_half(kw[p].v, e));
-#pragma unroll
-      for (int r = 0; r < RB; ++r) dot[r] = fmaf(qf[r][e], kv, dot[r]);
-    }
-    // Halve the rows twice (keeping those of rr), then sum the one left.
-    const bool upper = (c & (C / 2)) != 0, odd = (c & (C / 4)) != 0;
-    const float send0 = upper ? dot[0] : dot[2], send1 = upper ? dot[1] : dot[3];
-    const float h0 = (upper ? dot[2] : dot[0]) + __shfl_xor(send0, C / 2, CANDLE_HIP_WAVE);
-    const float h1 = (upper ? dot[3] : dot[1]) + __shfl_xor(send1, C / 2, CANDLE_HIP_WAVE);
-    float s = (odd ? h1 : h0) + __shfl_xor(odd ? h0 : h1, C / 4, CANDLE_HIP_WAVE);
-#pragma unroll
-    for (int w = C / 8; w >= 1; w /= 2) s += __shfl_xor(s, w, CANDLE_HIP_WAVE);
-    if ((c & (C / 4 - 1)) == 0) s_p[kg + p * KPP][rr] = s;
-  }
-  __syncthreads();
-  // Scores (masks, scale, softcap, ALiBi) and each row's maximum: thread t
-  // takes row t % RB of every THREADS / RB-th key, then the lanes of its
-  // row in the wave, then the waves.
-  static_assert(THREADS % RB == 0 && CANDLE_HIP_WAVE % RB == 0, "a thread keeps its row");
-  const int n = (int)(j_end - j_begin), my_row = tid % RB;
-  const AttnRow row = s_rows[my_row];
-  float m = -__builtin_huge_valf();
-  for (int key = tid / RB; key < n; key += THREADS / RB) {
-    const float s = attn_score(a, row, j_begin + key, s_p[key][my_row]);
-    s_p[key][my_row] = s;
-    m = fmaxf(m, s);
-  }
-#pragma unroll
-  for (int w = RB; w < CANDLE_HIP_WAVE; w *= 2) m = fmaxf(m, __shfl_xor(m, w, CANDLE_HIP_WAVE));
-  if (lane < RB) s_m[wave][my_row] = m;
-  __syncthreads();
-  float row_m = s_m[0][my_row];
-#pragma unroll
-  for (int w = 1; w < WAVES; ++w) row_m = fmaxf(row_m, s_m[w][my_row]);
-  // Probabilities, one exponential per (key, row).
-  for (int key = tid / RB; key < n; key += THREADS / RB) s_p[key][my_row] = attn_exp2(s_p[key][my_row], row_m);
-  __syncthreads();
-
-  // P·V over this lane's passes, with each row's sum of probabilities.
-  float acc[RB][8], l[RB];
-#pragma unroll
-  for (int r = 0; r < RB; ++r) {
-    l[r] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[r][e] = 0.0f;
-  }
-#pragma unroll
-  for (int p = 0; p < NP; ++p) {
-    if (j_begin + p * KPP >= j_end) break;
-    const int key = kg + p * KPP;
-    const Pack<float, 4> pr = key < n ? *reinterpret_cast<const Pack<float, 4>*>(s_p[key]) : Pack<float, 4>{};
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float vv = attn_to_float<T>(attn_half(vw[p].v, e));
-#pragma unroll
-      for (int r = 0; r < RB; ++r) acc[r][e] = fmaf(pr.v[r], vv, acc[r][e]);
-    }
-#pragma unroll
-    for (int r = 0; r < RB; ++r) l[r] += pr.v[r];
-  }
-  // The key groups' sums: across the wave's groups, then the waves.
-#pragma unroll
-  for (int w = C; w < CANDLE_HIP_WAVE; w *= 2)
-#pragma unroll
-    for (int r = 0; r < RB; ++r) {
-      l[r] += __shfl_xor(l[r], w, CANDLE_HIP_WAVE);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[r][e] += __shfl_xor(acc[r][e], w, CANDLE_HIP_WAVE);
-    }
-  static_assert(GROUPS_IN_WAVE >= 1, "a key group within a wave");
-  if (lane < C) {
-#pragma unroll
-    for (int r = 0; r < RB; ++r) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) s_o[wave][r][c * 8 + e] = acc[r][e];
-      if (c == 0) s_o[wave][r][D] = l[r];
-    }
-  }
-  __syncthreads();
-  __shared__ float s_v[RB * D];  // the values to round
-  for (int idx = tid; idx < rows * D; idx += THREADS) {
-    const int r = idx / D, d = idx % D;
-    float out = 0.0f, sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < WAVES; ++w) {
-      out += s_o[w][r][d];
-      sum += s_o[w][r][D];
-    }
-    const T value = Num<T>::from_acc(sum > 0.0f ? out / sum : 0.0f);
-    if (rq == nullptr) {
-      o[(((ch_u64)b * a.s_q + position(r)) * a.h_q + head(r)) * D + d] = value;
-    } else {
-      s_v[idx] = Num<T>::to_acc(value);
-    }
-  }
-  if (rq == nullptr) return;
-  __syncthreads();
-  // Whole groups of lanes (q8k: 32) round 8 values each.
-  static_assert(RB * D / CH_QACT_PER_LANE <= THREADS, "a value pack a thread");
-  if (tid >= RB * D / CH_QACT_PER_LANE) return;
-  float vals[CH_QACT_PER_LANE];
-#pragma unroll
-  for (int e = 0; e < CH_QACT_PER_LANE; ++e) vals[e] = s_v[tid * CH_QACT_PER_LANE + e];
-  const ch_u64 width = (ch_u64)a.h_q * D;
-  const ch_u64 t = (ch_u64)head(0) * D / CH_QACT_PER_LANE + (ch_u64)tid;
-  rq += b * width;
-  rd += b * (width / 32);
-  rs += b * (width / 32);
-  if (act == 0) q_round<0>(rq, rd, rs, t, true, vals);
-  if (act == 1) q_round<1>(rq, rd, rs, t, true, vals);
-  if (act == 2) q_round<2>(rq, rd, rs, t, true, vals);
-}
-
 #define FLASH_ATTN(NAME, D, TYPE)                                                                      \
   extern "C" __global__ void __launch_bounds__(ATTN_WAVES(D) * CANDLE_HIP_WAVE)                        \
       NAME##_##TYPE(AttnArgs a, const ch_##TYPE* q, const ch_##TYPE* k, const ch_##TYPE* v,          \
@@ -1567,19 +1345,6 @@ __device__ __forceinline__ void attn_decode_short(const AttnArgs& a, const T* __
     flash_combine_round<ch_##TYPE, D>(a, part, q, d, s, act);                                          \
   }
 
-// A short cache: at most ATTN_SHORT_KEYS(D) keys (the host checks s_k),
-// `key_lens` as for flash_decode; the output to o, or rounded (rq not
-// null, o then ignored). Grid (h_k * row groups of ATTN_SHORT_ROWS,
-// batch); block: ATTN_SHORT_THREADS.
-#define FLASH_DECODE_SHORT(NAME, D, TYPE)                                                              \
-  extern "C" __global__ void __launch_bounds__(ATTN_SHORT_THREADS)                                     \
-      NAME##_##TYPE(AttnArgs a, const ch_##TYPE* q, const ch_##TYPE* k, const ch_##TYPE* v,          \
-                    const float* alibi, const ch_u32* key_lens, ch_##TYPE* o, signed char* rq,        \
-                    float* rd, float* rs, ch_u32 act) {                                               \
-    if (key_lens != nullptr && key_lens[blockIdx.y] < a.s_k) a.s_k = key_lens[blockIdx.y];            \
-    attn_decode_short<ch_##TYPE, D>(a, q, k, v, alibi, o, rq, rd, rs, act);                            \
-  }
-
 #define CH_HALVES(M, NAME, OP) CH_EACH(M, NAME, OP, f16) CH_EACH(M, NAME, OP, bf16)
 
 #if CH_PART(1)
@@ -1599,8 +1364,6 @@ CH_HALVES(FLASH_DECODE, flash_decode_d32, 32)
 CH_HALVES(FLASH_DECODE, flash_decode_d64, 64)
 CH_HALVES(FLASH_DECODE, flash_decode_d80, 80)
 CH_HALVES(FLASH_DECODE, flash_decode_d96, 96)
-CH_HALVES(FLASH_DECODE_SHORT, flash_decode_short_d32, 32)
-CH_HALVES(FLASH_DECODE_SHORT, flash_decode_short_d64, 64)
 CH_HALVES(FLASH_COMBINE, flash_combine_d32, 32)
 CH_HALVES(FLASH_COMBINE, flash_combine_d64, 64)
 CH_HALVES(FLASH_COMBINE, flash_combine_d80, 80)
@@ -1613,8 +1376,6 @@ CH_HALVES(FLASH_COMBINE_ROUND, flash_combine_round_d96, 96)
 #if CH_PART(5)
 CH_HALVES(FLASH_DECODE, flash_decode_d128, 128)
 CH_HALVES(FLASH_DECODE, flash_decode_d256, 256)
-CH_HALVES(FLASH_DECODE_SHORT, flash_decode_short_d128, 128)
-CH_HALVES(FLASH_DECODE_SHORT, flash_decode_short_d256, 256)
 CH_HALVES(FLASH_COMBINE, flash_combine_d128, 128)
 CH_HALVES(FLASH_COMBINE, flash_combine_d256, 256)
 CH_HALVES(FLASH_COMBINE_ROUND, flash_combine_round_d128, 128)

@@ -17,12 +17,7 @@
 //! flash-decoding with the same products (the keys split across blocks,
 //! each block's 16 rows being the query heads of one key/value head, so a
 //! key is read once for its whole group; then a merge of the splits, which
-//! one split skips: its decode writes the output). A cache short enough
-//! that every key fits one block's loads in flight (at most 32768 / head
-//! dim keys, head dims 32, 64, 128, 256) takes a third kernel instead: one
-//! launch, four query rows of a key/value head a block, FMA products, no
-//! splits and no merge; it can round its output for a product against GGML
-//! blocks (`QuantizedStorage::fused_attention_matvec_parts`).
+//! one split skips: its decode writes the output).
 //!
 //! Which matrix path ran where: `mma.sync` (NVIDIA sm_80+) on the NVIDIA test
 //! platform; MFMA (gfx908 f16, gfx90a/gfx942), WMMA (gfx11, gfx12) and the
@@ -68,13 +63,8 @@ pub enum AttentionKernel {
     Auto,
     /// The prefill kernel, whatever the number of queries.
     Prefill,
-    /// The decoding kernels, whatever the number of queries: the
-    /// short-cache kernel where every key fits its one launch, else
-    /// flash-decoding.
+    /// The decoding kernel, whatever the number of queries.
     Decode,
-    /// Flash-decoding (key splits, then their merge), whatever the number
-    /// of queries and keys.
-    Split,
 }
 
 /// The parameters of a fused attention beside its operands.
@@ -272,32 +262,6 @@ fn families(d: usize) -> Option<[&'static Family; 4]> {
     })
 }
 
-/// The short-cache decode kernel of a head dim, where it has one: head
-/// dims whose rows are a power of two of 16-byte packs, at least four.
-fn short_family(d: usize) -> Option<&'static Family> {
-    Some(match d {
-        32 => &cat::FLASH_DECODE_SHORT_D32,
-        64 => &cat::FLASH_DECODE_SHORT_D64,
-        128 => &cat::FLASH_DECODE_SHORT_D128,
-        256 => &cat::FLASH_DECODE_SHORT_D256,
-        _ => return None,
-    })
-}
-
-/// Threads of a short-cache decode block (`ATTN_SHORT_THREADS`).
-const SHORT_THREADS: usize = 256;
-/// 16-byte packs of K (and of V) a short-cache decode thread loads
-/// (`ATTN_SHORT_PACKS`).
-const SHORT_PACKS: usize = 16;
-/// Query rows of a short-cache decode block (`ATTN_SHORT_ROWS`).
-const SHORT_ROWS: usize = 4;
-
-/// Keys the short-cache decode of head dim `d` takes at most
-/// (`ATTN_SHORT_KEYS`): every one of them in flight at once.
-fn short_keys(d: usize) -> usize {
-    SHORT_THREADS * SHORT_PACKS * 8 / d.max(1)
-}
-
 /// A window bound as the kernels take it.
 fn window(w: Option<usize>) -> i32 {
     w.map_or(UNBOUNDED, |w| w.min(UNBOUNDED as usize) as i32)
@@ -369,10 +333,9 @@ pub fn flash_attn(
     extras: FlashAttnExtras,
     params: &FlashAttnParams,
 ) -> candle_core::Result<HipStorage> {
-    match attend(q, q_l, k, k_l, v, v_l, extras, params, None)? {
+    match attend(q, q_l, k, k_l, v, v_l, extras, params)? {
         Attended::Output(out) => Ok(out),
         Attended::Splits(splits) => splits.merge(),
-        Attended::Rounded => Err(invalid(OP, "an output rounded with no target")),
     }
 }
 
@@ -382,22 +345,6 @@ pub(crate) enum Attended {
     Output(HipStorage),
     /// Flash-decoding's records of each key split, to merge.
     Splits(Splits),
-    /// The output, rounded into the [`RoundInto`] target given.
-    Rounded,
-}
-
-/// Where a decode's output may go rounded for a product against GGML
-/// blocks instead of being written (the short-cache kernel does so for one
-/// query per sequence, whole row groups and whole activation blocks):
-/// `act` as [`Splits::merge_rounded`] takes it, `block` the activation
-/// type's values per block, and the integers, scales and sums of the
-/// batch's rows (row r from r · h_q · d on, as there).
-pub(crate) struct RoundInto<'a, 'b> {
-    pub act: u32,
-    pub block: usize,
-    pub q: &'a DeviceViewMut<'b, u8>,
-    pub d: &'a DeviceViewMut<'b, u8>,
-    pub s: &'a DeviceViewMut<'b, u8>,
 }
 
 /// The records of flash-decoding's key splits, for every (batch, head,
@@ -421,6 +368,11 @@ impl Splits {
     /// The (batch, query) rows of the output.
     pub(crate) fn rows(&self) -> usize {
         self.batch * self.args.s_q as usize
+    }
+
+    /// The dtype of the attention's output.
+    pub(crate) fn dtype(&self) -> DType {
+        self.dtype
     }
 
     /// The merge of the splits into [`flash_attn`]'s output.
@@ -514,8 +466,7 @@ impl Splits {
 }
 
 /// [`flash_attn`] up to flash-decoding's merge: the output, or (more than
-/// one key split) the splits' records, or (a short cache, where `round`
-/// is given and the shapes allow) the output rounded into `round`.
+/// one key split) the splits' records.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend(
     q: &HipStorage,
@@ -526,7 +477,6 @@ pub(crate) fn attend(
     v_l: &Layout,
     extras: FlashAttnExtras,
     params: &FlashAttnParams,
-    round: Option<RoundInto>,
 ) -> candle_core::Result<Attended> {
     for other in [k, v] {
         q.check_device(other, OP)?;
@@ -616,7 +566,7 @@ pub(crate) fn attend(
     let use_decode = match params.kernel {
         AttentionKernel::Auto => s_q <= DECODE_MAX_QUERIES,
         AttentionKernel::Prefill => false,
-        AttentionKernel::Decode | AttentionKernel::Split => true,
+        AttentionKernel::Decode => true,
     };
     if !use_decode && key_lens.is_some() {
         return Err(invalid(
@@ -651,78 +601,9 @@ pub(crate) fn attend(
         return Ok(Attended::Output(out));
     }
 
-    let per_kv = h_q / h_k;
-    // A short cache: one launch reads every key at once and writes the
-    // output, no splits.
-    let short = short_family(d).filter(|_| s_k <= short_keys(d));
-    if let Some(family) = short.filter(|_| params.kernel != AttentionKernel::Split) {
-        let row_groups = (s_q * per_kv).div_ceil(SHORT_ROWS);
-        let cfg = LaunchConfig {
-            grid_dim: (u32_of("short decode blocks", h_k * row_groups)?, batch, 1),
-            block_dim: (SHORT_THREADS as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let kernel = family.kernel(OP, dtype)?;
-        let rounds = round.filter(|r| {
-            s_q == 1
-                && per_kv.is_multiple_of(SHORT_ROWS)
-                && (SHORT_ROWS * d).is_multiple_of(r.block)
-        });
-        if let Some(r) = rounds {
-            let count = size::product(OP, "the rounded rows", &[b, h_q, d])?;
-            let scales = size::mul(OP, "the scales", count / 32, 4)?;
-            if r.q.len() < count || r.d.len() < scales || r.s.len() < scales {
-                return Err(invalid(
-                    OP,
-                    format!(
-                        "{count} values do not fit the rounding's {} integers and {} / {} scale \
-                         bytes",
-                        r.q.len(),
-                        r.d.len(),
-                        r.s.len()
-                    ),
-                ));
-            }
-            let null = mut_view_or_null(None);
-            // SAFETY: flash_decode_short_d<D>_T takes (AttnArgs, const T* q,
-            // k, v, const float* alibi, const u32* key_lens, T* o, i8* rq,
-            // float* rd, float* rs, u32 act); the views span every element
-            // the strides of `args` reach for these dims, alibi h_q floats
-            // or null, key_lens b u32 or null, o unused (null), rq `count`
-            // bytes, rd and rs count / 32 floats (checked above); s_k is at
-            // most ATTN_SHORT_KEYS(d), one query per sequence, row groups
-            // within a head group and of whole activation blocks; the grid
-            // covers (h_k * row groups of ATTN_SHORT_ROWS, b).
-            unsafe {
-                launcher.launch(
-                    kernel,
-                    cfg,
-                    &[
-                        &args, &qv, &kv, &vv, slopes, lens, null, r.q, r.d, r.s, &r.act,
-                    ],
-                )
-            }?;
-            return Ok(Attended::Rounded);
-        }
-        let mut out = alloc_out()?;
-        let o = out.view_all_mut();
-        let (null, act) = (mut_view_or_null(None), 0u32);
-        // SAFETY: as above, with o b*s_q*h_q*d elements, every one written,
-        // and rq, rd, rs null (act unused).
-        unsafe {
-            launcher.launch(
-                kernel,
-                cfg,
-                &[
-                    &args, &qv, &kv, &vv, slopes, lens, &o, null, null, null, &act,
-                ],
-            )
-        }?;
-        return Ok(Attended::Output(out));
-    }
-
     // Flash-decoding: partial results per key split, then their merge; one
     // split writes the output itself.
+    let per_kv = h_q / h_k;
     let row_groups = (s_q * per_kv).div_ceil(DECODE_ROWS);
     let blocks = size::product(OP, "the decode blocks", &[b, h_k, row_groups])?;
     let kernel = decode.kernel(OP, dtype)?;
@@ -866,13 +747,6 @@ mod tests {
             src.define("CH_MERGE_ROUND_VALUES"),
             Some(MERGE_ROUND_VALUES.to_string().as_str())
         );
-        for (name, value) in [
-            ("ATTN_SHORT_THREADS", SHORT_THREADS),
-            ("ATTN_SHORT_PACKS", SHORT_PACKS),
-            ("ATTN_SHORT_ROWS", SHORT_ROWS),
-        ] {
-            assert_eq!(src.define(name), Some(value.to_string().as_str()), "{name}");
-        }
     }
 
     #[test]
@@ -883,11 +757,5 @@ mod tests {
             }
         }
         assert!(families(72).is_none());
-        for d in [32, 64, 128, 256] {
-            assert!(short_family(d).unwrap().name.ends_with(&format!("_d{d}")));
-        }
-        assert!(short_family(80).is_none() && short_family(96).is_none());
-        // Every key's 16-byte packs in flight: 256 threads of 16 packs.
-        assert_eq!((short_keys(64), short_keys(128)), (512, 256));
     }
 }

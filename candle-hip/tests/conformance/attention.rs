@@ -222,11 +222,10 @@ fn run_case(
     }
 }
 
-const KERNELS: [AttentionKernel; 4] = [
+const KERNELS: [AttentionKernel; 3] = [
     AttentionKernel::Auto,
     AttentionKernel::Prefill,
     AttentionKernel::Decode,
-    AttentionKernel::Split,
 ];
 
 #[test]
@@ -292,7 +291,7 @@ fn flash_attn_matches_a_host_reference() {
     for mut c in cached {
         c.key_lens = true;
         for dtype in [DType::F16, DType::BF16] {
-            for kernel in [AttentionKernel::Auto, AttentionKernel::Split] {
+            for kernel in [AttentionKernel::Auto, AttentionKernel::Decode] {
                 run_case(&mut t, &mut rng, &dev, c, dtype, kernel, None);
             }
         }

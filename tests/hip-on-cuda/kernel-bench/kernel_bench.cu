@@ -492,19 +492,15 @@ static std::vector<ByDim> attention_kernels(const std::vector<Variant>& variants
     for (size_t pi = 0; pi < prefixes.size(); ++pi)
       for (int di = 0; di < 2; ++di) {
         std::string name = prefixes[pi] + (di == 0 ? "_d64_bf16" : "_d128_bf16");
-        CUfunction f = nullptr;
-        // A source may lack a family (the short decode): null then.
-        if (m && cuModuleGetFunction(&f, m, name.c_str()) != CUDA_SUCCESS) f = nullptr;
-        out[pi][di].push_back(f);
+        out[pi][di].push_back(m ? function(m, name.c_str()) : nullptr);
       }
   }
   return out;
 }
 
 static void attn_bench(const std::vector<Variant>& variants) {
-  const std::vector<ByDim> kernels =
-      attention_kernels(variants, {"flash_decode", "flash_combine", "flash_decode_short"});
-  const ByDim &decode = kernels[0], &merge = kernels[1], &short_decode = kernels[2];
+  const std::vector<ByDim> kernels = attention_kernels(variants, {"flash_decode", "flash_combine"});
+  const ByDim &decode = kernels[0], &merge = kernels[1];
   if (compile_only()) return;
   double rate = copy_rate();
   printf("copy rate %.0f GB/s, %d SMs\n", rate, g_sms);
@@ -568,27 +564,7 @@ static void attn_bench(const std::vector<Variant>& variants) {
       // One split writes the output itself (fused/attention.rs), where the
       // source's decode kernel takes `o`; others ignore the argument.
       const bool direct = splits == 1 && getenv("KERNEL_BENCH_NO_DIRECT") == nullptr;
-      // A variant of 4 rows a block takes the short decode (one launch, no
-      // splits; attention.hip's ATTN_SHORT_*) where the cache fits it.
-      const bool short_mode = var.c == 4;
-      if (short_mode && (!short_decode[di][vi] || c.keys > 256 * 16 * 8 / d)) {
-        printf(" | %-36s", "-");
-        outs.push_back(outs.empty() ? std::vector<uint16_t>() : outs[0]);
-        continue;
-      }
-      if (short_mode) a.split_keys = a.splits = 0;
       auto call = [&](int copy, bool with_merge) {
-        if (short_mode) {
-          uint16_t *kc = k + kv * copy, *vc = v + kv * copy;
-          void* alibi = nullptr;
-          void* key_lens = c.filled ? (void*)lens : nullptr;
-          void* unrounded = nullptr;  // rq, rd, rs: the output goes to o
-          uint32_t act = 0;
-          void* args[] = {&a, &q, &kc, &vc, &alibi, &key_lens, &o, &unrounded, &unrounded, &unrounded, &act};
-          CHECK_CU(cuLaunchKernel(short_decode[di][vi], hk * ((hq / hk + 3) / 4), c.batch, 1, var.a, 1, 1, 0, s,
-                                  args, nullptr));
-          return;
-        }
         uint16_t *kc = k + kv * copy, *vc = v + kv * copy;
         void* alibi = nullptr;
         void* key_lens = c.filled ? (void*)lens : nullptr;
@@ -617,10 +593,8 @@ static void attn_bench(const std::vector<Variant>& variants) {
     report_mismatches(outs);
     cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(o), cudaFree(part), cudaFree(lens);
   }
-  printf("registers (decode/merge/short, d128):");
-  for (size_t vi = 0; vi < variants.size(); ++vi)
-    printf(" %d/%d/%d", registers(decode[1][vi]), registers(merge[1][vi]),
-           short_decode[1][vi] ? registers(short_decode[1][vi]) : 0);
+  printf("registers (decode/merge, d128):");
+  for (size_t vi = 0; vi < variants.size(); ++vi) printf(" %d/%d", registers(decode[1][vi]), registers(merge[1][vi]));
   printf("\n");
 }
 
