@@ -1,6 +1,10 @@
 // Element-wise binary kernels with broadcasting and arbitrary strides:
 // Candle's BinaryOpT ops (badd_f32, bmaximum_u8, ...) and comparisons that
-// produce u8 (cmp_f32, cmp_i64, ...).
+// produce u8 (cmp_f32, cmp_i64, ...), for u8, u32, i64, f16, bf16, f32 and
+// f64. The host computes i16 and i32 as i64 and f8e4m3 as f32, which hold
+// every value exactly (catalogue.rs `Family::computed_as`): converted back,
+// results wrap and round once as kernels of their own would, and those
+// kernels do not add to the compile time.
 //
 // Signature: (const ElemInfo info, const T* lhs, const T* rhs, Out* out), with
 // operand 0 = lhs and operand 1 = rhs in info.strides (a broadcast dimension
@@ -101,12 +105,12 @@ struct BinaryFn<MinimumOp, ch_f8e4m3, true> {
     map_elems(info, out, BinaryFn<OP, ch_##TY>(), In<ch_##TY, 0>{lhs}, In<ch_##TY, 1>{rhs});         \
   }
 
-CH_NUMERIC(CH_BINARY_KERNEL, badd, AddOp)
-CH_NUMERIC(CH_BINARY_KERNEL, bsub, SubOp)
-CH_NUMERIC(CH_BINARY_KERNEL, bmul, MulOp)
-CH_NUMERIC(CH_BINARY_KERNEL, bdiv, DivOp)
-CH_NUMERIC(CH_BINARY_KERNEL, bmaximum, MaximumOp)
-CH_NUMERIC(CH_BINARY_KERNEL, bminimum, MinimumOp)
+CH_ALL(CH_BINARY_KERNEL, badd, AddOp)
+CH_ALL(CH_BINARY_KERNEL, bsub, SubOp)
+CH_ALL(CH_BINARY_KERNEL, bmul, MulOp)
+CH_ALL(CH_BINARY_KERNEL, bdiv, DivOp)
+CH_ALL(CH_BINARY_KERNEL, bmaximum, MaximumOp)
+CH_ALL(CH_BINARY_KERNEL, bminimum, MinimumOp)
 
 // ---------------------------------------------------------------------------
 // Comparisons: one kernel per dtype for the six of candle. The outcome of
@@ -132,4 +136,4 @@ struct CmpFn {
     map_elems(info, out, CmpFn<ch_##TY>{(ch_u32)accept}, In<ch_##TY, 0>{lhs}, In<ch_##TY, 1>{rhs}); \
   }
 
-CH_NUMERIC(CH_CMP_KERNEL, cmp, _)
+CH_ALL(CH_CMP_KERNEL, cmp, _)

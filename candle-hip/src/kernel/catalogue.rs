@@ -23,8 +23,8 @@ use candle_core::quantized::GgmlDType;
 use candle_hip_kernels::{self as sources, Source};
 
 use crate::dtype::{
-    self, ACTIVATIONS, ANY_FLOAT, CARRIERS, CORE, FLOATS, HALVES, INDEX, INTS, NUMERIC, RAW,
-    TILE_CONVERTED_IDS, WIDENED_IDS,
+    self, ACTIVATIONS, ANY_FLOAT, CARRIERS, CORE, CORE_AND_F8, FLOATS, HALVES, INDEX, INTS,
+    NUMERIC, RAW, TILE_CONVERTED_IDS, WIDENED_IDS,
 };
 use crate::error::Result;
 
@@ -36,6 +36,8 @@ pub(crate) enum Dtypes {
     Numeric,
     /// u8, u32, i64, f16, bf16, f32, f64: every element width.
     Core,
+    /// [`Dtypes::Core`] and f8e4m3.
+    CoreAndF8,
     /// u8, bf16, u32, i64: one dtype per element width.
     Carriers,
     /// f16, bf16, f32, f64.
@@ -64,6 +66,7 @@ impl Dtypes {
         match self {
             Dtypes::Numeric => &NUMERIC,
             Dtypes::Core => &CORE,
+            Dtypes::CoreAndF8 => &CORE_AND_F8,
             Dtypes::Carriers => &CARRIERS,
             Dtypes::Floats => &FLOATS,
             Dtypes::AnyFloat => &ANY_FLOAT,
@@ -182,6 +185,9 @@ pub(crate) struct Family {
     pub(crate) second: Option<Dtypes>,
     /// The dtypes outside the last group that the family serves too.
     pub(crate) carry: Carry,
+    /// The dtypes outside its group that the family computes in a wider
+    /// dtype ([`Family::computed_as`]), for the one-dtype families.
+    pub(crate) widen: Option<Dtypes>,
 }
 
 /// One kernel: a family and its dtype suffix(es).
@@ -225,6 +231,29 @@ impl Family {
     /// less than half the code and compile time.
     pub(crate) fn reads_contiguous(&self) -> bool {
         self.source == sources::UNARY || self.source == sources::CAST
+    }
+
+    /// The dtype this family computes `dtype` in: `dtype` itself, except
+    /// for the dtypes outside its group that it widens (`widens` in the
+    /// table): i16 and i32 as i64, f8e4m3 as f32. The wide dtype holds
+    /// every value of the narrow one, so the host converts the operands,
+    /// runs the wide kernel and converts the result back, and gets what a
+    /// kernel of the narrow dtype gives: integer results wrap, f8e4m3 ones
+    /// round once from f32, positions and comparisons are the same. Only
+    /// families whose narrow kernels would compute exactly that widen
+    /// (each of their ops is checked against candle's CPU backend in the
+    /// dtype suite). A lookup of the dtype returned may still fail.
+    pub(crate) fn computed_as(&self, dtype: DType) -> DType {
+        let wider = match dtype {
+            DType::I16 | DType::I32 => DType::I64,
+            DType::F8E4M3 => DType::F32,
+            _ => return dtype,
+        };
+        let widened = !self.first.list().contains(&dtype)
+            && self
+                .widen
+                .is_some_and(|group| group.list().contains(&dtype));
+        if widened { wider } else { dtype }
     }
 
     /// The kernel of this one-dtype family for `dtype`, or candle's
@@ -356,11 +385,12 @@ impl Family {
 }
 
 /// Defines one `Family` constant per line (`NAME = "prefix" in SOURCE
-/// [part N]: dtypes [x dtypes] [carries Carry] [per BLOCK_LIST];`) and
-/// [`FAMILIES`], the list of all of them.
+/// [part N]: dtypes [x dtypes] [carries Carry] [widens dtypes] [per
+/// BLOCK_LIST];`) and [`FAMILIES`], the list of all of them.
 macro_rules! families {
     ($($konst:ident = $name:literal in $source:ident $(part $part:literal)?: $first:ident
-        $(x $second:ident)? $(carries $carry:ident)? $(per $block:ident)?;)*) => {
+        $(x $second:ident)? $(carries $carry:ident)? $(widens $widen:ident)?
+        $(per $block:ident)?;)*) => {
         $(
             #[doc = concat!("`", $name, "_*` in `", stringify!($source), "`.")]
             pub(crate) const $konst: Family = Family {
@@ -371,6 +401,7 @@ macro_rules! families {
                 first: Dtypes::$first,
                 second: families!(@second $($second)?),
                 carry: families!(@carry $($carry)?),
+                widen: families!(@second $($widen)?),
             };
         )*
         /// Every kernel family of the sources.
@@ -409,32 +440,32 @@ families! {
     AFFINE = "affine" in UNARY: Numeric;
     POWF = "powf" in UNARY: AnyFloat;
     ELU = "elu" in UNARY: AnyFloat;
-    BADD = "badd" in BINARY: Numeric;
-    BSUB = "bsub" in BINARY: Numeric;
-    BMUL = "bmul" in BINARY: Numeric;
-    BDIV = "bdiv" in BINARY: Numeric;
-    BMAXIMUM = "bmaximum" in BINARY: Numeric;
-    BMINIMUM = "bminimum" in BINARY: Numeric;
-    CMP = "cmp" in BINARY: Numeric;
+    BADD = "badd" in BINARY: Core widens Numeric;
+    BSUB = "bsub" in BINARY: Core widens Numeric;
+    BMUL = "bmul" in BINARY: Core widens Numeric;
+    BDIV = "bdiv" in BINARY: Core widens Numeric;
+    BMAXIMUM = "bmaximum" in BINARY: Core widens Numeric;
+    BMINIMUM = "bminimum" in BINARY: Core widens Numeric;
+    CMP = "cmp" in BINARY: Core widens Numeric;
     CAST = "cast" in CAST: Numeric x Numeric;
     WIDEN_IDS = "widen_ids" in CAST: WidenedIds;
     TILE_IDS = "tile_ids" in CAST: TileConvertedIds;
     WHERE = "where" in WHERE: Ints x Carriers carries Numeric;
-    REDUCE_SUM = "reduce_sum" in REDUCE part 1: Core;
-    REDUCE_MINMAX = "reduce_minmax" in REDUCE part 2: Core;
-    REDUCE_ARGMINMAX = "reduce_argminmax" in REDUCE part 3: Core;
-    REDUCE_COLS_SUM = "reduce_cols_sum" in REDUCE part 1: Core;
-    REDUCE_COLS_MINMAX = "reduce_cols_minmax" in REDUCE part 2: Core;
-    REDUCE_COLS_ARGMINMAX = "reduce_cols_argminmax" in REDUCE part 3: Core;
+    REDUCE_SUM = "reduce_sum" in REDUCE part 1: Core widens Numeric;
+    REDUCE_MINMAX = "reduce_minmax" in REDUCE part 2: Core widens Numeric;
+    REDUCE_ARGMINMAX = "reduce_argminmax" in REDUCE part 3: Core widens Numeric;
+    REDUCE_COLS_SUM = "reduce_cols_sum" in REDUCE part 1: Core widens Numeric;
+    REDUCE_COLS_MINMAX = "reduce_cols_minmax" in REDUCE part 2: Core widens Numeric;
+    REDUCE_COLS_ARGMINMAX = "reduce_cols_argminmax" in REDUCE part 3: Core widens Numeric;
     INDEX_SELECT = "index_select" in INDEXING part 1: Carriers carries Numeric;
     GATHER = "gather" in INDEXING part 1: Carriers carries Numeric;
     SCATTER = "scatter" in INDEXING part 2: Carriers carries Numeric;
-    SCATTER_ADD = "scatter_add" in INDEXING part 2: Numeric;
-    INDEX_ADD = "index_add" in INDEXING part 2: Numeric;
-    INDEX_ADD_ROWS = "index_add_rows" in INDEXING part 2: Numeric;
+    SCATTER_ADD = "scatter_add" in INDEXING part 2: CoreAndF8 widens Numeric;
+    INDEX_ADD = "index_add" in INDEXING part 2: CoreAndF8 widens Numeric;
+    INDEX_ADD_ROWS = "index_add_rows" in INDEXING part 2: CoreAndF8 widens Numeric;
     SCATTER_TILES = "scatter_tiles" in INDEXING part 3: Carriers carries Numeric;
-    SCATTER_ADD_TILES = "scatter_add_tiles" in INDEXING part 4: Numeric;
-    INDEX_ADD_TILES = "index_add_tiles" in INDEXING part 5: Numeric;
+    SCATTER_ADD_TILES = "scatter_add_tiles" in INDEXING part 4: CoreAndF8 widens Numeric;
+    INDEX_ADD_TILES = "index_add_tiles" in INDEXING part 5: CoreAndF8 widens Numeric;
     UCOPY = "ucopy" in COPY: Carriers carries Stored;
     COPY2D = "copy2d" in COPY: Carriers carries Stored;
     TRANSPOSE = "transpose" in COPY: Carriers carries Stored;
@@ -577,17 +608,6 @@ pub(crate) fn reduce_family(op: ReduceOp, packed: bool) -> &'static Family {
     }
 }
 
-/// The dtype whose reduction kernels reduce `dtype`: i64 for i16 and i32,
-/// f32 for f8e4m3 (both hold every value exactly; `reduce.hip` has no
-/// kernels of those three), `dtype` itself otherwise.
-pub(crate) fn reduce_dtype(dtype: DType) -> DType {
-    match dtype {
-        DType::I16 | DType::I32 => DType::I64,
-        DType::F8E4M3 => DType::F32,
-        d => d,
-    }
-}
-
 /// The last argument of a min/max kernel launch (`largest`: 1 for max and
 /// argmax, 0 for min and argmin); `None` for a sum, which takes none.
 pub(crate) fn reduce_direction(op: ReduceOp) -> Option<u32> {
@@ -662,7 +682,7 @@ mod tests {
             assert_eq!(f.source, sources::BINARY, "{k}");
             for &d in &SUPPORTED {
                 assert_eq!(
-                    f.kernel("binary", d).is_ok(),
+                    f.kernel("binary", f.computed_as(d)).is_ok(),
                     NUMERIC.contains(&d),
                     "{k} {d:?}"
                 );
@@ -749,9 +769,15 @@ mod tests {
         assert_eq!(k.name(), "gather_bf16");
         assert!(indexing_kernel(&GATHER, "gather", DType::I16, DType::F32).is_err());
         assert!(indexing_kernel(&SCATTER, "scatter", DType::I32, DType::F32).is_err());
-        // Families that compute do not carry.
-        let k = indexing_kernel(&SCATTER_ADD, "scatter-add", DType::U32, DType::I16).unwrap();
-        assert_eq!(k.name(), "scatter_add_i16");
+        // Families that compute do not carry; the adds widen i16 and i32.
+        let k = indexing_kernel(&SCATTER_ADD, "scatter-add", DType::U32, DType::F8E4M3).unwrap();
+        assert_eq!(k.name(), "scatter_add_f8e4m3");
+        assert!(indexing_kernel(&SCATTER_ADD, "scatter-add", DType::U32, DType::I16).is_err());
+        assert_eq!(SCATTER_ADD.computed_as(DType::I16), DType::I64);
+        assert_eq!(SCATTER_ADD.computed_as(DType::F8E4M3), DType::F8E4M3);
+        assert_eq!(BADD.computed_as(DType::F8E4M3), DType::F32);
+        assert_eq!(BADD.computed_as(DType::F16), DType::F16);
+        assert_eq!(UEXP.computed_as(DType::I32), DType::I32);
         assert!(CAST.pair("to_dtype", DType::F4, DType::U8).is_err());
         // Every carried lookup lands on a kernel the family has.
         for f in FAMILIES {
@@ -821,7 +847,7 @@ mod tests {
             macro_rules! binary {
                 ($($op:ty => $family:ident),*) => {$(
                     assert_eq!(
-                        both(&$family, d),
+                        both(&$family, $family.computed_as(d)),
                         cpu_ok(|| x.binary_impl::<$op>(&x, &l, &l)),
                         "{}",
                         what(<$op>::NAME)
@@ -831,7 +857,7 @@ mod tests {
             binary!(op::Add => BADD, op::Sub => BSUB, op::Mul => BMUL, op::Div => BDIV,
                 op::Maximum => BMAXIMUM, op::Minimum => BMINIMUM);
             assert_eq!(
-                CMP.kernel("cmp", d).is_ok(),
+                CMP.kernel("cmp", CMP.computed_as(d)).is_ok(),
                 cpu_ok(|| x.cmp(CmpOp::Lt, &x, &l, &l)),
                 "{}",
                 what("cmp")
@@ -854,7 +880,12 @@ mod tests {
                 let cpu = cpu_ok(|| x.reduce_op(op, &l, &[0]));
                 for packed in [false, true] {
                     let family = reduce_family(op, packed);
-                    assert_eq!(both(family, reduce_dtype(d)), cpu, "{}", what("reduce"));
+                    assert_eq!(
+                        both(family, family.computed_as(d)),
+                        cpu,
+                        "{}",
+                        what("reduce")
+                    );
                 }
             }
             // where_cond: `d` as the predicate, then as the values.
@@ -892,12 +923,12 @@ mod tests {
             let mut dst = x.clone();
             let cpu = cpu_ok(|| dst.scatter_add_set(&l, &u32s, &l, &x, &l, 0));
             for family in [&SCATTER_ADD, &SCATTER_ADD_TILES] {
-                let hip = indexing_kernel(family, "op", DType::U32, d).is_ok();
+                let hip = indexing_kernel(family, "op", DType::U32, family.computed_as(d)).is_ok();
                 assert_eq!(hip, cpu, "{}", what(family.name));
             }
             let cpu = cpu_ok(|| x.index_add(&l, &u32s, &l, &x, &l, 0));
             for family in [&INDEX_ADD, &INDEX_ADD_ROWS, &INDEX_ADD_TILES] {
-                let hip = indexing_kernel(family, "op", DType::U32, d).is_ok();
+                let hip = indexing_kernel(family, "op", DType::U32, family.computed_as(d)).is_ok();
                 assert_eq!(hip, cpu, "{}", what(family.name));
             }
             let as_ids = ids(d);
@@ -1016,7 +1047,8 @@ mod tests {
         assert_eq!(CAST.kernels().len(), 100);
         assert_eq!(WHERE.kernels().len(), 20);
         assert_eq!(GATHER.kernels().len(), 4);
-        assert_eq!(SCATTER_ADD.kernels().len(), 10);
+        assert_eq!(SCATTER_ADD.kernels().len(), 8);
+        assert_eq!(BADD.kernels().len(), 7);
         assert_eq!(WIDEN_IDS.kernels().len(), 3);
         assert_eq!(TILE_IDS.kernels().len(), 4);
         assert_eq!(QMATVEC_FEW256.kernels().len(), 6);
@@ -1032,7 +1064,7 @@ mod tests {
         // What the sandbox check compiles for each AMD target (each kernel
         // more or fewer is compile time; see kernels/README.md).
         let total: usize = FAMILIES.iter().map(|f| f.kernels().len()).sum();
-        assert_eq!(total, 707);
+        assert_eq!(total, 676);
     }
 
     #[test]
@@ -1066,8 +1098,8 @@ mod tests {
             "transpose_bf16",
             "rand_normal_bf16",
             "uexp_f8e4m3",
-            "badd_i16",
-            "cmp_i32",
+            "badd_f64",
+            "cmp_u32",
             "cast_f64_f8e4m3",
             "cast_f8e4m3_i16",
             "where_i32_i64",

@@ -181,6 +181,16 @@ pub(crate) fn binary(
     op: &'static str,
 ) -> Result<HipStorage> {
     lhs.check_dtype(rhs, op)?;
+    let wide = family.computed_as(lhs.dtype());
+    if wide != lhs.dtype() {
+        return widened(
+            (lhs, lhs_l),
+            (rhs, rhs_l),
+            wide,
+            Some(lhs.dtype()),
+            |l, r, layout| binary(l, r, layout, layout, family, op),
+        );
+    }
     let k = family.kernel(op, lhs.dtype())?;
     run(
         op,
@@ -200,6 +210,12 @@ pub(crate) fn cmp(
     rhs_l: &Layout,
 ) -> Result<HipStorage> {
     lhs.check_dtype(rhs, "cmp")?;
+    let wide = cat::CMP.computed_as(lhs.dtype());
+    if wide != lhs.dtype() {
+        return widened((lhs, lhs_l), (rhs, rhs_l), wide, None, |l, r, layout| {
+            cmp(l, op, r, layout, layout)
+        });
+    }
     let k = cat::CMP.kernel("cmp", lhs.dtype())?;
     run(
         "cmp",
@@ -208,6 +224,25 @@ pub(crate) fn cmp(
         DType::U8,
         &[f64::from(cat::cmp_accept(op))],
     )
+}
+
+/// `f` of two operands of one shape computed in `wide`
+/// ([`Family::computed_as`]): both converted to contiguous copies of
+/// `wide` (read with the layout they share), the result converted to
+/// `back` where given.
+fn widened(
+    (lhs, lhs_l): (&HipStorage, &Layout),
+    (rhs, rhs_l): (&HipStorage, &Layout),
+    wide: DType,
+    back: Option<DType>,
+    f: impl FnOnce(&HipStorage, &HipStorage, &Layout) -> Result<HipStorage>,
+) -> Result<HipStorage> {
+    let layout = Layout::contiguous(lhs_l.shape());
+    let out = f(&cast(lhs, lhs_l, wide)?, &cast(rhs, rhs_l, wide)?, &layout)?;
+    match back {
+        Some(dtype) => cast(&out, &layout, dtype),
+        None => Ok(out),
+    }
 }
 
 /// A conversion to `dtype`.
@@ -288,6 +323,18 @@ pub(crate) fn where_cond(
         input(on_false, false_l),
     ];
     run("where_cond", k, &inputs, on_true.dtype(), &[])
+}
+
+/// Converts the elements `layout` selects from `src`, in row-major order,
+/// to `dtype` in the contiguous `out`.
+pub(crate) fn cast_into(
+    src: &HipStorage,
+    layout: &Layout,
+    out: DeviceViewMut<'_, u8>,
+    dtype: DType,
+) -> Result<()> {
+    let k = cat::CAST.pair("to_dtype", src.dtype(), dtype)?;
+    launch_into("to_dtype", k, &[input(src, layout)], out, dtype, &[])
 }
 
 /// Copies the elements `layout` selects from `src`, in row-major order, to

@@ -9,7 +9,7 @@ use candle_core::{DType, Layout};
 use hip_safe::KernelArg;
 
 use crate::error::{Result, invalid};
-use crate::kernel::catalogue::{reduce_direction, reduce_dtype, reduce_family};
+use crate::kernel::catalogue::{reduce_direction, reduce_family};
 use crate::kernel::header::{REDUCE_MAX_DIMS, REDUCE_STATE_BYTES};
 use crate::kernel::info::{ReduceInfo, ReduceMode};
 use crate::size;
@@ -24,7 +24,7 @@ pub(crate) fn reduce(
     layout: &Layout,
     dims: &[usize],
 ) -> Result<HipStorage> {
-    let wide = reduce_dtype(src.dtype());
+    let wide = reduce_family(op, false).computed_as(src.dtype());
     if wide != src.dtype() {
         return reduce_widened(src, op, layout, dims, wide);
     }
@@ -123,7 +123,8 @@ pub(crate) fn reduce(
 
 /// Reduces `src` as `wide`, a dtype that holds each of its values exactly,
 /// and converts a sum, minimum or maximum back (positions stay u32): i16,
-/// i32 and f8e4m3 as the dtype whose kernels reduce them ([`reduce_dtype`]),
+/// i32 and f8e4m3 as the dtype whose kernels reduce them
+/// (`Family::computed_as`),
 /// where minima, maxima and positions are the same and a sum wraps
 /// (integers) or rounds once (f8e4m3, whose kernels would sum in f32 too) as
 /// the narrow dtype's own kernel would; and the f16/bf16 sums that
