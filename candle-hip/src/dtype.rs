@@ -65,16 +65,15 @@ pub(crate) const CORE: [DType; 7] = [
 /// [`CORE`] and f8e4m3: the dtypes of the adding indexing kernels, which
 /// compute i16 and i32 as i64 (f8e4m3 sums round after every addition, as
 /// candle's CPU backend rounds them, so f32 could not stand in for it).
-pub(crate) const CORE_AND_F8: [DType; 8] = [
-    DType::U8,
-    DType::U32,
-    DType::I64,
-    DType::F16,
-    DType::BF16,
-    DType::F32,
-    DType::F64,
-    DType::F8E4M3,
-];
+pub(crate) const CORE_AND_F8: [DType; 8] = {
+    let mut dtypes = [DType::F8E4M3; 8];
+    let mut i = 0;
+    while i < CORE.len() {
+        dtypes[i] = CORE[i];
+        i += 1;
+    }
+    dtypes
+};
 
 /// One dtype per element width, each the [`carrier`] of its width: the
 /// dtypes of the kernels that move elements without looking at them.
