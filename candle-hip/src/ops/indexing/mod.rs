@@ -267,26 +267,6 @@ pub(crate) fn scatter(
     for layout in [dst_l, ids_l, src_l] {
         require_contiguous(layout, op)?;
     }
-    let wide = families.columns.computed_as(dst.dtype());
-    if wide != dst.dtype() {
-        // Updated in a wide copy, then converted back into dst's elements.
-        let layout = Layout::contiguous(dst_l.shape());
-        let mut wide_dst = dst.to_dtype(dst_l, wide)?;
-        let wide_src = src.to_dtype(src_l, wide)?;
-        let src_l = Layout::contiguous(src_l.shape());
-        scatter(
-            &mut wide_dst,
-            &layout,
-            ids,
-            ids_l,
-            &wide_src,
-            &src_l,
-            dim,
-            mode,
-        )?;
-        let dtype = dst.dtype();
-        return elementwise::cast_into(&wide_dst, &layout, dst.view_mut(op, dst_l)?, dtype);
-    }
     check_dim(dim, dst_l.dims(), op)?;
     if ids_l.dims() != src_l.dims() || ids_l.dims().len() != dst_l.dims().len() {
         return Err(invalid(
@@ -310,6 +290,26 @@ pub(crate) fn scatter(
                 dst_l.dims()
             ),
         ));
+    }
+    let wide = families.columns.computed_as(dst.dtype());
+    if wide != dst.dtype() {
+        // Updated in a wide copy, then converted back into dst's elements.
+        let layout = Layout::contiguous(dst_l.shape());
+        let mut wide_dst = dst.to_dtype(dst_l, wide)?;
+        let wide_src = src.to_dtype(src_l, wide)?;
+        let src_l = Layout::contiguous(src_l.shape());
+        scatter(
+            &mut wide_dst,
+            &layout,
+            ids,
+            ids_l,
+            &wide_src,
+            &src_l,
+            dim,
+            mode,
+        )?;
+        let dtype = dst.dtype();
+        return elementwise::cast_into(&wide_dst, &layout, dst.view_mut(op, dst_l)?, dtype);
     }
     let mut info = IndexInfo {
         left: to_u64(left),
@@ -367,16 +367,6 @@ pub(crate) fn index_add(
     dst.check_dtype(src, OP)?;
     require_contiguous(ids_l, OP)?;
     require_contiguous(src_l, OP)?;
-    let wide = INDEX_ADD.columns.computed_as(dst.dtype());
-    if wide != dst.dtype() {
-        let (layout, src_layout) = (
-            Layout::contiguous(dst_l.shape()),
-            Layout::contiguous(src_l.shape()),
-        );
-        let (wide_dst, wide_src) = (dst.to_dtype(dst_l, wide)?, src.to_dtype(src_l, wide)?);
-        let out = index_add(&wide_dst, &layout, ids, ids_l, &wide_src, &src_layout, dim)?;
-        return out.to_dtype(&layout, dst.dtype());
-    }
     check_dim(dim, dst_l.dims(), OP)?;
     check_dim(dim, src_l.dims(), OP)?;
     let n_ids = size::numel(OP, ids_l.dims())?;
@@ -392,6 +382,16 @@ pub(crate) fn index_add(
                 dst_l.dims()
             ),
         ));
+    }
+    let wide = INDEX_ADD.columns.computed_as(dst.dtype());
+    if wide != dst.dtype() {
+        let (layout, src_layout) = (
+            Layout::contiguous(dst_l.shape()),
+            Layout::contiguous(src_l.shape()),
+        );
+        let (wide_dst, wide_src) = (dst.to_dtype(dst_l, wide)?, src.to_dtype(src_l, wide)?);
+        let out = index_add(&wide_dst, &layout, ids, ids_l, &wide_src, &src_layout, dim)?;
+        return out.to_dtype(&layout, dst.dtype());
     }
     let mut info = IndexInfo {
         left: to_u64(left),

@@ -124,10 +124,9 @@ pub(crate) fn reduce(
 /// Reduces `src` as `wide`, a dtype that holds each of its values exactly,
 /// and converts a sum, minimum or maximum back (positions stay u32): i16,
 /// i32 and f8e4m3 as the dtype whose kernels reduce them
-/// (`Family::computed_as`),
-/// where minima, maxima and positions are the same and a sum wraps
-/// (integers) or rounds once (f8e4m3, whose kernels would sum in f32 too) as
-/// the narrow dtype's own kernel would; and the f16/bf16 sums that
+/// (`Family::computed_as`), where minima, maxima and positions are the same
+/// and a sum wraps (integers) or rounds once (f8e4m3, whose kernels would sum
+/// in f32 too) as the narrow dtype's own kernel would; and the f16/bf16 sums that
 /// [`reduce_in_steps`] takes in two passes, in f32 as the kernels sum them.
 fn reduce_widened(
     src: &HipStorage,
