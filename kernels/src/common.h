@@ -929,6 +929,10 @@ __device__ __forceinline__ typename R::State block_reduce(typename R::State s, t
 // depends on the type.
 #define CH_NARROW_INTS(M, NAME, OP) CH_EACH(M, NAME, OP, i16) CH_EACH(M, NAME, OP, i32)
 #define CH_F8(M, NAME, OP) CH_EACH(M, NAME, OP, f8e4m3)
+// Every dtype with arithmetic but i16 and i32: the families whose i16 and
+// i32 results the host computes as i64 (which wrap back to theirs;
+// catalogue.rs `Family::computed_as`) while f8e4m3 keeps kernels of its own.
+#define CH_CORE_AND_F8(M, NAME, OP) CH_ALL(M, NAME, OP) CH_F8(M, NAME, OP)
 // One dtype per element width (1, 2, 4, 8 bytes): the kernels that move
 // elements without looking at them (copies, fills, selects), which the host
 // runs for every dtype of that width.

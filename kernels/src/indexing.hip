@@ -605,11 +605,9 @@ __device__ __forceinline__ void tiles_body(const IndexInfo& info, const NarrowId
 #define CH_SCATTER_ADD_TILES(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CANDLE_HIP_WAVE, (tiles_body<true, true>), CH_U32_IDS)
 #define CH_INDEX_ADD_TILES(NAME, _, TY) CH_INDEXING_KERNEL(NAME, TY, CANDLE_HIP_WAVE, (tiles_body<true, false>), CH_U32_IDS)
 
-// The value dtypes of the adding kernels (scatter_add, index_add): every
-// dtype with arithmetic but i16 and i32, which the host adds as i64 (whose
-// sums wrap back to theirs; catalogue.rs `Family::computed_as`). f8e4m3
-// keeps kernels of its own: candle rounds its sum after every addition.
-#define CH_ADDED(M, NAME, OP) CH_ALL(M, NAME, OP) CH_F8(M, NAME, OP)
+// The adding kernels (scatter_add, index_add) add i16 and i32 as i64;
+// f8e4m3 keeps kernels of its own, because candle rounds its sum after
+// every addition.
 
 // Parts (each compiled per group of dtypes as a unit of its own): 1 reads,
 // 2 column walks, 3 to 5 one tile family each (the largest kernels).
@@ -619,16 +617,16 @@ CH_CARRIERS(CH_READ_KERNEL, gather, _)
 #endif
 #if CH_PART(2)
 CH_CARRIERS(CH_SCATTER_SET, scatter, _)
-CH_ADDED(CH_SCATTER_ADD, scatter_add, _)
-CH_ADDED(CH_INDEX_ADD_KERNEL, index_add, _)
-CH_ADDED(CH_INDEX_ADD_KERNEL, index_add_rows, _)
+CH_CORE_AND_F8(CH_SCATTER_ADD, scatter_add, _)
+CH_CORE_AND_F8(CH_INDEX_ADD_KERNEL, index_add, _)
+CH_CORE_AND_F8(CH_INDEX_ADD_KERNEL, index_add_rows, _)
 #endif
 #if CH_PART(3)
 CH_CARRIERS(CH_SCATTER_SET_TILES, scatter_tiles, _)
 #endif
 #if CH_PART(4)
-CH_ADDED(CH_SCATTER_ADD_TILES, scatter_add_tiles, _)
+CH_CORE_AND_F8(CH_SCATTER_ADD_TILES, scatter_add_tiles, _)
 #endif
 #if CH_PART(5)
-CH_ADDED(CH_INDEX_ADD_TILES, index_add_tiles, _)
+CH_CORE_AND_F8(CH_INDEX_ADD_TILES, index_add_tiles, _)
 #endif

@@ -12,7 +12,8 @@
 // expression candle's CPU backend evaluates with the float8 crate's
 // operators (one for most ops, several for gelu, silu, affine and elu).
 // Integer dtypes have the ops whose result Candle defines for them (copy, abs,
-// relu, sign, ceil, floor, round).
+// relu, sign, ceil, floor, round); the host computes those of i16 and i32
+// as i64 (catalogue.rs `Family::computed_as`).
 
 #include "common.h"
 
@@ -251,12 +252,12 @@ CH_ANY_FLOAT(CH_UNARY_KERNEL, uneg, NegOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, urecip, RecipOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, usqr, SqrOp)
 CH_ANY_FLOAT(CH_UNARY_KERNEL, usqrt, SqrtOp)
-CH_NUMERIC(CH_UNARY_KERNEL, urelu, ReluOp)
-CH_NUMERIC(CH_UNARY_KERNEL, uabs, AbsOp)
-CH_NUMERIC(CH_UNARY_KERNEL, uceil, CeilOp)
-CH_NUMERIC(CH_UNARY_KERNEL, ufloor, FloorOp)
-CH_NUMERIC(CH_UNARY_KERNEL, uround, RoundOp)
-CH_NUMERIC(CH_UNARY_KERNEL, usign, SignOp)
+CH_CORE_AND_F8(CH_UNARY_KERNEL, urelu, ReluOp)
+CH_CORE_AND_F8(CH_UNARY_KERNEL, uabs, AbsOp)
+CH_CORE_AND_F8(CH_UNARY_KERNEL, uceil, CeilOp)
+CH_CORE_AND_F8(CH_UNARY_KERNEL, ufloor, FloorOp)
+CH_CORE_AND_F8(CH_UNARY_KERNEL, uround, RoundOp)
+CH_CORE_AND_F8(CH_UNARY_KERNEL, usign, SignOp)
 
 // ---------------------------------------------------------------------------
 // Ops with scalar parameters. As in Candle's CPU backend, each parameter is

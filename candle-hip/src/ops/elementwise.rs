@@ -138,6 +138,11 @@ pub(crate) fn unary(
     family: &'static Family,
     op: &'static str,
 ) -> Result<HipStorage> {
+    let wide = family.computed_as(src.dtype());
+    if wide != src.dtype() {
+        let out = unary(&cast(src, layout, wide)?, &contiguous(layout), family, op)?;
+        return cast(&out, &contiguous(layout), src.dtype());
+    }
     let k = family.kernel(op, src.dtype())?;
     run(op, k, &[input(src, layout)], src.dtype(), &[])
 }
@@ -237,12 +242,17 @@ fn widened(
     back: Option<DType>,
     f: impl FnOnce(&HipStorage, &HipStorage, &Layout) -> Result<HipStorage>,
 ) -> Result<HipStorage> {
-    let layout = Layout::contiguous(lhs_l.shape());
+    let layout = contiguous(lhs_l);
     let out = f(&cast(lhs, lhs_l, wide)?, &cast(rhs, rhs_l, wide)?, &layout)?;
     match back {
         Some(dtype) => cast(&out, &layout, dtype),
         None => Ok(out),
     }
+}
+
+/// The contiguous layout of `layout`'s shape: that of a converted copy.
+fn contiguous(layout: &Layout) -> Layout {
+    Layout::contiguous(layout.shape())
 }
 
 /// A conversion to `dtype`.
@@ -303,7 +313,7 @@ fn convert_ids(
 ) -> Result<(HipStorage, Layout)> {
     let k = family.kernel(op, ids.dtype())?;
     let converted = run(op, k, &[input(ids, layout)], dtype, &[])?;
-    Ok((converted, Layout::contiguous(layout.shape())))
+    Ok((converted, contiguous(layout)))
 }
 
 /// `pred != 0 ? on_true : on_false`.
