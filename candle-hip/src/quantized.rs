@@ -196,6 +196,19 @@ fn activation_code(act: GgmlDType) -> u32 {
     }
 }
 
+/// Checks that rows of `k` values are whole blocks of `weights`' type, as
+/// the activations rounded for them must be before any rounding kernel
+/// writes their scales.
+fn whole_blocks(weights: &QuantizedStorage, k: usize) -> Result<()> {
+    if k.is_multiple_of(weights.dtype.block_size()) {
+        return Ok(());
+    }
+    Err(invalid(
+        "qmatmul",
+        format!("{k} columns are not whole {:?} blocks", weights.dtype),
+    ))
+}
+
 impl QuantizedStorage {
     /// Copies `data`, whole blocks of `dtype` in GGML's layout, to `device`.
     pub fn from_blocks(device: &HipDevice, dtype: GgmlDType, data: &[u8]) -> Result<Self> {
@@ -572,7 +585,7 @@ impl QuantizedStorage {
     ) -> Result<HipStorage> {
         const OP: &str = "fused_attention_qmatvec";
         let dims = q_l.dims();
-        if dims.len() != 4 || dims[0] * dims[1] != 1 {
+        if dims.len() != 4 || dims[..2] != [1, 1] {
             return Err(invalid(
                 OP,
                 format!("an attention of one query row, not q {dims:?}"),
@@ -825,12 +838,7 @@ impl Rounded {
     ) -> Result<Rounded> {
         const OP: &str = "qmatmul";
         let block = activation_type(weights.dtype);
-        if !k.is_multiple_of(weights.dtype.block_size()) {
-            return Err(invalid(
-                OP,
-                format!("{k} columns are not whole {:?} blocks", weights.dtype),
-            ));
-        }
+        whole_blocks(weights, k)?;
         let launcher = weights.device().kernels();
         // SAFETY: quantize_act_* below writes every integer, scale and sum.
         let mut act = unsafe { Rounded::uninit(weights.device(), block, x.dtype(), rows, k) }?;
@@ -927,6 +935,7 @@ impl Rounded {
         const OP: &str = "qmatmul";
         let block = activation_type(weights.dtype);
         let (rows, k) = (splits.rows(), splits.row_width());
+        whole_blocks(weights, k)?;
         // SAFETY: flash_combine_round writes every integer, scale and sum.
         let mut act = unsafe { Rounded::uninit(weights.device(), block, splits.dtype(), rows, k) }?;
         let (count, scales) = (rows * k, rows * k / SUB);

@@ -63,8 +63,12 @@ struct Taps {
 __device__ __forceinline__ Taps bilinear_taps(ch_u64 o, double scale, ch_u64 size, bool align_corners) {
   const double pos = align_corners ? scale * (double)o : scale * ((double)o + 0.5) - 0.5;
   const double clamped = pos > 0.0 ? pos : 0.0;
+  // A caller's scale factor may place a position past the last source
+  // index (candle's CPU backend then indexes out of bounds): it reads the
+  // edge, and the conversion never sees a value past the index range.
+  const double last = (double)(size - 1);
   Taps t;
-  t.i0 = (ch_u64)floor(clamped);
+  t.i0 = (ch_u64)floor(clamped < last ? clamped : last);
   t.i1 = t.i0 + 1 < size - 1 ? t.i0 + 1 : size - 1;
   const double w = clamped - (double)t.i0;
   t.w = w < 0.0 ? 0.0 : (w > 1.0 ? 1.0 : w);

@@ -214,9 +214,12 @@ pub fn flash_attn_quantized_linear(
         return Ok(None);
     };
     let (b, s_q, h_q, d) = q.dims4()?;
-    let row = Layout::contiguous((1, h_q * d));
+    let Some(width) = h_q.checked_mul(d) else {
+        return Ok(None);
+    };
+    let row = Layout::contiguous((1, width));
     if as_hip_device(q.device()).is_none()
-        || b * s_q != 1
+        || (b, s_q) != (1, 1)
         || !QuantizedStorage::fused_parts_take(&blocks, q.dtype(), &row, false)
     {
         return Ok(None);

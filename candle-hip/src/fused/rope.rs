@@ -78,7 +78,8 @@ fn sizes(variant: Variant, x: &Layout, cos: &Layout, sin: &Layout) -> Result<Siz
     };
     let (ct, cd) = cos_sin_dims(op, "cos", cos, b)?;
     let (st, sd) = cos_sin_dims(op, "sin", sin, b)?;
-    if cd * 2 != d || sd * 2 != d || t > ct || t > st {
+    let doubled = |half: usize| half.checked_mul(2) == Some(d);
+    if !doubled(cd) || !doubled(sd) || t > ct || t > st {
         return Err(invalid(
             op,
             format!(
@@ -415,7 +416,11 @@ impl<'a> StepRope<'a> {
             .state_len()
             .ok_or_else(|| invalid(op, format!("{cache:?} overflows")))?;
         let rows = match *cos_l.dims() {
-            [rows, half] if half * 2 == head_dim && cos_l.dims() == sin_l.dims() => rows,
+            [rows, half]
+                if half.checked_mul(2) == Some(head_dim) && cos_l.dims() == sin_l.dims() =>
+            {
+                rows
+            }
             _ => {
                 return Err(invalid(
                     op,

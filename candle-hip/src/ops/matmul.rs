@@ -122,13 +122,10 @@ fn unexpected(
     .bt()
 }
 
-/// Plans `(b, m, n, k)` for these layouts (`lhs`: `… × m × k`, `rhs`:
-/// `… × k × n`, the same batch dimensions). The sizes are non-zero.
-pub(crate) fn plan(
-    bmnk: (usize, usize, usize, usize),
-    lhs_l: &Layout,
-    rhs_l: &Layout,
-) -> Result<Plan> {
+/// Checks that the layouts have the shapes `(b, m, n, k)` describes:
+/// `(..., m, k)` and `(..., k, n)` with the same batch dimensions, of `b`
+/// matrices in all.
+fn check_shapes(bmnk: (usize, usize, usize, usize), lhs_l: &Layout, rhs_l: &Layout) -> Result<()> {
     let (b, m, n, k) = bmnk;
     let err = |msg| unexpected(lhs_l, rhs_l, bmnk, msg);
     let (ld, rd) = (lhs_l.dims(), rhs_l.dims());
@@ -142,6 +139,20 @@ pub(crate) fn plan(
     {
         return Err(err("the layouts do not have the shapes of (b, m, n, k)"));
     }
+    Ok(())
+}
+
+/// Plans `(b, m, n, k)` for these layouts (`lhs`: `… × m × k`, `rhs`:
+/// `… × k × n`, the same batch dimensions). The sizes are non-zero.
+pub(crate) fn plan(
+    bmnk: (usize, usize, usize, usize),
+    lhs_l: &Layout,
+    rhs_l: &Layout,
+) -> Result<Plan> {
+    check_shapes(bmnk, lhs_l, rhs_l)?;
+    let (_, m, n, k) = bmnk;
+    let err = |msg| unexpected(lhs_l, rhs_l, bmnk, msg);
+    let (ld, rank) = (lhs_l.dims(), lhs_l.dims().len());
     let (ls, rs) = (lhs_l.stride(), rhs_l.stride());
     let a = orient(k, n, rs[rank - 2], rs[rank - 1])
         .ok_or_else(|| err("rhs: neither of the last two dimensions is unit-stride"))?;
@@ -251,6 +262,7 @@ pub(crate) fn matmul_into(
     rhs.view(OP, rhs_l)?;
     size::numel(OP, lhs_l.dims())?;
     size::numel(OP, rhs_l.dims())?;
+    check_shapes(bmnk, lhs_l, rhs_l)?;
     if out_len == 0 {
         return Ok(());
     }

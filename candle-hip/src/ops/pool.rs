@@ -219,16 +219,28 @@ pub(crate) fn upsample_nearest2d(
 }
 
 /// PyTorch's source-coordinate scale along one axis, as candle's CPU
-/// backend computes it.
-fn bilinear_scale(input: usize, output: usize, align_corners: bool, factor: Option<f64>) -> f64 {
+/// backend computes it; a scale factor that is not a positive number is
+/// an error (candle's CPU backend indexes out of bounds with it).
+fn bilinear_scale(
+    input: usize,
+    output: usize,
+    align_corners: bool,
+    factor: Option<f64>,
+) -> Result<f64> {
     if align_corners {
-        if output > 1 {
-            (input - 1) as f64 / (output - 1) as f64
+        return Ok(if output > 1 {
+            input.saturating_sub(1) as f64 / (output - 1) as f64
         } else {
             0.0
-        }
-    } else {
-        factor.map_or(input as f64 / output as f64, |f| 1.0 / f)
+        });
+    }
+    match factor {
+        None => Ok(input as f64 / output as f64),
+        Some(f) if f.is_finite() && f > 0.0 => Ok(1.0 / f),
+        Some(f) => Err(invalid(
+            "upsample_bilinear2d",
+            format!("a scale factor of {f}: it must be a positive number"),
+        )),
     }
 }
 
@@ -258,8 +270,8 @@ pub(crate) fn upsample_bilinear2d(
         cat::UPSAMPLE_BILINEAR2D.kernel(OP, x.dtype())?;
         return elementwise::unary(x, layout, &cat::UCOPY, OP);
     }
-    let sh = bilinear_scale(h, out_h, align_corners, scale_h);
-    let sw = bilinear_scale(w, out_w, align_corners, scale_w);
+    let sh = bilinear_scale(h, out_h, align_corners, scale_h)?;
+    let sw = bilinear_scale(w, out_w, align_corners, scale_w)?;
     let (oh, ow, align) = (out_h as u64, out_w as u64, u32::from(align_corners));
     run(
         OP,
@@ -293,10 +305,17 @@ mod tests {
 
     #[test]
     fn bilinear_scales_follow_pytorch() {
-        assert_eq!(bilinear_scale(4, 8, false, None), 0.5);
-        assert_eq!(bilinear_scale(4, 8, false, Some(2.5)), 0.4);
-        assert_eq!(bilinear_scale(4, 7, true, None), 0.5);
-        assert_eq!(bilinear_scale(4, 1, true, None), 0.0);
-        assert_eq!(bilinear_scale(4, 8, true, Some(3.0)), 3.0 / 7.0);
+        let scale = |i, o, align, f| bilinear_scale(i, o, align, f).unwrap();
+        assert_eq!(scale(4, 8, false, None), 0.5);
+        assert_eq!(scale(4, 8, false, Some(2.5)), 0.4);
+        assert_eq!(scale(4, 7, true, None), 0.5);
+        assert_eq!(scale(4, 1, true, None), 0.0);
+        assert_eq!(scale(4, 8, true, Some(3.0)), 3.0 / 7.0);
+        // An empty input is refused later, by the launch.
+        assert_eq!(scale(0, 8, true, None), 0.0);
+        for bad in [0.0, -2.0, f64::NAN, f64::INFINITY] {
+            let err = bilinear_scale(4, 8, false, Some(bad)).unwrap_err();
+            assert!(err.to_string().contains("scale factor"), "{bad}: {err}");
+        }
     }
 }

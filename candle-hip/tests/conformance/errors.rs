@@ -68,6 +68,20 @@ fn invalid_inputs_are_errors() {
         f32s(&strided).matmul(&f32s(&rhs), (1, 3, 5, 4), &strided, &rhs),
         "lhs",
     );
+    // matmul: (b, m, n, k) that does not describe the layouts, on the
+    // one-row path as on the others.
+    let row = Layout::contiguous((1, 8));
+    let cols = Layout::new(Shape::from((8, 4)), vec![1, 16], 0);
+    expect_err(
+        "matmul one row, k of 16 against layouts of 8",
+        f32s(&Layout::contiguous(16)).matmul(
+            &f32s(&Layout::contiguous(64)),
+            (1, 1, 4, 16),
+            &row,
+            &cols,
+        ),
+        "shapes",
+    );
     // matmul: integer dtypes.
     let u = ones(&Layout::contiguous((3, 4)), DType::U32);
     let ur = ones(&rhs, DType::U32);

@@ -209,3 +209,26 @@ fn pooling_and_upsampling_match_cpu() {
     }
     t.finish("conformance pooling and upsampling");
 }
+
+/// Scale factors that place source positions past the input (which
+/// candle's CPU backend indexes out of bounds with) read its last row and
+/// column; factors that are not positive numbers are refused.
+#[test]
+#[ignore = "needs a HIP device"]
+fn bilinear_scale_factors_past_the_input_read_its_edge() {
+    let (dev, _, _) = start(0x5eed_0059);
+    let values: Vec<f64> = (0..16).map(f64::from).collect();
+    let l = Layout::contiguous((1, 1, 4, 4));
+    let x = upload(&dev, &values, &l, DType::F32);
+    // A factor of 0.1 asks for (8, 8) outputs ten source pixels apart.
+    let y = x
+        .upsample_bilinear2d(&l, 8, 8, false, Some(0.1), Some(0.1))
+        .unwrap();
+    assert_eq!(cpu_values(&y.to_cpu_storage().unwrap()), vec![15.0; 64]);
+    for bad in [0.0, -1.0, f64::NAN] {
+        let err = x
+            .upsample_bilinear2d(&l, 8, 8, false, Some(bad), Some(2.0))
+            .unwrap_err();
+        assert!(err.to_string().contains("scale factor"), "{bad}: {err}");
+    }
+}

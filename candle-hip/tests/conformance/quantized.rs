@@ -1009,4 +1009,32 @@ fn fused_quantized_product_refuses_what_it_does_not_take() {
         .fused_matvec(&w, &x, &one, LinearInput::Plain, Some((&x, &l2)))
         .unwrap();
     assert_eq!(cpu_values(&y.to_cpu_storage().unwrap()), vec![1.0, 1.0]);
+    // An attention row of 64 values against Q4_K rows (blocks of 256),
+    // over a cache long enough for the merge to round: refused before any
+    // rounding writes the scales of a 256-value block.
+    use candle_hip::fused::{FlashAttnExtras, FlashAttnParams};
+    let q_row = x_long
+        .to_dtype(&Layout::contiguous(64), DType::F16)
+        .unwrap();
+    let kv_shape = Shape::from((1, 4096, 1, 64));
+    let cache =
+        candle_core::backend::BackendDevice::zeros_impl(&dev, &kv_shape, DType::F16).unwrap();
+    let (q_l, kv_l) = (
+        Layout::contiguous((1, 1, 1, 64)),
+        Layout::contiguous(kv_shape),
+    );
+    let err = QuantizedStorage::fused_attention_matvec_parts(
+        &[(&k, &Shape::from((2, 64)))],
+        (&q_row, &q_l),
+        (&cache, &kv_l),
+        (&cache, &kv_l),
+        FlashAttnExtras {
+            alibi_slopes: None,
+            key_lens: None,
+        },
+        &FlashAttnParams::new(0.125, false),
+        None,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("not whole Q4K blocks"), "{err}");
 }

@@ -109,8 +109,16 @@ impl ConvConfig {
     pub fn output(&self) -> Result<[usize; 2], String> {
         let mut out = [0; 2];
         for (d, o) in out.iter_mut().enumerate() {
-            let padded = self.input[d] + 2 * self.padding[d];
-            let reach = self.dilation[d] * (self.kernel[d].max(1) - 1) + 1;
+            let overflow =
+                || format!("dimension {d}: the padded input or the kernel's span overflows");
+            let padded = self.padding[d]
+                .checked_mul(2)
+                .and_then(|p| p.checked_add(self.input[d]))
+                .ok_or_else(overflow)?;
+            let reach = self.dilation[d]
+                .checked_mul(self.kernel[d].max(1) - 1)
+                .and_then(|r| r.checked_add(1))
+                .ok_or_else(overflow)?;
             if self.stride[d] == 0 || padded < reach {
                 return Err(format!(
                     "dimension {d}: a kernel spanning {reach} (kernel {}, dilation {}) does not fit the padded input {padded} (input {}, padding {}) or the stride is 0",
@@ -146,6 +154,17 @@ impl ConvConfig {
                 "in_channels {} and out_channels {} must both be multiples of groups {}",
                 self.in_channels, self.out_channels, self.groups
             ));
+        }
+        let geometry = [
+            ("padding", self.padding),
+            ("stride", self.stride),
+            ("dilation", self.dilation),
+        ];
+        if let Some((name, v)) = geometry
+            .iter()
+            .find(|(_, v)| v.iter().any(|&x| i32::try_from(x).is_err()))
+        {
+            return Err(format!("{name} {v:?} exceeds MIOpen's 32-bit sizes"));
         }
         let out = self.output()?;
         let product = |dims: &[usize]| {
@@ -187,12 +206,15 @@ impl ConvTransposeConfig {
                     self.output_padding[d], self.stride[d], self.dilation[d]
                 ));
             }
-            let grown = (self.input[d].max(1) - 1) * self.stride[d]
-                + self.dilation[d] * (self.kernel[d].max(1) - 1)
-                + self.output_padding[d]
-                + 1;
-            *o = grown
-                .checked_sub(2 * self.padding[d])
+            let grown = (self.input[d].max(1) - 1)
+                .checked_mul(self.stride[d])
+                .zip(self.dilation[d].checked_mul(self.kernel[d].max(1) - 1))
+                .and_then(|(a, b)| a.checked_add(b))
+                .and_then(|g| g.checked_add(self.output_padding[d] + 1))
+                .ok_or_else(|| format!("dimension {d}: the output size overflows"))?;
+            *o = self.padding[d]
+                .checked_mul(2)
+                .and_then(|p| grown.checked_sub(p))
                 .filter(|&o| o > 0)
                 .ok_or_else(|| {
                     format!(
@@ -296,6 +318,18 @@ mod tests {
             ..conv([64, 64], [3, 3])
         };
         assert!(huge.validate().unwrap_err().contains("too large"));
+        // Geometry past usize or MIOpen's ints is an error, not a wrap.
+        let padded = ConvConfig {
+            padding: [1 << 63, 0],
+            ..conv([1, 1], [1, 1])
+        };
+        assert!(padded.output().unwrap_err().contains("overflows"));
+        let strided = ConvConfig {
+            stride: [1 << 40, 1],
+            ..conv([5, 7], [3, 3])
+        };
+        assert_eq!(strided.output(), Ok([1, 5]));
+        assert!(strided.validate().unwrap_err().contains("32-bit"));
     }
 
     #[test]
@@ -340,5 +374,12 @@ mod tests {
             ..t
         };
         assert!(too_much.output().unwrap_err().contains("output_padding"));
+        let overflowing = ConvTransposeConfig {
+            input: [1 << 40, 5],
+            stride: [1 << 40, 1],
+            output_padding: [0, 0],
+            ..t
+        };
+        assert!(overflowing.output().unwrap_err().contains("overflows"));
     }
 }

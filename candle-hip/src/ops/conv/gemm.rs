@@ -28,7 +28,7 @@ pub(crate) const COL_BUDGET_BYTES: usize = 256 << 20;
 
 /// Images per chunk when each needs `per_image` column elements.
 fn images_per_chunk(per_image: usize, elem_bytes: usize, images: usize) -> usize {
-    (COL_BUDGET_BYTES / (per_image * elem_bytes).max(1)).clamp(1, images.max(1))
+    (COL_BUDGET_BYTES / per_image.saturating_mul(elem_bytes).max(1)).clamp(1, images.max(1))
 }
 
 /// The kernel geometry of `prob`: for im2col, `in` is the image and `out`

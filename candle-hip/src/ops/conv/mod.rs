@@ -150,7 +150,7 @@ impl Problem {
     /// col2im products of the paths are bounded by these).
     fn check_sizes(&self, op: &'static str) -> Result<()> {
         let [n, c, h, w] = self.x.sizes();
-        let [k, _, kh, kw] = self.w;
+        let [_, _, kh, kw] = self.w;
         size::numel(op, &self.w)?;
         size::numel(op, &self.y)?;
         size::numel(op, &[n, c, h, w])?;
@@ -159,11 +159,7 @@ impl Problem {
             "the forward columns",
             &[c, kh, kw, self.y[2], self.y[3]],
         )?;
-        size::product(
-            op,
-            "the transposed columns",
-            &[k, kh, kw, h, w, self.groups],
-        )?;
+        size::product(op, "the transposed columns", &[self.y[1], kh, kw, h, w])?;
         Ok(())
     }
 

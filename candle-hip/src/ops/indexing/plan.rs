@@ -148,7 +148,7 @@ pub(crate) fn update_tiles(u: Updates, wave_size: u32) -> Option<LaunchConfig> {
     let cols = TILE_ROW_BYTES / (u.elem_bytes as u64).clamp(1, TILE_ROW_BYTES);
     let ranges = info.dst_dim.div_ceil(TILE_ROWS);
     let fits = ranges <= MAX_TILE_RANGES
-        && info.right * 2 >= cols
+        && info.right >= cols.div_ceil(2)
         && info.dst_dim <= info.ids_dim.saturating_mul(TILE_ROWS_PER_UPDATE);
     fits.then(|| linear(info.left * info.right.div_ceil(cols) * ranges, wave_size))
 }
