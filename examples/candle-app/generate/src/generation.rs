@@ -47,6 +47,41 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// Errors naming the option of a setting out of its range: a temperature that is not
+    /// a number of at least 0, top-k of 0, top-p outside (0, 1], a repeat penalty that is
+    /// not a positive number, or top-k / top-p without a temperature (greedy decoding
+    /// would ignore them).
+    pub fn check(&self) -> AppResult<()> {
+        let bad = |message: String| Err(app_error(message));
+        if let Some(t) = self.temperature
+            && !(t.is_finite() && t >= 0.0)
+        {
+            return bad(format!("--temperature {t}: give a number of at least 0"));
+        }
+        if self.top_k == Some(0) {
+            return bad("--top-k 0: keep at least one token".into());
+        }
+        if let Some(p) = self.top_p
+            && !(p > 0.0 && p <= 1.0)
+        {
+            return bad(format!(
+                "--top-p {p}: give a probability above 0, at most 1"
+            ));
+        }
+        if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
+            return bad(format!(
+                "--repeat-penalty {}: give a positive number (1 is off)",
+                self.repeat_penalty
+            ));
+        }
+        if (self.top_k.is_some() || self.top_p.is_some())
+            && !self.temperature.is_some_and(|t| t > 0.0)
+        {
+            return bad("--top-k and --top-p sample: give a --temperature above 0 too".into());
+        }
+        Ok(())
+    }
+
     /// candle-transformers' sampling mode for these settings.
     fn sampling(&self) -> Sampling {
         match self.temperature.filter(|t| *t > 0.0) {

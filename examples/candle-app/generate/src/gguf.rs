@@ -24,6 +24,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_transformers::models::llama::Config;
 use serde_json::Value;
 
+use crate::model::Arch;
 use crate::shapes::{BYTE_TOKENIZER_KEY, Shape};
 use crate::weights::{Init, Param};
 use crate::{AppResult, app_error, weights};
@@ -298,13 +299,29 @@ impl Header {
                 )));
             }
         };
+        let file_len = file
+            .metadata()
+            .map_err(|e| app_error(format!("{}: {e}", path.display())))?
+            .len();
         let mut counts: HashMap<GgmlDType, usize> = HashMap::new();
         let mut tensor_bytes = 0u64;
-        for info in content.tensor_infos.values() {
+        for (name, info) in &content.tensor_infos {
             *counts.entry(info.ggml_dtype).or_default() += 1;
             let elems = info.shape.elem_count();
-            tensor_bytes +=
-                (elems / info.ggml_dtype.block_size() * info.ggml_dtype.type_size()) as u64;
+            let bytes = (elems / info.ggml_dtype.block_size() * info.ggml_dtype.type_size()) as u64;
+            tensor_bytes += bytes;
+            // Loaders skip some tensors they fail to read (quantized_llama ties a missing
+            // output.weight to the embeddings), so a cut file is refused here.
+            let end = content
+                .tensor_data_offset
+                .checked_add(info.offset)
+                .and_then(|start| start.checked_add(bytes));
+            if end.is_none_or(|end| end > file_len) {
+                return Err(app_error(format!(
+                    "{}: truncated: tensor {name} ends past the file's {file_len} bytes",
+                    path.display()
+                )));
+            }
         }
         let mut counts: Vec<(GgmlDType, usize)> = counts.into_iter().collect();
         counts.sort_by_key(|(t, n)| (std::cmp::Reverse(*n), format!("{t:?}")));
@@ -394,6 +411,38 @@ impl Header {
         let full = format!("{}.{key}", self.arch);
         self.number(&full)
             .ok_or_else(|| app_error(format!("{}: no {full}", path.display())))
+    }
+
+    /// The file's architecture, or an error unless it is one this program runs (llama,
+    /// mistral, qwen2, qwen3) with attention heads that its key/value heads divide, which
+    /// candle-transformers' loaders divide by. `path` names the file in errors.
+    pub fn runnable_arch(&self, path: &Path) -> AppResult<Arch> {
+        let arch = match self.arch.as_str() {
+            "llama" => Arch::Llama,
+            "mistral" => Arch::Mistral,
+            "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
+            other => {
+                return Err(app_error(format!(
+                    "{}: unknown GGUF architecture `{other}` (this program runs llama, \
+                     mistral, qwen2 and qwen3)",
+                    path.display()
+                )));
+            }
+        };
+        let heads = self.arch_number(path, "attention.head_count")?;
+        let kv_heads = self
+            .number(&format!("{}.attention.head_count_kv", self.arch))
+            .unwrap_or(heads);
+        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(app_error(format!(
+                "{}: {arch}.attention.head_count ({heads}) must be a positive multiple of \
+                 {arch}.attention.head_count_kv ({kv_heads})",
+                path.display(),
+                arch = self.arch
+            )));
+        }
+        Ok(arch)
     }
 
     /// The vocabulary size: the rows of `token_embd.weight`. `path` names the file in

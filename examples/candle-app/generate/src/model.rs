@@ -226,8 +226,9 @@ impl Model {
         }
         check_dtype(dtype, device)?;
         let opened = Opened::new(source, dtype)?;
-        let vb = opened.var_builder(dtype, device)?;
         let about = opened.about()?;
+        opened.check_loadable(about.arch)?;
+        let vb = opened.var_builder(dtype, device)?;
         let config = &opened.config;
         let bad =
             |e: serde_json::Error| app_error(format!("config.json for {:?}: {e}", about.arch));
@@ -356,11 +357,11 @@ impl Model {
         let dtype = graph.unwrap_or(DType::F32);
         check_dtype(dtype, device)?;
         let header = Header::read(path)?;
+        let runnable = header.runnable_arch(path)?;
         let graph_config = match graph {
             Some(_) => Some(header.llama_config(path)?),
             None => None,
         };
-        let arch_name = header.arch.clone();
         let max_positions = header.arch_number(path, "context_length")? as usize;
         let vocab = header.vocab(path)?;
         let eos: Vec<u32> = header
@@ -384,7 +385,7 @@ impl Model {
         let mut file =
             std::fs::File::open(path).map_err(|e| app_error(format!("{}: {e}", path.display())))?;
         let content = header.content;
-        let (arch, net) = match (arch_name.as_str(), graph_config) {
+        let (arch, net) = match (runnable, graph_config) {
             (_, Some(cfg)) => {
                 let initial = GRAPH_CACHE_POSITIONS.min(cfg.max_position_embeddings);
                 let model =
@@ -394,24 +395,17 @@ impl Model {
                     Net::GraphLlama(Box::new(GraphDecoder::new(model))),
                 )
             }
-            ("llama" | "mistral", None) => {
+            (Arch::Llama | Arch::Mistral, None) => {
                 let m = quantized_llama::ModelWeights::from_gguf(content, &mut file, device)?;
                 (Arch::Llama, Net::QuantizedLlama(Box::new(m)))
             }
-            ("qwen2", None) => {
+            (Arch::Qwen2, None) => {
                 let m = quantized_qwen2::ModelWeights::from_gguf(content, &mut file, device)?;
                 (Arch::Qwen2, Net::QuantizedQwen2(Box::new(m)))
             }
-            ("qwen3", None) => {
+            (Arch::Qwen3, None) => {
                 let m = quantized_qwen3::ModelWeights::from_gguf(content, &mut file, device)?;
                 (Arch::Qwen3, Net::QuantizedQwen3(Box::new(m)))
-            }
-            (other, None) => {
-                return Err(app_error(format!(
-                    "{}: unknown GGUF architecture `{other}` (this program runs llama, \
-                     mistral, qwen2 and qwen3)",
-                    path.display()
-                )));
             }
         };
         Ok(Model {
@@ -623,6 +617,54 @@ impl Opened {
             max_positions,
             vocab,
         })
+    }
+
+    /// Errors for what candle-transformers' loaders panic on: a configuration without
+    /// attention heads or whose key/value heads do not divide them, and (for Llama, whose
+    /// loader unwraps every layer's tensors) a layer tensor that the weight files lack or
+    /// hold in another shape than the configuration makes it.
+    fn check_loadable(&self, arch: Arch) -> AppResult<()> {
+        let number = |key: &str| self.config[key].as_u64();
+        let heads = number("num_attention_heads").unwrap_or(0);
+        let kv_heads = number("num_key_value_heads").unwrap_or(heads);
+        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(app_error(format!(
+                "config.json: num_attention_heads ({heads}) must be a positive multiple of \
+                 num_key_value_heads ({kv_heads})"
+            )));
+        }
+        let WeightSource::Safetensors(files) = &self.weights else {
+            return Ok(());
+        };
+        if arch != Arch::Llama {
+            return Ok(());
+        }
+        // SAFETY: as for the VarBuilder over the same files (WeightSource::var_builder):
+        // memory-mapped files nobody writes to while the program runs.
+        let tensors = unsafe { candle_core::safetensors::MmapedSafetensors::multi(files)? };
+        let layers = number("num_hidden_layers").unwrap_or(0);
+        for param in weights::params(&self.config)? {
+            if !param.name.starts_with("model.layers.") {
+                continue;
+            }
+            let dims = tensors.get(&param.name).map(|view| view.shape().to_vec());
+            match dims {
+                Ok(dims) if dims == param.dims => {}
+                Ok(dims) => {
+                    return Err(app_error(format!(
+                        "the weights hold {} as {dims:?}; config.json makes it {:?}",
+                        param.name, param.dims
+                    )));
+                }
+                Err(_) => {
+                    return Err(app_error(format!(
+                        "the weights have no {} (config.json has {layers} layers)",
+                        param.name
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The weights in `dtype` on `device` (a shape's are built whole in memory).

@@ -116,6 +116,48 @@ fn the_embedded_default_is_deterministic() {
 }
 
 #[test]
+fn sampling_settings_out_of_range_name_their_option() {
+    let error = |settings: Settings| settings.check().unwrap_err().to_string();
+    let t = |temperature| Settings {
+        temperature: Some(temperature),
+        ..Settings::default()
+    };
+    assert!(Settings::default().check().is_ok());
+    assert!(t(0.8).check().is_ok());
+    assert!(error(t(-1.0)).contains("--temperature"));
+    assert!(error(t(f64::NAN)).contains("--temperature"));
+    for p in [0.0, 1.5, f64::NAN] {
+        let e = error(Settings {
+            top_p: Some(p),
+            ..t(0.8)
+        });
+        assert!(e.contains("--top-p"), "{e}");
+    }
+    assert!(
+        error(Settings {
+            top_k: Some(0),
+            ..t(0.8)
+        })
+        .contains("--top-k 0")
+    );
+    assert!(
+        error(Settings {
+            repeat_penalty: 0.0,
+            ..Settings::default()
+        })
+        .contains("--repeat-penalty")
+    );
+    // top-k without a temperature would be ignored by greedy decoding.
+    assert!(
+        error(Settings {
+            top_k: Some(5),
+            ..Settings::default()
+        })
+        .contains("--temperature")
+    );
+}
+
+#[test]
 fn seeded_sampling_is_reproducible_and_differs_from_greedy() {
     let mut model = tiny(DType::F32, &Device::Cpu);
     let sampled = Settings {
@@ -183,10 +225,33 @@ fn bad_model_folders_are_clear_errors() {
         "{partial}"
     );
 
-    config["architectures"] = serde_json::json!(["GPT2LMHeadModel"]);
-    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    // Weights that the configuration does not describe, and heads that do not divide:
+    // errors naming them (candle-transformers' Llama loader would panic on them).
     std::fs::remove_file(dir.join("model.safetensors.index.json")).unwrap();
-    weights::write_model(&Shape::Tiny.config(), SEED, DType::F32, &dir).unwrap();
+    weights::write_model(&config, SEED, DType::F32, &dir).unwrap();
+    let layers = config["num_hidden_layers"].as_u64().unwrap();
+    let mut deeper = config.clone();
+    deeper["num_hidden_layers"] = serde_json::json!(layers + 1);
+    std::fs::write(dir.join("config.json"), deeper.to_string()).unwrap();
+    let missing = load_error(&dir);
+    assert!(
+        missing.contains(&format!("no model.layers.{layers}.self_attn.q_proj.weight")),
+        "{missing}"
+    );
+    let mut wider = config.clone();
+    wider["intermediate_size"] = serde_json::json!(8);
+    std::fs::write(dir.join("config.json"), wider.to_string()).unwrap();
+    let shape = load_error(&dir);
+    assert!(
+        shape.contains("model.layers.0.mlp.gate_proj.weight as"),
+        "{shape}"
+    );
+    let mut headless = config.clone();
+    headless["num_attention_heads"] = serde_json::json!(0);
+    std::fs::write(dir.join("config.json"), headless.to_string()).unwrap();
+    assert!(load_error(&dir).contains("num_attention_heads (0)"));
+
+    config["architectures"] = serde_json::json!(["GPT2LMHeadModel"]);
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     assert!(load_error(&dir).contains("unknown architecture `GPT2LMHeadModel`"));
 

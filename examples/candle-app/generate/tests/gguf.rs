@@ -111,6 +111,12 @@ fn bad_gguf_files_are_clear_errors() {
     for e in err(&cut) {
         assert!(e.contains("tensor ") && e.contains("bytes"), "{e}");
     }
+    // Truncated inside `output.weight`: an error, not the embeddings in its place.
+    let cut_last = temp_file("truncated-last");
+    std::fs::write(&cut_last, &bytes[..bytes.len() - 100]).unwrap();
+    for e in err(&cut_last) {
+        assert!(e.contains("truncated: tensor output.weight"), "{e}");
+    }
 
     // An unknown block type code in the tensor table: the error names the tensor.
     let mut file = std::fs::File::open(&path).unwrap();
@@ -148,7 +154,7 @@ fn bad_gguf_files_are_clear_errors() {
         }
     }
 
-    for p in [path, cut, bad_type, junk] {
+    for p in [path, cut, cut_last, bad_type, junk] {
         let _ = std::fs::remove_file(p);
     }
 }

@@ -178,6 +178,14 @@ fn usage_error(message: impl Into<String>) -> candle_app_generate::AppError {
     Box::new(UsageError(message.into()))
 }
 
+/// Writes `text` to stdout now; a closed pipe is an error, not a panic.
+fn emit(text: impl std::fmt::Display) -> AppResult<()> {
+    let mut out = std::io::stdout().lock();
+    write!(out, "{text}")?;
+    out.flush()?;
+    Ok(())
+}
+
 /// Prints the error; exit status 2 for usage, 1 otherwise.
 fn fail(error: Result<String, Usage>) -> ExitCode {
     match error {
@@ -244,7 +252,7 @@ fn shape(name: &str) -> AppResult<Shape> {
 
 /// The ranks' devices (one without --tp) and the dtype: --device, else HIP when present
 /// (saying why not); --dtype, else bf16 on HIP and f32 on the CPU.
-fn devices_and_dtype(args: &Args, quiet: bool) -> AppResult<(Vec<Device>, DType)> {
+fn devices_and_dtype(args: &Args) -> AppResult<(Vec<Device>, DType)> {
     let tp = args.number::<usize>("--tp")?.unwrap_or(1);
     if tp == 0 {
         return Err(usage_error(
@@ -252,9 +260,7 @@ fn devices_and_dtype(args: &Args, quiet: bool) -> AppResult<(Vec<Device>, DType)
         ));
     }
     let (devices, reason) = device::select_ranks(args.get("--device"), tp)?;
-    if let Some(reason) = reason
-        && !quiet
-    {
+    if let Some(reason) = reason {
         eprintln!("generate: running on the CPU: {reason}");
     }
     let dtype = match args.get("--dtype") {
@@ -344,8 +350,9 @@ fn run(args: &Args) -> AppResult<()> {
         seed: args.number("--seed")?.unwrap_or(299_792_458),
         ignore_eos: args.flag("--ignore-eos"),
     };
+    settings.check().map_err(|e| usage_error(e.to_string()))?;
     let (source, embedded) = source(args)?;
-    let (devices, dtype) = devices_and_dtype(args, false)?;
+    let (devices, dtype) = devices_and_dtype(args)?;
     if embedded && !json_out {
         eprintln!(
             "generate: no --model: using the embedded default, a small Llama-architecture model \
@@ -367,10 +374,17 @@ fn run(args: &Args) -> AppResult<()> {
         (text, None) => model.codec.encode(text.unwrap_or(DEFAULT_PROMPT))?,
     };
     if let Some(&bad) = prompt.iter().find(|&&id| id as usize >= model.vocab) {
-        return Err(usage_error(format!(
-            "--prompt-ids: token {bad} is outside the vocabulary of {}",
-            model.vocab
-        )));
+        let vocab = model.vocab;
+        return Err(if args.get("--prompt-ids").is_some() {
+            usage_error(format!(
+                "--prompt-ids: token {bad} is outside the vocabulary of {vocab}"
+            ))
+        } else {
+            app_error(format!(
+                "the tokenizer made token {bad} of the prompt, outside the model's vocabulary of \
+                 {vocab}: the tokenizer and the configuration disagree"
+            ))
+        });
     }
     if !json_out {
         eprintln!(
@@ -380,7 +394,7 @@ fn run(args: &Args) -> AppResult<()> {
             model::dtype_name(model.dtype),
             prompt.len()
         );
-        print!("{}", model.codec.decode(&prompt)?);
+        emit(model.codec.decode(&prompt)?)?;
     }
     let mut stream = candle_app_generate::codec::TextStream::new();
     let keep_logits = args.get("--logits-out").is_some();
@@ -390,8 +404,7 @@ fn run(args: &Args) -> AppResult<()> {
     );
     let outcome = generation::generate(&mut model, &prompt, &settings, keep_logits, |id| {
         if !json_out {
-            print!("{}", stream.push(&codec, id)?);
-            std::io::stdout().flush()?;
+            emit(stream.push(&codec, id)?)?;
         }
         Ok(())
     });
@@ -417,9 +430,9 @@ fn run(args: &Args) -> AppResult<()> {
             "peak_memory_bytes": peak.map(|p| p.0),
             "peak_memory_kind": peak.map(|p| p.1),
         });
-        println!("{report}");
+        emit(format_args!("{report}\n"))?;
     } else {
-        println!();
+        emit("\n")?;
         eprintln!(
             "time to first token: {:.1} ms",
             outcome.time_to_first_token.as_secs_f64() * 1e3
@@ -544,7 +557,7 @@ fn bench(args: &Args) -> AppResult<()> {
     ])
     .map_err(|e| usage_error(e.to_string()))?;
     let (source, _) = source(args)?;
-    let (devices, dtype) = devices_and_dtype(args, true)?;
+    let (devices, dtype) = devices_and_dtype(args)?;
     let batches = args.list("--batch", "1")?;
     let prompts = args.list("--prompt-len", "512")?;
     let new_tokens = args.number("--new-tokens")?.unwrap_or(128);
@@ -573,7 +586,7 @@ fn bench(args: &Args) -> AppResult<()> {
                 "peak_memory_bytes": device::peak_memory_ranks(&devices).map(|p| p.0),
                 "graph_nodes": model.graph_nodes(),
             });
-            println!("{row}");
+            emit(format_args!("{row}\n"))?;
             if let Some(file) = args.get("--json") {
                 let mut f = std::fs::OpenOptions::new()
                     .create(true)
