@@ -559,6 +559,13 @@ fn bench(args: &Args) -> AppResult<()> {
     let (source, _) = source(args)?;
     let (devices, dtype) = devices_and_dtype(args)?;
     let batches = args.list("--batch", "1")?;
+    if matches!(source, Source::Gguf(_)) && !args.flag("--graph") && batches.iter().any(|&b| b > 1)
+    {
+        return Err(usage_error(
+            "--batch above 1 of a GGUF model needs --graph (candle-transformers' quantized \
+             models decode one sequence)",
+        ));
+    }
     let prompts = args.list("--prompt-len", "512")?;
     let new_tokens = args.number("--new-tokens")?.unwrap_or(128);
     let iters = args.number("--iters")?.unwrap_or(3);
