@@ -110,6 +110,12 @@ impl Folder {
     /// Reads `dir`'s config and finds its weights; a missing file or shard is an error
     /// naming it.
     pub fn open(dir: &Path) -> AppResult<Folder> {
+        if dir.is_file() {
+            return Err(app_error(format!(
+                "{} is a file, not a model folder (a GGUF file goes to --gguf)",
+                dir.display()
+            )));
+        }
         if !dir.is_dir() {
             return Err(app_error(format!(
                 "model folder {} does not exist",

@@ -136,12 +136,12 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (command, rest) = match args.first().map(String::as_str) {
         Some(c @ ("run" | "write-model" | "write-gguf" | "bench")) => (c, &args[1..]),
-        Some("--help" | "-h") => {
-            println!("{}", usage());
-            return ExitCode::SUCCESS;
-        }
         _ => ("run", &args[..]),
     };
+    if rest.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{}", usage());
+        return ExitCode::SUCCESS;
+    }
     // `bench` takes `--json FILE`, where `run` takes a bare `--json`.
     let parsed = match Args::parse(rest, command == "bench") {
         Ok(a) => a,
