@@ -47,12 +47,15 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// Errors naming the option of a setting out of its range: a temperature that is not
-    /// a number of at least 0, top-k of 0, top-p outside (0, 1], a repeat penalty that is
-    /// not a positive number, or top-k / top-p without a temperature (greedy decoding
-    /// would ignore them).
+    /// Errors naming the option of a setting out of its range: no new tokens, a
+    /// temperature that is not a number of at least 0, top-k of 0, top-p outside (0, 1],
+    /// a repeat penalty that is not a positive number, or top-k / top-p without a
+    /// temperature (greedy decoding would ignore them).
     pub fn check(&self) -> AppResult<()> {
         let bad = |message: String| Err(app_error(message));
+        if self.max_tokens == 0 {
+            return bad("--max-tokens 0: generate at least one token".into());
+        }
         if let Some(t) = self.temperature
             && !(t.is_finite() && t >= 0.0)
         {

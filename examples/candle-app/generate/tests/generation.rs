@@ -123,6 +123,13 @@ fn sampling_settings_out_of_range_name_their_option() {
         ..Settings::default()
     };
     assert!(Settings::default().check().is_ok());
+    assert!(
+        error(Settings {
+            max_tokens: 0,
+            ..Settings::default()
+        })
+        .contains("--max-tokens 0")
+    );
     assert!(t(0.8).check().is_ok());
     assert!(error(t(-1.0)).contains("--temperature"));
     assert!(error(t(f64::NAN)).contains("--temperature"));

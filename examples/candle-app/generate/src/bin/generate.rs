@@ -394,6 +394,13 @@ fn run(args: &Args) -> AppResult<()> {
             model::dtype_name(model.dtype),
             prompt.len()
         );
+        let room = model.max_positions.saturating_sub(prompt.len());
+        if settings.max_tokens > room && room > 0 {
+            eprintln!(
+                "generate: --max-tokens {}: the model's context leaves room for {room}",
+                settings.max_tokens
+            );
+        }
         emit(model.codec.decode(&prompt)?)?;
     }
     let mut stream = candle_app_generate::codec::TextStream::new();
