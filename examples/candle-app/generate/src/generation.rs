@@ -183,6 +183,9 @@ pub fn generate(
         let len = input.dim(1)?;
         let logits = model.forward(&input, pos)?.squeeze(0)?;
         pos += len;
+        if step == 0 {
+            check_finite(&logits)?;
+        }
         let token = if on_device {
             logits.argmax(D::Minus1)?.to_scalar::<u32>()?
         } else {
@@ -222,6 +225,20 @@ pub fn generate(
         decode_time: start.elapsed() - time_to_first_token,
         logits: logits_kept,
     })
+}
+
+/// Errors when the prompt's logits hold a NaN or an infinity (their sum is then not
+/// finite): weights or a configuration (a RoPE base of 0, a negative norm epsilon) that
+/// give no usable numbers, which greedy decoding would turn into token 0 after token 0.
+fn check_finite(logits: &Tensor) -> AppResult<()> {
+    let sum = logits.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
+    if sum.is_finite() {
+        return Ok(());
+    }
+    Err(app_error(
+        "the model's logits after the prompt are not finite (NaN or infinite): the weights \
+         or the configuration give no usable numbers",
+    ))
 }
 
 /// One benchmark case's results.

@@ -269,6 +269,22 @@ fn bad_model_folders_are_clear_errors() {
 }
 
 #[test]
+fn logits_that_are_not_finite_are_an_error() {
+    // A RoPE base of 0 turns every attention score into NaN.
+    let dir = temp_dir("nan");
+    let mut config = Shape::Tiny.config();
+    weights::write_model(&config, SEED, DType::F32, &dir).unwrap();
+    config["rope_theta"] = serde_json::json!(0.0);
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let mut model = Model::load(&Source::Dir(dir.clone()), DType::F32, &Device::Cpu).unwrap();
+    let err = generation::generate(&mut model, &prompt(5), &greedy(3), false, |_| Ok(()))
+        .expect_err("an error")
+        .to_string();
+    assert!(err.contains("not finite"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn a_prompt_that_fills_the_context_is_an_error_and_generation_stops_at_its_end() {
     // The tiny shape with a context of 64 positions.
     let dir = temp_dir("context");
