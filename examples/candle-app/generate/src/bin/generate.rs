@@ -351,6 +351,20 @@ fn run(args: &Args) -> AppResult<()> {
         ignore_eos: args.flag("--ignore-eos"),
     };
     settings.check().map_err(|e| usage_error(e.to_string()))?;
+    // The ids are read before the model loads, so that a typo costs no load.
+    let prompt_ids = match (args.get("--prompt"), args.get("--prompt-ids")) {
+        (Some(_), Some(_)) => return Err(usage_error("give --prompt or --prompt-ids, not both")),
+        (_, Some(ids)) => Some(
+            ids.split(',')
+                .map(|v| {
+                    v.trim()
+                        .parse::<u32>()
+                        .map_err(|_| usage_error(format!("--prompt-ids: `{v}` is not a token id")))
+                })
+                .collect::<AppResult<Vec<u32>>>()?,
+        ),
+        (_, None) => None,
+    };
     let (source, embedded) = source(args)?;
     let (devices, dtype) = devices_and_dtype(args)?;
     if embedded && !json_out {
@@ -361,17 +375,11 @@ fn run(args: &Args) -> AppResult<()> {
         );
     }
     let mut model = load(&source, dtype, &devices, args)?;
-    let prompt = match (args.get("--prompt"), args.get("--prompt-ids")) {
-        (Some(_), Some(_)) => return Err(usage_error("give --prompt or --prompt-ids, not both")),
-        (_, Some(ids)) => ids
-            .split(',')
-            .map(|v| {
-                v.trim()
-                    .parse::<u32>()
-                    .map_err(|_| usage_error(format!("--prompt-ids: `{v}` is not a token id")))
-            })
-            .collect::<AppResult<Vec<u32>>>()?,
-        (text, None) => model.codec.encode(text.unwrap_or(DEFAULT_PROMPT))?,
+    let prompt = match prompt_ids {
+        Some(ids) => ids,
+        None => model
+            .codec
+            .encode(args.get("--prompt").unwrap_or(DEFAULT_PROMPT))?,
     };
     if let Some(&bad) = prompt.iter().find(|&&id| id as usize >= model.vocab) {
         let vocab = model.vocab;
