@@ -24,7 +24,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_transformers::models::llama::Config;
 use serde_json::Value;
 
-use crate::model::Arch;
+use crate::model::{Arch, check_heads};
 use crate::shapes::{BYTE_TOKENIZER_KEY, Shape};
 use crate::weights::{Init, Param};
 use crate::{AppResult, app_error, weights};
@@ -430,18 +430,17 @@ impl Header {
                 )));
             }
         };
+        let (heads_key, kv_key) = (
+            format!("{}.attention.head_count", self.arch),
+            format!("{}.attention.head_count_kv", self.arch),
+        );
         let heads = self.arch_number(path, "attention.head_count")?;
-        let kv_heads = self
-            .number(&format!("{}.attention.head_count_kv", self.arch))
-            .unwrap_or(heads);
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
-            return Err(app_error(format!(
-                "{}: {arch}.attention.head_count ({heads}) must be a positive multiple of \
-                 {arch}.attention.head_count_kv ({kv_heads})",
-                path.display(),
-                arch = self.arch
-            )));
-        }
+        let kv_heads = self.number(&kv_key).unwrap_or(heads);
+        check_heads(
+            &path.display().to_string(),
+            (&heads_key, heads),
+            (&kv_key, kv_heads),
+        )?;
         Ok(arch)
     }
 

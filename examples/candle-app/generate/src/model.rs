@@ -632,13 +632,14 @@ impl Opened {
     fn check_loadable(&self, arch: Arch) -> AppResult<()> {
         let number = |key: &str| self.config[key].as_u64();
         let heads = number("num_attention_heads").unwrap_or(0);
-        let kv_heads = number("num_key_value_heads").unwrap_or(heads);
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
-            return Err(app_error(format!(
-                "config.json: num_attention_heads ({heads}) must be a positive multiple of \
-                 num_key_value_heads ({kv_heads})"
-            )));
-        }
+        check_heads(
+            "config.json",
+            ("num_attention_heads", heads),
+            (
+                "num_key_value_heads",
+                number("num_key_value_heads").unwrap_or(heads),
+            ),
+        )?;
         let WeightSource::Safetensors(files) = &self.weights else {
             return Ok(());
         };
@@ -723,6 +724,23 @@ struct About {
     eos: Vec<u32>,
     max_positions: usize,
     vocab: usize,
+}
+
+/// Fails unless the `(name, count)` of attention heads is a positive multiple of that of
+/// key/value heads, which candle-transformers' loaders divide by; `source` (a file) starts
+/// the message.
+pub(crate) fn check_heads(
+    source: &str,
+    (heads_key, heads): (&str, u64),
+    (kv_key, kv_heads): (&str, u64),
+) -> AppResult<()> {
+    if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(app_error(format!(
+            "{source}: {heads_key} ({heads}) must be a positive multiple of {kv_key} \
+             ({kv_heads})"
+        )));
+    }
+    Ok(())
 }
 
 /// Fails clearly when `device` cannot compute in `dtype` (a small matmul is tried).
